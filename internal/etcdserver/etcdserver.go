@@ -1,0 +1,122 @@
+// Package etcdserver runs a single-member etcd server inside the process, for
+// `reeve dev` and for tests. Production deployments use an external cluster.
+package etcdserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Config configures an embedded etcd member. The zero value is not usable:
+// DataDir is required.
+type Config struct {
+	// DataDir holds the member's data; created if missing. Required.
+	DataDir string
+	// ClientAddr is the host:port clients connect to; "127.0.0.1:0" picks a
+	// free port (see Server.Endpoints). Default "127.0.0.1:0".
+	ClientAddr string
+	// PeerAddr is the host:port of the (unused) peer listener. Default "127.0.0.1:0".
+	PeerAddr string
+	// QuotaBytes is the backend space quota; 0 keeps etcd's default (2 GiB).
+	QuotaBytes int64
+	// AutoCompactionRetention keeps this much history (periodic mode).
+	// Default 5m, so that a steady load never fills the quota.
+	AutoCompactionRetention time.Duration
+	// Fast shortens raft timers and disables fsync. For tests only: a crash
+	// of the machine loses data.
+	Fast bool
+	// LogLevel of etcd's own logger. Default "error".
+	LogLevel string
+}
+
+// Server is a running embedded etcd member.
+type Server struct {
+	etcd *embed.Etcd
+}
+
+// Start starts a member and waits until it serves clients or ctx is done.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("etcdserver: DataDir is required")
+	}
+	ec := embed.NewConfig()
+	ec.Name = "reeve-dev"
+	ec.Dir = cfg.DataDir
+	ec.LogLevel = orDefault(cfg.LogLevel, "error")
+	clientURL, err := parseURL(orDefault(cfg.ClientAddr, "127.0.0.1:0"))
+	if err != nil {
+		return nil, fmt.Errorf("etcdserver: client address: %w", err)
+	}
+	peerURL, err := parseURL(orDefault(cfg.PeerAddr, "127.0.0.1:0"))
+	if err != nil {
+		return nil, fmt.Errorf("etcdserver: peer address: %w", err)
+	}
+	ec.ListenClientUrls = []url.URL{*clientURL}
+	ec.AdvertiseClientUrls = []url.URL{*clientURL}
+	ec.ListenPeerUrls = []url.URL{*peerURL}
+	ec.AdvertisePeerUrls = []url.URL{*peerURL}
+	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	ec.QuotaBackendBytes = cfg.QuotaBytes
+	retention := cfg.AutoCompactionRetention
+	if retention == 0 {
+		retention = 5 * time.Minute
+	}
+	ec.AutoCompactionMode = embed.CompactorModePeriodic
+	ec.AutoCompactionRetention = retention.String()
+	if cfg.Fast {
+		ec.TickMs = 10
+		ec.ElectionMs = 50
+		ec.UnsafeNoFsync = true
+	}
+
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("etcdserver: start: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return &Server{etcd: e}, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcdserver: start: %w", err)
+	case <-ctx.Done():
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("etcdserver: not ready: %w", ctx.Err())
+	}
+}
+
+// Endpoints returns the client URLs, with the ports actually bound.
+func (s *Server) Endpoints() []string {
+	eps := make([]string, 0, len(s.etcd.Clients))
+	for _, l := range s.etcd.Clients {
+		eps = append(eps, "http://"+l.Addr().String())
+	}
+	return eps
+}
+
+// PeerAddr returns the bound peer address (host:port), to restart a member on
+// the same addresses.
+func (s *Server) PeerAddr() string { return s.etcd.Peers[0].Addr().String() }
+
+// Err reports a fatal error of the running member.
+func (s *Server) Err() <-chan error { return s.etcd.Err() }
+
+// Close stops the member gracefully and releases its listeners.
+func (s *Server) Close() { s.etcd.Close() }
+
+func parseURL(hostport string) (*url.URL, error) {
+	return url.Parse("http://" + hostport)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
