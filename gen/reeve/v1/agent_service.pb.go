@@ -33,6 +33,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_AssignmentAck
 	//	*ConnectRequest_Result
 	//	*ConnectRequest_Heartbeat
+	//	*ConnectRequest_Drain
 	Msg           isConnectRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -111,6 +112,15 @@ func (x *ConnectRequest) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *ConnectRequest) GetDrain() *Drain {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_Drain); ok {
+			return x.Drain
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Msg interface {
 	isConnectRequest_Msg()
 }
@@ -131,6 +141,12 @@ type ConnectRequest_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,4,opt,name=heartbeat,proto3,oneof"`
 }
 
+type ConnectRequest_Drain struct {
+	// The agent is shutting down: send it no new assignments. Its running
+	// steps may still report results.
+	Drain *Drain `protobuf:"bytes,5,opt,name=drain,proto3,oneof"`
+}
+
 func (*ConnectRequest_Register) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_AssignmentAck) isConnectRequest_Msg() {}
@@ -138,6 +154,8 @@ func (*ConnectRequest_AssignmentAck) isConnectRequest_Msg() {}
 func (*ConnectRequest_Result) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Heartbeat) isConnectRequest_Msg() {}
+
+func (*ConnectRequest_Drain) isConnectRequest_Msg() {}
 
 // ConnectResponse is a message from the scheduler.
 type ConnectResponse struct {
@@ -882,8 +900,10 @@ func (x *CancelStep) GetReason() string {
 	return ""
 }
 
-// Drain asks the agent to take no new work, finish its running steps and
-// close the stream.
+// Drain, from the scheduler, asks the agent to take no new work on this
+// stream: the agent reconnects (to another scheduler when it has several
+// addresses) and reports the results of running steps there. From the agent,
+// it asks the scheduler to send no more assignments.
 type Drain struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -932,12 +952,13 @@ var File_reeve_v1_agent_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1creeve/v1/agent_service.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\xf0\x01\n" +
+	"\x1creeve/v1/agent_service.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\x99\x02\n" +
 	"\x0eConnectRequest\x120\n" +
 	"\bregister\x18\x01 \x01(\v2\x12.reeve.v1.RegisterH\x00R\bregister\x12@\n" +
 	"\x0eassignment_ack\x18\x02 \x01(\v2\x17.reeve.v1.AssignmentAckH\x00R\rassignmentAck\x12.\n" +
 	"\x06result\x18\x03 \x01(\v2\x14.reeve.v1.StepResultH\x00R\x06result\x123\n" +
-	"\theartbeat\x18\x04 \x01(\v2\x13.reeve.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\theartbeat\x18\x04 \x01(\v2\x13.reeve.v1.HeartbeatH\x00R\theartbeat\x12'\n" +
+	"\x05drain\x18\x05 \x01(\v2\x0f.reeve.v1.DrainH\x00R\x05drainB\x05\n" +
 	"\x03msg\"\x9b\x02\n" +
 	"\x0fConnectResponse\x126\n" +
 	"\n" +
@@ -1048,34 +1069,35 @@ var file_reeve_v1_agent_service_proto_depIdxs = []int32{
 	6,  // 1: reeve.v1.ConnectRequest.assignment_ack:type_name -> reeve.v1.AssignmentAck
 	7,  // 2: reeve.v1.ConnectRequest.result:type_name -> reeve.v1.StepResult
 	9,  // 3: reeve.v1.ConnectRequest.heartbeat:type_name -> reeve.v1.Heartbeat
-	4,  // 4: reeve.v1.ConnectResponse.registered:type_name -> reeve.v1.Registered
-	5,  // 5: reeve.v1.ConnectResponse.assignment:type_name -> reeve.v1.StepAssignment
-	10, // 6: reeve.v1.ConnectResponse.cancel:type_name -> reeve.v1.CancelStep
-	11, // 7: reeve.v1.ConnectResponse.drain:type_name -> reeve.v1.Drain
-	8,  // 8: reeve.v1.ConnectResponse.result_ack:type_name -> reeve.v1.ResultAck
-	3,  // 9: reeve.v1.Register.running:type_name -> reeve.v1.StepRef
-	3,  // 10: reeve.v1.StepAssignment.ref:type_name -> reeve.v1.StepRef
-	14, // 11: reeve.v1.StepAssignment.input:type_name -> google.protobuf.Value
-	14, // 12: reeve.v1.StepAssignment.config:type_name -> google.protobuf.Value
-	12, // 13: reeve.v1.StepAssignment.dependency_outputs:type_name -> reeve.v1.StepAssignment.DependencyOutputsEntry
-	15, // 14: reeve.v1.StepAssignment.complete_by:type_name -> google.protobuf.Timestamp
-	13, // 15: reeve.v1.StepAssignment.trace_context:type_name -> reeve.v1.StepAssignment.TraceContextEntry
-	16, // 16: reeve.v1.StepAssignment.heartbeat_timeout:type_name -> google.protobuf.Duration
-	3,  // 17: reeve.v1.AssignmentAck.ref:type_name -> reeve.v1.StepRef
-	3,  // 18: reeve.v1.StepResult.ref:type_name -> reeve.v1.StepRef
-	14, // 19: reeve.v1.StepResult.output:type_name -> google.protobuf.Value
-	17, // 20: reeve.v1.StepResult.error:type_name -> reeve.v1.StepError
-	3,  // 21: reeve.v1.ResultAck.ref:type_name -> reeve.v1.StepRef
-	3,  // 22: reeve.v1.Heartbeat.refs:type_name -> reeve.v1.StepRef
-	3,  // 23: reeve.v1.CancelStep.ref:type_name -> reeve.v1.StepRef
-	14, // 24: reeve.v1.StepAssignment.DependencyOutputsEntry.value:type_name -> google.protobuf.Value
-	0,  // 25: reeve.v1.AgentService.Connect:input_type -> reeve.v1.ConnectRequest
-	1,  // 26: reeve.v1.AgentService.Connect:output_type -> reeve.v1.ConnectResponse
-	26, // [26:27] is the sub-list for method output_type
-	25, // [25:26] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	11, // 4: reeve.v1.ConnectRequest.drain:type_name -> reeve.v1.Drain
+	4,  // 5: reeve.v1.ConnectResponse.registered:type_name -> reeve.v1.Registered
+	5,  // 6: reeve.v1.ConnectResponse.assignment:type_name -> reeve.v1.StepAssignment
+	10, // 7: reeve.v1.ConnectResponse.cancel:type_name -> reeve.v1.CancelStep
+	11, // 8: reeve.v1.ConnectResponse.drain:type_name -> reeve.v1.Drain
+	8,  // 9: reeve.v1.ConnectResponse.result_ack:type_name -> reeve.v1.ResultAck
+	3,  // 10: reeve.v1.Register.running:type_name -> reeve.v1.StepRef
+	3,  // 11: reeve.v1.StepAssignment.ref:type_name -> reeve.v1.StepRef
+	14, // 12: reeve.v1.StepAssignment.input:type_name -> google.protobuf.Value
+	14, // 13: reeve.v1.StepAssignment.config:type_name -> google.protobuf.Value
+	12, // 14: reeve.v1.StepAssignment.dependency_outputs:type_name -> reeve.v1.StepAssignment.DependencyOutputsEntry
+	15, // 15: reeve.v1.StepAssignment.complete_by:type_name -> google.protobuf.Timestamp
+	13, // 16: reeve.v1.StepAssignment.trace_context:type_name -> reeve.v1.StepAssignment.TraceContextEntry
+	16, // 17: reeve.v1.StepAssignment.heartbeat_timeout:type_name -> google.protobuf.Duration
+	3,  // 18: reeve.v1.AssignmentAck.ref:type_name -> reeve.v1.StepRef
+	3,  // 19: reeve.v1.StepResult.ref:type_name -> reeve.v1.StepRef
+	14, // 20: reeve.v1.StepResult.output:type_name -> google.protobuf.Value
+	17, // 21: reeve.v1.StepResult.error:type_name -> reeve.v1.StepError
+	3,  // 22: reeve.v1.ResultAck.ref:type_name -> reeve.v1.StepRef
+	3,  // 23: reeve.v1.Heartbeat.refs:type_name -> reeve.v1.StepRef
+	3,  // 24: reeve.v1.CancelStep.ref:type_name -> reeve.v1.StepRef
+	14, // 25: reeve.v1.StepAssignment.DependencyOutputsEntry.value:type_name -> google.protobuf.Value
+	0,  // 26: reeve.v1.AgentService.Connect:input_type -> reeve.v1.ConnectRequest
+	1,  // 27: reeve.v1.AgentService.Connect:output_type -> reeve.v1.ConnectResponse
+	27, // [27:28] is the sub-list for method output_type
+	26, // [26:27] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_agent_service_proto_init() }
@@ -1089,6 +1111,7 @@ func file_reeve_v1_agent_service_proto_init() {
 		(*ConnectRequest_AssignmentAck)(nil),
 		(*ConnectRequest_Result)(nil),
 		(*ConnectRequest_Heartbeat)(nil),
+		(*ConnectRequest_Drain)(nil),
 	}
 	file_reeve_v1_agent_service_proto_msgTypes[1].OneofWrappers = []any{
 		(*ConnectResponse_Registered)(nil),
