@@ -9,7 +9,10 @@ import (
 	"net/url"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.uber.org/zap"
 )
 
 // Config configures an embedded etcd member. The zero value is not usable:
@@ -32,6 +35,8 @@ type Config struct {
 	Fast bool
 	// LogLevel of etcd's own logger. Default "error".
 	LogLevel string
+	// Logger replaces etcd's own logger when set (tests pass zap.NewNop()).
+	Logger *zap.Logger
 }
 
 // Server is a running embedded etcd member.
@@ -48,6 +53,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.Name = "reeve-dev"
 	ec.Dir = cfg.DataDir
 	ec.LogLevel = orDefault(cfg.LogLevel, "error")
+	if cfg.Logger != nil {
+		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.Logger)
+	}
 	clientURL, err := parseURL(orDefault(cfg.ClientAddr, "127.0.0.1:0"))
 	if err != nil {
 		return nil, fmt.Errorf("etcdserver: client address: %w", err)
@@ -120,3 +128,7 @@ func orDefault(s, def string) string {
 	}
 	return s
 }
+
+// Client returns a client that talks to this member in process, without a
+// network hop. It is closed by Close.
+func (s *Server) Client() *clientv3.Client { return v3client.New(s.etcd.Server) }

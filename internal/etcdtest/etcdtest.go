@@ -41,6 +41,7 @@ func (m *Member) start() {
 		ClientAddr: m.client,
 		PeerAddr:   m.peer,
 		Fast:       true,
+		Logger:     zap.NewNop(),
 	})
 	if err != nil {
 		m.t.Fatalf("start etcd: %v", err)

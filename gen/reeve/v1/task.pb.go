@@ -316,11 +316,15 @@ type Step struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Type  string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	State StepState              `protobuf:"varint,3,opt,name=state,proto3,enum=reeve.v1.StepState" json:"state,omitempty"`
-	// Current attempt, 1-based; 0 before the first dispatch.
+	// Current attempt, 1-based; 0 until the step first becomes ready. It only
+	// grows, across retries and the step's compensation, so (task, step,
+	// attempt) names one execution and fences its result.
 	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// Failed or expired attempts so far.
+	// Failed or expired attempts so far (of the compensation, while the step is
+	// COMPENSATING).
 	FailureCount int32 `protobuf:"varint,5,opt,name=failure_count,json=failureCount,proto3" json:"failure_count,omitempty"`
-	// Deadline of the current attempt while RUNNING.
+	// Deadline of the current attempt while it is dispatched (RUNNING, or
+	// COMPENSATING with its compensation dispatched).
 	CompleteBy *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=complete_by,json=completeBy,proto3" json:"complete_by,omitempty"`
 	// Scheduler instance that dispatched the current attempt.
 	LockedByScheduler string `protobuf:"bytes,7,opt,name=locked_by_scheduler,json=lockedByScheduler,proto3" json:"locked_by_scheduler,omitempty"`

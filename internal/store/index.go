@@ -1,0 +1,70 @@
+package store
+
+import (
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+)
+
+// indexKeys returns every index key a task record implies, with its value.
+// The indexes are a pure function of the record, so writing the difference
+// between the old and new record's keys in the record's own transaction keeps
+// them exact.
+func (k keys) indexKeys(rec *storev1.TaskRecord) map[string]string {
+	t := rec.GetTask()
+	ns, id := t.GetNamespace(), t.GetId()
+	out := map[string]string{
+		k.stateOf(ns, t.GetState().String()) + id: "",
+	}
+	if taskstate.TerminalTask(t.GetState()) && t.GetEndTime() != nil {
+		out[k.ended(t.GetEndTime().AsTime(), ns, id)] = t.GetState().String()
+	}
+	for _, s := range t.GetSteps() {
+		switch {
+		case taskstate.Queued(s):
+			entry := &storev1.ReadyEntry{
+				Namespace:    ns,
+				TaskId:       id,
+				Step:         s.GetName(),
+				Type:         taskstate.ExecutionType(t, s),
+				Attempt:      s.GetAttempt(),
+				NotBefore:    s.GetNotBefore(),
+				Compensation: taskstate.Compensating(s),
+			}
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(entry)
+			if err != nil {
+				panic(err) // a well-formed message always marshals
+			}
+			out[k.ready(ns, id, s.GetName())] = string(b)
+		case taskstate.Dispatched(s):
+			out[k.deadline(s.GetCompleteBy().AsTime(), ns, id, s.GetName(), s.GetAttempt())] = ""
+		}
+	}
+	return out
+}
+
+// indexOps returns the puts and deletes that turn the indexes of before
+// (nil for a new task) into those of after (nil for a deleted task).
+func (k keys) indexOps(before, after *storev1.TaskRecord) []clientv3.Op {
+	var old, cur map[string]string
+	if before != nil {
+		old = k.indexKeys(before)
+	}
+	if after != nil {
+		cur = k.indexKeys(after)
+	}
+	var ops []clientv3.Op
+	for key, v := range cur {
+		if ov, ok := old[key]; !ok || ov != v {
+			ops = append(ops, clientv3.OpPut(key, v))
+		}
+	}
+	for key := range old {
+		if _, ok := cur[key]; !ok {
+			ops = append(ops, clientv3.OpDelete(key))
+		}
+	}
+	return ops
+}

@@ -1,0 +1,102 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The key layout, below the store's prefix (default "/reeve/"). Every key but
+// the task, workflow and agent keys is an index derived from a task record
+// and written in the same transaction as the record (see index.go).
+//
+//	tasks/<ns>/<task-id>                        TaskRecord (the whole task)
+//	workflows/<ns>/<name>/<version:%010d>       reeve.v1.Workflow
+//	ready/<ns>/<task-id>/<step>                 ReadyEntry: the ready queue
+//	deadlines/<complete-by:%020d>/<ns>/<task-id>/<step>/<attempt>
+//	                                            empty: dispatched executions by deadline (unix ns)
+//	states/<ns>/<TASK_STATE_X>/<task-id>        empty: tasks by state
+//	ended/<end-time:%020d>/<ns>/<task-id>       state name: terminal tasks by end time, for retention
+//	agents/<ns>/<agent-id>                      AgentRecord, under the scheduler's lease
+//	schedulers/<scheduler-id>                   empty, under the scheduler's lease
+//	supervisor/election/...                     concurrency.Election of the supervisors
+//
+// Names and ids never contain "/" (internal/workflow validates them).
+type keys struct{ prefix string }
+
+func (k keys) task(ns, id string) string   { return k.prefix + "tasks/" + ns + "/" + id }
+func (k keys) tasksOf(ns string) string    { return k.prefix + "tasks/" + ns + "/" }
+func (k keys) workflows(ns string) string  { return k.prefix + "workflows/" + ns + "/" }
+func (k keys) readyPrefix() string         { return k.prefix + "ready/" }
+func (k keys) deadlinePrefix() string      { return k.prefix + "deadlines/" }
+func (k keys) endedPrefix() string         { return k.prefix + "ended/" }
+func (k keys) agent(ns, id string) string  { return k.prefix + "agents/" + ns + "/" + id }
+func (k keys) scheduler(id string) string  { return k.prefix + "schedulers/" + id }
+func (k keys) election() string            { return k.prefix + "supervisor/election" }
+func (k keys) stateOf(ns, st string) string { return k.prefix + "states/" + ns + "/" + st + "/" }
+
+func (k keys) workflow(ns, name string, version int32) string {
+	return fmt.Sprintf("%s%s/%010d", k.workflows(ns), name, version)
+}
+
+func (k keys) workflowVersions(ns, name string) string { return k.workflows(ns) + name + "/" }
+
+func (k keys) ready(ns, id, step string) string {
+	return k.readyPrefix() + ns + "/" + id + "/" + step
+}
+
+func (k keys) deadline(at time.Time, ns, id, step string, attempt int32) string {
+	return fmt.Sprintf("%s%020d/%s/%s/%s/%d", k.deadlinePrefix(), at.UnixNano(), ns, id, step, attempt)
+}
+
+// deadlinesUntil is the exclusive end of the deadline range up to and
+// including t.
+func (k keys) deadlinesUntil(t time.Time) string {
+	return fmt.Sprintf("%s%020d", k.deadlinePrefix(), t.UnixNano()+1)
+}
+
+func (k keys) ended(at time.Time, ns, id string) string {
+	return fmt.Sprintf("%s%020d/%s/%s", k.endedPrefix(), at.UnixNano(), ns, id)
+}
+
+func (k keys) endedUntil(t time.Time) string {
+	return fmt.Sprintf("%s%020d", k.endedPrefix(), t.UnixNano()+1)
+}
+
+// Deadline names one dispatched execution found in the deadline index.
+type Deadline struct {
+	CompleteBy time.Time
+	Namespace  string
+	TaskID     string
+	Step       string
+	Attempt    int32
+}
+
+func (k keys) parseDeadline(key string) (Deadline, error) {
+	rest := strings.TrimPrefix(key, k.deadlinePrefix())
+	parts := strings.Split(rest, "/")
+	if len(parts) != 5 {
+		return Deadline{}, fmt.Errorf("store: malformed deadline key %q", key)
+	}
+	var nanos int64
+	var attempt int32
+	if _, err := fmt.Sscanf(parts[0], "%d", &nanos); err != nil {
+		return Deadline{}, fmt.Errorf("store: malformed deadline key %q: %w", key, err)
+	}
+	if _, err := fmt.Sscanf(parts[4], "%d", &attempt); err != nil {
+		return Deadline{}, fmt.Errorf("store: malformed deadline key %q: %w", key, err)
+	}
+	return Deadline{CompleteBy: time.Unix(0, nanos), Namespace: parts[1], TaskID: parts[2], Step: parts[3], Attempt: attempt}, nil
+}
+
+// prefixEnd returns the end of the range of keys that start with prefix.
+func prefixEnd(prefix string) string {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return "\x00"
+}

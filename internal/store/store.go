@@ -1,0 +1,94 @@
+// Package store owns Reeve's state in etcd: the key layout (keys.go), task
+// records with their derived indexes, workflow definitions, and the watches
+// and range reads the scheduler and supervisor use. Every write is one etcd
+// transaction with a compare; no etcd type leaves the package except the
+// clientv3.Cmp used for fencing.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+var (
+	// ErrNotFound means the task or workflow does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrAlreadyExists means a task with that id exists with another request.
+	ErrAlreadyExists = errors.New("store: already exists")
+	// ErrConflict means a guarded write kept losing to concurrent writers.
+	ErrConflict = errors.New("store: conflict")
+	// ErrFenced means a fence compare (e.g. a supervisor's leadership) failed:
+	// the caller lost the right to write.
+	ErrFenced = errors.New("store: fenced")
+	// ErrUnavailable means etcd did not answer in time or has no leader.
+	ErrUnavailable = errors.New("store: etcd unavailable")
+	// ErrTooLarge means a record exceeds etcd's request size limit.
+	ErrTooLarge = errors.New("store: record too large")
+	// ErrNoSpace means etcd reached its space quota; only reads and deletes work.
+	ErrNoSpace = errors.New("store: etcd out of space")
+)
+
+// Store reads and writes Reeve state in etcd. It is safe for concurrent use.
+type Store struct {
+	c         *clientv3.Client
+	k         keys
+	opTimeout time.Duration
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the key prefix; default "/reeve/". Several Reeve
+// installations can share one etcd under different prefixes.
+func WithPrefix(p string) Option { return func(s *Store) { s.k.prefix = p } }
+
+// WithOpTimeout bounds every etcd request; default 5s. A request that runs
+// out of time fails with ErrUnavailable.
+func WithOpTimeout(d time.Duration) Option { return func(s *Store) { s.opTimeout = d } }
+
+// New returns a Store using c. The caller keeps ownership of c.
+func New(c *clientv3.Client, opts ...Option) *Store {
+	s := &Store{c: c, k: keys{prefix: "/reeve/"}, opTimeout: 5 * time.Second}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Client returns the etcd client, for the election and leases of callers.
+func (s *Store) Client() *clientv3.Client { return s.c }
+
+// ElectionPrefix is the key prefix supervisors campaign on.
+func (s *Store) ElectionPrefix() string { return s.k.election() }
+
+// SchedulerKey is the key a scheduler instance keeps under its lease.
+func (s *Store) SchedulerKey(id string) string { return s.k.scheduler(id) }
+
+// opCtx bounds one etcd request by the store's timeout.
+func (s *Store) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opTimeout)
+}
+
+// etcdErr translates an etcd client error; the caller's own cancellation
+// stays a context error.
+func etcdErr(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	switch {
+	case errors.Is(err, rpctypes.ErrNoSpace), errors.Is(err, rpctypes.ErrGRPCNoSpace):
+		return fmt.Errorf("%s: %w", op, ErrNoSpace)
+	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrGRPCRequestTooLarge):
+		return fmt.Errorf("%s: %w", op, ErrTooLarge)
+	}
+	// Timeouts, lost leaders, closed connections: etcd cannot serve now.
+	return fmt.Errorf("%s: %w: %v", op, ErrUnavailable, err)
+}

@@ -1,0 +1,217 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/etcdtest"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskstate"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newStore(t *testing.T) (*store.Store, *clientv3.Client) {
+	t.Helper()
+	c := etcdtest.New(t).Client()
+	return store.New(c), c
+}
+
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func record(id string) *storev1.TaskRecord {
+	wf := &reevev1.Workflow{Steps: []*reevev1.StepSpec{
+		{Name: "a", Type: "t", Timeout: durationpb.New(time.Minute)},
+		{Name: "b", Type: "t", DependsOn: []string{"a"}},
+	}}
+	return &storev1.TaskRecord{Task: taskstate.New("default", id, wf, nil, t0), RequestDigest: []byte(id)}
+}
+
+// keys returns the keys under a prefix of the store's layout.
+func keys(t *testing.T, c *clientv3.Client, prefix string) []string {
+	t.Helper()
+	resp, err := c.Get(ctx(t), "/reeve/"+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Key))
+	}
+	return out
+}
+
+func TestCreateTaskWritesRecordAndIndexesOnce(t *testing.T) {
+	s, c := newStore(t)
+	if _, created, err := s.CreateTask(ctx(t), record("t1")); err != nil || !created {
+		t.Fatalf("create: %v created=%v", err, created)
+	}
+	if got := keys(t, c, "ready/"); len(got) != 1 || got[0] != "/reeve/ready/default/t1/a" {
+		t.Fatalf("ready keys %v, want only step a", got)
+	}
+	if got := keys(t, c, "states/"); len(got) != 1 || got[0] != "/reeve/states/default/TASK_STATE_PENDING/t1" {
+		t.Fatalf("state keys %v", got)
+	}
+	existing, created, err := s.CreateTask(ctx(t), record("t1"))
+	if err != nil || created || existing.GetTask().GetId() != "t1" {
+		t.Fatalf("second create: %v created=%v, want the existing record", err, created)
+	}
+}
+
+func TestUpdateTaskMovesIndexesWithTheRecord(t *testing.T) {
+	s, c := newStore(t)
+	if _, _, err := s.CreateTask(ctx(t), record("t1")); err != nil {
+		t.Fatal(err)
+	}
+	_, after, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
+		return taskstate.Claim(task, "a", 1, "s1", "agent", t0)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(t, c, "ready/"); len(got) != 0 {
+		t.Fatalf("ready keys after claim: %v", got)
+	}
+	deadlines, err := s.ExpiredDeadlines(ctx(t), t0.Add(time.Minute), 10)
+	if err != nil || len(deadlines) != 1 || deadlines[0].Step != "a" || deadlines[0].Attempt != 1 || !deadlines[0].CompleteBy.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("deadlines %v %v, want a@1 at t0+1m", deadlines, err)
+	}
+	if early, _ := s.ExpiredDeadlines(ctx(t), t0.Add(59*time.Second), 10); len(early) != 0 {
+		t.Fatalf("deadline reported before it passed: %v", early)
+	}
+	if got := keys(t, c, "states/"); len(got) != 1 || got[0] != "/reeve/states/default/TASK_STATE_RUNNING/t1" {
+		t.Fatalf("state keys %v", got)
+	}
+	ref := taskstate.Ref(after.GetTask(), taskstate.FindStep(after.GetTask(), "a"))
+	if _, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
+		return taskstate.Complete(task, ref, "agent", nil, t0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(t, c, "deadlines/"); len(got) != 0 {
+		t.Fatalf("deadline keys after completion: %v", got)
+	}
+	if got := keys(t, c, "ready/"); len(got) != 1 || got[0] != "/reeve/ready/default/t1/b" {
+		t.Fatalf("ready keys %v, want b", got)
+	}
+}
+
+func TestUpdateTaskRetriesOnConflictAndHonorsFences(t *testing.T) {
+	s, c := newStore(t)
+	if _, _, err := s.CreateTask(ctx(t), record("t1")); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	_, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
+		calls++
+		if calls == 1 {
+			// A concurrent writer changes the record between read and commit.
+			if _, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
+				task.Reason = "other writer"
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		task.History = nil
+		return nil
+	})
+	if err != nil || calls != 2 {
+		t.Fatalf("update: %v after %d calls, want success after a retry", err, calls)
+	}
+	if v, _ := s.GetTask(ctx(t), "default", "t1"); v.Record.GetTask().GetReason() != "other writer" {
+		t.Fatal("the retry lost the concurrent writer's change")
+	}
+
+	if _, err := c.Put(ctx(t), "/fence", "x"); err != nil {
+		t.Fatal(err)
+	}
+	stale := clientv3.Compare(clientv3.ModRevision("/fence"), "=", 1)
+	_, _, err = s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error { task.Reason = "fenced"; return nil }, stale)
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("update with a failed fence: %v, want ErrFenced", err)
+	}
+	if v, _ := s.GetTask(ctx(t), "default", "t1"); v.Record.GetTask().GetReason() == "fenced" {
+		t.Fatal("a fenced update was written")
+	}
+}
+
+func TestWatchReadyListsThenFollows(t *testing.T) {
+	s, _ := newStore(t)
+	if _, _, err := s.CreateTask(ctx(t), record("t1")); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan store.ReadyEvent, 16)
+	wctx, cancel := context.WithCancel(ctx(t))
+	done := make(chan error, 1)
+	go func() { done <- s.WatchReady(wctx, events) }()
+	next := func() store.ReadyEvent {
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no ready event")
+			return store.ReadyEvent{}
+		}
+	}
+	if ev := next(); !ev.Reset {
+		t.Fatalf("first event %v, want a reset", ev)
+	}
+	if ev := next(); ev.Entry.GetTaskId() != "t1" || ev.Entry.GetStep() != "a" || ev.Entry.GetAttempt() != 1 {
+		t.Fatalf("listed %v, want t1/a attempt 1", ev.Entry)
+	}
+	if _, _, err := s.CreateTask(ctx(t), record("t2")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Entry.GetTaskId() != "t2" {
+		t.Fatalf("followed %v, want t2", ev.Entry)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("WatchReady returned %v", err)
+	}
+}
+
+func TestSweepEndedRemovesOnlyOldTerminalTasks(t *testing.T) {
+	s, c := newStore(t)
+	for _, id := range []string{"old", "new", "live"} {
+		if _, _, err := s.CreateTask(ctx(t), record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := map[string]time.Time{"old": t0, "new": t0.Add(time.Hour)}
+	for id, at := range end {
+		if _, _, err := s.UpdateTask(ctx(t), "default", id, func(task *reevev1.Task) error {
+			return taskstate.Cancel(task, "", "test", at)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.SweepEnded(ctx(t), t0.Add(time.Minute), 100)
+	if err != nil || n != 1 {
+		t.Fatalf("swept %d (%v), want 1", n, err)
+	}
+	if _, err := s.GetTask(ctx(t), "default", "old"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("old task: %v, want removed", err)
+	}
+	for _, id := range []string{"new", "live"} {
+		if _, err := s.GetTask(ctx(t), "default", id); err != nil {
+			t.Fatalf("%s: %v, want kept", id, err)
+		}
+	}
+	if got := keys(t, c, "states/default/TASK_STATE_CANCELED/"); len(got) != 1 {
+		t.Fatalf("state index %v, want only the new task", got)
+	}
+}

@@ -1,0 +1,267 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// maxUpdateRetries bounds how often Update re-applies its function after
+// losing a race to another writer of the same task.
+const maxUpdateRetries = 20
+
+// Versioned is a task record with the etcd mod revision it was read at.
+type Versioned struct {
+	Record   *storev1.TaskRecord
+	Revision int64
+}
+
+// CreateTask stores a new task record and its indexes unless the task id is
+// taken. If it is taken, the existing record is returned with created=false.
+func (s *Store) CreateTask(ctx context.Context, rec *storev1.TaskRecord) (existing *storev1.TaskRecord, created bool, err error) {
+	t := rec.GetTask()
+	key := s.k.task(t.GetNamespace(), t.GetId())
+	val, err := marshal(rec)
+	if err != nil {
+		return nil, false, err
+	}
+	ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(nil, rec)...)
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(ops...).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return nil, false, etcdErr(ctx, "create task", err)
+	}
+	if resp.Succeeded {
+		return rec, true, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return nil, false, fmt.Errorf("create task: %w", ErrConflict)
+	}
+	old, err := unmarshalTask(kvs[0])
+	if err != nil {
+		return nil, false, err
+	}
+	return old.Record, false, nil
+}
+
+// GetTask returns a task record. Reads are linearizable.
+func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Get(octx, s.k.task(ns, id))
+	if err != nil {
+		return Versioned{}, etcdErr(ctx, "get task", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Versioned{}, fmt.Errorf("task %s/%s: %w", ns, id, ErrNotFound)
+	}
+	return unmarshalTask(resp.Kvs[0])
+}
+
+// UpdateTask applies fn to a copy of the task and writes the result, with
+// the index changes it implies, in one transaction guarded by the record's
+// mod revision and by fences (e.g. a supervisor's leadership). When another
+// writer got there first, fn runs again on the fresh record. An error from
+// fn aborts the update and is returned as is. It returns the record before
+// and after the update.
+func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.Task) error, fences ...clientv3.Cmp) (before, after *storev1.TaskRecord, err error) {
+	key := s.k.task(ns, id)
+	cur, err := s.getTaskSerializable(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	for range maxUpdateRetries {
+		next := proto.Clone(cur.Record).(*storev1.TaskRecord)
+		if err := fn(next.Task); err != nil {
+			return cur.Record, nil, err
+		}
+		val, err := marshal(next)
+		if err != nil {
+			return nil, nil, err
+		}
+		ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(cur.Record, next)...)
+		cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", cur.Revision)}, fences...)
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.c.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			return nil, nil, etcdErr(ctx, "update task", err)
+		}
+		if resp.Succeeded {
+			return cur.Record, next, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return nil, nil, fmt.Errorf("task %s/%s: %w", ns, id, ErrNotFound)
+		}
+		if kvs[0].ModRevision == cur.Revision {
+			return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrFenced)
+		}
+		if cur, err = unmarshalTask(kvs[0]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrConflict)
+}
+
+// getTaskSerializable reads from the local member without a quorum round
+// trip; a stale answer only costs one retry in UpdateTask's compare.
+func (s *Store) getTaskSerializable(ctx context.Context, key string) (Versioned, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Get(octx, key, clientv3.WithSerializable())
+	if err != nil {
+		return Versioned{}, etcdErr(ctx, "get task", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Versioned{}, fmt.Errorf("task %s: %w", strings.TrimPrefix(key, s.k.prefix+"tasks/"), ErrNotFound)
+	}
+	return unmarshalTask(resp.Kvs[0])
+}
+
+// ListTasks returns up to limit tasks of a namespace in id order, starting
+// after the id `after`, optionally only those in one state (through the
+// state index, never scanning other tasks). more reports whether tasks remain.
+func (s *Store) ListTasks(ctx context.Context, ns string, state reevev1.TaskState, after string, limit int) (tasks []*reevev1.Task, more bool, err error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	if state == reevev1.TaskState_TASK_STATE_UNSPECIFIED {
+		prefix := s.k.tasksOf(ns)
+		resp, err := s.c.Get(octx, rangeStart(prefix, after), clientv3.WithRange(prefixEnd(prefix)), clientv3.WithLimit(int64(limit+1)))
+		if err != nil {
+			return nil, false, etcdErr(ctx, "list tasks", err)
+		}
+		for i, kv := range resp.Kvs {
+			if i == limit {
+				return tasks, true, nil
+			}
+			v, err := unmarshalTask(kv)
+			if err != nil {
+				return nil, false, err
+			}
+			tasks = append(tasks, v.Record.GetTask())
+		}
+		return tasks, false, nil
+	}
+	prefix := s.k.stateOf(ns, state.String())
+	resp, err := s.c.Get(octx, rangeStart(prefix, after), clientv3.WithRange(prefixEnd(prefix)),
+		clientv3.WithLimit(int64(limit+1)), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, false, etcdErr(ctx, "list tasks", err)
+	}
+	more = len(resp.Kvs) > limit
+	if more {
+		resp.Kvs = resp.Kvs[:limit]
+	}
+	// Fetch the records in transactions of at most 100 reads, all at the
+	// index's revision so that the page is one consistent snapshot.
+	for start := 0; start < len(resp.Kvs); start += 100 {
+		end := min(start+100, len(resp.Kvs))
+		var gets []clientv3.Op
+		for _, kv := range resp.Kvs[start:end] {
+			id := strings.TrimPrefix(string(kv.Key), prefix)
+			gets = append(gets, clientv3.OpGet(s.k.task(ns, id), clientv3.WithRev(resp.Header.Revision)))
+		}
+		tresp, err := s.c.Txn(octx).Then(gets...).Commit()
+		if err != nil {
+			return nil, false, etcdErr(ctx, "list tasks", err)
+		}
+		for _, r := range tresp.Responses {
+			for _, kv := range r.GetResponseRange().GetKvs() {
+				v, err := unmarshalTask(kv)
+				if err != nil {
+					return nil, false, err
+				}
+				tasks = append(tasks, v.Record.GetTask())
+			}
+		}
+	}
+	return tasks, more, nil
+}
+
+// WatchTask calls fn with the task's current record and again after every
+// change, until fn returns stop, ctx ends, or the task is deleted (ErrNotFound).
+func (s *Store) WatchTask(ctx context.Context, ns, id string, fn func(*reevev1.Task) (stop bool)) error {
+	key := s.k.task(ns, id)
+	for {
+		cur, err := s.GetTask(ctx, ns, id)
+		if err != nil {
+			return err
+		}
+		if fn(cur.Record.GetTask()) {
+			return nil
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := s.c.Watch(wctx, key, clientv3.WithRev(cur.Revision+1))
+		stop, err := s.followTask(wch, fn)
+		cancel()
+		if stop || err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The watch ended (compaction, leader loss, reconnect): read again.
+	}
+}
+
+func (s *Store) followTask(wch clientv3.WatchChan, fn func(*reevev1.Task) bool) (stop bool, err error) {
+	for wr := range wch {
+		if wr.Err() != nil {
+			return false, nil
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return true, fmt.Errorf("task: %w (removed)", ErrNotFound)
+			}
+			v, err := unmarshalTask(ev.Kv)
+			if err != nil {
+				return true, err
+			}
+			if fn(v.Record.GetTask()) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+func rangeStart(prefix, after string) string {
+	if after == "" {
+		return prefix
+	}
+	return prefix + after + "\x00"
+}
+
+func marshal(m proto.Message) (string, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("store: marshal: %w", err)
+	}
+	return string(b), nil
+}
+
+func unmarshalTask(kv *mvccpb.KeyValue) (Versioned, error) {
+	rec := &storev1.TaskRecord{}
+	if err := proto.Unmarshal(kv.Value, rec); err != nil {
+		return Versioned{}, fmt.Errorf("store: decode %s: %w", kv.Key, err)
+	}
+	return Versioned{Record: rec, Revision: kv.ModRevision}, nil
+}
+
+// IsNotFound reports whether err means a missing task or workflow.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

@@ -1,0 +1,126 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// PutWorkflow stores w as the next version of its name, unless it equals the
+// latest version (same fingerprint), which is then returned with created=false.
+// w.version is set by the store.
+func (s *Store) PutWorkflow(ctx context.Context, w *reevev1.Workflow, fingerprint func(*reevev1.Workflow) []byte) (stored *reevev1.Workflow, created bool, err error) {
+	for range maxUpdateRetries {
+		latest, err := s.GetWorkflow(ctx, w.GetNamespace(), w.GetName(), 0)
+		var next int32 = 1
+		switch {
+		case err == nil:
+			if bytes.Equal(fingerprint(latest), fingerprint(w)) {
+				return latest, false, nil
+			}
+			next = latest.GetVersion() + 1
+		case !IsNotFound(err):
+			return nil, false, err
+		}
+		w = proto.Clone(w).(*reevev1.Workflow)
+		w.Version = next
+		key := s.k.workflow(w.GetNamespace(), w.GetName(), next)
+		val, err := marshal(w)
+		if err != nil {
+			return nil, false, err
+		}
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.c.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, val)).Commit()
+		cancel()
+		if err != nil {
+			return nil, false, etcdErr(ctx, "put workflow", err)
+		}
+		if resp.Succeeded {
+			return w, true, nil
+		}
+	}
+	return nil, false, fmt.Errorf("put workflow %s: %w", w.GetName(), ErrConflict)
+}
+
+// GetWorkflow returns one version of a workflow; version 0 means the latest.
+func (s *Store) GetWorkflow(ctx context.Context, ns, name string, version int32) (*reevev1.Workflow, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	var resp *clientv3.GetResponse
+	var err error
+	if version > 0 {
+		resp, err = s.c.Get(octx, s.k.workflow(ns, name, version))
+	} else {
+		prefix := s.k.workflowVersions(ns, name)
+		resp, err = s.c.Get(octx, prefix, clientv3.WithRange(prefixEnd(prefix)),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1))
+	}
+	if err != nil {
+		return nil, etcdErr(ctx, "get workflow", err)
+	}
+	if len(resp.Kvs) == 0 {
+		if version > 0 {
+			return nil, fmt.Errorf("workflow %q version %d: %w", name, version, ErrNotFound)
+		}
+		return nil, fmt.Errorf("workflow %q: %w", name, ErrNotFound)
+	}
+	return unmarshalWorkflow(resp.Kvs[0].Value)
+}
+
+// ListWorkflows returns the latest version of up to limit workflows of a
+// namespace in name order, starting after the name `after`.
+func (s *Store) ListWorkflows(ctx context.Context, ns, after string, limit int) (wfs []*reevev1.Workflow, more bool, err error) {
+	prefix := s.k.workflows(ns)
+	start := prefix
+	if after != "" {
+		start = prefixEnd(prefix + after + "/")
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	// Registered workflows are few and change rarely; one keys-only range
+	// over the namespace's versions finds each name's latest.
+	resp, err := s.c.Get(octx, start, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, false, etcdErr(ctx, "list workflows", err)
+	}
+	var latest []string
+	for i, kv := range resp.Kvs {
+		name := strings.SplitN(strings.TrimPrefix(string(kv.Key), prefix), "/", 2)[0]
+		last := i == len(resp.Kvs)-1
+		if last || !strings.HasPrefix(string(resp.Kvs[i+1].Key), prefix+name+"/") {
+			latest = append(latest, string(kv.Key))
+		}
+	}
+	if len(latest) > limit {
+		latest, more = latest[:limit], true
+	}
+	for _, key := range latest {
+		r, err := s.c.Get(octx, key, clientv3.WithRev(resp.Header.Revision))
+		if err != nil {
+			return nil, false, etcdErr(ctx, "list workflows", err)
+		}
+		if len(r.Kvs) == 0 {
+			continue
+		}
+		w, err := unmarshalWorkflow(r.Kvs[0].Value)
+		if err != nil {
+			return nil, false, err
+		}
+		wfs = append(wfs, w)
+	}
+	return wfs, more, nil
+}
+
+func unmarshalWorkflow(b []byte) (*reevev1.Workflow, error) {
+	w := &reevev1.Workflow{}
+	if err := proto.Unmarshal(b, w); err != nil {
+		return nil, fmt.Errorf("store: decode workflow: %w", err)
+	}
+	return w, nil
+}

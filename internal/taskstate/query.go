@@ -1,0 +1,106 @@
+package taskstate
+
+import (
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// TerminalTask reports whether a task state is final.
+func TerminalTask(s reevev1.TaskState) bool {
+	switch s {
+	case reevev1.TaskState_TASK_STATE_SUCCEEDED, reevev1.TaskState_TASK_STATE_FAILED,
+		reevev1.TaskState_TASK_STATE_COMPENSATED, reevev1.TaskState_TASK_STATE_CANCELED:
+		return true
+	}
+	return false
+}
+
+// Dispatched reports whether an execution of the step (forward or
+// compensation) is held by an agent and so has a deadline.
+func Dispatched(s *reevev1.Step) bool {
+	switch s.GetState() {
+	case reevev1.StepState_STEP_STATE_RUNNING:
+		return true
+	case reevev1.StepState_STEP_STATE_COMPENSATING:
+		return s.GetCompleteBy() != nil
+	}
+	return false
+}
+
+// Queued reports whether the step waits in the ready queue for an agent.
+func Queued(s *reevev1.Step) bool {
+	switch s.GetState() {
+	case reevev1.StepState_STEP_STATE_PENDING, reevev1.StepState_STEP_STATE_COMPENSATING:
+		return s.GetReadyTime() != nil && s.GetCompleteBy() == nil
+	}
+	return false
+}
+
+// Compensating reports whether the step's current execution is its compensation.
+func Compensating(s *reevev1.Step) bool {
+	return s.GetState() == reevev1.StepState_STEP_STATE_COMPENSATING
+}
+
+// ExecutionType returns the step type an agent must handle for the step's
+// current execution: the compensation's type while compensating.
+func ExecutionType(t *reevev1.Task, s *reevev1.Step) string {
+	if Compensating(s) {
+		if spec := Spec(t, s.GetName()); spec != nil {
+			return spec.GetCompensation().GetType()
+		}
+	}
+	return s.GetType()
+}
+
+// Spec returns the definition of the named step, or nil.
+func Spec(t *reevev1.Task, name string) *reevev1.StepSpec {
+	for _, sp := range t.GetWorkflow().GetSteps() {
+		if sp.GetName() == name {
+			return sp
+		}
+	}
+	return nil
+}
+
+// FindStep returns the named step of the task, or nil.
+func FindStep(t *reevev1.Task, name string) *reevev1.Step {
+	for _, s := range t.GetSteps() {
+		if s.GetName() == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// Ref names the current execution of a step.
+func Ref(t *reevev1.Task, s *reevev1.Step) *reevev1.StepRef {
+	return &reevev1.StepRef{Namespace: t.GetNamespace(), TaskId: t.GetId(), Step: s.GetName(), Attempt: s.GetAttempt()}
+}
+
+// Holder is an agent holding a dispatched execution.
+type Holder struct {
+	Ref       *reevev1.StepRef
+	AgentID   string
+	Scheduler string
+}
+
+// Revoked lists the executions dispatched in before that are no longer
+// dispatched, with the same attempt, in after: their agents must be told to
+// stop. The execution named by except (the one whose result caused the
+// change) is left out.
+func Revoked(before, after *reevev1.Task, except *reevev1.StepRef) []Holder {
+	var out []Holder
+	for _, old := range before.GetSteps() {
+		if !Dispatched(old) {
+			continue
+		}
+		if except != nil && except.GetStep() == old.GetName() && except.GetAttempt() == old.GetAttempt() {
+			continue
+		}
+		cur := FindStep(after, old.GetName())
+		if Dispatched(cur) && cur.GetAttempt() == old.GetAttempt() {
+			continue
+		}
+		out = append(out, Holder{Ref: Ref(before, old), AgentID: old.GetLockedByAgent(), Scheduler: old.GetLockedByScheduler()})
+	}
+	return out
+}

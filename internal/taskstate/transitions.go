@@ -1,0 +1,381 @@
+package taskstate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+var (
+	// ErrStale means the named execution is not the step's current, dispatched
+	// one (another attempt, another agent, or the step already moved on).
+	ErrStale = errors.New("taskstate: stale attempt")
+	// ErrNotQueued means the step is not waiting in the ready queue with that
+	// attempt (another scheduler claimed it, or it moved on).
+	ErrNotQueued = errors.New("taskstate: step is not queued")
+	// ErrNotDue means the step is queued but backing off until not_before.
+	ErrNotDue = errors.New("taskstate: step is backing off")
+	// ErrTerminal means the task already reached a terminal state.
+	ErrTerminal = errors.New("taskstate: task is terminal")
+	// ErrUnknownStep means the task has no step of that name.
+	ErrUnknownStep = errors.New("taskstate: unknown step")
+)
+
+// MaxHistory is how many history events a task keeps; older ones are dropped
+// and counted in Task.history_dropped.
+const MaxHistory = 200
+
+// New returns a PENDING task running wf, with its root steps queued.
+func New(namespace, id string, wf *reevev1.Workflow, input *structpb.Value, now time.Time) *reevev1.Task {
+	t := &reevev1.Task{
+		Namespace:  namespace,
+		Id:         id,
+		Workflow:   wf,
+		State:      reevev1.TaskState_TASK_STATE_PENDING,
+		Input:      input,
+		CreateTime: timestamppb.New(now),
+		UpdateTime: timestamppb.New(now),
+	}
+	for _, sp := range wf.GetSteps() {
+		t.Steps = append(t.Steps, &reevev1.Step{
+			Name:           sp.GetName(),
+			Type:           sp.GetType(),
+			State:          reevev1.StepState_STEP_STATE_PENDING,
+			IdempotencyKey: IdempotencyKey(namespace, id, sp.GetName()),
+		})
+	}
+	addHistory(t, now, "task.submitted", "", 0, "client", "")
+	advance(t, now)
+	return t
+}
+
+// IdempotencyKey is the key passed with every attempt of a step; the
+// compensation uses the same key with a ":compensate" suffix.
+func IdempotencyKey(namespace, taskID, step string) string {
+	return namespace + "/" + taskID + "/" + step
+}
+
+// Claim dispatches the queued execution (name, attempt) to agentID through
+// schedulerID: the step becomes RUNNING (or its compensation dispatched) with
+// a complete-by of now plus the step's timeout.
+func Claim(t *reevev1.Task, name string, attempt int32, schedulerID, agentID string, now time.Time) error {
+	if TerminalTask(t.GetState()) {
+		return ErrTerminal
+	}
+	s := FindStep(t, name)
+	if s == nil {
+		return ErrUnknownStep
+	}
+	if !Queued(s) || s.GetAttempt() != attempt {
+		return ErrNotQueued
+	}
+	if nb := s.GetNotBefore(); nb != nil && now.Before(nb.AsTime()) {
+		return ErrNotDue
+	}
+	spec := Spec(t, name)
+	timeout := workflow.EffectiveTimeout(t.GetWorkflow(), spec)
+	kind := "step.dispatched"
+	if Compensating(s) {
+		timeout = workflow.CompensationTimeout(t.GetWorkflow(), spec)
+		kind = "compensation.dispatched"
+	} else {
+		s.State = reevev1.StepState_STEP_STATE_RUNNING
+	}
+	if s.GetStartTime() == nil {
+		s.StartTime = timestamppb.New(now)
+	}
+	s.CompleteBy = timestamppb.New(now.Add(timeout))
+	s.LockedByScheduler = schedulerID
+	s.LockedByAgent = agentID
+	if t.GetState() == reevev1.TaskState_TASK_STATE_PENDING {
+		t.State = reevev1.TaskState_TASK_STATE_RUNNING
+	}
+	addHistory(t, now, kind, name, attempt, "scheduler/"+schedulerID, "agent "+agentID)
+	return nil
+}
+
+// Complete records a successful result of the execution ref from agentID and
+// advances the workflow: dependents become ready, the task may succeed, or a
+// compensation finishes and the next one starts.
+func Complete(t *reevev1.Task, ref *reevev1.StepRef, agentID string, output *structpb.Value, now time.Time) error {
+	s, err := current(t, ref, agentID)
+	if err != nil {
+		return err
+	}
+	release(s)
+	s.EndTime = timestamppb.New(now)
+	if Compensating(s) {
+		s.State = reevev1.StepState_STEP_STATE_COMPENSATED
+		addHistory(t, now, "compensation.succeeded", s.GetName(), s.GetAttempt(), "agent/"+agentID, "")
+		advanceCompensation(t, now)
+		return nil
+	}
+	s.State = reevev1.StepState_STEP_STATE_SUCCEEDED
+	s.Output = output
+	addHistory(t, now, "step.succeeded", s.GetName(), s.GetAttempt(), "agent/"+agentID, "")
+	advance(t, now)
+	return nil
+}
+
+// Fail records a failed result of the execution ref from agentID: the step is
+// retried after its backoff while its policy allows, else it escalates.
+func Fail(t *reevev1.Task, ref *reevev1.StepRef, agentID string, stepErr *reevev1.StepError, now time.Time) error {
+	s, err := current(t, ref, agentID)
+	if err != nil {
+		return err
+	}
+	failAttempt(t, s, stepErr, "agent/"+agentID, now)
+	return nil
+}
+
+// Expire records that the execution (name, attempt) passed its complete-by
+// without a result. It counts as a retryable failure.
+func Expire(t *reevev1.Task, name string, attempt int32, actor string, now time.Time) error {
+	if TerminalTask(t.GetState()) {
+		return ErrTerminal
+	}
+	s := FindStep(t, name)
+	if s == nil {
+		return ErrUnknownStep
+	}
+	if !Dispatched(s) || s.GetAttempt() != attempt {
+		return ErrStale
+	}
+	failAttempt(t, s, &reevev1.StepError{Code: "deadline_exceeded", Message: "no result before complete-by " + s.GetCompleteBy().AsTime().UTC().Format(time.RFC3339Nano)}, actor, now)
+	return nil
+}
+
+// Cancel ends a non-terminal task: running executions are canceled (their
+// agents are told through Revoked), steps never started are skipped.
+func Cancel(t *reevev1.Task, reason, actor string, now time.Time) error {
+	if TerminalTask(t.GetState()) {
+		return ErrTerminal
+	}
+	stopSteps(t, now)
+	t.Reason = reason
+	endTask(t, reevev1.TaskState_TASK_STATE_CANCELED, now)
+	addHistory(t, now, "task.canceled", "", 0, actor, reason)
+	return nil
+}
+
+// current returns the step named by ref if ref is its dispatched execution
+// held by agentID.
+func current(t *reevev1.Task, ref *reevev1.StepRef, agentID string) (*reevev1.Step, error) {
+	s := FindStep(t, ref.GetStep())
+	if s == nil {
+		return nil, ErrUnknownStep
+	}
+	if TerminalTask(t.GetState()) || !Dispatched(s) || s.GetAttempt() != ref.GetAttempt() || s.GetLockedByAgent() != agentID {
+		return nil, fmt.Errorf("%w: step %q is %s at attempt %d, result was for attempt %d",
+			ErrStale, s.GetName(), s.GetState(), s.GetAttempt(), ref.GetAttempt())
+	}
+	return s, nil
+}
+
+func failAttempt(t *reevev1.Task, s *reevev1.Step, stepErr *reevev1.StepError, actor string, now time.Time) {
+	spec := Spec(t, s.GetName())
+	policy := workflow.EffectiveRetryPolicy(t.GetWorkflow(), spec)
+	kind := "step.failed"
+	if Compensating(s) {
+		policy = workflow.CompensationRetryPolicy(t.GetWorkflow(), spec)
+		kind = "compensation.failed"
+	}
+	release(s)
+	s.LastError = stepErr
+	s.FailureCount++
+	addHistory(t, now, kind, s.GetName(), s.GetAttempt(), actor, stepErr.GetMessage())
+	if workflow.Retryable(policy, stepErr) && s.GetFailureCount() < policy.GetMaxAttempts() {
+		requeue(s, now, workflow.Backoff(policy, int(s.GetFailureCount())))
+		addHistory(t, now, "step.retry_scheduled", s.GetName(), s.GetAttempt(), actor, "not before "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
+		return
+	}
+	escalate(t, s, spec, actor, now)
+}
+
+func escalate(t *reevev1.Task, s *reevev1.Step, spec *reevev1.StepSpec, actor string, now time.Time) {
+	reason := fmt.Sprintf("step %q failed: %s", s.GetName(), s.GetLastError().GetMessage())
+	if Compensating(s) {
+		s.State = reevev1.StepState_STEP_STATE_FAILED
+		s.EndTime = timestamppb.New(now)
+		failTask(t, fmt.Sprintf("compensation of step %q failed: %s", s.GetName(), s.GetLastError().GetMessage()), actor, now)
+		return
+	}
+	switch workflow.EffectiveEscalation(spec) {
+	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
+		s.FailureCount = 0
+		requeue(s, now, workflow.EscalationWait(spec))
+		addHistory(t, now, "step.escalated", s.GetName(), s.GetAttempt(), actor, "wait_then_retry until "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
+	case reevev1.Escalation_ESCALATION_COMPENSATE:
+		s.State = reevev1.StepState_STEP_STATE_FAILED
+		s.EndTime = timestamppb.New(now)
+		addHistory(t, now, "step.escalated", s.GetName(), s.GetAttempt(), actor, "compensate")
+		startCompensation(t, reason, actor, now)
+	default:
+		s.State = reevev1.StepState_STEP_STATE_FAILED
+		s.EndTime = timestamppb.New(now)
+		failTask(t, reason, actor, now)
+	}
+}
+
+// requeue makes the step's next attempt ready no earlier than now+delay.
+func requeue(s *reevev1.Step, now time.Time, delay time.Duration) {
+	if s.GetState() == reevev1.StepState_STEP_STATE_RUNNING {
+		s.State = reevev1.StepState_STEP_STATE_PENDING
+	}
+	s.Attempt++
+	s.ReadyTime = timestamppb.New(now)
+	s.NotBefore = timestamppb.New(now.Add(delay))
+}
+
+func release(s *reevev1.Step) {
+	s.CompleteBy = nil
+	s.LockedByAgent = ""
+	s.LockedByScheduler = ""
+}
+
+func markReady(t *reevev1.Task, s *reevev1.Step, now time.Time) {
+	s.Attempt++
+	s.ReadyTime = timestamppb.New(now)
+	s.NotBefore = nil
+	addHistory(t, now, "step.ready", s.GetName(), s.GetAttempt(), "scheduler", "")
+}
+
+// advance queues every step whose dependencies all succeeded and ends the
+// task when every step succeeded.
+func advance(t *reevev1.Task, now time.Time) {
+	done := 0
+	for _, s := range t.GetSteps() {
+		switch {
+		case s.GetState() == reevev1.StepState_STEP_STATE_SUCCEEDED:
+			done++
+		case s.GetState() == reevev1.StepState_STEP_STATE_PENDING && s.GetReadyTime() == nil && depsSucceeded(t, s.GetName()):
+			markReady(t, s, now)
+		}
+	}
+	if done == len(t.GetSteps()) {
+		endTask(t, reevev1.TaskState_TASK_STATE_SUCCEEDED, now)
+		addHistory(t, now, "task.succeeded", "", 0, "scheduler", "")
+	}
+}
+
+func depsSucceeded(t *reevev1.Task, name string) bool {
+	for _, dep := range Spec(t, name).GetDependsOn() {
+		if FindStep(t, dep).GetState() != reevev1.StepState_STEP_STATE_SUCCEEDED {
+			return false
+		}
+	}
+	return true
+}
+
+func failTask(t *reevev1.Task, reason, actor string, now time.Time) {
+	stopSteps(t, now)
+	t.Reason = reason
+	endTask(t, reevev1.TaskState_TASK_STATE_FAILED, now)
+	addHistory(t, now, "task.failed", "", 0, actor, reason)
+}
+
+// stopSteps skips steps that never started and cancels dispatched or queued
+// executions.
+func stopSteps(t *reevev1.Task, now time.Time) {
+	for _, s := range t.GetSteps() {
+		switch s.GetState() {
+		case reevev1.StepState_STEP_STATE_PENDING:
+			if s.GetStartTime() == nil {
+				s.State = reevev1.StepState_STEP_STATE_SKIPPED
+			} else {
+				s.State = reevev1.StepState_STEP_STATE_CANCELED
+				s.EndTime = timestamppb.New(now)
+			}
+		case reevev1.StepState_STEP_STATE_RUNNING, reevev1.StepState_STEP_STATE_COMPENSATING:
+			s.State = reevev1.StepState_STEP_STATE_CANCELED
+			s.EndTime = timestamppb.New(now)
+		default:
+			continue
+		}
+		release(s)
+		s.ReadyTime = nil
+		s.NotBefore = nil
+	}
+}
+
+// startCompensation undoes the task: what has not run is skipped, what runs
+// is canceled, and succeeded steps are compensated in reverse dependency order.
+func startCompensation(t *reevev1.Task, reason, actor string, now time.Time) {
+	stopSteps(t, now)
+	t.State = reevev1.TaskState_TASK_STATE_COMPENSATING
+	t.Reason = reason
+	addHistory(t, now, "task.compensating", "", 0, actor, reason)
+	advanceCompensation(t, now)
+}
+
+// advanceCompensation starts the compensation of every succeeded step none of
+// whose dependents still needs undoing, and ends the task when nothing is left.
+func advanceCompensation(t *reevev1.Task, now time.Time) {
+	pending := 0
+	for _, s := range t.GetSteps() {
+		switch {
+		case Compensating(s):
+			pending++
+		case needsUndo(t, s):
+			pending++
+			if !dependentsUndone(t, s.GetName()) {
+				continue
+			}
+			s.State = reevev1.StepState_STEP_STATE_COMPENSATING
+			s.FailureCount = 0
+			s.LastError = nil
+			s.EndTime = nil
+			s.Attempt++
+			s.ReadyTime = timestamppb.New(now)
+			s.NotBefore = nil
+			addHistory(t, now, "compensation.ready", s.GetName(), s.GetAttempt(), "scheduler", "")
+		}
+	}
+	if pending == 0 {
+		endTask(t, reevev1.TaskState_TASK_STATE_COMPENSATED, now)
+		addHistory(t, now, "task.compensated", "", 0, "scheduler", "")
+	}
+}
+
+func needsUndo(t *reevev1.Task, s *reevev1.Step) bool {
+	return s.GetState() == reevev1.StepState_STEP_STATE_SUCCEEDED && Spec(t, s.GetName()).GetCompensation() != nil
+}
+
+// dependentsUndone reports whether no step depending on name still needs to
+// be, or is being, compensated.
+func dependentsUndone(t *reevev1.Task, name string) bool {
+	for _, sp := range t.GetWorkflow().GetSteps() {
+		for _, dep := range sp.GetDependsOn() {
+			if dep != name {
+				continue
+			}
+			d := FindStep(t, sp.GetName())
+			if Compensating(d) || needsUndo(t, d) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func endTask(t *reevev1.Task, state reevev1.TaskState, now time.Time) {
+	t.State = state
+	t.EndTime = timestamppb.New(now)
+}
+
+func addHistory(t *reevev1.Task, now time.Time, kind, step string, attempt int32, actor, msg string) {
+	t.UpdateTime = timestamppb.New(now)
+	t.History = append(t.History, &reevev1.HistoryEvent{
+		Time: timestamppb.New(now), Kind: kind, Step: step, Attempt: attempt, Actor: actor, Message: msg,
+	})
+	if over := len(t.History) - MaxHistory; over > 0 {
+		t.History = append(t.History[:0:0], t.History[over:]...)
+		t.HistoryDropped += int32(over)
+	}
+}

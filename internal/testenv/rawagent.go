@@ -1,0 +1,164 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// RawAgent speaks the agent protocol with the generated stub only, as an
+// agent in another language would; tests drive it message by message.
+type RawAgent struct {
+	t      testing.TB
+	stream reevev1.AgentService_ConnectClient
+	cancel context.CancelFunc
+	// Registered is the scheduler's answer to Register.
+	Registered *reevev1.Registered
+	recv       chan *reevev1.ConnectResponse
+	recvErr    chan error
+}
+
+// ConnectRaw opens a stream to addr and registers reg; it fails the test if
+// registration is refused.
+func ConnectRaw(t testing.TB, addr string, reg *reevev1.Register) *RawAgent {
+	t.Helper()
+	a, err := TryConnectRaw(t, addr, reg)
+	if err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	return a
+}
+
+// TryConnectRaw is ConnectRaw returning the registration error.
+func TryConnectRaw(t testing.TB, addr string, reg *reevev1.Register) (*RawAgent, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := reevev1.NewAgentServiceClient(Dial(t, addr)).Connect(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	a := &RawAgent{t: t, stream: stream, cancel: cancel, recv: make(chan *reevev1.ConnectResponse, 1024), recvErr: make(chan error, 1)}
+	t.Cleanup(a.Close)
+	if err := stream.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Register{Register: reg}}); err != nil {
+		return nil, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	a.Registered = first.GetRegistered()
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				a.recvErr <- err
+				close(a.recv)
+				return
+			}
+			a.recv <- m
+		}
+	}()
+	return a, nil
+}
+
+// Close breaks the stream, as a killed agent would.
+func (a *RawAgent) Close() { a.cancel() }
+
+// Next returns the next message from the scheduler, failing the test after
+// timeout.
+func (a *RawAgent) Next(timeout time.Duration) *reevev1.ConnectResponse {
+	a.t.Helper()
+	select {
+	case m, ok := <-a.recv:
+		if !ok {
+			a.t.Fatalf("stream ended: %v", <-a.recvErr)
+		}
+		return m
+	case <-time.After(timeout):
+		a.t.Fatalf("no message from the scheduler within %v", timeout)
+		return nil
+	}
+}
+
+// Recv returns the next message, or false when the stream ended or nothing
+// arrived within timeout. Unlike Next it is safe to call from any goroutine.
+func (a *RawAgent) Recv(timeout time.Duration) (*reevev1.ConnectResponse, bool) {
+	select {
+	case m, ok := <-a.recv:
+		return m, ok
+	case <-time.After(timeout):
+		return nil, false
+	}
+}
+
+// TrySend sends one message and reports whether the stream took it; safe to
+// call from any goroutine.
+func (a *RawAgent) TrySend(m *reevev1.ConnectRequest) bool { return a.stream.Send(m) == nil }
+
+// NextAssignment skips other messages until an assignment arrives, and acks it.
+func (a *RawAgent) NextAssignment(timeout time.Duration) *reevev1.StepAssignment {
+	a.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		m := a.Next(time.Until(deadline))
+		if as := m.GetAssignment(); as != nil {
+			a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: as.GetRef()}}})
+			return as
+		}
+	}
+}
+
+// NextResultAck skips other messages until a result ack arrives.
+func (a *RawAgent) NextResultAck(timeout time.Duration) *reevev1.ResultAck {
+	a.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if ack := a.Next(time.Until(deadline)).GetResultAck(); ack != nil {
+			return ack
+		}
+	}
+}
+
+// Quiet asserts that no assignment arrives within d.
+func (a *RawAgent) Quiet(d time.Duration) {
+	a.t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case m, ok := <-a.recv:
+			if !ok {
+				return
+			}
+			if as := m.GetAssignment(); as != nil {
+				a.t.Fatalf("unexpected assignment %v", as.GetRef())
+			}
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// Send sends one message.
+func (a *RawAgent) Send(m *reevev1.ConnectRequest) {
+	a.t.Helper()
+	if err := a.stream.Send(m); err != nil {
+		a.t.Fatalf("send: %v", err)
+	}
+}
+
+// Succeed reports a successful result for ref and returns the ack.
+func (a *RawAgent) Succeed(ref *reevev1.StepRef, output map[string]any) *reevev1.ResultAck {
+	a.t.Helper()
+	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Output: Value(a.t, output)}}})
+	return a.NextResultAck(10 * time.Second)
+}
+
+// Fail reports a failed result for ref and returns the ack.
+func (a *RawAgent) Fail(ref *reevev1.StepRef, e *reevev1.StepError) *reevev1.ResultAck {
+	a.t.Helper()
+	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Error: e}}})
+	return a.NextResultAck(10 * time.Second)
+}

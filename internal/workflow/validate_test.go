@@ -1,0 +1,194 @@
+package workflow_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+func valid() *reevev1.Workflow {
+	return &reevev1.Workflow{Name: "orders", Steps: []*reevev1.StepSpec{
+		{Name: "reserve", Type: "inventory.reserve", Compensation: &reevev1.CompensationSpec{Type: "inventory.release"}},
+		{Name: "charge", Type: "payments.charge", DependsOn: []string{"reserve"}, Escalation: reevev1.Escalation_ESCALATION_COMPENSATE},
+	}}
+}
+
+func TestValidateWorkflow(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(w *reevev1.Workflow)
+		want   string // field path in the error; "" means valid
+	}{
+		{"valid", func(w *reevev1.Workflow) {}, ""},
+		{"missing name", func(w *reevev1.Workflow) { w.Name = "" }, "workflow.name: required"},
+		{"bad name", func(w *reevev1.Workflow) { w.Name = "a b" }, "workflow.name"},
+		{"no steps", func(w *reevev1.Workflow) { w.Steps = nil }, "workflow.steps: at least one"},
+		{"too many steps", func(w *reevev1.Workflow) {
+			for i := range workflow.MaxSteps {
+				w.Steps = append(w.Steps, &reevev1.StepSpec{Name: "s" + strings.Repeat("x", i%5) + string(rune('a'+i%26)) + string(rune('a'+i/26)), Type: "t"})
+			}
+		}, "workflow.steps: 102 steps"},
+		{"duplicate step", func(w *reevev1.Workflow) { w.Steps[1].Name = "reserve" }, "workflow.steps[1].name: duplicate"},
+		{"missing type", func(w *reevev1.Workflow) { w.Steps[0].Type = "" }, "workflow.steps[0].type: required"},
+		{"unknown dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"ghost"} }, `workflow.steps[1].depends_on[0]: unknown step "ghost"`},
+		{"self dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"charge"} }, "workflow.steps[1].depends_on[0]: a step cannot depend on itself"},
+		{"duplicate dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"reserve", "reserve"} }, "workflow.steps[1].depends_on[1]: duplicate"},
+		{"cycle", func(w *reevev1.Workflow) { w.Steps[0].DependsOn = []string{"charge"} }, "workflow.steps: cycle: reserve -> charge -> reserve"},
+		{"timeout too short", func(w *reevev1.Workflow) { w.Steps[0].Timeout = durationpb.New(time.Millisecond) }, "workflow.steps[0].timeout"},
+		{"timeout too long", func(w *reevev1.Workflow) { w.Steps[0].Timeout = durationpb.New(25 * time.Hour) }, "workflow.steps[0].timeout"},
+		{"default timeout", func(w *reevev1.Workflow) { w.DefaultTimeout = durationpb.New(0) }, "workflow.default_timeout"},
+		{"negative attempts", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: -1} }, "workflow.steps[0].retry_policy.max_attempts"},
+		{"too many attempts", func(w *reevev1.Workflow) { w.DefaultRetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 101} }, "workflow.default_retry_policy.max_attempts"},
+		{"backoff order", func(w *reevev1.Workflow) {
+			w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{InitialBackoff: durationpb.New(time.Minute), MaxBackoff: durationpb.New(time.Second)}
+		}, "workflow.steps[0].retry_policy.initial_backoff: larger than max_backoff"},
+		{"multiplier", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{BackoffMultiplier: 0.5} }, "workflow.steps[0].retry_policy.backoff_multiplier"},
+		{"empty code", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{NonRetryableErrorCodes: []string{""}} }, "non_retryable_error_codes[0]"},
+		{"compensation type", func(w *reevev1.Workflow) { w.Steps[0].Compensation.Type = "" }, "workflow.steps[0].compensation.type: required"},
+		{"compensate without compensations", func(w *reevev1.Workflow) { w.Steps[0].Compensation = nil }, "workflow.steps[1].escalation: compensate needs"},
+		{"unknown escalation", func(w *reevev1.Workflow) { w.Steps[0].Escalation = 42 }, "workflow.steps[0].escalation: unknown"},
+		{"heartbeat over timeout", func(w *reevev1.Workflow) {
+			w.Steps[0].Timeout = durationpb.New(time.Second)
+			w.Steps[0].HeartbeatTimeout = durationpb.New(time.Minute)
+		}, "workflow.steps[0].heartbeat_timeout"},
+		{"config too large", func(w *reevev1.Workflow) {
+			w.Steps[0].Config = structpb.NewStringValue(strings.Repeat("x", workflow.MaxConfigBytes))
+		}, "workflow.steps[0].config"},
+		{"description", func(w *reevev1.Workflow) { w.Description = strings.Repeat("d", 2000) }, "workflow.description"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := valid()
+			tc.mutate(w)
+			before := proto.Clone(w)
+			err := workflow.ValidateWorkflow("workflow", w, true)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if (tc.want == "") != (err == nil) || !strings.Contains(got, tc.want) {
+				t.Fatalf("got %q, want error containing %q", got, tc.want)
+			}
+			if !proto.Equal(before, w) {
+				t.Fatal("validation changed its input")
+			}
+		})
+	}
+}
+
+func TestValidateSubmitAndAgentMessages(t *testing.T) {
+	ref := func(name string) *reevev1.SubmitTaskRequest_WorkflowRef {
+		return &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: name}}
+	}
+	deep := structpb.NewNullValue()
+	for range workflow.MaxValueDepth + 2 {
+		deep = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{deep}})
+	}
+	stepRef := &reevev1.StepRef{Namespace: "default", TaskId: "t", Step: "s", Attempt: 1}
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"valid submit", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("orders")}), ""},
+		{"nil submit", workflow.ValidateSubmit(nil), "request: required"},
+		{"no workflow", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{}), "workflow: one of workflow_ref or inline_workflow is required"},
+		{"bad namespace", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Namespace: "UPPER", Workflow: ref("o")}), "namespace"},
+		{"bad task id", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{TaskId: "a/b", Workflow: ref("o")}), "task_id"},
+		{"bad ref", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("")}), "workflow_ref.name: required"},
+		{"negative version", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: "o", Version: -1}}}), "workflow_ref.version"},
+		{"inline", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{}}}), "inline_workflow.steps"},
+		{"deep input", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("o"), Input: deep}), "input: nested deeper"},
+		{"valid register", workflow.ValidateRegister(&reevev1.Register{AgentId: "a-1", StepTypes: []string{"t"}, MaxConcurrentSteps: 1}), ""},
+		{"no agent id", workflow.ValidateRegister(&reevev1.Register{StepTypes: []string{"t"}, MaxConcurrentSteps: 1}), "register.agent_id: required"},
+		{"no types", workflow.ValidateRegister(&reevev1.Register{AgentId: "a", MaxConcurrentSteps: 1}), "register.step_types"},
+		{"duplicate type", workflow.ValidateRegister(&reevev1.Register{AgentId: "a", StepTypes: []string{"t", "t"}, MaxConcurrentSteps: 1}), "register.step_types[1]: duplicate"},
+		{"zero capacity", workflow.ValidateRegister(&reevev1.Register{AgentId: "a", StepTypes: []string{"t"}}), "register.max_concurrent_steps"},
+		{"bad running", workflow.ValidateRegister(&reevev1.Register{AgentId: "a", StepTypes: []string{"t"}, MaxConcurrentSteps: 1, Running: []*reevev1.StepRef{{TaskId: "t", Step: "s"}}}), "register.running[0].attempt"},
+		{"valid result", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef}), ""},
+		{"result without ref", workflow.ValidateStepResult(&reevev1.StepResult{}), "result.ref: required"},
+		{"result output", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Output: structpb.NewStringValue(strings.Repeat("o", workflow.MaxOutputBytes))}), "result.output"},
+		{"result message", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Error: &reevev1.StepError{Message: strings.Repeat("m", 5000)}}), "result.error.message"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ""
+			if tc.err != nil {
+				got = tc.err.Error()
+			}
+			if (tc.want == "") != (tc.err == nil) || !strings.Contains(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBackoffGrowsAndIsCapped(t *testing.T) {
+	p := &reevev1.RetryPolicy{InitialBackoff: durationpb.New(time.Second), MaxBackoff: durationpb.New(10 * time.Second), BackoffMultiplier: 3}
+	cases := []struct {
+		failures int
+		want     time.Duration
+	}{{1, time.Second}, {2, 3 * time.Second}, {3, 9 * time.Second}, {4, 10 * time.Second}, {1 << 30, 10 * time.Second}}
+	for _, tc := range cases {
+		if got := workflow.Backoff(p, tc.failures); got != tc.want {
+			t.Errorf("Backoff(%d) = %v, want %v", tc.failures, got, tc.want)
+		}
+	}
+}
+
+func TestEffectivePolicyDefaults(t *testing.T) {
+	w := &reevev1.Workflow{DefaultRetryPolicy: &reevev1.RetryPolicy{MaxAttempts: 5}}
+	s := &reevev1.StepSpec{}
+	p := workflow.EffectiveRetryPolicy(w, s)
+	if p.GetMaxAttempts() != 5 || p.GetInitialBackoff().AsDuration() != workflow.DefaultInitialBackoff ||
+		p.GetMaxBackoff().AsDuration() != workflow.DefaultMaxBackoff || p.GetBackoffMultiplier() != workflow.DefaultBackoffMultiplier {
+		t.Fatalf("effective policy %v", p)
+	}
+	if w.GetDefaultRetryPolicy().GetInitialBackoff() != nil {
+		t.Fatal("EffectiveRetryPolicy changed the workflow")
+	}
+	if got := workflow.EffectiveTimeout(w, s); got != workflow.DefaultTimeout {
+		t.Fatalf("timeout %v", got)
+	}
+	if workflow.Retryable(p, &reevev1.StepError{NonRetryable: true}) || !workflow.Retryable(p, &reevev1.StepError{Code: "x"}) {
+		t.Fatal("Retryable")
+	}
+}
+
+func TestFingerprintIgnoresServerFields(t *testing.T) {
+	a, b := valid(), valid()
+	b.Version, b.Namespace = 7, "other"
+	if string(workflow.Fingerprint(a)) != string(workflow.Fingerprint(b)) {
+		t.Fatal("fingerprint depends on version or namespace")
+	}
+	b.Steps[0].Type = "changed"
+	if string(workflow.Fingerprint(a)) == string(workflow.Fingerprint(b)) {
+		t.Fatal("fingerprint ignores a step change")
+	}
+}
+
+func FuzzValidateWorkflow(f *testing.F) {
+	for _, w := range []*reevev1.Workflow{valid(), {}, {Name: "x", Steps: []*reevev1.StepSpec{{Name: "a", Type: "t", DependsOn: []string{"a"}}}}} {
+		b, _ := proto.Marshal(w)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		w := &reevev1.Workflow{}
+		if proto.Unmarshal(b, w) != nil {
+			return
+		}
+		if workflow.ValidateWorkflow("workflow", w, false) != nil {
+			return
+		}
+		if _, err := workflow.TopoOrder(w); err != nil || len(w.GetSteps()) > workflow.MaxSteps {
+			t.Fatalf("valid workflow but TopoOrder: %v, %d steps", err, len(w.GetSteps()))
+		}
+	})
+}

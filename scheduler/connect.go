@@ -1,0 +1,220 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+// Connect serves one agent stream: a receive loop (this goroutine) and one
+// send loop, the only caller of stream.Send. See docs/agent-protocol.md.
+func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	reg := first.GetRegister()
+	if reg == nil {
+		return status.Error(codes.InvalidArgument, "register: the first message of a stream must be register")
+	}
+	if err := workflow.ValidateRegister(reg); err != nil {
+		return statusErr(err)
+	}
+	reg.Namespace = workflow.Namespace(reg.GetNamespace())
+	conn := newAgentConn(uuid.NewString(), reg)
+	log := s.log.With("agent_id", conn.agentID, "session_id", conn.sessionID)
+
+	s.adoptRunning(stream.Context(), conn, reg.GetRunning())
+	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: &reevev1.Registered{
+		SessionId: conn.sessionID, SchedulerId: s.opts.id,
+	}}})
+	s.disp.addAgent(conn)
+	rev := s.publishAgent(stream.Context(), conn)
+	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max)
+
+	sendErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { sendErr <- sendLoop(stream, conn) })
+	err = s.recvLoop(stream, conn)
+
+	s.disp.removeAgent(conn)
+	close(conn.done)
+	wg.Wait()
+	if rev > 0 {
+		cctx, cancel := context.WithTimeout(s.base, 2*time.Second)
+		if derr := s.store.DeleteAgent(cctx, conn.ns, conn.agentID, rev); derr != nil {
+			log.Debug("remove agent record", "err", derr)
+		}
+		cancel()
+	}
+	log.Info("agent disconnected", "err", err)
+	if err == nil {
+		err = <-sendErr
+	}
+	return err
+}
+
+func sendLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) error {
+	for {
+		select {
+		case <-conn.done:
+			return nil
+		case m := <-conn.out:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// recvLoop handles the agent's messages until the stream ends. It returns nil
+// when the agent closed its side.
+func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) error {
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch msg := m.GetMsg().(type) {
+		case *reevev1.ConnectRequest_Result:
+			s.work.Add(1)
+			go func() {
+				defer s.work.Done()
+				ack := s.handleResult(conn, msg.Result)
+				conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: ack}})
+			}()
+		case *reevev1.ConnectRequest_AssignmentAck:
+			// Delivery is confirmed; nothing to record (the deadline covers
+			// an assignment that is never acked).
+		case *reevev1.ConnectRequest_Heartbeat:
+			// Liveness is in memory only; see docs/agent-protocol.md.
+		case *reevev1.ConnectRequest_Drain:
+			s.disp.setDraining(conn)
+		case *reevev1.ConnectRequest_Register:
+			return status.Error(codes.FailedPrecondition, "register: already registered on this stream")
+		default:
+			return status.Error(codes.InvalidArgument, "msg: empty or unknown message")
+		}
+	}
+}
+
+// adoptRunning counts the attempts an agent still runs from an earlier
+// connection against its capacity, if they are still current.
+func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reevev1.StepRef) {
+	for _, ref := range refs {
+		if ref.GetNamespace() != conn.ns {
+			continue
+		}
+		v, err := s.store.GetTask(ctx, ref.GetNamespace(), ref.GetTaskId())
+		if err != nil {
+			continue
+		}
+		st := taskstate.FindStep(v.Record.GetTask(), ref.GetStep())
+		if taskstate.Dispatched(st) && st.GetAttempt() == ref.GetAttempt() && st.GetLockedByAgent() == conn.agentID {
+			conn.running[refKey(ref)] = st.GetCompleteBy().AsTime()
+		}
+	}
+}
+
+// publishAgent records the agent in etcd under the instance lease; it
+// returns the record's revision, or 0 when it could not be written (the
+// record is informational: dispatch does not depend on it).
+func (s *Server) publishAgent(ctx context.Context, conn *agentConn) int64 {
+	lease := s.currentLease()
+	if lease == 0 {
+		return 0
+	}
+	rev, err := s.store.PutAgent(ctx, &storev1.AgentRecord{
+		Namespace: conn.ns, AgentId: conn.agentID, StepTypes: conn.types,
+		MaxConcurrentSteps: int32(conn.max), SchedulerId: s.opts.id, SessionId: conn.sessionID,
+		ConnectTime: timestamppb.New(s.opts.clock.Now()),
+	}, lease)
+	if err != nil {
+		s.log.Debug("publish agent", "agent_id", conn.agentID, "err", err)
+		return 0
+	}
+	return rev
+}
+
+func (d *dispatcher) addAgent(c *agentConn) {
+	d.lock()
+	d.agents.add(c)
+	d.unlock()
+	d.poke()
+}
+
+func (d *dispatcher) removeAgent(c *agentConn) {
+	d.lock()
+	d.agents.remove(c)
+	d.unlock()
+}
+
+func (d *dispatcher) setDraining(c *agentConn) {
+	d.lock()
+	c.draining = true
+	d.unlock()
+}
+
+// republishAgents writes every connected agent's record again, after the
+// instance lease was renewed.
+func (d *dispatcher) republishAgents(ctx context.Context) {
+	d.lock()
+	conns := d.agents.all()
+	d.unlock()
+	for _, c := range conns {
+		d.s.publishAgent(ctx, c)
+	}
+}
+
+// drainAgents tells every agent to move elsewhere and waits, up to timeout,
+// for their streams to end.
+func (d *dispatcher) drainAgents(timeout time.Duration) {
+	d.lock()
+	conns := d.agents.all()
+	for _, c := range conns {
+		c.draining = true
+		c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Drain{Drain: &reevev1.Drain{Reason: "scheduler shutting down"}}})
+	}
+	d.unlock()
+	deadline := time.After(timeout)
+	for _, c := range conns {
+		select {
+		case <-c.done:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// revoke tells the agents holding revoked executions, when connected here,
+// to stop, and frees their capacity. Holders connected to other schedulers
+// stop at their complete-by, and their late results are refused.
+func (d *dispatcher) revoke(holders []taskstate.Holder, reason string) {
+	if len(holders) == 0 {
+		return
+	}
+	d.lock()
+	defer d.unlock()
+	for _, h := range holders {
+		d.agents.release(h.AgentID, h.Ref)
+		for _, c := range d.agents.byAgent[h.AgentID] {
+			c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Cancel{Cancel: &reevev1.CancelStep{Ref: h.Ref, Reason: reason}}})
+		}
+	}
+	d.poke()
+}

@@ -1,0 +1,287 @@
+package scheduler
+
+import (
+	"container/heap"
+	"container/list"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskstate"
+)
+
+// queueKey groups ready steps and agents: an agent takes the steps of its
+// namespace whose (execution) type it registered.
+type queueKey struct{ ns, typ string }
+
+// readyItem is one ready-queue entry as this scheduler knows it.
+type readyItem struct {
+	key      string
+	entry    *storev1.ReadyEntry
+	elem     *list.Element // in its queue while due and not being claimed
+	due      time.Time
+	heapIdx  int // in the delayed heap while not due; -1 otherwise
+	claiming bool
+}
+
+// dispatcher matches ready steps with agents that have free capacity. Every
+// scheduler sees the whole ready queue through an etcd watch; claims are
+// etcd transactions, so when several schedulers race for a step one wins and
+// the others drop it.
+type dispatcher struct {
+	s      *Server
+	events chan store.ReadyEvent
+	wake   chan struct{}
+	sem    chan struct{} // bounds claims in flight
+
+	mu      sync.Mutex // guards what follows and every agentConn's counters
+	items   map[string]*readyItem
+	queues  map[queueKey]*list.List
+	delayed delayHeap
+	agents  agentSet
+}
+
+func newDispatcher(s *Server) *dispatcher {
+	d := &dispatcher{
+		s:      s,
+		events: make(chan store.ReadyEvent, 1024),
+		wake:   make(chan struct{}, 1),
+		sem:    make(chan struct{}, s.opts.claimConcurrency),
+		items:  map[string]*readyItem{},
+		queues: map[queueKey]*list.List{},
+		agents: newAgentSet(),
+	}
+	return d
+}
+
+func (d *dispatcher) lock()   { d.mu.Lock() }
+func (d *dispatcher) unlock() { d.mu.Unlock() }
+
+// poke asks the loop to look for matches again.
+func (d *dispatcher) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run follows the ready queue and dispatches until ctx ends.
+func (d *dispatcher) run(ctx context.Context) {
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		_ = d.s.store.WatchReady(ctx, d.events)
+	}()
+	defer func() { <-watchDone }()
+
+	clock := d.s.opts.clock
+	tick := clock.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		var timer <-chan time.Time
+		if next, ok := d.nextDue(); ok {
+			timer = clock.After(next.Sub(clock.Now()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-d.events:
+			d.apply(ev)
+			// Apply whatever else is already there before matching.
+			for drained := false; !drained; {
+				select {
+				case ev := <-d.events:
+					d.apply(ev)
+				default:
+					drained = true
+				}
+			}
+		case <-d.wake:
+		case <-timer:
+		case <-tick.Chan():
+			d.releaseExpired()
+		}
+		d.match(ctx)
+	}
+}
+
+// apply records one ready-queue change.
+func (d *dispatcher) apply(ev store.ReadyEvent) {
+	d.lock()
+	defer d.unlock()
+	if ev.Reset {
+		for key, it := range d.items {
+			if !it.claiming {
+				d.unlink(it)
+				delete(d.items, key)
+			}
+		}
+		return
+	}
+	if old, ok := d.items[ev.Key]; ok {
+		if old.claiming && ev.Entry != nil && old.entry.GetAttempt() == ev.Entry.GetAttempt() {
+			return
+		}
+		d.unlink(old)
+		delete(d.items, ev.Key)
+	}
+	if ev.Entry == nil {
+		return
+	}
+	it := &readyItem{key: ev.Key, entry: ev.Entry, heapIdx: -1}
+	if nb := ev.Entry.GetNotBefore(); nb != nil {
+		it.due = nb.AsTime()
+	}
+	d.items[ev.Key] = it
+	d.enqueue(it)
+}
+
+// enqueue puts an item in its queue if due, else in the delayed heap.
+func (d *dispatcher) enqueue(it *readyItem) {
+	if it.due.After(d.s.opts.clock.Now()) {
+		heap.Push(&d.delayed, it)
+		return
+	}
+	k := queueKey{it.entry.GetNamespace(), it.entry.GetType()}
+	q := d.queues[k]
+	if q == nil {
+		q = list.New()
+		d.queues[k] = q
+	}
+	it.elem = q.PushBack(it)
+}
+
+func (d *dispatcher) unlink(it *readyItem) {
+	if it.elem != nil {
+		k := queueKey{it.entry.GetNamespace(), it.entry.GetType()}
+		if q := d.queues[k]; q != nil {
+			q.Remove(it.elem)
+			if q.Len() == 0 {
+				delete(d.queues, k)
+			}
+		}
+		it.elem = nil
+	}
+	if it.heapIdx >= 0 {
+		heap.Remove(&d.delayed, it.heapIdx)
+	}
+}
+
+func (d *dispatcher) nextDue() (time.Time, bool) {
+	d.lock()
+	defer d.unlock()
+	if len(d.delayed) == 0 {
+		return time.Time{}, false
+	}
+	return d.delayed[0].due, true
+}
+
+// match promotes due items and starts a claim for every queued item that an
+// agent has room for.
+func (d *dispatcher) match(ctx context.Context) {
+	d.lock()
+	defer d.unlock()
+	now := d.s.opts.clock.Now()
+	for len(d.delayed) > 0 && !d.delayed[0].due.After(now) {
+		d.enqueue(heap.Pop(&d.delayed).(*readyItem))
+	}
+	for k, q := range d.queues {
+		for q.Len() > 0 {
+			conn := d.agents.pick(k)
+			if conn == nil {
+				break
+			}
+			select {
+			case d.sem <- struct{}{}:
+			default:
+				return // claims saturated; a finishing claim pokes us
+			}
+			it := q.Remove(q.Front()).(*readyItem)
+			it.elem = nil
+			it.claiming = true
+			conn.reserved++
+			d.s.work.Add(1)
+			go d.claim(ctx, it, conn)
+		}
+		if q.Len() == 0 {
+			delete(d.queues, k)
+		}
+	}
+}
+
+// claim runs the claim transaction for it on behalf of conn and sends the
+// assignment when it wins.
+func (d *dispatcher) claim(ctx context.Context, it *readyItem, conn *agentConn) {
+	defer d.s.work.Done()
+	defer func() { <-d.sem; d.poke() }()
+	a, err := d.s.claim(ctx, it.entry, conn.agentID)
+
+	d.lock()
+	defer d.unlock()
+	conn.reserved--
+	switch {
+	case err == nil:
+		if cur := d.items[it.key]; cur == it {
+			delete(d.items, it.key)
+		}
+		conn.running[refKey(a.GetRef())] = a.GetCompleteBy().AsTime()
+		conn.sendAssignment(a)
+	case errors.Is(err, taskstate.ErrNotDue):
+		it.claiming = false
+		d.enqueue(it)
+	case isLostClaim(err):
+		// Another scheduler claimed it, or the step moved on: the watch
+		// removes or replaces the entry.
+		if cur := d.items[it.key]; cur == it {
+			delete(d.items, it.key)
+		}
+	default:
+		d.s.log.Warn("claim step", "task_id", it.entry.GetTaskId(), "step", it.entry.GetStep(), "attempt", it.entry.GetAttempt(), "err", err)
+		if cur := d.items[it.key]; cur == it {
+			it.claiming = false
+			it.due = d.s.opts.clock.Now().Add(200 * time.Millisecond)
+			d.enqueue(it)
+		}
+	}
+}
+
+func isLostClaim(err error) bool {
+	return errors.Is(err, taskstate.ErrNotQueued) || errors.Is(err, taskstate.ErrTerminal) ||
+		errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound)
+}
+
+// releaseExpired frees agent capacity held by attempts whose complete-by
+// passed: by the protocol their agents have stopped working on them.
+func (d *dispatcher) releaseExpired() {
+	d.lock()
+	defer d.unlock()
+	if d.agents.releaseExpired(d.s.opts.clock.Now()) {
+		d.poke()
+	}
+}
+
+// delayHeap orders backing-off items by due time.
+type delayHeap []*readyItem
+
+func (h delayHeap) Len() int           { return len(h) }
+func (h delayHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h delayHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+func (h *delayHeap) Push(x any) {
+	it := x.(*readyItem)
+	it.heapIdx = len(*h)
+	*h = append(*h, it)
+}
+func (h *delayHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	it.heapIdx = -1
+	return it
+}

@@ -1,0 +1,128 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+// MaxTaskRecordBytes bounds a task record in etcd (etcd refuses requests over
+// 1.5 MiB). A step output that would push a task past it fails the step with
+// the non-retryable code "output_too_large".
+const MaxTaskRecordBytes = 1 << 20
+
+// resultRetryWindow bounds how long a result is retried while etcd is
+// unavailable, when the attempt's complete-by is not known here.
+const resultRetryWindow = 30 * time.Second
+
+// handleResult applies a result from conn's agent and returns the ack. It is
+// fenced by (task, step, attempt, agent): a result for any other execution
+// changes nothing and is answered FAILED_PRECONDITION.
+func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1.ResultAck {
+	ref := res.GetRef()
+	ack := &reevev1.ResultAck{Ref: ref}
+	reject := func(err error) *reevev1.ResultAck {
+		st := toStatus(err)
+		ack.Code, ack.Message = int32(st.Code()), st.Message()
+		return ack
+	}
+	if err := workflow.ValidateStepResult(res); err != nil {
+		return reject(err)
+	}
+	if ref.GetNamespace() != conn.ns {
+		return reject(status.Errorf(codes.PermissionDenied, "ref.namespace: agent is registered in namespace %q", conn.ns))
+	}
+	log := s.log.With("task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
+
+	apply := func(t *reevev1.Task) error {
+		now := s.opts.clock.Now()
+		if res.GetError() != nil {
+			return taskstate.Fail(t, ref, conn.agentID, res.GetError(), now)
+		}
+		if proto.Size(t)+proto.Size(res.GetOutput()) > MaxTaskRecordBytes {
+			return taskstate.Fail(t, ref, conn.agentID, &reevev1.StepError{
+				Code: "output_too_large", NonRetryable: true,
+				Message: fmt.Sprintf("output of %d bytes does not fit the task record (limit %d bytes)", proto.Size(res.GetOutput()), MaxTaskRecordBytes),
+			}, now)
+		}
+		return taskstate.Complete(t, ref, conn.agentID, res.GetOutput(), now)
+	}
+
+	before, after, err := s.updateUntil(s.resultDeadline(conn, ref), ref, apply)
+	s.disp.releaseRef(conn.agentID, ref)
+	if err != nil {
+		if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
+			log.Info("stale result refused", "err", err)
+			return reject(status.Error(codes.FailedPrecondition, err.Error()))
+		}
+		log.Warn("record result", "err", err)
+		return reject(err)
+	}
+	s.disp.revoke(taskstate.Revoked(before, after, ref), "task "+after.GetState().String())
+	ack.Accepted = true
+	return ack
+}
+
+// updateUntil retries an update while etcd is unavailable, until deadline:
+// a result that arrived in time is not lost to a short etcd outage.
+func (s *Server) updateUntil(deadline time.Time, ref *reevev1.StepRef, fn func(*reevev1.Task) error) (before, after *reevev1.Task, err error) {
+	ctx, cancel := context.WithDeadline(s.base, deadline)
+	defer cancel()
+	wait := 100 * time.Millisecond
+	for {
+		b, a, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), fn)
+		if err == nil {
+			return b.GetTask(), a.GetTask(), nil
+		}
+		if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrConflict) {
+			return nil, nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// resultDeadline is how long recording a result is retried while etcd is
+// unavailable: until the attempt's complete-by when this scheduler
+// dispatched it, else for a fixed window; never less than a few seconds, so
+// that a late result is still judged (and refused).
+func (s *Server) resultDeadline(conn *agentConn, ref *reevev1.StepRef) time.Time {
+	s.disp.lock()
+	by, ok := conn.running[refKey(ref)]
+	s.disp.unlock()
+	now := time.Now()
+	if !ok {
+		return now.Add(resultRetryWindow)
+	}
+	return maxTime(by, now.Add(5*time.Second))
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func (d *dispatcher) releaseRef(agentID string, ref *reevev1.StepRef) {
+	d.lock()
+	freed := d.agents.release(agentID, ref)
+	d.unlock()
+	if freed {
+		d.poke()
+	}
+}

@@ -1,0 +1,170 @@
+// Package scheduler is Reeve's scheduler: the gRPC services clients and
+// agents talk to. It records tasks in etcd, dispatches ready steps to agents
+// connected over AgentService.Connect, and advances workflows as results
+// arrive. Any number of schedulers can share one etcd: claims are etcd
+// transactions, so each attempt is dispatched by exactly one of them.
+//
+//	srv := scheduler.New(etcdClient)
+//	g := grpc.NewServer()
+//	srv.Register(g)
+//	go g.Serve(lis)
+//	err := srv.Run(ctx) // until ctx ends, then drains agents
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
+)
+
+// Server implements reeve.v1.SchedulerService and reeve.v1.AgentService.
+type Server struct {
+	reevev1.UnimplementedSchedulerServiceServer
+	reevev1.UnimplementedAgentServiceServer
+
+	opts  options
+	store *store.Store
+	log   *slog.Logger
+	disp  *dispatcher
+
+	// base outlives client and agent streams so that a result that arrived is
+	// recorded even when its stream breaks; canceled after the drain.
+	base       context.Context
+	cancelBase context.CancelFunc
+	work       sync.WaitGroup // result handlers and claims
+
+	mu    sync.Mutex
+	lease clientv3.LeaseID // current instance lease, 0 while etcd is unreachable
+}
+
+// New returns a scheduler using the etcd client c, which the caller keeps
+// owning. Call Register, then Run.
+func New(c *clientv3.Client, opts ...Option) *Server {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		opts:       o,
+		store:      store.New(c, store.WithPrefix(o.prefix)),
+		log:        o.log.With("scheduler_id", o.id),
+		base:       base,
+		cancelBase: cancel,
+	}
+	s.disp = newDispatcher(s)
+	return s
+}
+
+// ID returns the scheduler instance id.
+func (s *Server) ID() string { return s.opts.id }
+
+// Register registers the scheduler's services on g.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	reevev1.RegisterSchedulerServiceServer(g, s)
+	reevev1.RegisterAgentServiceServer(g, s)
+}
+
+// Run dispatches work until ctx ends, then shuts down in order:
+//  1. stop dispatching new attempts;
+//  2. send Drain to every agent and wait (up to the drain timeout) for them
+//     to close their streams, so running steps report through other schedulers;
+//  3. wait for results in flight to be recorded;
+//  4. revoke the instance lease.
+//
+// It returns nil after a shutdown, or the first fatal error.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.cancelBase()
+	var wg sync.WaitGroup
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	wg.Go(func() { s.keepSession(runCtx) })
+	wg.Go(func() { s.sweep(runCtx) })
+	wg.Go(func() { s.disp.run(runCtx) })
+	<-ctx.Done()
+	stop()
+	wg.Wait()
+
+	s.disp.drainAgents(s.opts.drainTimeout)
+	s.work.Wait()
+	return nil
+}
+
+// keepSession holds the instance lease that agent records live under, and
+// gets a new one whenever it is lost.
+func (s *Server) keepSession(ctx context.Context) {
+	for ctx.Err() == nil {
+		sess, err := concurrency.NewSession(s.store.Client(), concurrency.WithTTL(s.opts.sessionTTL), concurrency.WithContext(ctx))
+		if err != nil {
+			s.log.Warn("instance session", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-s.opts.clock.After(time.Second):
+			}
+			continue
+		}
+		if _, err := s.store.Client().Put(ctx, s.store.SchedulerKey(s.opts.id), "", clientv3.WithLease(sess.Lease())); err != nil {
+			s.log.Warn("register scheduler instance", "err", err)
+		}
+		s.mu.Lock()
+		s.lease = sess.Lease()
+		s.mu.Unlock()
+		s.disp.republishAgents(ctx)
+		select {
+		case <-ctx.Done():
+			s.mu.Lock()
+			s.lease = 0
+			s.mu.Unlock()
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, _ = s.store.Client().Revoke(cctx, sess.Lease())
+			cancel()
+			_ = sess.Close()
+			return
+		case <-sess.Done():
+			s.log.Warn("instance session lost; starting a new one")
+		}
+	}
+}
+
+func (s *Server) currentLease() clientv3.LeaseID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lease
+}
+
+// sweep deletes terminal tasks past their retention.
+func (s *Server) sweep(ctx context.Context) {
+	t := s.opts.clock.NewTicker(s.opts.sweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		for {
+			n, err := s.store.SweepEnded(ctx, s.opts.clock.Now().Add(-s.opts.retention), 500)
+			if err != nil {
+				if !errors.Is(err, context.Canceled) {
+					s.log.Warn("sweep ended tasks", "err", err)
+				}
+				break
+			}
+			if n > 0 {
+				s.log.Debug("swept ended tasks", "count", n)
+			}
+			if n < 500 {
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package scheduler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// SubmitTask implements SchedulerService.
+func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.SubmitTaskResponse, error) {
+	if err := workflow.ValidateSubmit(req); err != nil {
+		return nil, statusErr(err)
+	}
+	req = proto.Clone(req).(*reevev1.SubmitTaskRequest)
+	req.Namespace = workflow.Namespace(req.GetNamespace())
+	generated := req.GetTaskId() == ""
+	if generated {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, statusErr(err)
+		}
+		req.TaskId = id.String()
+	}
+	wf, err := s.resolveWorkflow(ctx, req)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	digest, err := requestDigest(req)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	rec := &storev1.TaskRecord{
+		Task:          taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), s.opts.clock.Now()),
+		RequestDigest: digest,
+	}
+	existing, created, err := s.store.CreateTask(ctx, rec)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	if !created && string(existing.GetRequestDigest()) != string(digest) {
+		return nil, status.Errorf(codes.AlreadyExists, "task_id: task %q already exists with a different request", req.GetTaskId())
+	}
+	if created {
+		s.log.Info("task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
+	}
+	return &reevev1.SubmitTaskResponse{Task: existing.GetTask(), Created: created}, nil
+}
+
+// resolveWorkflow returns the workflow a submission runs, as the snapshot the
+// task keeps.
+func (s *Server) resolveWorkflow(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.Workflow, error) {
+	if inline := req.GetInlineWorkflow(); inline != nil {
+		wf := proto.Clone(inline).(*reevev1.Workflow)
+		wf.Namespace = req.GetNamespace()
+		wf.Version = 0
+		if proto.Size(wf) > workflow.MaxWorkflowBytes {
+			return nil, &workflow.FieldError{Field: "inline_workflow", Reason: fmt.Sprintf("definition is %d bytes encoded, more than %d", proto.Size(wf), workflow.MaxWorkflowBytes)}
+		}
+		return wf, nil
+	}
+	ref := req.GetWorkflowRef()
+	return s.store.GetWorkflow(ctx, req.GetNamespace(), ref.GetName(), ref.GetVersion())
+}
+
+// requestDigest fingerprints a submission, to tell an idempotent retry from a
+// conflicting reuse of the task id.
+func requestDigest(req *reevev1.SubmitTaskRequest) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
+}
+
+// GetTask implements SchedulerService.
+func (s *Server) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*reevev1.GetTaskResponse, error) {
+	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	v, err := s.store.GetTask(ctx, ns, req.GetTaskId())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	return &reevev1.GetTaskResponse{Task: v.Record.GetTask()}, nil
+}
+
+// ListTasks implements SchedulerService.
+func (s *Server) ListTasks(ctx context.Context, req *reevev1.ListTasksRequest) (*reevev1.ListTasksResponse, error) {
+	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, statusErr(err)
+	}
+	if _, ok := reevev1.TaskState_name[int32(req.GetState())]; !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "state: unknown task state %d", req.GetState())
+	}
+	size, after, err := page(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	tasks, more, err := s.store.ListTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetState(), after, size)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	resp := &reevev1.ListTasksResponse{Tasks: tasks}
+	if more {
+		resp.NextPageToken = pageToken(tasks[len(tasks)-1].GetId())
+	}
+	return resp, nil
+}
+
+// WatchTask implements SchedulerService.
+func (s *Server) WatchTask(req *reevev1.WatchTaskRequest, stream reevev1.SchedulerService_WatchTaskServer) error {
+	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())
+	if err != nil {
+		return statusErr(err)
+	}
+	var sendErr error
+	err = s.store.WatchTask(stream.Context(), ns, req.GetTaskId(), func(t *reevev1.Task) bool {
+		if sendErr = stream.Send(&reevev1.WatchTaskResponse{Task: t}); sendErr != nil {
+			return true
+		}
+		return taskstate.TerminalTask(t.GetState())
+	})
+	if sendErr != nil {
+		return sendErr
+	}
+	if err != nil {
+		return statusErr(err)
+	}
+	return nil
+}
+
+// CancelTask implements SchedulerService.
+func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest) (*reevev1.CancelTaskResponse, error) {
+	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	if len(req.GetReason()) > workflow.MaxReasonBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "reason: longer than %d bytes", workflow.MaxReasonBytes)
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "canceled by client"
+	}
+	before, after, err := s.store.UpdateTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) error {
+		return taskstate.Cancel(t, reason, "client", s.opts.clock.Now())
+	})
+	if errors.Is(err, taskstate.ErrTerminal) {
+		return &reevev1.CancelTaskResponse{Task: before.GetTask()}, nil
+	}
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "task canceled")
+	return &reevev1.CancelTaskResponse{Task: after.GetTask()}, nil
+}
+
+// taskKey validates a (namespace, task id) pair naming an existing task and
+// returns the effective namespace.
+func taskKey(ns, id string) (string, error) {
+	if err := workflow.ValidateNamespace("namespace", ns); err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", &workflow.FieldError{Field: "task_id", Reason: "required"}
+	}
+	if err := workflow.ValidateTaskID("task_id", id); err != nil {
+		return "", err
+	}
+	return workflow.Namespace(ns), nil
+}
+
+// page validates paging arguments. Page tokens are opaque to clients.
+func page(size int32, token string) (int, string, error) {
+	switch {
+	case size < 0:
+		return 0, "", &workflow.FieldError{Field: "page_size", Reason: "must not be negative"}
+	case size > maxPageSize:
+		return 0, "", &workflow.FieldError{Field: "page_size", Reason: fmt.Sprintf("at most %d", maxPageSize)}
+	case size == 0:
+		size = defaultPageSize
+	}
+	if token == "" {
+		return int(size), "", nil
+	}
+	after, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return 0, "", &workflow.FieldError{Field: "page_token", Reason: "malformed"}
+	}
+	return int(size), string(after), nil
+}
+
+func pageToken(last string) string { return base64.RawURLEncoding.EncodeToString([]byte(last)) }

@@ -1,0 +1,74 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+// RegisterWorkflow implements SchedulerService.
+func (s *Server) RegisterWorkflow(ctx context.Context, req *reevev1.RegisterWorkflowRequest) (*reevev1.RegisterWorkflowResponse, error) {
+	if req.GetWorkflow() == nil {
+		return nil, statusErr(&workflow.FieldError{Field: "workflow", Reason: "required"})
+	}
+	if err := workflow.ValidateNamespace("workflow.namespace", req.GetWorkflow().GetNamespace()); err != nil {
+		return nil, statusErr(err)
+	}
+	if err := workflow.ValidateWorkflow("workflow", req.GetWorkflow(), true); err != nil {
+		return nil, statusErr(err)
+	}
+	w := proto.Clone(req.GetWorkflow()).(*reevev1.Workflow)
+	w.Namespace = workflow.Namespace(w.GetNamespace())
+	w.CreateTime = timestamppb.New(s.opts.clock.Now())
+	if proto.Size(w) > workflow.MaxWorkflowBytes {
+		return nil, statusErr(&workflow.FieldError{Field: "workflow", Reason: fmt.Sprintf("definition is %d bytes encoded, more than %d", proto.Size(w), workflow.MaxWorkflowBytes)})
+	}
+	stored, created, err := s.store.PutWorkflow(ctx, w, workflow.Fingerprint)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	return &reevev1.RegisterWorkflowResponse{Workflow: stored, Created: created}, nil
+}
+
+// GetWorkflow implements SchedulerService.
+func (s *Server) GetWorkflow(ctx context.Context, req *reevev1.GetWorkflowRequest) (*reevev1.GetWorkflowResponse, error) {
+	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, statusErr(err)
+	}
+	if err := workflow.ValidateName("name", req.GetName()); err != nil {
+		return nil, statusErr(err)
+	}
+	if req.GetVersion() < 0 {
+		return nil, statusErr(&workflow.FieldError{Field: "version", Reason: "must not be negative"})
+	}
+	w, err := s.store.GetWorkflow(ctx, workflow.Namespace(req.GetNamespace()), req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	return &reevev1.GetWorkflowResponse{Workflow: w}, nil
+}
+
+// ListWorkflows implements SchedulerService.
+func (s *Server) ListWorkflows(ctx context.Context, req *reevev1.ListWorkflowsRequest) (*reevev1.ListWorkflowsResponse, error) {
+	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, statusErr(err)
+	}
+	size, after, err := page(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	wfs, more, err := s.store.ListWorkflows(ctx, workflow.Namespace(req.GetNamespace()), after, size)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	resp := &reevev1.ListWorkflowsResponse{Workflows: wfs}
+	if more {
+		resp.NextPageToken = pageToken(wfs[len(wfs)-1].GetName())
+	}
+	return resp, nil
+}
