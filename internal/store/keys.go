@@ -24,15 +24,15 @@ import (
 // Names and ids never contain "/" (internal/workflow validates them).
 type keys struct{ prefix string }
 
-func (k keys) task(ns, id string) string   { return k.prefix + "tasks/" + ns + "/" + id }
-func (k keys) tasksOf(ns string) string    { return k.prefix + "tasks/" + ns + "/" }
-func (k keys) workflows(ns string) string  { return k.prefix + "workflows/" + ns + "/" }
-func (k keys) readyPrefix() string         { return k.prefix + "ready/" }
-func (k keys) deadlinePrefix() string      { return k.prefix + "deadlines/" }
-func (k keys) endedPrefix() string         { return k.prefix + "ended/" }
-func (k keys) agent(ns, id string) string  { return k.prefix + "agents/" + ns + "/" + id }
-func (k keys) scheduler(id string) string  { return k.prefix + "schedulers/" + id }
-func (k keys) election() string            { return k.prefix + "supervisor/election" }
+func (k keys) task(ns, id string) string    { return k.prefix + "tasks/" + ns + "/" + id }
+func (k keys) tasksOf(ns string) string     { return k.prefix + "tasks/" + ns + "/" }
+func (k keys) workflows(ns string) string   { return k.prefix + "workflows/" + ns + "/" }
+func (k keys) readyPrefix() string          { return k.prefix + "ready/" }
+func (k keys) deadlinePrefix() string       { return k.prefix + "deadlines/" }
+func (k keys) endedPrefix() string          { return k.prefix + "ended/" }
+func (k keys) agent(ns, id string) string   { return k.prefix + "agents/" + ns + "/" + id }
+func (k keys) scheduler(id string) string   { return k.prefix + "schedulers/" + id }
+func (k keys) election() string             { return k.prefix + "supervisor/election" }
 func (k keys) stateOf(ns, st string) string { return k.prefix + "states/" + ns + "/" + st + "/" }
 
 func (k keys) workflow(ns, name string, version int32) string {

@@ -50,7 +50,9 @@ func TestValidateWorkflow(t *testing.T) {
 			w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{InitialBackoff: durationpb.New(time.Minute), MaxBackoff: durationpb.New(time.Second)}
 		}, "workflow.steps[0].retry_policy.initial_backoff: larger than max_backoff"},
 		{"multiplier", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{BackoffMultiplier: 0.5} }, "workflow.steps[0].retry_policy.backoff_multiplier"},
-		{"empty code", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{NonRetryableErrorCodes: []string{""}} }, "non_retryable_error_codes[0]"},
+		{"empty code", func(w *reevev1.Workflow) {
+			w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{NonRetryableErrorCodes: []string{""}}
+		}, "non_retryable_error_codes[0]"},
 		{"compensation type", func(w *reevev1.Workflow) { w.Steps[0].Compensation.Type = "" }, "workflow.steps[0].compensation.type: required"},
 		{"compensate without compensations", func(w *reevev1.Workflow) { w.Steps[0].Compensation = nil }, "workflow.steps[1].escalation: compensate needs"},
 		{"unknown escalation", func(w *reevev1.Workflow) { w.Steps[0].Escalation = 42 }, "workflow.steps[0].escalation: unknown"},
