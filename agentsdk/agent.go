@@ -1,0 +1,322 @@
+package agentsdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// HandlerFunc runs one execution of a step. ctx ends at the step's
+// complete-by, on CancelStep, or when the agent's shutdown timeout passes.
+// The returned value is sent as the step's output, JSON-encoded (nil means no
+// output); a returned error fails the attempt (see Permanent and Error).
+type HandlerFunc func(ctx context.Context, s *Step) (any, error)
+
+// Agent connects to schedulers, runs the steps they assign with the
+// registered handlers, and reports the results. Create it with New, register
+// handlers with Handle, then call Run once.
+type Agent struct {
+	addrs    []string
+	opts     options
+	handlers map[string]HandlerFunc
+	started  atomic.Bool
+	draining atomic.Bool
+
+	mu      sync.Mutex
+	running map[string]*execution // by refKey: handlers not yet returned
+	pending map[string]*execution // by refKey: results not yet acknowledged
+	out     chan<- *reevev1.ConnectRequest
+	idle    chan struct{} // closed and replaced when running and pending empty
+	base    context.Context
+	wg      sync.WaitGroup
+}
+
+// execution is one assignment the agent took.
+type execution struct {
+	ref        *reevev1.StepRef
+	completeBy time.Time
+	cancel     context.CancelFunc
+	canceled   bool
+	result     *reevev1.StepResult
+	lastBeat   time.Time
+}
+
+// New returns an agent for the schedulers at addresses (host:port); it
+// connects to one at a time, moving to the next on failure or drain.
+func New(addresses []string, opts ...Option) (*Agent, error) {
+	if len(addresses) == 0 {
+		return nil, errors.New("agentsdk: at least one scheduler address is required")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxConcurrent < 1 {
+		return nil, fmt.Errorf("agentsdk: max concurrent steps must be at least 1, got %d", o.maxConcurrent)
+	}
+	return &Agent{
+		addrs:    append([]string(nil), addresses...),
+		opts:     o,
+		handlers: map[string]HandlerFunc{},
+		running:  map[string]*execution{},
+		pending:  map[string]*execution{},
+		idle:     make(chan struct{}),
+	}, nil
+}
+
+// ID returns the agent's id.
+func (a *Agent) ID() string { return a.opts.agentID }
+
+// Handle registers h for steps of stepType. Call it before Run; it panics on
+// a duplicate type or after Run started, like http.HandleFunc.
+func (a *Agent) Handle(stepType string, h HandlerFunc) {
+	if a.started.Load() {
+		panic("agentsdk: Handle called after Run")
+	}
+	if _, dup := a.handlers[stepType]; dup {
+		panic("agentsdk: duplicate handler for step type " + stepType)
+	}
+	a.handlers[stepType] = h
+}
+
+// Run connects and serves steps until ctx ends, then shuts down gracefully:
+// it tells the scheduler to send nothing more, lets running steps finish
+// (each bounded by its complete-by and all by the shutdown timeout),
+// delivers their results, and returns nil. It returns an error at once if
+// the scheduler refuses the registration (e.g. an invalid step type).
+func (a *Agent) Run(ctx context.Context) error {
+	if len(a.handlers) == 0 {
+		return errors.New("agentsdk: no handlers registered")
+	}
+	if a.started.Swap(true) {
+		return errors.New("agentsdk: Run called twice")
+	}
+	base, cancelHandlers := context.WithCancel(context.Background())
+	defer cancelHandlers()
+	a.mu.Lock()
+	a.base = base
+	a.mu.Unlock()
+
+	connCtx, stopConn := context.WithCancel(context.Background())
+	defer stopConn()
+	fatal := make(chan error, 1)
+	var connWG sync.WaitGroup
+	connWG.Go(func() { fatal <- a.connectLoop(connCtx) })
+
+	var err error
+	select {
+	case <-ctx.Done():
+		a.shutdown()
+	case err = <-fatal:
+	}
+	cancelHandlers()
+	stopConn()
+	connWG.Wait()
+	a.wg.Wait()
+	return err
+}
+
+// shutdown drains: no new work, wait for running steps and acks.
+func (a *Agent) shutdown() {
+	a.draining.Store(true)
+	a.send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Drain{Drain: &reevev1.Drain{Reason: "agent shutting down"}}})
+	timeout := time.NewTimer(a.opts.shutdownTimeout)
+	defer timeout.Stop()
+	for {
+		a.mu.Lock()
+		a.expirePending(time.Now())
+		done := len(a.running) == 0 && len(a.pending) == 0
+		idle := a.idle
+		a.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-idle:
+		case <-timeout.C:
+			a.opts.log.Warn("shutdown timeout: canceling running steps")
+			return
+		case <-time.After(100 * time.Millisecond): // pending results expire by time
+		}
+	}
+}
+
+// start runs an assignment unless the agent cannot take it.
+func (a *Agent) start(as *reevev1.StepAssignment) {
+	ref := as.GetRef()
+	key := refKey(ref)
+	h, ok := a.handlers[as.GetType()]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case !ok:
+		a.opts.log.Error("assignment for a step type without handler", "type", as.GetType(), "task_id", ref.GetTaskId(), "step", ref.GetStep())
+		return
+	case a.running[key] != nil || a.pending[key] != nil:
+		return // a duplicate delivery of an execution already taken
+	case len(a.running) >= a.opts.maxConcurrent:
+		a.opts.log.Error("assignment over capacity dropped", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt())
+		return
+	}
+	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: ref}}})
+	completeBy := as.GetCompleteBy().AsTime()
+	ctx, cancel := context.WithDeadline(a.base, completeBy)
+	ex := &execution{ref: ref, completeBy: completeBy, cancel: cancel, lastBeat: time.Now()}
+	a.running[key] = ex
+	step := &Step{
+		Namespace: ref.GetNamespace(), TaskID: ref.GetTaskId(), Name: ref.GetStep(), Type: as.GetType(),
+		Attempt: int(ref.GetAttempt()), IdempotencyKey: as.GetIdempotencyKey(), CompleteBy: completeBy,
+		Compensation: as.GetCompensation(), assignment: as, agent: a,
+	}
+	a.wg.Go(func() {
+		defer cancel()
+		out, err := invoke(ctx, h, step)
+		a.finish(ex, out, err)
+	})
+}
+
+// invoke calls the handler, turning a panic into a retryable error.
+func invoke(ctx context.Context, h HandlerFunc, s *Step) (out any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &Error{Code: "panic", Message: fmt.Sprintf("handler panicked: %v\n%s", r, debug.Stack())}
+		}
+	}()
+	return h(ctx, s)
+}
+
+// finish records a handler's outcome and sends it, unless the execution was
+// canceled or its complete-by passed: then nothing is ever sent for it.
+func (a *Agent) finish(ex *execution, out any, herr error) {
+	key := refKey(ex.ref)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.running, key)
+	defer a.signalIdle()
+	if ex.canceled || !time.Now().Before(ex.completeBy) {
+		a.opts.log.Info("no result sent: step canceled or past its complete-by", "task_id", ex.ref.GetTaskId(), "step", ex.ref.GetStep(), "attempt", ex.ref.GetAttempt())
+		return
+	}
+	res := &reevev1.StepResult{Ref: ex.ref}
+	if herr == nil {
+		v, err := encodeOutput(out)
+		if err != nil {
+			herr = Permanent(err)
+		}
+		res.Output = v
+	}
+	if herr != nil {
+		res.Output = nil
+		res.Error = stepError(herr)
+	}
+	ex.result = res
+	a.pending[key] = ex
+	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: res}})
+}
+
+func stepError(err error) *reevev1.StepError {
+	se := &reevev1.StepError{Message: truncate(err.Error(), 4096), NonRetryable: IsPermanent(err)}
+	var e *Error
+	if errors.As(err, &e) {
+		se.Code = e.Code
+	}
+	return se
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// acked drops a result the scheduler answered.
+func (a *Agent) acked(ack *reevev1.ResultAck) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := refKey(ack.GetRef())
+	if _, ok := a.pending[key]; !ok {
+		return
+	}
+	delete(a.pending, key)
+	a.signalIdle()
+	if !ack.GetAccepted() {
+		a.opts.log.Info("result refused", "task_id", ack.GetRef().GetTaskId(), "step", ack.GetRef().GetStep(),
+			"attempt", ack.GetRef().GetAttempt(), "code", ack.GetCode(), "reason", ack.GetMessage())
+	}
+}
+
+// cancelStep stops an execution the scheduler took away.
+func (a *Agent) cancelStep(c *reevev1.CancelStep) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := refKey(c.GetRef())
+	if ex := a.running[key]; ex != nil {
+		ex.canceled = true
+		ex.cancel()
+	}
+	if _, ok := a.pending[key]; ok {
+		delete(a.pending, key)
+		a.signalIdle()
+	}
+}
+
+// expirePending drops unacknowledged results past their complete-by: they
+// may no longer be sent. Caller holds mu.
+func (a *Agent) expirePending(now time.Time) {
+	for key, ex := range a.pending {
+		if !now.Before(ex.completeBy) {
+			delete(a.pending, key)
+		}
+	}
+	a.signalIdle()
+}
+
+// signalIdle wakes shutdown when nothing is left. Caller holds mu.
+func (a *Agent) signalIdle() {
+	if len(a.running) == 0 && len(a.pending) == 0 {
+		close(a.idle)
+		a.idle = make(chan struct{})
+	}
+}
+
+func (a *Agent) heartbeat(ref *reevev1.StepRef) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ex := a.running[refKey(ref)]
+	if ex == nil || time.Since(ex.lastBeat) < time.Second {
+		return
+	}
+	ex.lastBeat = time.Now()
+	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{ref}}}})
+}
+
+func (a *Agent) send(m *reevev1.ConnectRequest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sendLocked(m)
+}
+
+// sendLocked hands m to the current stream's send loop, if connected. A
+// message that cannot be handed over is not lost where it matters: results
+// stay pending and are sent again on the next stream. Caller holds mu.
+func (a *Agent) sendLocked(m *reevev1.ConnectRequest) {
+	if a.out == nil {
+		return
+	}
+	select {
+	case a.out <- m:
+	default:
+		a.opts.log.Warn("send queue full; message dropped until reconnect")
+	}
+}
+
+func refKey(r *reevev1.StepRef) string {
+	return fmt.Sprintf("%s/%s/%s/%d", r.GetNamespace(), r.GetTaskId(), r.GetStep(), r.GetAttempt())
+}

@@ -1,0 +1,309 @@
+package agentsdk_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/agentsdk"
+	"github.com/reeve-org/reeve/internal/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const wait = 20 * time.Second
+
+// runAgent runs a on its own until the test ends and returns a channel with
+// Run's result.
+func runAgent(t *testing.T, a *agentsdk.Agent) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var once atomic.Bool
+	stop = func() error {
+		if once.Swap(true) {
+			return nil
+		}
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(wait):
+			t.Fatal("Run did not return after its ctx was canceled")
+			return nil
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func newAgent(t *testing.T, addrs []string, opts ...agentsdk.Option) *agentsdk.Agent {
+	t.Helper()
+	opts = append([]agentsdk.Option{agentsdk.WithLogger(testenv.Logger()), agentsdk.WithReconnectBackoff(10*time.Millisecond, 200*time.Millisecond)}, opts...)
+	a, err := agentsdk.New(addrs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func submit(t *testing.T, c reevev1.SchedulerServiceClient, id string, steps ...*reevev1.StepSpec) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{
+		TaskId: id, Input: testenv.Value(t, map[string]any{"order_id": "o-1"}),
+		Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{Name: "sdk", Steps: steps}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func spec(name, typ string, timeout time.Duration, deps ...string) *reevev1.StepSpec {
+	return &reevev1.StepSpec{Name: name, Type: typ, DependsOn: deps, Timeout: durationpb.New(timeout)}
+}
+
+func TestHandlersRunStepsWithInputsAndOutputs(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	a := newAgent(t, []string{s.Addr})
+	keys := make(chan string, 2)
+	a.Handle("reserve", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		var in struct {
+			OrderID string `json:"order_id"`
+		}
+		if err := st.Input(&in); err != nil {
+			return nil, agentsdk.Permanent(err)
+		}
+		keys <- st.IdempotencyKey
+		return map[string]string{"reservation": "res-" + in.OrderID}, nil
+	})
+	a.Handle("charge", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		var res struct{ Reservation string }
+		if err := st.DependencyOutput("reserve", &res); err != nil {
+			return nil, err
+		}
+		if _, ok := ctx.Deadline(); !ok {
+			return nil, errors.New("handler ctx has no deadline")
+		}
+		return map[string]string{"charged_for": res.Reservation}, nil
+	})
+	runAgent(t, a)
+	c := s.Client(t)
+	submit(t, c, "ok", spec("reserve", "reserve", 10*time.Second), spec("charge", "charge", 10*time.Second, "reserve"))
+	final := testenv.WaitTask(t, c, "default", "ok", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task %v: %v", final.GetState(), final.GetReason())
+	}
+	if got := final.GetSteps()[1].GetOutput().GetStructValue().GetFields()["charged_for"].GetStringValue(); got != "res-o-1" {
+		t.Fatalf("charge output %q, want res-o-1", got)
+	}
+	if key := <-keys; key != final.GetSteps()[0].GetIdempotencyKey() {
+		t.Fatalf("handler saw idempotency key %q, task has %q", key, final.GetSteps()[0].GetIdempotencyKey())
+	}
+}
+
+func TestErrorsMapToStepErrors(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	a := newAgent(t, []string{s.Addr})
+	a.Handle("permanent", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		return nil, agentsdk.Permanent(errors.New("card declined"))
+	})
+	a.Handle("coded", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		return nil, &agentsdk.Error{Code: "insufficient_funds", Message: "no money"}
+	})
+	a.Handle("panics", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		if st.Attempt == 1 {
+			panic("boom")
+		}
+		return "recovered", nil
+	})
+	runAgent(t, a)
+	c := s.Client(t)
+	submit(t, c, "perm", spec("x", "permanent", 10*time.Second))
+	coded := spec("x", "coded", 10*time.Second)
+	coded.RetryPolicy = &reevev1.RetryPolicy{NonRetryableErrorCodes: []string{"insufficient_funds"}}
+	submit(t, c, "coded", coded)
+	retried := spec("x", "panics", 10*time.Second)
+	retried.RetryPolicy = &reevev1.RetryPolicy{InitialBackoff: durationpb.New(10 * time.Millisecond)}
+	submit(t, c, "panic", retried)
+
+	for _, tc := range []struct{ id, code string }{{"perm", ""}, {"coded", "insufficient_funds"}} {
+		final := testenv.WaitTask(t, c, "default", tc.id, wait)
+		x := final.GetSteps()[0]
+		if final.GetState() != reevev1.TaskState_TASK_STATE_FAILED || x.GetAttempt() != 1 || x.GetLastError().GetCode() != tc.code {
+			t.Fatalf("%s: task %v attempt %d error %v, want FAILED after one attempt with code %q", tc.id, final.GetState(), x.GetAttempt(), x.GetLastError(), tc.code)
+		}
+	}
+	final := testenv.WaitTask(t, c, "default", "panic", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || final.GetSteps()[0].GetFailureCount() != 1 {
+		t.Fatalf("panic task %v after %d failures, want a retry to succeed", final.GetState(), final.GetSteps()[0].GetFailureCount())
+	}
+}
+
+// Past its complete-by an agent sends nothing, not even an error.
+func TestNoResultAfterCompleteBy(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	a := newAgent(t, []string{s.Addr})
+	returned := make(chan struct{})
+	a.Handle("slow", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond) // a handler that overruns its deadline a little
+		close(returned)
+		return "too late", nil
+	})
+	runAgent(t, a)
+	c := s.Client(t)
+	submit(t, c, "late", spec("x", "slow", 300*time.Millisecond))
+	select {
+	case <-returned:
+	case <-time.After(wait):
+		t.Fatal("handler never returned")
+	}
+	// Give a result, were one sent, ample time to be recorded.
+	time.Sleep(500 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	got, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := got.GetTask().GetSteps()[0]
+	if x.GetState() != reevev1.StepState_STEP_STATE_RUNNING || x.GetFailureCount() != 0 || x.GetOutput() != nil {
+		t.Fatalf("step %v failures %d output %v: a late result was sent", x.GetState(), x.GetFailureCount(), x.GetOutput())
+	}
+}
+
+func TestCancelTaskCancelsHandlerContext(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	a := newAgent(t, []string{s.Addr})
+	started, canceled := make(chan struct{}), make(chan struct{})
+	a.Handle("long", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		close(started)
+		<-ctx.Done()
+		close(canceled)
+		return nil, ctx.Err()
+	})
+	runAgent(t, a)
+	c := s.Client(t)
+	submit(t, c, "c", spec("x", "long", time.Minute))
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-canceled:
+	case <-time.After(wait):
+		t.Fatal("handler ctx not canceled after CancelTask")
+	}
+}
+
+// The scheduler dies while a step runs; the agent moves to the other
+// scheduler and delivers the result there.
+func TestResultSurvivesSchedulerCrash(t *testing.T) {
+	env := testenv.New(t)
+	s1 := env.StartScheduler("")
+	a := newAgent(t, []string{s1.Addr})
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	a.Handle("work", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		started <- struct{}{}
+		<-release
+		return "done", nil
+	})
+	runAgent(t, a)
+	c := s1.Client(t)
+	submit(t, c, "crash", spec("x", "work", time.Minute))
+	<-started
+
+	s1.Kill()
+	s2 := env.StartScheduler(s1.Addr) // same address: the agent's only one
+	close(release)
+	final := testenv.WaitTask(t, s2.Client(t), "default", "crash", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || final.GetSteps()[0].GetAttempt() != 1 {
+		t.Fatalf("task %v attempt %d, want SUCCEEDED on attempt 1", final.GetState(), final.GetSteps()[0].GetAttempt())
+	}
+}
+
+// Draining: a gracefully stopping scheduler moves its agents to the next
+// address, where running steps report.
+func TestDrainMovesAgentToNextScheduler(t *testing.T) {
+	env := testenv.New(t)
+	s1, s2 := env.StartScheduler(""), env.StartScheduler("")
+	a := newAgent(t, []string{s1.Addr, s2.Addr})
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	a.Handle("work", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		started <- struct{}{}
+		<-release
+		return "done", nil
+	})
+	runAgent(t, a)
+	submit(t, s2.Client(t), "d1", spec("x", "work", time.Minute))
+	<-started
+	go s1.Stop() // sends Drain, waits for the agent to leave
+	close(release)
+	final := testenv.WaitTask(t, s2.Client(t), "default", "d1", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task %v", final.GetState())
+	}
+	submit(t, s2.Client(t), "d2", spec("x", "work", time.Minute))
+	if final := testenv.WaitTask(t, s2.Client(t), "default", "d2", wait); final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task after drain %v", final.GetState())
+	}
+}
+
+// Run's ctx ending stops new work, finishes the running step, delivers its
+// result and returns nil.
+func TestShutdownFinishesRunningSteps(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	a := newAgent(t, []string{s.Addr})
+	started := make(chan struct{})
+	a.Handle("work", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		close(started)
+		time.Sleep(200 * time.Millisecond) // still working when shutdown begins
+		return "finished", nil
+	})
+	stop := runAgent(t, a)
+	c := s.Client(t)
+	submit(t, c, "sd", spec("x", "work", time.Minute))
+	<-started
+	if err := stop(); err != nil {
+		t.Fatalf("Run returned %v, want nil after a graceful shutdown", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	got, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "sd"})
+	if err != nil || got.GetTask().GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task %v %v, want SUCCEEDED before Run returned", got.GetTask().GetState(), err)
+	}
+}
+
+func TestRefusedRegistrationIsFatal(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	a := newAgent(t, []string{s.Addr})
+	a.Handle("not a valid type!", func(ctx context.Context, st *agentsdk.Step) (any, error) { return nil, nil })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err := a.Run(ctx)
+	if status.Code(errors.Unwrap(err)) != codes.InvalidArgument && status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Run returned %v, want the InvalidArgument refusal", err)
+	}
+}

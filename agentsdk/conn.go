@@ -1,0 +1,211 @@
+package agentsdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// errDrained ends a session because the scheduler asked the agent to move.
+var errDrained = errors.New("agentsdk: drained by scheduler")
+
+// stableAfter is how long a session must last for the reconnect backoff to
+// start over.
+const stableAfter = 10 * time.Second
+
+// connectLoop keeps one stream open, to one address at a time, until ctx
+// ends. It returns nil then, or the fatal error of a refused registration.
+func (a *Agent) connectLoop(ctx context.Context) error {
+	failures := 0
+	for i := 0; ctx.Err() == nil; i++ {
+		addr := a.addrs[i%len(a.addrs)]
+		began := time.Now()
+		err := a.session(ctx, addr)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case fatal(err):
+			a.opts.log.Error("registration refused", "address", addr, "err", err)
+			return fmt.Errorf("agentsdk: register with %s: %w", addr, err)
+		case errors.Is(err, errDrained):
+			a.opts.log.Info("scheduler draining; reconnecting", "address", addr)
+			failures = 0
+			continue
+		}
+		if time.Since(began) > stableAfter {
+			failures = 0
+		}
+		failures++
+		wait := backoff(a.opts.backoffMin, a.opts.backoffMax, failures)
+		a.opts.log.Warn("stream ended; reconnecting", "address", addr, "err", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// fatal reports whether a stream error will not go away by retrying.
+func fatal(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
+}
+
+// backoff is full jitter over an exponential ceiling.
+func backoff(minWait, maxWait time.Duration, failures int) time.Duration {
+	ceiling := minWait << min(failures-1, 20)
+	if ceiling > maxWait || ceiling <= 0 {
+		ceiling = maxWait
+	}
+	return time.Duration(rand.Int64N(int64(ceiling)) + 1)
+}
+
+// session runs one stream: register, then a receive loop (here) and a send
+// loop (the only caller of Send) until the stream ends.
+func (a *Agent) session(ctx context.Context, addr string) error {
+	cc, err := grpc.NewClient(addr, a.opts.dialOpts...)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := reevev1.NewAgentServiceClient(cc).Connect(sctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Register{Register: a.registration()}}); err != nil {
+		return recvErr(stream, err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if first.GetRegistered() == nil {
+		return fmt.Errorf("agentsdk: expected registered, got %T", first.GetMsg())
+	}
+	a.opts.log.Info("connected", "address", addr, "scheduler_id", first.GetRegistered().GetSchedulerId(), "session_id", first.GetRegistered().GetSessionId())
+
+	out := make(chan *reevev1.ConnectRequest, a.opts.maxConcurrent*2+64)
+	sendErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { sendErr <- sendLoop(sctx, stream, out) })
+	a.attach(out)
+	defer func() {
+		a.detach(out)
+		cancel()
+		wg.Wait()
+	}()
+
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			select {
+			case serr := <-sendErr:
+				if serr != nil && !errors.Is(err, io.EOF) {
+					return serr
+				}
+			default:
+			}
+			return err
+		}
+		switch msg := m.GetMsg().(type) {
+		case *reevev1.ConnectResponse_Assignment:
+			// Even while draining: an assignment sent before the scheduler
+			// saw our drain is ours to finish.
+			a.start(msg.Assignment)
+		case *reevev1.ConnectResponse_Cancel:
+			a.cancelStep(msg.Cancel)
+		case *reevev1.ConnectResponse_ResultAck:
+			a.acked(msg.ResultAck)
+		case *reevev1.ConnectResponse_Drain:
+			a.detach(out)
+			_ = stream.CloseSend()
+			return errDrained
+		}
+	}
+}
+
+// recvErr returns the stream's status when Send failed because the server
+// ended the stream (Send then only says io.EOF).
+func recvErr(stream reevev1.AgentService_ConnectClient, err error) error {
+	if errors.Is(err, io.EOF) {
+		if _, rerr := stream.Recv(); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
+func sendLoop(ctx context.Context, stream reevev1.AgentService_ConnectClient, out <-chan *reevev1.ConnectRequest) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-out:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// registration lists what the agent serves and the executions it still runs
+// or has results for, which count against its capacity.
+func (a *Agent) registration() *reevev1.Register {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := &reevev1.Register{AgentId: a.opts.agentID, Namespace: a.opts.namespace, MaxConcurrentSteps: int32(a.opts.maxConcurrent)}
+	for t := range a.handlers {
+		r.StepTypes = append(r.StepTypes, t)
+	}
+	for _, ex := range a.running {
+		r.Running = append(r.Running, ex.ref)
+	}
+	for key, ex := range a.pending {
+		if a.running[key] == nil && len(r.Running) < a.opts.maxConcurrent {
+			r.Running = append(r.Running, ex.ref)
+		}
+	}
+	return r
+}
+
+// attach makes out the current stream and sends what must survive a
+// reconnect: unacknowledged results, and our drain if shutting down.
+func (a *Agent) attach(out chan<- *reevev1.ConnectRequest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.out = out
+	a.expirePending(time.Now())
+	for _, ex := range a.pending {
+		a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: ex.result}})
+	}
+	if a.draining.Load() {
+		a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Drain{Drain: &reevev1.Drain{Reason: "agent shutting down"}}})
+	}
+}
+
+func (a *Agent) detach(out chan<- *reevev1.ConnectRequest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.out == out {
+		a.out = nil
+	}
+}

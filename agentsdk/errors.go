@@ -1,0 +1,48 @@
+package agentsdk
+
+import "errors"
+
+// Error is a step failure with a machine-readable code. A handler may return
+// it (or wrap it) to set StepError.code, which workflows can list in
+// RetryPolicy.non_retryable_error_codes.
+type Error struct {
+	// Code is matched against non_retryable_error_codes; at most 63 characters.
+	Code string
+	// Message is shown to operators; at most 4 KiB.
+	Message string
+	// NonRetryable marks the failure permanent, like Permanent.
+	NonRetryable bool
+}
+
+func (e *Error) Error() string {
+	if e.Code == "" {
+		return e.Message
+	}
+	return e.Code + ": " + e.Message
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as non-transient: the scheduler does not retry the
+// step but escalates it at once (fail, compensate, or wait then retry, as
+// the workflow says). Retry and Breaker never retry it either.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked with
+// Permanent or is an *Error with NonRetryable set.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	if errors.As(err, &p) {
+		return true
+	}
+	var e *Error
+	return errors.As(err, &e) && e.NonRetryable
+}

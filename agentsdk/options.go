@@ -1,0 +1,76 @@
+package agentsdk
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+)
+
+type options struct {
+	agentID         string
+	namespace       string
+	maxConcurrent   int
+	log             *slog.Logger
+	dialOpts        []grpc.DialOption
+	backoffMin      time.Duration
+	backoffMax      time.Duration
+	shutdownTimeout time.Duration
+}
+
+func defaultOptions() options {
+	host, _ := os.Hostname()
+	return options{
+		agentID:         fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16)),
+		namespace:       "default",
+		maxConcurrent:   16,
+		log:             slog.Default(),
+		backoffMin:      100 * time.Millisecond,
+		backoffMax:      5 * time.Second,
+		shutdownTimeout: 30 * time.Second,
+		dialOpts: []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		},
+	}
+}
+
+// Option configures an Agent.
+type Option func(*options)
+
+// WithAgentID sets the agent's identity; default "<hostname>-<pid>-<random>".
+// It must stay the same across reconnects of one process (the SDK keeps it)
+// and differ between processes: results are accepted only from the agent a
+// step was assigned to.
+func WithAgentID(id string) Option { return func(o *options) { o.agentID = id } }
+
+// WithNamespace sets the namespace whose steps the agent serves; default "default".
+func WithNamespace(ns string) Option { return func(o *options) { o.namespace = ns } }
+
+// WithMaxConcurrentSteps bounds how many steps run at once; default 16.
+func WithMaxConcurrentSteps(n int) Option { return func(o *options) { o.maxConcurrent = n } }
+
+// WithLogger sets the logger; default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithDialOptions replaces the gRPC dial options; default plaintext with
+// keepalive pings every 30s. Pass TLS credentials here.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = opts }
+}
+
+// WithReconnectBackoff sets the bounds of the jittered exponential backoff
+// between connection attempts; default 100ms to 5s.
+func WithReconnectBackoff(minWait, maxWait time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = minWait, maxWait }
+}
+
+// WithShutdownTimeout bounds how long Run waits, after its ctx ends, for
+// running steps to finish and their results to be delivered; default 30s.
+// Steps still running then have their ctx canceled.
+func WithShutdownTimeout(d time.Duration) Option { return func(o *options) { o.shutdownTimeout = d } }
