@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/agentsdk"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
 // Workflows returns the demo workflows: demo.orders (the pattern's order
