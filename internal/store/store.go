@@ -33,6 +33,16 @@ var (
 	ErrNoSpace = errors.New("store: etcd out of space")
 )
 
+// NotFoundError names what was not found; it matches ErrNotFound.
+type NotFoundError struct{ What string }
+
+func (e *NotFoundError) Error() string        { return e.What + " not found" }
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+func notFound(format string, args ...any) error {
+	return &NotFoundError{What: fmt.Sprintf(format, args...)}
+}
+
 // Store reads and writes Reeve state in etcd. It is safe for concurrent use.
 type Store struct {
 	c         *clientv3.Client

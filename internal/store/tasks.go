@@ -67,7 +67,7 @@ func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 		return Versioned{}, etcdErr(ctx, "get task", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Versioned{}, fmt.Errorf("task %s/%s: %w", ns, id, ErrNotFound)
+		return Versioned{}, notFound("task %q in namespace %q", id, ns)
 	}
 	return unmarshalTask(resp.Kvs[0])
 }
@@ -106,7 +106,7 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
-			return nil, nil, fmt.Errorf("task %s/%s: %w", ns, id, ErrNotFound)
+			return nil, nil, notFound("task %q in namespace %q", id, ns)
 		}
 		if kvs[0].ModRevision == cur.Revision {
 			return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrFenced)
@@ -128,7 +128,7 @@ func (s *Store) getTaskSerializable(ctx context.Context, key string) (Versioned,
 		return Versioned{}, etcdErr(ctx, "get task", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Versioned{}, fmt.Errorf("task %s: %w", strings.TrimPrefix(key, s.k.prefix+"tasks/"), ErrNotFound)
+		return Versioned{}, notFound("task %s", strings.TrimPrefix(key, s.k.prefix+"tasks/"))
 	}
 	return unmarshalTask(resp.Kvs[0])
 }
@@ -226,7 +226,7 @@ func (s *Store) followTask(wch clientv3.WatchChan, fn func(*reevev1.Task) bool) 
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				return true, fmt.Errorf("task: %w (removed)", ErrNotFound)
+				return true, notFound("task (removed after its retention)")
 			}
 			v, err := unmarshalTask(ev.Kv)
 			if err != nil {

@@ -66,9 +66,9 @@ func (s *Store) GetWorkflow(ctx context.Context, ns, name string, version int32)
 	}
 	if len(resp.Kvs) == 0 {
 		if version > 0 {
-			return nil, fmt.Errorf("workflow %q version %d: %w", name, version, ErrNotFound)
+			return nil, notFound("workflow %q version %d in namespace %q", name, version, ns)
 		}
-		return nil, fmt.Errorf("workflow %q: %w", name, ErrNotFound)
+		return nil, notFound("workflow %q in namespace %q", name, ns)
 	}
 	return unmarshalWorkflow(resp.Kvs[0].Value)
 }

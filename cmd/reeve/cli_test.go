@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reeve-org/reeve/agentsdk"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/demo"
+	"github.com/reeve-org/reeve/internal/testenv"
+)
+
+// demoEnv starts etcd, a scheduler with the demo workflows and a demo agent.
+func demoEnv(t *testing.T) string {
+	t.Helper()
+	s := testenv.New(t).StartScheduler("")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, w := range demo.Workflows() {
+		if _, err := s.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := agentsdk.New([]string{s.Addr}, agentsdk.WithLogger(testenv.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo.Register(a)
+	actx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(actx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	return s.Addr
+}
+
+// reeve runs the CLI against addr and returns its exit code and output.
+func reeve(t *testing.T, addr string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env := func(k string) string {
+		if k == "REEVE_ADDRESS" {
+			return addr
+		}
+		return ""
+	}
+	code = run(ctx, args, &out, &errOut, env)
+	return code, out.String(), errOut.String()
+}
+
+func TestContractSubmitWaitJSON(t *testing.T) {
+	addr := demoEnv(t)
+	code, out, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.orders", "--input", `{"order_id":"o-1"}`, "--wait", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var task struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+		Steps []struct {
+			Name, State string
+			Output      map[string]any
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(out), &task); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if task.State != "TASK_STATE_SUCCEEDED" || len(task.Steps) != 3 || task.Steps[1].Output["charge_id"] != "ch-o-1" {
+		t.Fatalf("final task %+v", task)
+	}
+
+	code, out, _ = reeve(t, addr, "task", "get", task.ID)
+	for _, want := range []string{"STATE:      SUCCEEDED", "STEPS", "HISTORY", "step.dispatched", "agent/"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("task get (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	code, out, _ = reeve(t, addr, "task", "list", "--state", "succeeded")
+	if code != 0 || !strings.Contains(out, task.ID) {
+		t.Fatalf("task list (exit %d) lacks %s:\n%s", code, task.ID, out)
+	}
+}
+
+func TestCompensationDemoShowsUndoneSteps(t *testing.T) {
+	addr := demoEnv(t)
+	code, out, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.compensate", "--id", "comp-1", "--wait", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, `"TASK_STATE_COMPENSATED"`) || strings.Count(out, `"STEP_STATE_COMPENSATED"`) != 2 {
+		t.Fatalf("want a COMPENSATED task with two compensated steps:\n%s", out)
+	}
+	if code, _, _ := reeve(t, addr, "task", "submit", "--workflow", "demo.compensate", "--id", "comp-2", "--wait", "--exit-code"); code != 3 {
+		t.Fatalf("--exit-code on a compensated task: exit %d, want 3", code)
+	}
+}
+
+func TestWorkflowRegisterFromYAMLAndRunInline(t *testing.T) {
+	addr := demoEnv(t)
+	dir := t.TempDir()
+	yamlFile := filepath.Join(dir, "wf.yaml")
+	if err := os.WriteFile(yamlFile, []byte("name: shipping\nsteps:\n  - name: ship\n    type: shipping.ship\n    timeout: 5s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := reeve(t, addr, "workflow", "register", "-f", yamlFile, "-o", "json")
+	if code != 0 || !strings.Contains(out, `"version":  1`) && !strings.Contains(out, `"version": 1`) {
+		t.Fatalf("register exit %d: %s %s", code, out, errOut)
+	}
+	if code, out, _ := reeve(t, addr, "workflow", "get", "shipping"); code != 0 || !strings.Contains(out, "shipping.ship") {
+		t.Fatalf("workflow get exit %d:\n%s", code, out)
+	}
+	code, out, errOut = reeve(t, addr, "task", "submit", "-f", yamlFile, "--input", `{"order_id":"x"}`, "--wait")
+	if code != 0 || !strings.Contains(out, "STATE:      SUCCEEDED") {
+		t.Fatalf("inline submit exit %d: %s %s", code, out, errOut)
+	}
+}
+
+func TestErrorsAndExitCodes(t *testing.T) {
+	addr := demoEnv(t)
+	bad := filepath.Join(t.TempDir(), "typo.json")
+	if err := os.WriteFile(bad, []byte(`{"name":"x","stepz":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown task", []string{"task", "get", "nope"}, 1, `task "nope" in namespace "default" not found (NotFound)`},
+		{"no workflow flag", []string{"task", "submit"}, 2, "exactly one of --workflow or -f"},
+		{"both workflow flags", []string{"task", "submit", "--workflow", "a", "-f", bad}, 2, "exactly one of --workflow or -f"},
+		{"bad input", []string{"task", "submit", "--workflow", "demo.orders", "--input", "{nope"}, 2, "--input: not valid JSON"},
+		{"unknown field in file", []string{"workflow", "register", "-f", bad}, 2, "stepz"},
+		{"bad state", []string{"task", "list", "--state", "sleeping"}, 2, "--state: unknown task state"},
+		{"missing argument", []string{"task", "get"}, 2, "accepts 1 arg"},
+		{"unknown flag", []string{"task", "list", "--bogus"}, 2, "unknown flag"},
+		{"unknown command", []string{"task", "frobnicate"}, 2, "unknown command"},
+		{"bad output", []string{"task", "list", "-o", "xml"}, 2, "--output"},
+		{"invalid name", []string{"task", "submit", "--workflow", "no spaces"}, 1, "workflow_ref.name"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := reeve(t, addr, tc.args...)
+			if code != tc.code || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d containing %q", code, errOut, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+func TestWatchPrintsOneJSONObjectPerChange(t *testing.T) {
+	addr := demoEnv(t)
+	if code, _, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.orders", "--id", "w1", "--input", `{"order_id":"w"}`); code != 0 {
+		t.Fatal(errOut)
+	}
+	code, out, errOut := reeve(t, addr, "task", "watch", "w1", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var last struct{ State string }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.State != "TASK_STATE_SUCCEEDED" {
+		t.Fatalf("last line %q (%v), want the SUCCEEDED task", lines[len(lines)-1], err)
+	}
+}
+
+func TestParseTaskFile(t *testing.T) {
+	w, err := parseWorkflow("x.json", []byte(`{"name":"n","steps":[{"name":"a","type":"t","dependsOn":[],"timeout":"2s"}]}`))
+	if err != nil || w.GetSteps()[0].GetTimeout().AsDuration() != 2*time.Second {
+		t.Fatalf("json: %v %v", w, err)
+	}
+	if _, err := parseWorkflow("x.toml", nil); err == nil {
+		t.Fatal("a .toml file was accepted")
+	}
+	for _, s := range []string{"running", "RUNNING", "TASK_STATE_RUNNING"} {
+		if st, err := parseTaskState(s); err != nil || st != reevev1.TaskState_TASK_STATE_RUNNING {
+			t.Fatalf("parseTaskState(%q) = %v, %v", s, st, err)
+		}
+	}
+}

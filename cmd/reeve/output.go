@@ -1,0 +1,155 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// printJSON prints the protojson of m, indented.
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// printJSONLine prints the protojson of m on one line.
+func printJSONLine(w io.Writer, m proto.Message) error {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+func ts(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return "-"
+	}
+	return t.AsTime().UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func workflowName(w *reevev1.Workflow) string {
+	name := orDash(w.GetName())
+	if w.GetName() == "" {
+		name = "(inline)"
+	}
+	if w.GetVersion() > 0 {
+		name = fmt.Sprintf("%s@%d", name, w.GetVersion())
+	}
+	return name
+}
+
+// printTask prints a task as an operator reads it: header, steps, history.
+func printTask(w io.Writer, t *reevev1.Task) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "ID:\t%s\n", t.GetId())
+	fmt.Fprintf(tw, "NAMESPACE:\t%s\n", t.GetNamespace())
+	fmt.Fprintf(tw, "WORKFLOW:\t%s\n", workflowName(t.GetWorkflow()))
+	fmt.Fprintf(tw, "STATE:\t%s\n", shortState(t.GetState(), "TASK_STATE_"))
+	fmt.Fprintf(tw, "CREATED:\t%s\n", ts(t.GetCreateTime()))
+	fmt.Fprintf(tw, "ENDED:\t%s\n", ts(t.GetEndTime()))
+	fmt.Fprintf(tw, "REASON:\t%s\n", orDash(t.GetReason()))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nSTEPS")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTYPE\tSTATE\tATTEMPT\tFAILURES\tCOMPLETE-BY\tAGENT\tERROR")
+	for _, s := range t.GetSteps() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", s.GetName(), s.GetType(), shortState(s.GetState(), "STEP_STATE_"),
+			s.GetAttempt(), s.GetFailureCount(), ts(s.GetCompleteBy()), orDash(s.GetLockedByAgent()), orDash(oneLine(s.GetLastError().GetMessage())))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nHISTORY")
+	if t.GetHistoryDropped() > 0 {
+		fmt.Fprintf(w, "(%d older events dropped)\n", t.GetHistoryDropped())
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tKIND\tSTEP\tATTEMPT\tACTOR\tMESSAGE")
+	for _, h := range t.GetHistory() {
+		attempt := "-"
+		if h.GetAttempt() > 0 {
+			attempt = fmt.Sprint(h.GetAttempt())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.GetTime().AsTime().UTC().Format(time.RFC3339Nano), h.GetKind(), orDash(h.GetStep()), attempt, orDash(h.GetActor()), orDash(oneLine(h.GetMessage())))
+	}
+	return tw.Flush()
+}
+
+func printTaskList(w io.Writer, tasks []*reevev1.Task, next string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tWORKFLOW\tSTATE\tCREATED\tENDED")
+	for _, t := range tasks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetId(), workflowName(t.GetWorkflow()), shortState(t.GetState(), "TASK_STATE_"), ts(t.GetCreateTime()), ts(t.GetEndTime()))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(w, "(more: --page-token %s)\n", next)
+	}
+	return nil
+}
+
+func printWorkflow(w io.Writer, wf *reevev1.Workflow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "NAME:\t%s\n", wf.GetName())
+	fmt.Fprintf(tw, "VERSION:\t%d\n", wf.GetVersion())
+	fmt.Fprintf(tw, "NAMESPACE:\t%s\n", wf.GetNamespace())
+	fmt.Fprintf(tw, "CREATED:\t%s\n", ts(wf.GetCreateTime()))
+	fmt.Fprintf(tw, "DESCRIPTION:\t%s\n", orDash(wf.GetDescription()))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nSTEPS")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTYPE\tDEPENDS-ON\tTIMEOUT\tCOMPENSATION\tESCALATION")
+	for _, s := range wf.GetSteps() {
+		timeout := "-"
+		if s.GetTimeout() != nil {
+			timeout = s.GetTimeout().AsDuration().String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.GetName(), s.GetType(), orDash(strings.Join(s.GetDependsOn(), ",")), timeout,
+			orDash(s.GetCompensation().GetType()), shortState(s.GetEscalation(), "ESCALATION_"))
+	}
+	return tw.Flush()
+}
+
+func printWorkflowList(w io.Writer, wfs []*reevev1.Workflow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tVERSION\tSTEPS\tCREATED")
+	for _, wf := range wfs {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", wf.GetName(), wf.GetVersion(), len(wf.GetSteps()), ts(wf.GetCreateTime()))
+	}
+	return tw.Flush()
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 120 {
+		return s[:117] + "..."
+	}
+	return s
+}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/agentsdk"
+	"github.com/reeve-org/reeve/internal/demo"
+	"github.com/reeve-org/reeve/internal/etcdserver"
+	"github.com/reeve-org/reeve/scheduler"
+)
+
+// serverCommands are the commands that run Reeve's processes.
+func serverCommands() []*cobra.Command {
+	return []*cobra.Command{newDevCmd(), newSchedulerCmd()}
+}
+
+// logFlags are the logging flags every server command has.
+type logFlags struct{ format, level string }
+
+func (f *logFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.format, "log-format", "text", "log format: text or json")
+	cmd.Flags().StringVar(&f.level, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (f *logFlags) logger(cmd *cobra.Command) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch f.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: want text or json, got %q", f.format)
+}
+
+func newDevCmd() *cobra.Command {
+	var (
+		dataDir, listen, etcdListen string
+		withDemo                    bool
+		logs                        logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run Reeve in one process: embedded etcd, a scheduler and (with --demo) demo agents",
+		Long: `dev runs everything in one process for trying Reeve out and for development:
+an embedded single-member etcd (data under --data-dir), a scheduler on --listen,
+and with --demo the demo workflows (demo.orders, demo.timeout, demo.compensate)
+and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(cmd)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			etcdLog := zap.NewNop() // its shutdown chatter reads like failures
+			if logs.level == "debug" {
+				etcdLog = nil
+			}
+			etcd, err := etcdserver.Start(startCtx, etcdserver.Config{DataDir: filepath.Join(dataDir, "etcd"), ClientAddr: etcdListen, Logger: etcdLog})
+			cancel()
+			if err != nil {
+				return err
+			}
+			defer etcd.Close()
+			cli := etcd.Client()
+
+			return serve(ctx, log, cli, listen, func(ctx context.Context, srv *scheduler.Server, addr string) error {
+				fmt.Fprintf(cmd.OutOrStdout(), "reeve dev: scheduler on %s, etcd on %s, data in %s\n", addr, strings.Join(etcd.Endpoints(), ","), dataDir)
+				if !withDemo {
+					return nil
+				}
+				return startDemo(ctx, log, srv, addr)
+			}, scheduler.WithLogger(log))
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "./.reeve", "directory for the embedded etcd's data")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address the scheduler's gRPC API listens on")
+	cmd.Flags().StringVar(&etcdListen, "etcd-listen", "127.0.0.1:0", "address of the embedded etcd's client API (for etcdctl); port 0 picks a free one")
+	cmd.Flags().BoolVar(&withDemo, "demo", false, "register the demo workflows and run demo agents")
+	logs.register(cmd)
+	return cmd
+}
+
+// startDemo registers the demo workflows and runs demo agents against the
+// scheduler until ctx ends.
+func startDemo(ctx context.Context, log *slog.Logger, srv *scheduler.Server, addr string) error {
+	for _, w := range demo.Workflows() {
+		if _, err := srv.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
+			return fmt.Errorf("register demo workflow %s: %w", w.GetName(), err)
+		}
+	}
+	agent, err := agentsdk.New([]string{addr}, agentsdk.WithAgentID("demo-agent"), agentsdk.WithLogger(log.With("component", "demo-agent")))
+	if err != nil {
+		return err
+	}
+	demo.Register(agent)
+	go func() {
+		if err := agent.Run(ctx); err != nil {
+			log.Error("demo agent stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+func newSchedulerCmd() *cobra.Command {
+	var (
+		endpoints            []string
+		listen, id, prefix   string
+		retention            time.Duration
+		logs                 logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "scheduler",
+		Short: "Run a scheduler against an external etcd cluster",
+		Long: `scheduler serves the client API (reeve.v1.SchedulerService) and the agent
+API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
+--etcd-endpoints. Run as many as you like against one etcd.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(cmd)
+			if err != nil {
+				return usageError{err}
+			}
+			if len(endpoints) == 0 {
+				return usageError{fmt.Errorf("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				return fmt.Errorf("etcd client: %w", err)
+			}
+			defer cli.Close()
+			opts := []scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}
+			if id != "" {
+				opts = append(opts, scheduler.WithID(id))
+			}
+			return serve(ctx, log, cli, listen, func(_ context.Context, _ *scheduler.Server, addr string) error {
+				log.Info("scheduler listening", "address", addr)
+				return nil
+			}, opts...)
+		},
+	}
+	defEndpoints := []string{}
+	if v := os.Getenv("REEVE_ETCD_ENDPOINTS"); v != "" {
+		defEndpoints = strings.Split(v, ",")
+	}
+	cmd.Flags().StringSliceVar(&endpoints, "etcd-endpoints", defEndpoints, "etcd client URLs, comma-separated (env REEVE_ETCD_ENDPOINTS)")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address the gRPC API listens on")
+	cmd.Flags().StringVar(&id, "id", "", "scheduler instance id, unique among schedulers (default <hostname>-<random>)")
+	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix")
+	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept")
+	logs.register(cmd)
+	return cmd
+}
+
+// serve runs a scheduler on listen until ctx ends, then shuts down in order:
+// health reports NOT_SERVING, the scheduler drains its agents, the gRPC
+// server stops gracefully (forcefully after 10s). started runs once the
+// server listens.
+func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen string,
+	started func(context.Context, *scheduler.Server, string) error, opts ...scheduler.Option) error {
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	srv := scheduler.New(cli, opts...)
+	g := grpc.NewServer(
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	)
+	srv.Register(g)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- g.Serve(lis) }()
+	runCtx, stopRun := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- srv.Run(runCtx) }()
+
+	appCtx, stopApp := context.WithCancel(ctx)
+	defer stopApp()
+	if err := started(appCtx, srv, lis.Addr().String()); err != nil {
+		stopApp()
+		stopRun()
+		g.Stop()
+		return err
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		log.Error("grpc server stopped", "err", err)
+	}
+	log.Info("shutting down")
+	hs.Shutdown()
+	stopApp() // demo agents and the like first
+	stopRun()
+	err = <-runErr
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		g.Stop()
+	}
+	return err
+}

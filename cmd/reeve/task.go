@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+func newTaskCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "task", Short: "Submit, inspect, follow and cancel tasks"}
+	cmd.AddCommand(newTaskSubmitCmd(g), newTaskGetCmd(g), newTaskListCmd(g), newTaskWatchCmd(g), newTaskCancelCmd(g))
+	return cmd
+}
+
+func newTaskSubmitCmd(g *globals) *cobra.Command {
+	var (
+		workflow, file, input, id string
+		version                   int32
+		wait, exitCode            bool
+	)
+	cmd := &cobra.Command{
+		Use:   "submit (--workflow NAME [--version N] | -f FILE) [--input JSON] [--id ID] [--wait]",
+		Short: "Submit a task running a registered workflow or an inline definition",
+		Long: `submit starts a task. With --id the submission is idempotent: submitting the
+same request again returns the existing task. With --wait it follows the task
+and prints it once it reached a terminal state; the exit code is 0 whatever
+that state is (read "state"), unless --exit-code is given.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req := &reevev1.SubmitTaskRequest{Namespace: g.namespace, TaskId: id}
+			switch {
+			case (workflow == "") == (file == ""):
+				return usagef("exactly one of --workflow or -f is required")
+			case workflow != "":
+				req.Workflow = &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: workflow, Version: version}}
+			default:
+				if cmd.Flags().Changed("version") {
+					return usagef("--version goes with --workflow, not -f")
+				}
+				w, err := readWorkflowFile(file)
+				if err != nil {
+					return err
+				}
+				req.Workflow = &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: w}
+			}
+			if exitCode && !wait {
+				return usagef("--exit-code goes with --wait")
+			}
+			in, err := parseInput(input)
+			if err != nil {
+				return err
+			}
+			req.Input = in
+			c, closeConn, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			resp, err := c.SubmitTask(ctx, req)
+			cancel()
+			if err != nil {
+				return err
+			}
+			task := resp.GetTask()
+			if wait {
+				if task, err = watchTask(cmd.Context(), c, g.namespace, task.GetId(), nil); err != nil {
+					return err
+				}
+			}
+			if err := g.printTask(cmd.OutOrStdout(), task); err != nil {
+				return err
+			}
+			if exitCode && task.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+				return exitCodeError{code: 3}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&workflow, "workflow", "", "name of a registered workflow")
+	f.Int32Var(&version, "version", 0, "workflow version (default: the latest)")
+	f.StringVarP(&file, "file", "f", "", "inline workflow definition (.json or .yaml, protojson of reeve.v1.Workflow)")
+	f.StringVar(&input, "input", "", "task input as JSON")
+	f.StringVar(&id, "id", "", "task id, for idempotent submission (default: generated)")
+	f.BoolVar(&wait, "wait", false, "wait until the task is terminal and print it")
+	f.BoolVar(&exitCode, "exit-code", false, "with --wait, exit 3 unless the task SUCCEEDED")
+	return cmd
+}
+
+// watchTask follows a task until it is terminal and returns its last state;
+// each change is passed to each (if not nil).
+func watchTask(ctx context.Context, c reevev1.SchedulerServiceClient, ns, id string, each func(*reevev1.Task) error) (*reevev1.Task, error) {
+	stream, err := c.WatchTask(ctx, &reevev1.WatchTaskRequest{Namespace: ns, TaskId: id})
+	if err != nil {
+		return nil, err
+	}
+	var last *reevev1.Task
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) && last != nil {
+			return last, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		last = resp.GetTask()
+		if each != nil {
+			if err := each(last); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func (g *globals) printTask(w io.Writer, t *reevev1.Task) error {
+	if g.output == "json" {
+		return printJSON(w, t)
+	}
+	return printTask(w, t)
+}
+
+func newTaskGetCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a task: its steps, attempts, failure counts and history",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeConn, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			resp, err := c.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: g.namespace, TaskId: args[0]})
+			if err != nil {
+				return err
+			}
+			return g.printTask(cmd.OutOrStdout(), resp.GetTask())
+		},
+	}
+}
+
+func newTaskListCmd(g *globals) *cobra.Command {
+	var (
+		state, token string
+		limit        int32
+		all          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--state STATE] [--limit N] [--page-token T] [--all]",
+		Short: "List tasks of the namespace, optionally in one state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := parseTaskState(state)
+			if err != nil {
+				return err
+			}
+			c, closeConn, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			resp := &reevev1.ListTasksResponse{}
+			for {
+				ctx, cancel := g.requestCtx(cmd.Context())
+				page, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{Namespace: g.namespace, State: st, PageSize: limit, PageToken: token})
+				cancel()
+				if err != nil {
+					return err
+				}
+				resp.Tasks = append(resp.Tasks, page.GetTasks()...)
+				resp.NextPageToken, token = page.GetNextPageToken(), page.GetNextPageToken()
+				if !all || token == "" {
+					break
+				}
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			return printTaskList(cmd.OutOrStdout(), resp.GetTasks(), resp.GetNextPageToken())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&state, "state", "", "only tasks in this state (e.g. running, failed)")
+	f.Int32Var(&limit, "limit", 0, "tasks per page (default 100, at most 1000)")
+	f.StringVar(&token, "page-token", "", "continue from a previous page")
+	f.BoolVar(&all, "all", false, "follow page tokens to the end")
+	return cmd
+}
+
+func newTaskWatchCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "watch ID",
+		Short: "Print a task on every change until it is terminal",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeConn, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			out := cmd.OutOrStdout()
+			_, err = watchTask(cmd.Context(), c, g.namespace, args[0], func(t *reevev1.Task) error {
+				if g.output == "json" {
+					return printJSONLine(out, t)
+				}
+				return printTaskLine(out, t)
+			})
+			if cmd.Context().Err() != nil {
+				return nil // interrupted by the user
+			}
+			return err
+		},
+	}
+}
+
+// printTaskLine prints one line per change: time, state, and each step's state.
+func printTaskLine(w io.Writer, t *reevev1.Task) error {
+	line := ts(t.GetUpdateTime()) + "  " + shortState(t.GetState(), "TASK_STATE_")
+	for _, s := range t.GetSteps() {
+		line += "  " + s.GetName() + "=" + shortState(s.GetState(), "STEP_STATE_")
+		if s.GetAttempt() > 1 {
+			line += "#" + itoa(s.GetAttempt())
+		}
+	}
+	_, err := io.WriteString(w, line+"\n")
+	return err
+}
+
+func newTaskCancelCmd(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel ID [--reason TEXT]",
+		Short: "Cancel a task: running steps are told to stop, pending ones never start",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeConn, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			resp, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason})
+			if err != nil {
+				return err
+			}
+			return g.printTask(cmd.OutOrStdout(), resp.GetTask())
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
+	return cmd
+}
