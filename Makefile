@@ -7,7 +7,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
 
-.PHONY: all tools generate check-generate lint build run test test-short vet
+.PHONY: all tools generate check-generate check-fmt lint build run test vet
 
 all: build
 
@@ -45,5 +45,8 @@ run: build
 vet:
 	go vet ./...
 
-test: check-generate lint vet
+check-fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed: $$out" >&2; exit 1)
+
+test: check-generate check-fmt lint vet
 	go test -race -count=1 -timeout 15m ./...

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/agentsdk"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/scheduler"
@@ -131,10 +131,10 @@ func startDemo(ctx context.Context, log *slog.Logger, srv *scheduler.Server, add
 
 func newSchedulerCmd() *cobra.Command {
 	var (
-		endpoints            []string
-		listen, id, prefix   string
-		retention            time.Duration
-		logs                 logFlags
+		endpoints          []string
+		listen, id, prefix string
+		retention          time.Duration
+		logs               logFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
