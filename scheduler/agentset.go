@@ -18,6 +18,7 @@ type agentConn struct {
 
 	reserved int                  // claims in flight for this agent
 	running  map[string]time.Time // attempts it runs (refKey) -> complete-by
+	beats    map[string]*beat     // attempts with a heartbeat timeout (refKey)
 	draining bool                 // the agent asked for no more work
 
 	out  chan *reevev1.ConnectResponse // drained by the stream's send loop
@@ -32,6 +33,7 @@ func newAgentConn(sessionID string, r *reevev1.Register) *agentConn {
 		types:     r.GetStepTypes(),
 		max:       int(r.GetMaxConcurrentSteps()),
 		running:   map[string]time.Time{},
+		beats:     map[string]*beat{},
 		// Never more than max assignments are outstanding; the rest of the
 		// room is for acks and cancels.
 		out:  make(chan *reevev1.ConnectResponse, int(r.GetMaxConcurrentSteps())+64),
@@ -65,6 +67,30 @@ func (c *agentConn) enqueue(m *reevev1.ConnectResponse) bool {
 
 func (c *agentConn) sendAssignment(a *reevev1.StepAssignment) bool {
 	return c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Assignment{Assignment: a}})
+}
+
+// beat is the in-memory liveness of one attempt with a heartbeat timeout.
+type beat struct {
+	ref     *reevev1.StepRef
+	timeout time.Duration
+	last    time.Time
+}
+
+// missedBeats returns, and forgets, the attempts whose agent has not
+// heartbeated within their timeout.
+func (s *agentSet) missedBeats(now time.Time) []*beat {
+	var out []*beat
+	for _, conns := range s.byAgent {
+		for _, c := range conns {
+			for k, b := range c.beats {
+				if now.Sub(b.last) > b.timeout {
+					out = append(out, b)
+					delete(c.beats, k)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func refKey(r *reevev1.StepRef) string {
@@ -123,6 +149,7 @@ func (s *agentSet) releaseExpired(now time.Time) bool {
 			for k, by := range c.running {
 				if now.After(by) {
 					delete(c.running, k)
+					delete(c.beats, k)
 					freed = true
 				}
 			}
@@ -140,6 +167,7 @@ func (s *agentSet) release(agentID string, ref *reevev1.StepRef) bool {
 			delete(c.running, k)
 			freed = true
 		}
+		delete(c.beats, k)
 	}
 	return freed
 }

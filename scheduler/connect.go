@@ -102,7 +102,7 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 			// Delivery is confirmed; nothing to record (the deadline covers
 			// an assignment that is never acked).
 		case *reevev1.ConnectRequest_Heartbeat:
-			// Liveness is in memory only; see docs/agent-protocol.md.
+			s.disp.heartbeat(conn, msg.Heartbeat.GetRefs())
 		case *reevev1.ConnectRequest_Drain:
 			s.disp.setDraining(conn)
 		case *reevev1.ConnectRequest_Register:
@@ -162,6 +162,18 @@ func (d *dispatcher) removeAgent(c *agentConn) {
 	d.lock()
 	d.agents.remove(c)
 	d.unlock()
+}
+
+// heartbeat records liveness in memory only: beats cost no etcd write.
+func (d *dispatcher) heartbeat(c *agentConn, refs []*reevev1.StepRef) {
+	d.lock()
+	defer d.unlock()
+	now := d.s.opts.clock.Now()
+	for _, r := range refs {
+		if b := c.beats[refKey(r)]; b != nil {
+			b.last = now
+		}
+	}
 }
 
 func (d *dispatcher) setDraining(c *agentConn) {

@@ -78,7 +78,7 @@ func (d *dispatcher) run(ctx context.Context) {
 	defer func() { <-watchDone }()
 
 	clock := d.s.opts.clock
-	tick := clock.NewTicker(time.Second)
+	tick := clock.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		var timer <-chan time.Time
@@ -228,6 +228,9 @@ func (d *dispatcher) claim(ctx context.Context, it *readyItem, conn *agentConn) 
 			delete(d.items, it.key)
 		}
 		conn.running[refKey(a.GetRef())] = a.GetCompleteBy().AsTime()
+		if hb := a.GetHeartbeatTimeout(); hb != nil {
+			conn.beats[refKey(a.GetRef())] = &beat{ref: a.GetRef(), timeout: hb.AsDuration(), last: d.s.opts.clock.Now()}
+		}
 		conn.sendAssignment(a)
 	case errors.Is(err, taskstate.ErrNotDue):
 		it.claiming = false
@@ -254,12 +257,22 @@ func isLostClaim(err error) bool {
 }
 
 // releaseExpired frees agent capacity held by attempts whose complete-by
-// passed: by the protocol their agents have stopped working on them.
+// passed (by the protocol their agents have stopped working on them), and
+// expires attempts whose agent missed a heartbeat.
 func (d *dispatcher) releaseExpired() {
 	d.lock()
-	defer d.unlock()
-	if d.agents.releaseExpired(d.s.opts.clock.Now()) {
+	now := d.s.opts.clock.Now()
+	if d.agents.releaseExpired(now) {
 		d.poke()
+	}
+	missed := d.agents.missedBeats(now)
+	d.unlock()
+	for _, b := range missed {
+		d.s.work.Add(1)
+		go func() {
+			defer d.s.work.Done()
+			d.s.expireNow(b.ref)
+		}()
 	}
 }
 

@@ -126,3 +126,16 @@ func (d *dispatcher) releaseRef(agentID string, ref *reevev1.StepRef) {
 		d.poke()
 	}
 }
+
+// expireNow moves the complete-by of an attempt whose agent missed its
+// heartbeat to now: the supervisor then recovers it like any expired attempt.
+func (s *Server) expireNow(ref *reevev1.StepRef) {
+	ctx, cancel := context.WithTimeout(s.base, 10*time.Second)
+	defer cancel()
+	_, _, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
+		return taskstate.ExpireNow(t, ref.GetStep(), ref.GetAttempt(), "scheduler/"+s.opts.id, s.opts.clock.Now())
+	})
+	if err != nil && !errors.Is(err, taskstate.ErrStale) {
+		s.log.Warn("expire attempt after missed heartbeat", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
+	}
+}

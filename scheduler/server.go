@@ -26,10 +26,12 @@ import (
 	"github.com/reeve-org/reeve/internal/store"
 )
 
-// Server implements reeve.v1.SchedulerService and reeve.v1.AgentService.
+// Server implements reeve.v1.SchedulerService, reeve.v1.AgentService and
+// reeve.v1.SupervisorService.
 type Server struct {
 	reevev1.UnimplementedSchedulerServiceServer
 	reevev1.UnimplementedAgentServiceServer
+	reevev1.UnimplementedSupervisorServiceServer
 
 	opts  options
 	store *store.Store
@@ -72,6 +74,7 @@ func (s *Server) ID() string { return s.opts.id }
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	reevev1.RegisterSchedulerServiceServer(g, s)
 	reevev1.RegisterAgentServiceServer(g, s)
+	reevev1.RegisterSupervisorServiceServer(g, s)
 }
 
 // Run dispatches work until ctx ends, then shuts down in order:

@@ -17,6 +17,7 @@ import (
 //	                                            empty: dispatched executions by deadline (unix ns)
 //	states/<ns>/<TASK_STATE_X>/<task-id>        empty: tasks by state
 //	ended/<end-time:%020d>/<ns>/<task-id>       state name: terminal tasks by end time, for retention
+//	alerts/<ns>/<alert-id>                      reeve.v1.Alert, written with the record when a task fails
 //	agents/<ns>/<agent-id>                      AgentRecord, under the scheduler's lease
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
 //	supervisor/election/...                     concurrency.Election of the supervisors
@@ -31,6 +32,7 @@ func (k keys) readyPrefix() string          { return k.prefix + "ready/" }
 func (k keys) deadlinePrefix() string       { return k.prefix + "deadlines/" }
 func (k keys) endedPrefix() string          { return k.prefix + "ended/" }
 func (k keys) agent(ns, id string) string   { return k.prefix + "agents/" + ns + "/" + id }
+func (k keys) alerts(ns string) string      { return k.prefix + "alerts/" + ns + "/" }
 func (k keys) scheduler(id string) string   { return k.prefix + "schedulers/" + id }
 func (k keys) election() string             { return k.prefix + "supervisor/election" }
 func (k keys) stateOf(ns, st string) string { return k.prefix + "states/" + ns + "/" + st + "/" }

@@ -94,6 +94,7 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 			return nil, nil, err
 		}
 		ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(cur.Record, next)...)
+		ops = append(ops, s.alertOps(cur.Record.GetTask(), next.GetTask())...)
 		cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", cur.Revision)}, fences...)
 		octx, cancel := s.opCtx(ctx)
 		resp, err := s.c.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()

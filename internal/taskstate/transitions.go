@@ -134,23 +134,6 @@ func Fail(t *reevev1.Task, ref *reevev1.StepRef, agentID string, stepErr *reevev
 	return nil
 }
 
-// Expire records that the execution (name, attempt) passed its complete-by
-// without a result. It counts as a retryable failure.
-func Expire(t *reevev1.Task, name string, attempt int32, actor string, now time.Time) error {
-	if TerminalTask(t.GetState()) {
-		return ErrTerminal
-	}
-	s := FindStep(t, name)
-	if s == nil {
-		return ErrUnknownStep
-	}
-	if !Dispatched(s) || s.GetAttempt() != attempt {
-		return ErrStale
-	}
-	failAttempt(t, s, &reevev1.StepError{Code: "deadline_exceeded", Message: "no result before complete-by " + s.GetCompleteBy().AsTime().UTC().Format(time.RFC3339Nano)}, actor, now)
-	return nil
-}
-
 // Cancel ends a non-terminal task: running executions are canceled (their
 // agents are told through Revoked), steps never started are skipped.
 func Cancel(t *reevev1.Task, reason, actor string, now time.Time) error {
@@ -208,7 +191,6 @@ func escalate(t *reevev1.Task, s *reevev1.Step, spec *reevev1.StepSpec, actor st
 	}
 	switch workflow.EffectiveEscalation(spec) {
 	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
-		s.FailureCount = 0
 		requeue(s, now, workflow.EscalationWait(spec))
 		addHistory(t, now, "step.escalated", s.GetName(), s.GetAttempt(), actor, "wait_then_retry until "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 	case reevev1.Escalation_ESCALATION_COMPENSATE:
@@ -328,6 +310,7 @@ func advanceCompensation(t *reevev1.Task, now time.Time) {
 				continue
 			}
 			s.State = reevev1.StepState_STEP_STATE_COMPENSATING
+			s.Compensation = true
 			s.FailureCount = 0
 			s.LastError = nil
 			s.EndTime = nil

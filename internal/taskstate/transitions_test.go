@@ -95,8 +95,14 @@ func TestRefusals(t *testing.T) {
 			return taskstate.Claim(task, ref.Step, ref.Attempt, "s2", "b", t0)
 		}, taskstate.ErrNotQueued},
 		{"expire other attempt", func(task *reevev1.Task, ref *reevev1.StepRef) error {
-			return taskstate.Expire(task, ref.Step, ref.Attempt+1, "supervisor/x", t0)
+			return taskstate.RetryExpired(task, ref.Step, ref.Attempt+1, 0, "supervisor/x", t0.Add(time.Hour))
 		}, taskstate.ErrStale},
+		{"expire before complete-by", func(task *reevev1.Task, ref *reevev1.StepRef) error {
+			return taskstate.FailExpired(task, ref.Step, ref.Attempt, "", "supervisor/x", t0)
+		}, taskstate.ErrNotExpired},
+		{"operator retry of a running step", func(task *reevev1.Task, ref *reevev1.StepRef) error {
+			return taskstate.RetryFailed(task, ref.Step, 0, "", "operator", t0)
+		}, taskstate.ErrNotFailed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,11 +133,14 @@ func TestRetryBacksOffThenEscalates(t *testing.T) {
 		t.Fatalf("claim during backoff: %v, want ErrNotDue", err)
 	}
 	ref = run(t, task, "reserve", t0.Add(time.Second))
-	if err := taskstate.Expire(task, "reserve", ref.GetAttempt(), "supervisor/x", t0.Add(time.Minute)); err != nil {
+	// The second failure (an expiry) exhausts max_attempts 2: reserve
+	// escalates with the default, fail.
+	if action, _ := taskstate.Decide(task, s); action != taskstate.ActionFail {
+		t.Fatalf("decision %v, want fail", action)
+	}
+	if err := taskstate.FailExpired(task, "reserve", ref.GetAttempt(), "", "supervisor/x", t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	// Two failures exhaust max_attempts 2; reserve escalates with the
-	// default, fail.
 	if task.GetState() != reevev1.TaskState_TASK_STATE_FAILED || s.GetState() != reevev1.StepState_STEP_STATE_FAILED {
 		t.Fatalf("task %v step %v, want FAILED", task.GetState(), s.GetState())
 	}
@@ -220,8 +229,8 @@ func TestWaitThenRetryStartsANewRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := taskstate.FindStep(task, "reserve")
-	if !taskstate.Queued(s) || s.GetFailureCount() != 0 || !s.GetNotBefore().AsTime().Equal(t0.Add(time.Hour)) || task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING {
-		t.Fatalf("step %v task %v, want a new round queued after an hour", s, task.GetState())
+	if !taskstate.Queued(s) || s.GetFailureCount() != 1 || !s.GetNotBefore().AsTime().Equal(t0.Add(time.Hour)) || task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING {
+		t.Fatalf("step %v task %v, want the next attempt queued after an hour", s, task.GetState())
 	}
 }
 

@@ -342,8 +342,11 @@ type Step struct {
 	LastError *StepError `protobuf:"bytes,14,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// Same across attempts: pass it to remote services to make retries safe.
 	IdempotencyKey string `protobuf:"bytes,15,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// True once the step's compensation started: the execution fields then
+	// describe the compensation, and a FAILED state means it failed.
+	Compensation  bool `protobuf:"varint,16,opt,name=compensation,proto3" json:"compensation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
@@ -479,6 +482,13 @@ func (x *Step) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *Step) GetCompensation() bool {
+	if x != nil {
+		return x.Compensation
+	}
+	return false
 }
 
 // StepError is an error reported by an agent, or by the system for a step.
@@ -653,7 +663,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x120\n" +
 	"\ahistory\x18\v \x03(\v2\x16.reeve.v1.HistoryEventR\ahistory\x12'\n" +
-	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\"\xa2\x05\n" +
+	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\"\xc6\x05\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
@@ -675,7 +685,8 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x06output\x18\r \x01(\v2\x16.google.protobuf.ValueR\x06output\x122\n" +
 	"\n" +
 	"last_error\x18\x0e \x01(\v2\x13.reeve.v1.StepErrorR\tlastError\x12'\n" +
-	"\x0fidempotency_key\x18\x0f \x01(\tR\x0eidempotencyKey\"^\n" +
+	"\x0fidempotency_key\x18\x0f \x01(\tR\x0eidempotencyKey\x12\"\n" +
+	"\fcompensation\x18\x10 \x01(\bR\fcompensation\"^\n" +
 	"\tStepError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +

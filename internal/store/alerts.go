@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// alertOps returns the write of a new alert when an update makes a task
+// FAILED, so that the alert is durable exactly when the failure is.
+func (s *Store) alertOps(before, after *reevev1.Task) []clientv3.Op {
+	if after.GetState() != reevev1.TaskState_TASK_STATE_FAILED || before.GetState() == reevev1.TaskState_TASK_STATE_FAILED {
+		return nil
+	}
+	at := after.GetEndTime().AsTime()
+	a := &reevev1.Alert{
+		Namespace:  after.GetNamespace(),
+		Id:         fmt.Sprintf("%020d-%s", at.UnixNano(), after.GetId()),
+		TaskId:     after.GetId(),
+		Step:       failedStep(after),
+		Reason:     after.GetReason(),
+		CreateTime: after.GetEndTime(),
+	}
+	val, err := marshal(a)
+	if err != nil {
+		panic(err) // a well-formed message always marshals
+	}
+	return []clientv3.Op{clientv3.OpPut(s.k.alerts(a.GetNamespace())+a.GetId(), val)}
+}
+
+// failedStep is the step that failed last, if any.
+func failedStep(t *reevev1.Task) string {
+	name := ""
+	var last time.Time
+	for _, st := range t.GetSteps() {
+		if st.GetState() == reevev1.StepState_STEP_STATE_FAILED && !st.GetEndTime().AsTime().Before(last) {
+			name, last = st.GetName(), st.GetEndTime().AsTime()
+		}
+	}
+	return name
+}
+
+// ListAlerts returns up to limit alerts of a namespace, oldest first,
+// starting after the alert id `after`.
+func (s *Store) ListAlerts(ctx context.Context, ns string, includeAcked bool, after string, limit int) (alerts []*reevev1.Alert, more bool, err error) {
+	prefix := s.k.alerts(ns)
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	start := rangeStart(prefix, after)
+	for {
+		resp, err := s.c.Get(octx, start, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithLimit(int64(limit+1)))
+		if err != nil {
+			return nil, false, etcdErr(ctx, "list alerts", err)
+		}
+		for _, kv := range resp.Kvs {
+			a, err := unmarshalAlert(kv)
+			if err != nil {
+				return nil, false, err
+			}
+			if a.GetAcknowledged() && !includeAcked {
+				continue
+			}
+			if len(alerts) == limit {
+				return alerts, true, nil
+			}
+			alerts = append(alerts, a)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return alerts, false, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// AckAlert marks an alert acknowledged by `by`.
+func (s *Store) AckAlert(ctx context.Context, ns, id, by string, now time.Time) (*reevev1.Alert, error) {
+	key := s.k.alerts(ns) + id
+	for range maxUpdateRetries {
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.c.Get(octx, key)
+		cancel()
+		if err != nil {
+			return nil, etcdErr(ctx, "ack alert", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, notFound("alert %q in namespace %q", id, ns)
+		}
+		a, err := unmarshalAlert(resp.Kvs[0])
+		if err != nil {
+			return nil, err
+		}
+		if a.GetAcknowledged() {
+			return a, nil
+		}
+		a.Acknowledged, a.AcknowledgedBy, a.AckTime = true, by, timestamppb.New(now)
+		val, err := marshal(a)
+		if err != nil {
+			return nil, err
+		}
+		octx, cancel = s.opCtx(ctx)
+		tr, err := s.c.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpPut(key, val)).Commit()
+		cancel()
+		if err != nil {
+			return nil, etcdErr(ctx, "ack alert", err)
+		}
+		if tr.Succeeded {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("ack alert %s: %w", id, ErrConflict)
+}
+
+// WatchAlerts calls fn with every unacknowledged alert of a namespace, then
+// with every alert written later, until ctx ends or fn returns an error.
+func (s *Store) WatchAlerts(ctx context.Context, ns string, fn func(*reevev1.Alert) error) error {
+	prefix := s.k.alerts(ns)
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.c.Get(octx, prefix, clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return etcdErr(ctx, "watch alerts", err)
+	}
+	for _, kv := range resp.Kvs {
+		a, err := unmarshalAlert(kv)
+		if err != nil {
+			return err
+		}
+		if !a.GetAcknowledged() {
+			if err := fn(a); err != nil {
+				return err
+			}
+		}
+	}
+	rev := resp.Header.Revision
+	for ctx.Err() == nil {
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range s.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if wr.Err() != nil {
+				break // resume from the last revision seen
+			}
+			for _, ev := range wr.Events {
+				rev = ev.Kv.ModRevision
+				if ev.Type != mvccpb.PUT {
+					continue
+				}
+				a, err := unmarshalAlert(ev.Kv)
+				if err != nil {
+					wcancel()
+					return err
+				}
+				if err := fn(a); err != nil {
+					wcancel()
+					return err
+				}
+			}
+		}
+		wcancel()
+	}
+	return ctx.Err()
+}
+
+func unmarshalAlert(kv *mvccpb.KeyValue) (*reevev1.Alert, error) {
+	a := &reevev1.Alert{}
+	if err := proto.Unmarshal(kv.Value, a); err != nil {
+		return nil, fmt.Errorf("store: decode %s: %w", strings.TrimSpace(string(kv.Key)), err)
+	}
+	return a, nil
+}
