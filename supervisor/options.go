@@ -1,0 +1,63 @@
+package supervisor
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+)
+
+type options struct {
+	id         string
+	prefix     string
+	tick       time.Duration
+	sessionTTL int
+	batch      int
+	log        *slog.Logger
+	clock      clockwork.Clock
+}
+
+func defaultOptions() options {
+	host, _ := os.Hostname()
+	return options{
+		id:         fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
+		prefix:     "/reeve/",
+		tick:       time.Second,
+		sessionTTL: 10,
+		batch:      1000,
+		log:        slog.Default(),
+		clock:      clockwork.NewRealClock(),
+	}
+}
+
+// Option configures a Supervisor.
+type Option func(*options)
+
+// WithID sets the supervisor's id, recorded in task histories as
+// supervisor/<id>; default "<hostname>-<random>".
+func WithID(id string) Option { return func(o *options) { o.id = id } }
+
+// WithPrefix sets the etcd key prefix; default "/reeve/". It must match the
+// schedulers'.
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithTick sets how often the leader looks for expired executions; default 1s.
+// Detection latency is at most one tick after a complete-by.
+func WithTick(d time.Duration) Option { return func(o *options) { o.tick = d } }
+
+// WithSessionTTL sets the TTL, in seconds, of the etcd session that holds
+// leadership; default 10 (etcd's minimum is about 2). A crashed leader is
+// replaced within about this long.
+func WithSessionTTL(seconds int) Option { return func(o *options) { o.sessionTTL = seconds } }
+
+// WithBatch bounds the expired executions handled per tick; default 1000.
+func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
+
+// WithLogger sets the logger; default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithClock sets the clock, for tests; default the real clock.
+func WithClock(c clockwork.Clock) Option { return func(o *options) { o.clock = c } }
