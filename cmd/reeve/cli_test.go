@@ -19,7 +19,8 @@ import (
 // demoEnv starts etcd, a scheduler with the demo workflows and a demo agent.
 func demoEnv(t *testing.T) string {
 	t.Helper()
-	s := testenv.New(t).StartScheduler("")
+	env := testenv.New(t)
+	s := env.StartScheduler("")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, w := range demo.Workflows() {
@@ -27,6 +28,7 @@ func demoEnv(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
+	env.StartSupervisor([]*testenv.Scheduler{s})
 	a, err := agentsdk.New([]string{s.Addr}, agentsdk.WithLogger(testenv.Logger()))
 	if err != nil {
 		t.Fatal(err)
@@ -184,5 +186,65 @@ func TestParseTaskFile(t *testing.T) {
 		if st, err := parseTaskState(s); err != nil || st != reevev1.TaskState_TASK_STATE_RUNNING {
 			t.Fatalf("parseTaskState(%q) = %v, %v", s, st, err)
 		}
+	}
+}
+
+func TestTimeoutDemoIsRetriedBySupervisor(t *testing.T) {
+	addr := demoEnv(t)
+	code, out, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.timeout", "--wait", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var task struct {
+		State string
+		Steps []struct {
+			Attempt      int
+			FailureCount int
+		}
+		History []struct{ Kind, Actor string }
+	}
+	if err := json.Unmarshal([]byte(out), &task); err != nil {
+		t.Fatal(err)
+	}
+	expiredBySupervisor := false
+	for _, h := range task.History {
+		expiredBySupervisor = expiredBySupervisor || h.Kind == "step.expired" && strings.HasPrefix(h.Actor, "supervisor/")
+	}
+	if task.State != "TASK_STATE_SUCCEEDED" || task.Steps[0].Attempt != 2 || task.Steps[0].FailureCount != 1 || !expiredBySupervisor {
+		t.Fatalf("task %+v, want SUCCEEDED at attempt 2 with failure count 1 after a supervisor expiry", task)
+	}
+}
+
+func TestOperatorAlertsAndRetry(t *testing.T) {
+	addr := demoEnv(t)
+	wf := filepath.Join(t.TempDir(), "fragile.json")
+	// inventory.release succeeds, shipping.ship_fail fails permanently with
+	// the default escalation: fail.
+	def := `{"name":"fragile","steps":[{"name":"reserve","type":"inventory.reserve"},{"name":"ship","type":"shipping.ship_fail","dependsOn":["reserve"]}]}`
+	if err := os.WriteFile(wf, []byte(def), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := reeve(t, addr, "task", "submit", "-f", wf, "--id", "fr-1", "--wait"); code != 0 || !strings.Contains(out, "STATE:      FAILED") {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	code, out, _ := reeve(t, addr, "alerts", "list", "-o", "json")
+	var alerts struct {
+		Alerts []struct{ ID, TaskID, Step string }
+	}
+	if err := json.Unmarshal([]byte(out), &alerts); code != 0 || err != nil || len(alerts.Alerts) != 1 || alerts.Alerts[0].TaskID != "fr-1" || alerts.Alerts[0].Step != "ship" {
+		t.Fatalf("alerts list (exit %d): %s", code, out)
+	}
+	if code, out, errOut := reeve(t, addr, "alerts", "ack", alerts.Alerts[0].ID, "--by", "ops"); code != 0 || !strings.Contains(out, "by ops") {
+		t.Fatalf("ack exit %d: %s %s", code, out, errOut)
+	}
+	if _, out, _ := reeve(t, addr, "alerts", "list"); strings.Contains(out, "fr-1") {
+		t.Fatalf("acknowledged alert still listed:\n%s", out)
+	}
+	// The operator retries the failed step (it fails again: a new alert).
+	if code, out, errOut := reeve(t, addr, "task", "retry", "fr-1", "ship", "--reason", "carrier says try again"); code != 0 || !strings.Contains(out, "step.retried_by_operator") {
+		t.Fatalf("retry exit %d: %s %s", code, out, errOut)
+	}
+	if code, out, _ := reeve(t, addr, "task", "compensate", "fr-1"); code != 0 || !strings.Contains(out, "STATE:      COMPENSAT") {
+		t.Fatalf("compensate exit %d: %s", code, out)
 	}
 }

@@ -9,12 +9,30 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
-// dial connects to the scheduler at g.address. All connection options live
-// here.
-func (g *globals) dial() (reevev1.SchedulerServiceClient, func(), error) {
+// connect opens a connection to the scheduler at g.address. All connection
+// options live here.
+func (g *globals) connect() (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient(g.address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, nil, fmt.Errorf("--address %q: %w", g.address, err)
+		return nil, fmt.Errorf("--address %q: %w", g.address, err)
+	}
+	return cc, nil
+}
+
+// dial returns a client of the scheduler's client API.
+func (g *globals) dial() (reevev1.SchedulerServiceClient, func(), error) {
+	cc, err := g.connect()
+	if err != nil {
+		return nil, nil, err
 	}
 	return reevev1.NewSchedulerServiceClient(cc), func() { _ = cc.Close() }, nil
+}
+
+// dialOperator returns a client of the operator API (recovery and alerts).
+func (g *globals) dialOperator() (reevev1.SupervisorServiceClient, func(), error) {
+	cc, err := g.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	return reevev1.NewSupervisorServiceClient(cc), func() { _ = cc.Close() }, nil
 }

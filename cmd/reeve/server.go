@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -26,11 +27,12 @@ import (
 	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/scheduler"
+	"github.com/reeve-org/reeve/supervisor"
 )
 
 // serverCommands are the commands that run Reeve's processes.
 func serverCommands() []*cobra.Command {
-	return []*cobra.Command{newDevCmd(), newSchedulerCmd()}
+	return []*cobra.Command{newDevCmd(), newSchedulerCmd(), newSupervisorCmd()}
 }
 
 // logFlags are the logging flags every server command has.
@@ -60,6 +62,7 @@ func newDevCmd() *cobra.Command {
 	var (
 		dataDir, listen, etcdListen string
 		withDemo                    bool
+		tick                        time.Duration
 		logs                        logFlags
 	)
 	cmd := &cobra.Command{
@@ -92,7 +95,10 @@ and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
 			cli := etcd.Client()
 
 			return serve(ctx, log, cli, listen, func(ctx context.Context, srv *scheduler.Server, addr string) error {
-				fmt.Fprintf(cmd.OutOrStdout(), "reeve dev: scheduler on %s, etcd on %s, data in %s\n", addr, strings.Join(etcd.Endpoints(), ","), dataDir)
+				fmt.Fprintf(cmd.OutOrStdout(), "reeve dev: scheduler and supervisor on %s, etcd on %s, data in %s\n", addr, strings.Join(etcd.Endpoints(), ","), dataDir)
+				if err := startSupervisor(ctx, log, cli, []string{addr}, supervisor.WithTick(tick)); err != nil {
+					return err
+				}
 				if !withDemo {
 					return nil
 				}
@@ -104,8 +110,35 @@ and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address the scheduler's gRPC API listens on")
 	cmd.Flags().StringVar(&etcdListen, "etcd-listen", "127.0.0.1:0", "address of the embedded etcd's client API (for etcdctl); port 0 picks a free one")
 	cmd.Flags().BoolVar(&withDemo, "demo", false, "register the demo workflows and run demo agents")
+	cmd.Flags().DurationVar(&tick, "supervisor-tick", time.Second, "how often the supervisor looks for expired steps")
 	logs.register(cmd)
 	return cmd
+}
+
+// startSupervisor runs a supervisor acting through the schedulers at addrs
+// until ctx ends.
+func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, addrs []string, opts ...supervisor.Option) error {
+	var clients []reevev1.SupervisorServiceClient
+	var conns []*grpc.ClientConn
+	for _, a := range addrs {
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("scheduler address %q: %w", a, err)
+		}
+		conns = append(conns, cc)
+		clients = append(clients, reevev1.NewSupervisorServiceClient(cc))
+	}
+	sup, err := supervisor.New(cli, clients, append([]supervisor.Option{supervisor.WithLogger(log.With("component", "supervisor"))}, opts...)...)
+	if err != nil {
+		return err
+	}
+	go func() {
+		_ = sup.Run(ctx)
+		for _, cc := range conns {
+			_ = cc.Close()
+		}
+	}()
+	return nil
 }
 
 // startDemo registers the demo workflows and runs demo agents against the
@@ -149,7 +182,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 				return usageError{err}
 			}
 			if len(endpoints) == 0 {
-				return usageError{fmt.Errorf("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")}
+				return usagef("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -168,17 +201,75 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			}, opts...)
 		},
 	}
-	defEndpoints := []string{}
-	if v := os.Getenv("REEVE_ETCD_ENDPOINTS"); v != "" {
-		defEndpoints = strings.Split(v, ",")
-	}
-	cmd.Flags().StringSliceVar(&endpoints, "etcd-endpoints", defEndpoints, "etcd client URLs, comma-separated (env REEVE_ETCD_ENDPOINTS)")
+	cmd.Flags().StringSliceVar(&endpoints, "etcd-endpoints", envList("REEVE_ETCD_ENDPOINTS"), "etcd client URLs, comma-separated (env REEVE_ETCD_ENDPOINTS)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address the gRPC API listens on")
 	cmd.Flags().StringVar(&id, "id", "", "scheduler instance id, unique among schedulers (default <hostname>-<random>)")
 	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix")
 	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept")
 	logs.register(cmd)
 	return cmd
+}
+
+func newSupervisorCmd() *cobra.Command {
+	var (
+		endpoints, schedulers []string
+		id, prefix            string
+		tick                  time.Duration
+		ttl                   int
+		logs                  logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "supervisor",
+		Short: "Run a supervisor: recovers steps whose complete-by passed",
+		Long: `supervisor campaigns in an etcd election with the other supervisors; the
+leader looks for step executions whose complete-by passed every --tick and
+asks a scheduler (any of --schedulers) to retry them, compensate their task, or
+fail it and raise an operator alert. Run two or more for availability.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(cmd)
+			if err != nil {
+				return usageError{err}
+			}
+			if len(endpoints) == 0 {
+				return usagef("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")
+			}
+			if len(schedulers) == 0 {
+				return usagef("--schedulers: required (or REEVE_SCHEDULERS)")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				return fmt.Errorf("etcd client: %w", err)
+			}
+			defer cli.Close()
+			opts := []supervisor.Option{supervisor.WithPrefix(prefix), supervisor.WithTick(tick), supervisor.WithSessionTTL(ttl)}
+			if id != "" {
+				opts = append(opts, supervisor.WithID(id))
+			}
+			if err := startSupervisor(ctx, log, cli, schedulers, opts...); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&endpoints, "etcd-endpoints", envList("REEVE_ETCD_ENDPOINTS"), "etcd client URLs, comma-separated (env REEVE_ETCD_ENDPOINTS)")
+	cmd.Flags().StringSliceVar(&schedulers, "schedulers", envList("REEVE_SCHEDULERS"), "scheduler addresses, comma-separated (env REEVE_SCHEDULERS)")
+	cmd.Flags().StringVar(&id, "id", "", "supervisor id, recorded in task histories (default <hostname>-<random>)")
+	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix (same as the schedulers')")
+	cmd.Flags().DurationVar(&tick, "tick", time.Second, "how often the leader looks for expired steps")
+	cmd.Flags().IntVar(&ttl, "session-ttl", 10, "seconds before a dead leader's leadership lapses")
+	logs.register(cmd)
+	return cmd
+}
+
+func envList(key string) []string {
+	if v := os.Getenv(key); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
 }
 
 // serve runs a scheduler on listen until ctx ends, then shuts down in order:

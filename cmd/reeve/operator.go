@@ -1,0 +1,189 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// newTaskRetryCmd is the operator's retry of a FAILED step.
+func newTaskRetryCmd(g *globals) *cobra.Command {
+	var (
+		reason  string
+		attempt int32
+	)
+	cmd := &cobra.Command{
+		Use:   "retry ID STEP [--reason TEXT]",
+		Short: "Retry a FAILED step (failure count reset); the task resumes",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeConn, err := g.dialOperator()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			resp, err := c.RetryStep(ctx, &reevev1.RetryStepRequest{Namespace: g.namespace, TaskId: args[0], Step: args[1], Attempt: attempt, Reason: reason})
+			if err != nil {
+				return err
+			}
+			return g.printTask(cmd.OutOrStdout(), resp.GetTask())
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
+	cmd.Flags().Int32Var(&attempt, "attempt", 0, "only if the step is still at this attempt (default: any)")
+	return cmd
+}
+
+// newTaskCompensateCmd is the operator's request to undo a task.
+func newTaskCompensateCmd(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "compensate ID [--reason TEXT]",
+		Short: "Undo a running or failed task: compensate its succeeded steps in reverse order",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeConn, err := g.dialOperator()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			resp, err := c.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason})
+			if err != nil {
+				return err
+			}
+			return g.printTask(cmd.OutOrStdout(), resp.GetTask())
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
+	return cmd
+}
+
+func newAlertsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "alerts", Short: "Operator alerts: tasks that failed and need a human"}
+	cmd.AddCommand(newAlertsListCmd(g), newAlertsWatchCmd(g), newAlertsAckCmd(g))
+	return cmd
+}
+
+func newAlertsListCmd(g *globals) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "list [--all]",
+		Short: "List unacknowledged alerts (--all: acknowledged ones too)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, closeConn, err := g.dialOperator()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			resp := &reevev1.ListAlertsResponse{}
+			token := ""
+			for {
+				ctx, cancel := g.requestCtx(cmd.Context())
+				page, err := c.ListAlerts(ctx, &reevev1.ListAlertsRequest{Namespace: g.namespace, IncludeAcknowledged: all, PageToken: token})
+				cancel()
+				if err != nil {
+					return err
+				}
+				resp.Alerts = append(resp.Alerts, page.GetAlerts()...)
+				if token = page.GetNextPageToken(); token == "" {
+					break
+				}
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			return printAlerts(cmd.OutOrStdout(), resp.GetAlerts())
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "include acknowledged alerts")
+	return cmd
+}
+
+func newAlertsWatchCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "watch",
+		Short: "Print unacknowledged alerts, then every new alert as it is raised (Ctrl-C to stop)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, closeConn, err := g.dialOperator()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			stream, err := c.WatchAlerts(cmd.Context(), &reevev1.WatchAlertsRequest{Namespace: g.namespace})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			for {
+				resp, err := stream.Recv()
+				if cmd.Context().Err() != nil || errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					err = printJSONLine(out, resp.GetAlert())
+				} else {
+					a := resp.GetAlert()
+					_, err = fmt.Fprintf(out, "%s  %s  task %s  step %s  %s\n", ts(a.GetCreateTime()), a.GetId(), a.GetTaskId(), orDash(a.GetStep()), oneLine(a.GetReason()))
+				}
+				if err != nil {
+					return err
+				}
+			}
+		},
+	}
+}
+
+func newAlertsAckCmd(g *globals) *cobra.Command {
+	var by string
+	cmd := &cobra.Command{
+		Use:   "ack ALERT-ID [--by NAME]",
+		Short: "Acknowledge an alert",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeConn, err := g.dialOperator()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			resp, err := c.AckAlert(ctx, &reevev1.AckAlertRequest{Namespace: g.namespace, AlertId: args[0], AcknowledgedBy: by})
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), resp.GetAlert())
+			}
+			return printAlerts(cmd.OutOrStdout(), []*reevev1.Alert{resp.GetAlert()})
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", "", "who acknowledges (default \"operator\")")
+	return cmd
+}
+
+func printAlerts(w io.Writer, alerts []*reevev1.Alert) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTASK\tSTEP\tCREATED\tACKED\tREASON")
+	for _, a := range alerts {
+		acked := "no"
+		if a.GetAcknowledged() {
+			acked = "by " + a.GetAcknowledgedBy()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.GetId(), a.GetTaskId(), orDash(a.GetStep()), ts(a.GetCreateTime()), acked, oneLine(a.GetReason()))
+	}
+	return tw.Flush()
+}
