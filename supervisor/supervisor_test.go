@@ -319,3 +319,27 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A scheduler dies with its agent mid-step: nobody will deliver the result,
+// so after the complete-by the supervisor (through the surviving scheduler)
+// has the step retried, and the task completes.
+func TestSchedulerKilledMidTaskStillCompletes(t *testing.T) {
+	env := testenv.New(t)
+	s1, s2 := env.StartScheduler(""), env.StartScheduler("")
+	env.StartSupervisor([]*testenv.Scheduler{s1, s2})
+	c := s2.Client(t)
+	onS1 := testenv.ConnectRaw(t, s1.Addr, register("a1", "work"))
+	submit(t, c, "sk", step("a", "work", 300*time.Millisecond), step("b", "work", 10*time.Second, "a"))
+	onS1.NextAssignment(wait)
+	s1.Kill()
+	onS1.Close()
+
+	onS2 := testenv.ConnectRaw(t, s2.Addr, register("a2", "work"))
+	for range 2 {
+		onS2.Succeed(onS2.NextAssignment(wait).GetRef(), nil)
+	}
+	final := testenv.WaitTask(t, c, "default", "sk", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || final.GetSteps()[0].GetAttempt() != 2 {
+		t.Fatalf("task %v, step a at attempt %d; want SUCCEEDED after a retry", final.GetState(), final.GetSteps()[0].GetAttempt())
+	}
+}

@@ -1,0 +1,169 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/reeve-org/reeve/agentsdk"
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/testenv"
+)
+
+// A randomized run: agents succeed, fail, go silent or fail permanently at
+// random, and a scheduler crashes mid-run. At every sampled moment each
+// dispatched step has exactly its deadline key and is not overdue beyond
+// the supervisor's detection window; at the end every task is terminal.
+func TestRandomizedRunNeverStrandsAStep(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	const (
+		tasks   = 40
+		timeout = 300 * time.Millisecond
+		window  = 3 * time.Second // supervisor tick + backoff + a scheduler failover
+	)
+	env := testenv.New(t)
+	s1, s2 := env.StartScheduler(""), env.StartScheduler("")
+	env.StartSupervisor([]*testenv.Scheduler{s1, s2})
+
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed))
+	behave := func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		mu.Lock()
+		p := rng.IntN(100)
+		mu.Unlock()
+		switch {
+		case p < 12:
+			<-ctx.Done() // silent: the complete-by passes
+			return nil, ctx.Err()
+		case p < 25:
+			return nil, errors.New("transient")
+		case p < 28:
+			return nil, agentsdk.Permanent(errors.New("permanent"))
+		}
+		return map[string]int{"attempt": st.Attempt}, nil
+	}
+	for i := range 3 {
+		a, err := agentsdk.New([]string{s1.Addr, s2.Addr}, agentsdk.WithLogger(testenv.Logger()), agentsdk.WithAgentID(fmt.Sprintf("agent-%d", i)),
+			agentsdk.WithReconnectBackoff(10*time.Millisecond, 100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, typ := range []string{"a", "b", "c", "undo"} {
+			a.Handle(typ, behave)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = a.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+
+	spec := func(name, typ string, deps ...string) *reevev1.StepSpec {
+		return &reevev1.StepSpec{Name: name, Type: typ, DependsOn: deps, Timeout: durationpb.New(timeout),
+			RetryPolicy:  &reevev1.RetryPolicy{MaxAttempts: 4, InitialBackoff: durationpb.New(50 * time.Millisecond)},
+			Compensation: &reevev1.CompensationSpec{Type: "undo"},
+			Escalation:   reevev1.Escalation_ESCALATION_COMPENSATE}
+	}
+	c := s2.Client(t)
+	for i := range tasks {
+		submit(t, c, fmt.Sprintf("r%02d", i), spec("a", "a"), spec("b", "b", "a"), spec("c", "c", "a"))
+	}
+
+	etcd := env.Etcd.Client()
+	stop := make(chan struct{})
+	violations := make(chan string, 100)
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			for _, v := range checkDeadlines(etcd, window) {
+				violations <- v
+			}
+		}
+	})
+
+	// Crash a scheduler mid-run: once some tasks finished, others are in flight.
+	waitFor(t, "the first tasks to finish", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := etcd.Get(ctx, "/reeve/ended/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count >= 5
+	})
+	s1.Kill()
+
+	deadline := time.Now().Add(90 * time.Second)
+	for i := range tasks {
+		final := testenv.WaitTask(t, c, "default", fmt.Sprintf("r%02d", i), time.Until(deadline))
+		if !taskstate.TerminalTask(final.GetState()) {
+			t.Fatalf("task r%02d ended the watch in %v", i, final.GetState())
+		}
+	}
+	close(stop)
+	sampler.Wait()
+	close(violations)
+	for v := range violations {
+		t.Errorf("seed %d: %s", seed, v)
+	}
+}
+
+// checkDeadlines reads every task and the deadline index at one revision
+// and reports dispatched steps without their deadline key, stray deadline
+// keys, and steps overdue for longer than window.
+func checkDeadlines(c *clientv3.Client, window time.Duration) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.Txn(ctx).Then(
+		clientv3.OpGet("/reeve/tasks/", clientv3.WithPrefix()),
+		clientv3.OpGet("/reeve/deadlines/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return nil // etcd busy: skip this sample
+	}
+	keys := map[string]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		keys[string(kv.Key)] = true
+	}
+	var out []string
+	now := time.Now()
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+		rec := &storev1.TaskRecord{}
+		if err := proto.Unmarshal(kv.Value, rec); err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		t := rec.GetTask()
+		for _, s := range t.GetSteps() {
+			if !taskstate.Dispatched(s) {
+				continue
+			}
+			by := s.GetCompleteBy().AsTime()
+			key := fmt.Sprintf("/reeve/deadlines/%020d/%s/%s/%s/%d", by.UnixNano(), t.GetNamespace(), t.GetId(), s.GetName(), s.GetAttempt())
+			if !keys[key] {
+				out = append(out, fmt.Sprintf("%s/%s attempt %d is %v without its deadline key", t.GetId(), s.GetName(), s.GetAttempt(), s.GetState()))
+			}
+			delete(keys, key)
+			if overdue := now.Sub(by); overdue > window {
+				out = append(out, fmt.Sprintf("%s/%s attempt %d overdue by %v", t.GetId(), s.GetName(), s.GetAttempt(), overdue))
+			}
+		}
+	}
+	for k := range keys {
+		out = append(out, "deadline key without a dispatched step: "+strings.TrimPrefix(k, "/reeve/deadlines/"))
+	}
+	return out
+}
