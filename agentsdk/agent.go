@@ -45,6 +45,7 @@ type execution struct {
 	canceled   bool
 	result     *reevev1.StepResult
 	lastBeat   time.Time
+	beatEvery  time.Duration // heartbeats are coalesced to one per beatEvery
 }
 
 // New returns an agent for the schedulers at addresses (host:port); it
@@ -167,7 +168,10 @@ func (a *Agent) start(as *reevev1.StepAssignment) {
 	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: ref}}})
 	completeBy := as.GetCompleteBy().AsTime()
 	ctx, cancel := context.WithDeadline(a.base, completeBy)
-	ex := &execution{ref: ref, completeBy: completeBy, cancel: cancel, lastBeat: time.Now()}
+	ex := &execution{ref: ref, completeBy: completeBy, cancel: cancel, beatEvery: time.Second}
+	if hb := as.GetHeartbeatTimeout().AsDuration(); hb > 0 {
+		ex.beatEvery = min(ex.beatEvery, hb/3)
+	}
 	a.running[key] = ex
 	step := &Step{
 		Namespace: ref.GetNamespace(), TaskID: ref.GetTaskId(), Name: ref.GetStep(), Type: as.GetType(),
@@ -290,7 +294,7 @@ func (a *Agent) heartbeat(ref *reevev1.StepRef) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ex := a.running[refKey(ref)]
-	if ex == nil || time.Since(ex.lastBeat) < time.Second {
+	if ex == nil || time.Since(ex.lastBeat) < ex.beatEvery {
 		return
 	}
 	ex.lastBeat = time.Now()

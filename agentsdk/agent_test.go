@@ -307,3 +307,30 @@ func TestRefusedRegistrationIsFatal(t *testing.T) {
 		t.Fatalf("Run returned %v, want the InvalidArgument refusal", err)
 	}
 }
+
+// A handler that heartbeats keeps a long step alive past its heartbeat
+// timeout; the scheduler's liveness check and the supervisor leave it alone.
+func TestHeartbeatKeepsLongStepAlive(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	env.StartSupervisor([]*testenv.Scheduler{s})
+	a := newAgent(t, []string{s.Addr})
+	a.Handle("long", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		for range 10 { // 1s of work, five heartbeat timeouts
+			if err := st.Heartbeat(ctx); err != nil {
+				return nil, err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return "done", nil
+	})
+	runAgent(t, a)
+	c := s.Client(t)
+	long := spec("x", "long", time.Minute)
+	long.HeartbeatTimeout = durationpb.New(200 * time.Millisecond)
+	submit(t, c, "hb", long)
+	final := testenv.WaitTask(t, c, "default", "hb", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || final.GetSteps()[0].GetAttempt() != 1 {
+		t.Fatalf("task %v at attempt %d, want SUCCEEDED on attempt 1", final.GetState(), final.GetSteps()[0].GetAttempt())
+	}
+}

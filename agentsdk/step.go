@@ -64,7 +64,8 @@ func (s *Step) DependencyOutput(step string, v any) error {
 
 // Heartbeat tells the scheduler the step is still being worked on. Steps
 // with a heartbeat_timeout must call it at least that often. Calls are
-// coalesced to at most one message a second; it never blocks.
+// coalesced to at most one message per second (per third of the heartbeat
+// timeout, when that is shorter); it never blocks.
 func (s *Step) Heartbeat(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

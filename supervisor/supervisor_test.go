@@ -343,3 +343,48 @@ func TestSchedulerKilledMidTaskStillCompletes(t *testing.T) {
 		t.Fatalf("task %v, step a at attempt %d; want SUCCEEDED after a retry", final.GetState(), final.GetSteps()[0].GetAttempt())
 	}
 }
+
+// An agent that stops heartbeating is treated as expired long before the
+// step's complete-by; heartbeats themselves keep the attempt alive.
+func TestMissedHeartbeatExpiresAttemptEarly(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	env.StartSupervisor([]*testenv.Scheduler{s})
+	c := s.Client(t)
+	agent := testenv.ConnectRaw(t, s.Addr, register("beating", "long"))
+	long := step("x", "long", 30*time.Second)
+	long.HeartbeatTimeout = durationpb.New(400 * time.Millisecond)
+	submit(t, c, "hb", long)
+	first := agent.NextAssignment(wait)
+	if first.GetHeartbeatTimeout().AsDuration() != 400*time.Millisecond {
+		t.Fatalf("assignment heartbeat timeout %v", first.GetHeartbeatTimeout())
+	}
+	beat := func() {
+		agent.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{first.GetRef()}}}})
+	}
+	// Beating for well over the heartbeat timeout keeps attempt 1 alive.
+	for range 8 {
+		beat()
+		time.Sleep(150 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	got, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "hb"})
+	if err != nil || got.GetTask().GetSteps()[0].GetAttempt() != 1 || got.GetTask().GetSteps()[0].GetFailureCount() != 0 {
+		t.Fatalf("while heartbeating: %v %v, want attempt 1 untouched", got.GetTask().GetSteps()[0], err)
+	}
+	// Silence: the attempt expires and is retried within seconds, not 30s.
+	stopped := time.Now()
+	second := agent.NextAssignment(wait)
+	if second.GetRef().GetAttempt() != 2 {
+		t.Fatalf("got %v, want attempt 2", second.GetRef())
+	}
+	if took := time.Since(stopped); took > 5*time.Second {
+		t.Fatalf("missed heartbeat noticed after %v", took)
+	}
+	agent.Succeed(second.GetRef(), nil)
+	final := testenv.WaitTask(t, c, "default", "hb", wait)
+	if h := history(final, "step.heartbeat_missed"); final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || len(h) != 1 {
+		t.Fatalf("task %v, heartbeat history %v", final.GetState(), h)
+	}
+}
