@@ -83,3 +83,7 @@ func (m *Member) Client() *clientv3.Client {
 	m.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// InProcessClient returns a client that talks to the member without a
+// network hop, as `reeve dev` does; valid until the member stops.
+func (m *Member) InProcessClient() *clientv3.Client { return m.srv.Client() }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -213,5 +214,41 @@ func TestSweepEndedRemovesOnlyOldTerminalTasks(t *testing.T) {
 	}
 	if got := keys(t, c, "states/default/TASK_STATE_CANCELED/"); len(got) != 1 {
 		t.Fatalf("state index %v, want only the new task", got)
+	}
+}
+
+// The dispatcher updates a task as soon as the ready-queue watch reports it;
+// the update must find the task even if the member's serializable view lags
+// the watch (a regression found by reeve bench).
+func TestUpdateDrivenByWatchFindsNewTasks(t *testing.T) {
+	s := store.New(etcdtest.New(t).InProcessClient())
+	events := make(chan store.ReadyEvent, 1024)
+	wctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	go func() { _ = s.WatchReady(wctx, events) }()
+	const n = 300
+	go func() {
+		for i := range n {
+			if _, _, err := s.CreateTask(wctx, record(fmt.Sprintf("w%03d", i))); err != nil && wctx.Err() == nil {
+				t.Errorf("create: %v", err)
+			}
+		}
+	}()
+	for claimed := 0; claimed < n; {
+		select {
+		case ev := <-events:
+			if ev.Entry == nil {
+				continue
+			}
+			_, _, err := s.UpdateTask(ctx(t), "default", ev.Entry.GetTaskId(), func(task *reevev1.Task) error {
+				return taskstate.Claim(task, "a", 1, "s1", "agent", t0)
+			})
+			if err != nil {
+				t.Fatalf("claim %s right after its ready event: %v", ev.Entry.GetTaskId(), err)
+			}
+			claimed++
+		case <-time.After(20 * time.Second):
+			t.Fatalf("only %d of %d ready events", claimed, n)
+		}
 	}
 }

@@ -120,11 +120,17 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 }
 
 // getTaskSerializable reads from the local member without a quorum round
-// trip; a stale answer only costs one retry in UpdateTask's compare.
+// trip. A stale record only costs one retry in UpdateTask's compare, but a
+// stale "not found" (the member has not applied the creation yet, though a
+// watch may already have reported it) must not be believed: it is checked
+// with a linearizable read.
 func (s *Store) getTaskSerializable(ctx context.Context, key string) (Versioned, error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	resp, err := s.c.Get(octx, key, clientv3.WithSerializable())
+	if err == nil && len(resp.Kvs) == 0 {
+		resp, err = s.c.Get(octx, key)
+	}
 	if err != nil {
 		return Versioned{}, etcdErr(ctx, "get task", err)
 	}
