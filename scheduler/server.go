@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
@@ -69,6 +70,17 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 
 // ID returns the scheduler instance id.
 func (s *Server) ID() string { return s.opts.id }
+
+// ServerOptions are the gRPC server options a scheduler needs: keepalive
+// enforcement that admits the SDK's pings (every 30s, also without active
+// streams) and server pings that find dead agent connections within 40s.
+// Pass them to grpc.NewServer along with your own.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	}
+}
 
 // Register registers the scheduler's services on g.
 func (s *Server) Register(g grpc.ServiceRegistrar) {

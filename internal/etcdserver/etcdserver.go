@@ -33,6 +33,8 @@ type Config struct {
 	// Fast shortens raft timers and disables fsync. For tests only: a crash
 	// of the machine loses data.
 	Fast bool
+	// UnsafeNoFsync disables fsync only (benchmarks of the CPU path).
+	UnsafeNoFsync bool
 	// LogLevel of etcd's own logger. Default "error".
 	LogLevel string
 	// Logger replaces etcd's own logger when set (tests pass zap.NewNop()).
@@ -76,6 +78,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = retention.String()
+	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	if cfg.Fast {
 		ec.TickMs = 10
 		ec.ElectionMs = 50
@@ -132,3 +135,7 @@ func orDefault(s, def string) string {
 // Client returns a client that talks to this member in process, without a
 // network hop. It is closed by Close.
 func (s *Server) Client() *clientv3.Client { return v3client.New(s.etcd.Server) }
+
+// AppliedIndex is the raft index the member applied: it grows by one for
+// every write (put, txn, delete, lease grant or revoke, compaction).
+func (s *Server) AppliedIndex() uint64 { return s.etcd.Server.AppliedIndex() }

@@ -65,7 +65,7 @@ func (e *Env) StartScheduler(addr string, opts ...scheduler.Option) *Scheduler {
 	if err != nil {
 		e.t.Fatalf("listen: %v", err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(scheduler.ServerOptions()...)
 	srv.Register(g)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Scheduler{Server: srv, Addr: lis.Addr().String(), grpc: g, client: cli, cancel: cancel, done: make(chan struct{})}

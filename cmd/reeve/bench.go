@@ -1,0 +1,74 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reeve-org/reeve/internal/bench"
+)
+
+func newBenchCmd(g *globals) *cobra.Command {
+	var cfg bench.Config
+	cmd := &cobra.Command{
+		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout]",
+		Short: "Measure throughput and latency of no-op tasks end to end",
+		Long: `bench submits --tasks tasks of a no-op workflow (closed loop with --concurrency
+tasks in flight, or open loop at --rate tasks/s), serves them with --agents no-op
+agent connections, and reports completed tasks/s, submit-to-completed latency
+percentiles, queue wait, dispatch latency and etcd writes (raft entries) per
+task. --embedded runs etcd (fsync on) and a scheduler in this process; its CPU
+and peak RSS figures cover the whole process, load generator included. The run
+stops by itself after --tasks or --max-duration.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cfg.Embedded {
+				cfg.Address = g.address
+			}
+			rep, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.output == "json" {
+				b, err := json.Marshal(rep)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(out, string(b))
+				return err
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "mode\t%s\n", rep.Mode)
+			fmt.Fprintf(tw, "workload\t%d tasks × %d steps (%s), concurrency %d, rate %.0f/s, %d agents\n", rep.Tasks, rep.Steps, rep.Shape, rep.Concurrency, rep.Rate, rep.Agents)
+			fmt.Fprintf(tw, "completed\t%d (%d not succeeded) in %.2fs\n", rep.Completed, rep.Failed, rep.DurationSec)
+			fmt.Fprintf(tw, "throughput\t%.0f tasks/s\n", rep.TasksPerSec)
+			fmt.Fprintf(tw, "submit→completed\tp50 %.1f ms  p95 %.1f ms  p99 %.1f ms  max %.1f ms\n", rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs)
+			fmt.Fprintf(tw, "queue wait\tp50 %.2f ms  p99 %.2f ms\n", rep.QueueWaitP50Ms, rep.QueueWaitP99Ms)
+			fmt.Fprintf(tw, "dispatch latency\tp50 %.2f ms  p99 %.2f ms\n", rep.DispatchP50Ms, rep.DispatchP99Ms)
+			fmt.Fprintf(tw, "etcd writes per task\t%.2f\n", rep.EtcdTxnsPerTask)
+			if rep.Mode == "embedded" {
+				fmt.Fprintf(tw, "process CPU\t%.1f s (%.0f µs per task)\n", rep.ProcessCPUSec, rep.ProcessCPUSec/float64(max(1, rep.Completed))*1e6)
+				fmt.Fprintf(tw, "process peak RSS\t%.0f MB\n", rep.ProcessPeakRSSMB)
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&cfg.Embedded, "embedded", false, "run etcd and a scheduler in this process")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "embedded etcd data directory (default: a temporary one)")
+	f.BoolVar(&cfg.NoFsync, "no-fsync", false, "embedded etcd without fsync (measures the CPU path only)")
+	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", envList("REEVE_ETCD_ENDPOINTS"), "etcd of the running target (to see completions and count writes)")
+	f.IntVar(&cfg.Tasks, "tasks", 1000, "tasks to complete")
+	f.IntVar(&cfg.Concurrency, "concurrency", 64, "closed loop: tasks in flight")
+	f.Float64Var(&cfg.Rate, "rate", 0, "open loop: tasks submitted per second (0: closed loop)")
+	f.IntVar(&cfg.Steps, "steps", 1, "steps per task")
+	f.StringVar(&cfg.Shape, "shape", "sequential", "sequential (a chain) or fanout (one root, the rest in parallel)")
+	f.IntVar(&cfg.Agents, "agents", 2, "agent connections")
+	f.IntVar(&cfg.AgentConcurrency, "agent-concurrency", 512, "max concurrent steps per agent")
+	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened")
+	return cmd
+}

@@ -1,0 +1,487 @@
+// Package bench measures Reeve end to end: it submits tasks of a no-op
+// workflow to a scheduler, runs no-op agents for them, and reports
+// throughput, latency percentiles and etcd writes per task. `reeve bench`
+// is its command line.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/reeve-org/reeve/agentsdk"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
+)
+
+// Config describes one run. Zero values take the documented defaults.
+type Config struct {
+	// Embedded starts etcd (fsync on) and a scheduler in this process.
+	Embedded bool
+	// DataDir of the embedded etcd; a temporary directory when empty.
+	DataDir string
+	// NoFsync turns fsync off in the embedded etcd (not what production does).
+	NoFsync bool
+	// Address of a running scheduler (not Embedded).
+	Address string
+	// EtcdEndpoints of the running scheduler's etcd (not Embedded): needed
+	// to see completions and count etcd writes.
+	EtcdEndpoints []string
+	// Tasks to complete; default 1000.
+	Tasks int
+	// Concurrency of the closed loop: tasks in flight; default 64.
+	Concurrency int
+	// Rate, when positive, submits open loop at this many tasks per second.
+	Rate float64
+	// Steps per task; default 1.
+	Steps int
+	// Shape of multi-step workflows: "sequential" (a chain) or "fanout" (one
+	// root, the others depending on it); default sequential.
+	Shape string
+	// Agents is how many agent connections serve the steps; default 2.
+	Agents int
+	// AgentConcurrency is each agent's max concurrent steps; default 512.
+	AgentConcurrency int
+	// MaxDuration bounds the run; default 5m.
+	MaxDuration time.Duration
+	// Log receives progress; default discards.
+	Log *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Tasks <= 0 {
+		c.Tasks = 1000
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 64
+	}
+	if c.Steps <= 0 {
+		c.Steps = 1
+	}
+	if c.Shape == "" {
+		c.Shape = "sequential"
+	}
+	if c.Shape != "sequential" && c.Shape != "fanout" {
+		return fmt.Errorf("shape: want sequential or fanout, got %q", c.Shape)
+	}
+	if c.Agents <= 0 {
+		c.Agents = 2
+	}
+	if c.AgentConcurrency <= 0 {
+		c.AgentConcurrency = 512
+	}
+	if c.MaxDuration <= 0 {
+		c.MaxDuration = 5 * time.Minute
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if !c.Embedded && (c.Address == "" || len(c.EtcdEndpoints) == 0) {
+		return errors.New("a running target needs both an address and etcd endpoints (or use embedded mode)")
+	}
+	return nil
+}
+
+// Report is the outcome of a run. Latencies are in milliseconds.
+type Report struct {
+	Mode             string  `json:"mode"`
+	Tasks            int     `json:"tasks"`
+	Steps            int     `json:"steps"`
+	Shape            string  `json:"shape"`
+	Concurrency      int     `json:"concurrency"`
+	Rate             float64 `json:"rate"`
+	Agents           int     `json:"agents"`
+	Completed        int     `json:"completed"`
+	Failed           int     `json:"failed"`
+	DurationSec      float64 `json:"duration_sec"`
+	TasksPerSec      float64 `json:"tasks_per_sec"`
+	P50Ms            float64 `json:"p50_ms"`
+	P95Ms            float64 `json:"p95_ms"`
+	P99Ms            float64 `json:"p99_ms"`
+	MaxMs            float64 `json:"max_ms"`
+	QueueWaitP50Ms   float64 `json:"queue_wait_p50_ms"`
+	QueueWaitP99Ms   float64 `json:"queue_wait_p99_ms"`
+	DispatchP50Ms    float64 `json:"dispatch_p50_ms"`
+	DispatchP99Ms    float64 `json:"dispatch_p99_ms"`
+	EtcdTxnsPerTask  float64 `json:"etcd_txns_per_task"`
+	ProcessCPUSec    float64 `json:"process_cpu_sec,omitempty"`
+	ProcessPeakRSSMB float64 `json:"process_peak_rss_mb,omitempty"`
+}
+
+// target is a scheduler to load, and how to observe its etcd.
+type target struct {
+	addr    string
+	etcd    *clientv3.Client
+	applied func(context.Context) (uint64, error) // etcd's applied raft index
+	close   func()
+}
+
+// Run performs one bounded run.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
+	defer cancel()
+	var tg *target
+	var err error
+	if cfg.Embedded {
+		tg, err = startEmbedded(ctx, cfg)
+	} else {
+		tg, err = dialTarget(cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer tg.close()
+
+	cc, err := grpc.NewClient(tg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	client := reevev1.NewSchedulerServiceClient(cc)
+	wf := workflow(cfg)
+	if _, err := client.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: wf}); err != nil {
+		return nil, fmt.Errorf("bench: register workflow: %w", err)
+	}
+
+	dispatchLat := &samples{}
+	stopAgents, err := startAgents(cfg, tg.addr, dispatchLat)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAgents()
+
+	done := newCompletions()
+	st := store.New(tg.etcd)
+	rev, err := st.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watching := make(chan error, 1)
+	go func() { watching <- st.WatchEnded(watchCtx, rev, done.finish) }()
+
+	startIndex, err := tg.applied(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cpu0 := cpuSeconds()
+	start := time.Now()
+	latencies, err := load(ctx, cfg, client, wf.GetName(), done)
+	elapsed := time.Since(start)
+	if err != nil {
+		return nil, err
+	}
+	endIndex, err := tg.applied(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cpu := cpuSeconds() - cpu0
+	stopWatch()
+	<-watching
+
+	rep := &Report{
+		Mode: map[bool]string{true: "embedded", false: "remote"}[cfg.Embedded],
+		Tasks: cfg.Tasks, Steps: cfg.Steps, Shape: cfg.Shape, Concurrency: cfg.Concurrency, Rate: cfg.Rate, Agents: cfg.Agents,
+		Completed:       len(latencies),
+		Failed:          done.failedCount(),
+		DurationSec:     elapsed.Seconds(),
+		TasksPerSec:     float64(len(latencies)) / elapsed.Seconds(),
+		EtcdTxnsPerTask: float64(endIndex-startIndex) / float64(max(1, len(latencies))),
+	}
+	rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs = percentiles(latencies)
+	if cfg.Embedded {
+		rep.ProcessCPUSec = cpu
+		rep.ProcessPeakRSSMB = peakRSSMB()
+	}
+	qw, err := queueWaits(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	rep.QueueWaitP50Ms, _, rep.QueueWaitP99Ms, _ = percentiles(qw)
+	rep.DispatchP50Ms, _, rep.DispatchP99Ms, _ = percentiles(dispatchLat.all())
+	return rep, nil
+}
+
+// workflow is the no-op workflow of the run.
+func workflow(cfg Config) *reevev1.Workflow {
+	w := &reevev1.Workflow{Name: fmt.Sprintf("bench.%s.%d", cfg.Shape, cfg.Steps)}
+	for i := range cfg.Steps {
+		s := &reevev1.StepSpec{Name: fmt.Sprintf("s%d", i), Type: "bench.noop", Timeout: durationpb.New(time.Minute)}
+		switch {
+		case i == 0:
+		case cfg.Shape == "fanout":
+			s.DependsOn = []string{"s0"}
+		default:
+			s.DependsOn = []string{fmt.Sprintf("s%d", i-1)}
+		}
+		w.Steps = append(w.Steps, s)
+	}
+	return w
+}
+
+// load submits cfg.Tasks tasks, closed or open loop, and returns the
+// submit-to-completed latency of each completed task.
+func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf string, done *completions) ([]time.Duration, error) {
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		firstErr  error
+		next      atomic.Int64
+		wg        sync.WaitGroup
+	)
+	runID := fmt.Sprintf("%x", time.Now().UnixNano())
+	one := func(i int64) {
+		id := fmt.Sprintf("b-%s-%07d", runID, i)
+		ch := done.expect(id)
+		began := time.Now()
+		_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: wf}}})
+		if err == nil {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				err = fmt.Errorf("task %s not completed (%s): %w", id, describe(c, id), ctx.Err())
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			return
+		}
+		latencies = append(latencies, time.Since(began))
+	}
+	if cfg.Rate > 0 {
+		interval := time.Duration(float64(time.Second) / cfg.Rate)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for i := int64(0); i < int64(cfg.Tasks); i++ {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return nil, ctx.Err()
+			case <-tick.C:
+			}
+			wg.Go(func() { one(i) })
+		}
+	} else {
+		for range cfg.Concurrency {
+			wg.Go(func() {
+				for {
+					i := next.Add(1) - 1
+					if i >= int64(cfg.Tasks) || ctx.Err() != nil {
+						return
+					}
+					one(i)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, fmt.Errorf("bench: %w", firstErr)
+	}
+	return latencies, nil
+}
+
+// describe summarizes a task's state, for the error about a task that did
+// not complete.
+func describe(c reevev1.SchedulerServiceClient, id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: id})
+	if err != nil {
+		return err.Error()
+	}
+	t := resp.GetTask()
+	out := t.GetState().String()
+	for _, s := range t.GetSteps() {
+		out += fmt.Sprintf(" %s=%s#%d agent=%q by=%v", s.GetName(), s.GetState(), s.GetAttempt(), s.GetLockedByAgent(), s.GetCompleteBy().AsTime().Format(time.RFC3339Nano))
+	}
+	for _, h := range t.GetHistory() {
+		out += fmt.Sprintf(" | %s %s", h.GetTime().AsTime().Format("15:04:05.000000"), h.GetKind())
+	}
+	return out
+}
+
+// completions connects the ended-task watch to the submitters.
+type completions struct {
+	mu      sync.Mutex
+	waiting map[string]chan struct{}
+	ended   map[string]bool // ended before its submitter asked
+	failed  int
+}
+
+func newCompletions() *completions {
+	return &completions{waiting: map[string]chan struct{}{}, ended: map[string]bool{}}
+}
+
+func (c *completions) expect(id string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan struct{})
+	if c.ended[id] {
+		close(ch)
+		return ch
+	}
+	c.waiting[id] = ch
+	return ch
+}
+
+func (c *completions) finish(_, id, state string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if state != reevev1.TaskState_TASK_STATE_SUCCEEDED.String() {
+		c.failed++
+	}
+	if ch, ok := c.waiting[id]; ok {
+		close(ch)
+		delete(c.waiting, id)
+		return
+	}
+	c.ended[id] = true
+}
+
+func (c *completions) failedCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
+}
+
+// startAgents runs no-op agents that record how long after its dispatch
+// each step reached them.
+func startAgents(cfg Config, addr string, dispatch *samples) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range cfg.Agents {
+		a, err := agentsdk.New([]string{addr}, agentsdk.WithAgentID(fmt.Sprintf("bench-%d", i)),
+			agentsdk.WithMaxConcurrentSteps(cfg.AgentConcurrency), agentsdk.WithLogger(cfg.Log))
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		a.Handle("bench.noop", func(ctx context.Context, s *agentsdk.Step) (any, error) {
+			if dl, ok := ctx.Deadline(); ok {
+				// complete-by = dispatch time + the step's one-minute timeout.
+				dispatch.add(time.Since(dl.Add(-time.Minute)))
+			}
+			return nil, nil
+		})
+		wg.Go(func() { _ = a.Run(ctx) })
+	}
+	return func() { cancel(); wg.Wait() }, nil
+}
+
+// samples is a concurrency-safe list of durations.
+type samples struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *samples) add(d time.Duration) {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+}
+
+func (s *samples) all() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.d)
+}
+
+// queueWaits reads back the run's tasks and returns, for every step, how
+// long it waited in the ready queue (ready to dispatched).
+func queueWaits(ctx context.Context, st *store.Store) ([]time.Duration, error) {
+	var out []time.Duration
+	after := ""
+	for {
+		tasks, more, err := st.ListTasks(ctx, "default", reevev1.TaskState_TASK_STATE_SUCCEEDED, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range tasks {
+			ready := map[string]time.Time{}
+			for _, h := range t.GetHistory() {
+				switch h.GetKind() {
+				case "step.ready":
+					ready[h.GetStep()] = h.GetTime().AsTime()
+				case "step.dispatched":
+					if r, ok := ready[h.GetStep()]; ok {
+						out = append(out, h.GetTime().AsTime().Sub(r))
+					}
+				}
+			}
+			after = t.GetId()
+		}
+		if !more {
+			return out, nil
+		}
+	}
+}
+
+func percentiles(d []time.Duration) (p50, p95, p99, maxMs float64) {
+	if len(d) == 0 {
+		return 0, 0, 0, 0
+	}
+	slices.Sort(d)
+	at := func(q float64) float64 {
+		i := min(len(d)-1, int(q*float64(len(d))))
+		return float64(d[i]) / float64(time.Millisecond)
+	}
+	return at(0.50), at(0.95), at(0.99), float64(d[len(d)-1]) / float64(time.Millisecond)
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+func peakRSSMB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024 // Linux reports KiB
+}
+
+func dialTarget(cfg Config) (*target, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	return &target{
+		addr: cfg.Address,
+		etcd: cli,
+		applied: func(ctx context.Context) (uint64, error) {
+			st, err := cli.Status(ctx, cfg.EtcdEndpoints[0])
+			if err != nil {
+				return 0, err
+			}
+			return st.RaftIndex, nil
+		},
+		close: func() { _ = cli.Close() },
+	}, nil
+}
+

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"net"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/reeve-org/reeve/internal/etcdserver"
+	"github.com/reeve-org/reeve/scheduler"
+)
+
+// startEmbedded runs etcd (fsync on unless NoFsync) and a scheduler serving
+// gRPC on a loopback port, as `reeve dev` does.
+func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
+	dir := cfg.DataDir
+	cleanup := func() {}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "reeve-bench-")
+		if err != nil {
+			return nil, err
+		}
+		dir, cleanup = tmp, func() { _ = os.RemoveAll(tmp) }
+	}
+	etcd, err := etcdserver.Start(ctx, etcdserver.Config{DataDir: dir, UnsafeNoFsync: cfg.NoFsync, Logger: zap.NewNop()})
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	cli := etcd.Client()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		etcd.Close()
+		cleanup()
+		return nil, err
+	}
+	srv := scheduler.New(cli, scheduler.WithLogger(cfg.Log))
+	g := grpc.NewServer(scheduler.ServerOptions()...)
+	srv.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	runCtx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { _ = srv.Run(runCtx); close(ran) }()
+	return &target{
+		addr:    lis.Addr().String(),
+		etcd:    cli,
+		applied: func(context.Context) (uint64, error) { return etcd.AppliedIndex(), nil },
+		close: func() {
+			stopRun()
+			<-ran
+			stopped := make(chan struct{})
+			go func() { g.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				g.Stop()
+			}
+			etcd.Close()
+			cleanup()
+		},
+	}, nil
+}
+
