@@ -196,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	<-watching
 
 	rep := &Report{
-		Mode: map[bool]string{true: "embedded", false: "remote"}[cfg.Embedded],
+		Mode:  map[bool]string{true: "embedded", false: "remote"}[cfg.Embedded],
 		Tasks: cfg.Tasks, Steps: cfg.Steps, Shape: cfg.Shape, Concurrency: cfg.Concurrency, Rate: cfg.Rate, Agents: cfg.Agents,
 		Completed:       len(latencies),
 		Failed:          done.failedCount(),
@@ -484,4 +484,3 @@ func dialTarget(cfg Config) (*target, error) {
 		close: func() { _ = cli.Close() },
 	}, nil
 }
-

@@ -63,4 +63,3 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 		},
 	}, nil
 }
-
