@@ -12,7 +12,10 @@ import (
 )
 
 func newBenchCmd(g *globals) *cobra.Command {
-	var cfg bench.Config
+	var (
+		cfg     bench.Config
+		rawEtcd int
+	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout]",
 		Short: "Measure throughput and latency of no-op tasks end to end",
@@ -27,6 +30,19 @@ stops by itself after --tasks or --max-duration.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cfg.Embedded {
 				cfg.Address = g.address
+			}
+			if rawEtcd > 0 {
+				raw, err := bench.RawEtcd(cmd.Context(), cfg, rawEtcd)
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					b, _ := json.Marshal(raw)
+					_, err = fmt.Fprintln(cmd.OutOrStdout(), string(b))
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "raw etcd: %d txns (1 compare, 2 puts, 1 delete) from %d clients in %.2fs: %.0f txns/s\n", raw.Txns, raw.Concurrency, raw.DurationSec, raw.TxnsPerSec)
+				return err
 			}
 			rep, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
@@ -50,6 +66,9 @@ stops by itself after --tasks or --max-duration.`,
 			fmt.Fprintf(tw, "queue wait\tp50 %.2f ms  p99 %.2f ms\n", rep.QueueWaitP50Ms, rep.QueueWaitP99Ms)
 			fmt.Fprintf(tw, "dispatch latency\tp50 %.2f ms  p99 %.2f ms\n", rep.DispatchP50Ms, rep.DispatchP99Ms)
 			fmt.Fprintf(tw, "etcd writes per task\t%.2f\n", rep.EtcdTxnsPerTask)
+			if rep.EtcdDBMaxMB > 0 {
+				fmt.Fprintf(tw, "etcd db size\tstart %.1f MB  max %.1f MB  end %.1f MB\n", rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB)
+			}
 			if rep.Mode == "embedded" {
 				fmt.Fprintf(tw, "process CPU\t%.1f s (%.0f µs per task)\n", rep.ProcessCPUSec, rep.ProcessCPUSec/float64(max(1, rep.Completed))*1e6)
 				fmt.Fprintf(tw, "process peak RSS\t%.0f MB\n", rep.ProcessPeakRSSMB)
@@ -69,6 +88,9 @@ stops by itself after --tasks or --max-duration.`,
 	f.StringVar(&cfg.Shape, "shape", "sequential", "sequential (a chain) or fanout (one root, the rest in parallel)")
 	f.IntVar(&cfg.Agents, "agents", 2, "agent connections")
 	f.IntVar(&cfg.AgentConcurrency, "agent-concurrency", 512, "max concurrent steps per agent")
+	f.DurationVar(&cfg.Work, "work", 0, "how long each agent handler holds its step (0: no-op)")
+	f.DurationVar(&cfg.Retention, "retention", 0, "embedded: retention of terminal tasks (default 72h)")
+	f.IntVar(&rawEtcd, "raw-etcd", 0, "instead, run this many raw etcd transactions shaped like a task transition (--concurrency clients, embedded etcd)")
 	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened")
 	return cmd
 }

@@ -54,6 +54,10 @@ type Config struct {
 	Agents int
 	// AgentConcurrency is each agent's max concurrent steps; default 512.
 	AgentConcurrency int
+	// Work is how long each agent handler holds its step; default 0 (no-op).
+	Work time.Duration
+	// Retention of terminal tasks in the embedded scheduler; default 72h.
+	Retention time.Duration
 	// MaxDuration bounds the run; default 5m.
 	MaxDuration time.Duration
 	// Log receives progress; default discards.
@@ -116,6 +120,9 @@ type Report struct {
 	DispatchP50Ms    float64 `json:"dispatch_p50_ms"`
 	DispatchP99Ms    float64 `json:"dispatch_p99_ms"`
 	EtcdTxnsPerTask  float64 `json:"etcd_txns_per_task"`
+	EtcdDBStartMB    float64 `json:"etcd_db_start_mb,omitempty"`
+	EtcdDBMaxMB      float64 `json:"etcd_db_max_mb,omitempty"`
+	EtcdDBEndMB      float64 `json:"etcd_db_end_mb,omitempty"`
 	ProcessCPUSec    float64 `json:"process_cpu_sec,omitempty"`
 	ProcessPeakRSSMB float64 `json:"process_peak_rss_mb,omitempty"`
 }
@@ -123,6 +130,7 @@ type Report struct {
 // target is a scheduler to load, and how to observe its etcd.
 type target struct {
 	addr    string
+	dbSize  func() int64 // bytes; nil when unknown
 	etcd    *clientv3.Client
 	applied func(context.Context) (uint64, error) // etcd's applied raft index
 	close   func()
@@ -181,9 +189,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	cpu0 := cpuSeconds()
+	db := &dbSampler{size: tg.dbSize}
+	stopSampling := db.start()
 	start := time.Now()
 	latencies, err := load(ctx, cfg, client, wf.GetName(), done)
 	elapsed := time.Since(start)
+	stopSampling()
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +220,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.ProcessCPUSec = cpu
 		rep.ProcessPeakRSSMB = peakRSSMB()
 	}
+	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB = db.report()
 	qw, err := queueWaits(ctx, st)
 	if err != nil {
 		return nil, err
@@ -382,11 +394,53 @@ func startAgents(cfg Config, addr string, dispatch *samples) (stop func(), err e
 				// complete-by = dispatch time + the step's one-minute timeout.
 				dispatch.add(time.Since(dl.Add(-time.Minute)))
 			}
+			if cfg.Work > 0 {
+				time.Sleep(cfg.Work)
+			}
 			return nil, nil
 		})
 		wg.Go(func() { _ = a.Run(ctx) })
 	}
 	return func() { cancel(); wg.Wait() }, nil
+}
+
+// dbSampler records etcd's database size every second of the run.
+type dbSampler struct {
+	size             func() int64
+	start0, max, end int64
+}
+
+func (d *dbSampler) start() (stop func()) {
+	if d.size == nil {
+		return func() {}
+	}
+	d.start0 = d.size()
+	d.max = d.start0
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				d.max = max(d.max, d.size())
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+		d.end = d.size()
+		d.max = max(d.max, d.end)
+	}
+}
+
+func (d *dbSampler) report() (startMB, maxMB, endMB float64) {
+	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
+	return mb(d.start0), mb(d.max), mb(d.end)
 }
 
 // samples is a concurrency-safe list of durations.

@@ -37,7 +37,11 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 		cleanup()
 		return nil, err
 	}
-	srv := scheduler.New(cli, scheduler.WithLogger(cfg.Log))
+	opts := []scheduler.Option{scheduler.WithLogger(cfg.Log)}
+	if cfg.Retention > 0 {
+		opts = append(opts, scheduler.WithRetention(cfg.Retention), scheduler.WithSweepInterval(min(time.Minute, cfg.Retention)))
+	}
+	srv := scheduler.New(cli, opts...)
 	g := grpc.NewServer(scheduler.ServerOptions()...)
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
@@ -46,6 +50,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	go func() { _ = srv.Run(runCtx); close(ran) }()
 	return &target{
 		addr:    lis.Addr().String(),
+		dbSize:  func() int64 { total, _ := etcd.DBSize(); return total },
 		etcd:    cli,
 		applied: func(context.Context) (uint64, error) { return etcd.AppliedIndex(), nil },
 		close: func() {

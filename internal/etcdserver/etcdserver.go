@@ -139,3 +139,9 @@ func (s *Server) Client() *clientv3.Client { return v3client.New(s.etcd.Server) 
 // AppliedIndex is the raft index the member applied: it grows by one for
 // every write (put, txn, delete, lease grant or revoke, compaction).
 func (s *Server) AppliedIndex() uint64 { return s.etcd.Server.AppliedIndex() }
+
+// DBSize returns the backend's size on disk and the part in use, in bytes.
+func (s *Server) DBSize() (total, inUse int64) {
+	b := s.etcd.Server.Backend()
+	return b.Size(), b.SizeInUse()
+}
