@@ -27,8 +27,12 @@ type Config struct {
 	PeerAddr string
 	// QuotaBytes is the backend space quota; 0 keeps etcd's default (2 GiB).
 	QuotaBytes int64
-	// AutoCompactionRetention keeps this much history (periodic mode).
-	// Default 5m, so that a steady load never fills the quota.
+	// AutoCompactionRetention keeps this much history (periodic mode; etcd
+	// then compacts every retention period). Default 1m: every task
+	// transition rewrites the task record, so at a few thousand tasks/s a
+	// longer history fills etcd's 2 GiB quota within minutes (measured:
+	// 576 MB after 77 s at 2,300 tasks/s, see docs/benchmarks.md). Watchers
+	// that fall further behind re-list, which Reeve's watches do.
 	AutoCompactionRetention time.Duration
 	// Fast shortens raft timers and disables fsync. For tests only: a crash
 	// of the machine loses data.
@@ -74,7 +78,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.QuotaBackendBytes = cfg.QuotaBytes
 	retention := cfg.AutoCompactionRetention
 	if retention == 0 {
-		retention = 5 * time.Minute
+		retention = time.Minute
 	}
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = retention.String()
