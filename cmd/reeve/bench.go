@@ -31,6 +31,9 @@ stops by itself after --tasks or --max-duration.`,
 			if !cfg.Embedded {
 				cfg.Address = g.address
 			}
+			if err := checkBenchFlags(cfg, rawEtcd); err != nil {
+				return err
+			}
 			if rawEtcd > 0 {
 				raw, err := bench.RawEtcd(cmd.Context(), cfg, rawEtcd)
 				if err != nil {
@@ -93,4 +96,34 @@ stops by itself after --tasks or --max-duration.`,
 	f.IntVar(&rawEtcd, "raw-etcd", 0, "instead, run this many raw etcd transactions shaped like a task transition (--concurrency clients, embedded etcd)")
 	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened")
 	return cmd
+}
+
+// checkBenchFlags refuses flag values the run cannot honour, as usage errors
+// naming the flag.
+func checkBenchFlags(cfg bench.Config, rawEtcd int) error {
+	switch {
+	case cfg.Tasks < 1:
+		return usagef("--tasks: want at least 1, got %d", cfg.Tasks)
+	case cfg.Concurrency < 1:
+		return usagef("--concurrency: want at least 1, got %d", cfg.Concurrency)
+	case cfg.Rate < 0:
+		return usagef("--rate: want 0 (closed loop) or a positive rate, got %g", cfg.Rate)
+	case cfg.Steps < 1 || cfg.Steps > 100:
+		return usagef("--steps: want 1 to 100, got %d", cfg.Steps)
+	case cfg.Shape != "sequential" && cfg.Shape != "fanout":
+		return usagef("--shape: want sequential or fanout, got %q", cfg.Shape)
+	case cfg.Agents < 1:
+		return usagef("--agents: want at least 1, got %d", cfg.Agents)
+	case cfg.AgentConcurrency < 1 || cfg.AgentConcurrency > 10000:
+		return usagef("--agent-concurrency: want 1 to 10000, got %d", cfg.AgentConcurrency)
+	case cfg.Work < 0:
+		return usagef("--work: want a non-negative duration, got %s", cfg.Work)
+	case cfg.MaxDuration <= 0:
+		return usagef("--max-duration: want a positive duration, got %s", cfg.MaxDuration)
+	case rawEtcd < 0:
+		return usagef("--raw-etcd: want a positive transaction count, got %d", rawEtcd)
+	case !cfg.Embedded && rawEtcd == 0 && len(cfg.EtcdEndpoints) == 0:
+		return usagef("--etcd-endpoints: a running target needs its etcd endpoints to observe completions (or use --embedded)")
+	}
+	return nil
 }
