@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"text/tabwriter"
 	"time"
 
@@ -15,6 +16,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	var (
 		cfg     bench.Config
 		rawEtcd int
+		prof    pprofFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout]",
@@ -33,6 +35,16 @@ stops by itself after --tasks or --max-duration.`,
 			}
 			if err := checkBenchFlags(cfg, rawEtcd); err != nil {
 				return err
+			}
+			// Profiles of an embedded run cover etcd, the scheduler and the
+			// load generator: they share this process.
+			profAddr, stopProf, err := prof.start(cmd.Context(), slog.New(slog.DiscardHandler))
+			if err != nil {
+				return err
+			}
+			defer stopProf()
+			if profAddr != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "reeve bench: pprof on http://%s/debug/pprof/\n", profAddr)
 			}
 			if rawEtcd > 0 {
 				raw, err := bench.RawEtcd(cmd.Context(), cfg, rawEtcd)
@@ -95,6 +107,7 @@ stops by itself after --tasks or --max-duration.`,
 	f.DurationVar(&cfg.Retention, "retention", 0, "embedded: retention of terminal tasks (default 72h)")
 	f.IntVar(&rawEtcd, "raw-etcd", 0, "instead, run this many raw etcd transactions shaped like a task transition (--concurrency clients, embedded etcd)")
 	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened")
+	prof.register(cmd)
 	return cmd
 }
 
