@@ -115,11 +115,12 @@ func TestUpdateTaskRetriesOnConflictAndHonorsFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := 0
+	other := store.New(c) // another scheduler
 	_, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
 		calls++
 		if calls == 1 {
 			// A concurrent writer changes the record between read and commit.
-			if _, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
+			if _, _, err := other.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
 				task.Reason = "other writer"
 				return nil
 			}); err != nil {
