@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -160,5 +161,39 @@ func TestGroupCommitLargeRecordAlone(t *testing.T) {
 	}
 	if got := len(keys(t, c, "tasks/")); got != 21 {
 		t.Fatalf("%d tasks stored, want 21", got)
+	}
+}
+
+// The sweep deletes in batches; every swept task leaves no key behind.
+func TestSweepEndedInBatches(t *testing.T) {
+	s, c := newStore(t)
+	const n = 150 // more than two sweep transactions
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("t%03d", i)
+			if _, _, err := s.CreateTask(ctx(t), record(id)); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, _, err := s.UpdateTask(ctx(t), "default", id, func(task *reevev1.Task) error {
+				return taskstate.Cancel(task, "", "test", t0)
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, _, err := s.CreateTask(ctx(t), record("live")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.SweepEnded(ctx(t), t0.Add(time.Minute), 500)
+	if err != nil || got != n {
+		t.Fatalf("swept %d (%v), want %d", got, err, n)
+	}
+	for _, prefix := range []string{"tasks/", "states/", "ended/"} {
+		if left := keys(t, c, prefix); len(left) != 1 && prefix != "ended/" || prefix == "ended/" && len(left) != 0 {
+			t.Errorf("%s keys left: %v", prefix, left)
+		}
 	}
 }
