@@ -88,6 +88,10 @@ stops by itself after --tasks or --max-duration.`,
 				fmt.Fprintf(tw, "process CPU\t%.1f s (%.0f µs per task)\n", rep.ProcessCPUSec, rep.ProcessCPUSec/float64(max(1, rep.Completed))*1e6)
 				fmt.Fprintf(tw, "process peak RSS\t%.0f MB\n", rep.ProcessPeakRSSMB)
 			}
+			if cfg.ServerPID > 0 {
+				fmt.Fprintf(tw, "server CPU\t%.1f s (%.0f µs per task)\n", rep.ServerCPUSec, rep.ServerCPUSec/float64(max(1, rep.Completed))*1e6)
+				fmt.Fprintf(tw, "server peak RSS\t%.0f MB\n", rep.ServerPeakRSSMB)
+			}
 			return tw.Flush()
 		},
 	}
@@ -97,6 +101,8 @@ stops by itself after --tasks or --max-duration.`,
 	f.BoolVar(&cfg.NoFsync, "no-fsync", false, "embedded etcd without fsync (measures the CPU path only)")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", envList("REEVE_ETCD_ENDPOINTS"), "etcd of the running target (to see completions and count writes)")
 	f.IntVar(&cfg.Tasks, "tasks", 1000, "tasks to complete")
+	f.DurationVar(&cfg.Duration, "duration", 0, "stop submitting after this long (or after --tasks, whichever comes first), e.g. 60s for a sustained run")
+	f.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of the running target, to report its CPU seconds and peak RSS (Linux /proc)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 64, "closed loop: tasks in flight")
 	f.Float64Var(&cfg.Rate, "rate", 0, "open loop: tasks submitted per second (0: closed loop)")
 	f.IntVar(&cfg.Steps, "steps", 1, "steps per task")
@@ -131,6 +137,10 @@ func checkBenchFlags(cfg bench.Config, rawEtcd int) error {
 		return usagef("--agent-concurrency: want 1 to 10000, got %d", cfg.AgentConcurrency)
 	case cfg.Work < 0:
 		return usagef("--work: want a non-negative duration, got %s", cfg.Work)
+	case cfg.Duration < 0:
+		return usagef("--duration: want a non-negative duration, got %s", cfg.Duration)
+	case cfg.ServerPID != 0 && cfg.Embedded:
+		return usagef("--server-pid: only for a running target (the embedded figures are this process's)")
 	case cfg.MaxDuration <= 0:
 		return usagef("--max-duration: want a positive duration, got %s", cfg.MaxDuration)
 	case rawEtcd < 0:

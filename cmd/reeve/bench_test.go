@@ -81,6 +81,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--shape", "star"},
 		{"bench", "--embedded", "--rate", "-5"},
 		{"bench", "--embedded", "--tasks", "-1"},
+		{"bench", "--embedded", "--duration", "-1s"},
+		{"bench", "--embedded", "--server-pid", "1"},
 		{"bench", "--address", "127.0.0.1:1"}, // a running target needs its etcd endpoints
 	} {
 		var out, errOut bytes.Buffer
@@ -90,5 +92,13 @@ func TestBenchBadFlags(t *testing.T) {
 		if code != exitUsage || out.Len() != 0 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and no output", args, code, out.String(), errOut.String(), exitUsage)
 		}
+	}
+}
+
+// --duration bounds an open-loop run by time: about rate × duration tasks.
+func TestBenchDurationBoundsOpenLoop(t *testing.T) {
+	rep := benchJSON(t, "--embedded", "--tasks", "1000000", "--rate", "200", "--duration", "1s", "-o", "json")
+	if c := rep["completed"].(float64); c < 100 || c > 260 || rep["failed"] != 0.0 {
+		t.Fatalf("completed %v (failed %v) in a 1s run at 200/s", c, rep["failed"])
 	}
 }

@@ -41,6 +41,13 @@ type Config struct {
 	EtcdEndpoints []string
 	// Tasks to complete; default 1000.
 	Tasks int
+	// Duration, when positive, stops submitting after this long (or after
+	// Tasks, whichever comes first); the run then waits for the tasks in
+	// flight.
+	Duration time.Duration
+	// ServerPID, when positive, is the process id of the target (not
+	// Embedded) whose CPU time and resident memory the report gives.
+	ServerPID int
 	// Concurrency of the closed loop: tasks in flight; default 64.
 	Concurrency int
 	// Rate, when positive, submits open loop at this many tasks per second.
@@ -125,6 +132,8 @@ type Report struct {
 	EtcdDBEndMB      float64 `json:"etcd_db_end_mb,omitempty"`
 	ProcessCPUSec    float64 `json:"process_cpu_sec,omitempty"`
 	ProcessPeakRSSMB float64 `json:"process_peak_rss_mb,omitempty"`
+	ServerCPUSec     float64 `json:"server_cpu_sec,omitempty"`
+	ServerPeakRSSMB  float64 `json:"server_peak_rss_mb,omitempty"`
 }
 
 // target is a scheduler to load, and how to observe its etcd.
@@ -191,10 +200,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cpu0 := cpuSeconds()
 	db := &dbSampler{size: tg.dbSize}
 	stopSampling := db.start()
+	srv := &procSampler{pid: cfg.ServerPID}
+	stopServer := srv.start()
 	start := time.Now()
 	latencies, err := load(ctx, cfg, client, wf.GetName(), done)
 	elapsed := time.Since(start)
 	stopSampling()
+	stopServer()
 	if err != nil {
 		return nil, err
 	}
@@ -221,6 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.ProcessPeakRSSMB = peakRSSMB()
 	}
 	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB = db.report()
+	rep.ServerCPUSec, rep.ServerPeakRSSMB = srv.report()
 	qw, err := queueWaits(ctx, st)
 	if err != nil {
 		return nil, err
@@ -258,6 +271,8 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		wg        sync.WaitGroup
 	)
 	runID := fmt.Sprintf("%x", time.Now().UnixNano())
+	stopAt := time.Now().Add(cfg.Duration)
+	over := func() bool { return cfg.Duration > 0 && time.Now().After(stopAt) }
 	one := func(i int64) {
 		id := fmt.Sprintf("b-%s-%07d", runID, i)
 		ch := done.expect(id)
@@ -291,6 +306,9 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 				return nil, ctx.Err()
 			case <-tick.C:
 			}
+			if over() {
+				break
+			}
 			wg.Go(func() { one(i) })
 		}
 	} else {
@@ -298,7 +316,7 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 			wg.Go(func() {
 				for {
 					i := next.Add(1) - 1
-					if i >= int64(cfg.Tasks) || ctx.Err() != nil {
+					if i >= int64(cfg.Tasks) || ctx.Err() != nil || over() {
 						return
 					}
 					one(i)
@@ -461,12 +479,16 @@ func (s *samples) all() []time.Duration {
 	return slices.Clone(s.d)
 }
 
-// queueWaits reads back the run's tasks and returns, for every step, how
-// long it waited in the ready queue (ready to dispatched).
+// queueWaitSample bounds how many tasks queueWaits reads back.
+const queueWaitSample = 20000
+
+// queueWaits reads back the run's tasks (the first queueWaitSample in id
+// order, which is submission order) and returns, for every step, how long
+// it waited in the ready queue (ready to dispatched).
 func queueWaits(ctx context.Context, st *store.Store) ([]time.Duration, error) {
 	var out []time.Duration
 	after := ""
-	for {
+	for read := 0; read < queueWaitSample; read += 1000 {
 		tasks, more, err := st.ListTasks(ctx, "default", reevev1.TaskState_TASK_STATE_SUCCEEDED, after, 1000)
 		if err != nil {
 			return nil, err
@@ -489,6 +511,7 @@ func queueWaits(ctx context.Context, st *store.Store) ([]time.Duration, error) {
 			return out, nil
 		}
 	}
+	return out, nil
 }
 
 func percentiles(d []time.Duration) (p50, p95, p99, maxMs float64) {
