@@ -80,9 +80,9 @@ stops by itself after --tasks or --max-duration.`,
 			fmt.Fprintf(tw, "submit→completed\tp50 %.1f ms  p95 %.1f ms  p99 %.1f ms  max %.1f ms\n", rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs)
 			fmt.Fprintf(tw, "queue wait\tp50 %.2f ms  p99 %.2f ms\n", rep.QueueWaitP50Ms, rep.QueueWaitP99Ms)
 			fmt.Fprintf(tw, "dispatch latency\tp50 %.2f ms  p99 %.2f ms\n", rep.DispatchP50Ms, rep.DispatchP99Ms)
-			fmt.Fprintf(tw, "etcd writes per task\t%.2f\n", rep.EtcdTxnsPerTask)
+			fmt.Fprintf(tw, "etcd txns per task\t%.2f\n", rep.EtcdTxnsPerTask)
 			if rep.EtcdDBMaxMB > 0 {
-				fmt.Fprintf(tw, "etcd db size\tstart %.1f MB  max %.1f MB  end %.1f MB\n", rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB)
+				fmt.Fprintf(tw, "etcd db size\tstart %.1f MB  max %.1f MB  end %.1f MB; in use every 10s: %v MB\n", rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB)
 			}
 			if rep.Mode == "embedded" {
 				fmt.Fprintf(tw, "process CPU\t%.1f s (%.0f µs per task)\n", rep.ProcessCPUSec, rep.ProcessCPUSec/float64(max(1, rep.Completed))*1e6)

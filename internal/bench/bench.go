@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -107,39 +108,43 @@ func (c *Config) defaults() error {
 
 // Report is the outcome of a run. Latencies are in milliseconds.
 type Report struct {
-	Mode             string  `json:"mode"`
-	Tasks            int     `json:"tasks"`
-	Steps            int     `json:"steps"`
-	Shape            string  `json:"shape"`
-	Concurrency      int     `json:"concurrency"`
-	Rate             float64 `json:"rate"`
-	Agents           int     `json:"agents"`
-	Completed        int     `json:"completed"`
-	Failed           int     `json:"failed"`
-	DurationSec      float64 `json:"duration_sec"`
-	TasksPerSec      float64 `json:"tasks_per_sec"`
-	P50Ms            float64 `json:"p50_ms"`
-	P95Ms            float64 `json:"p95_ms"`
-	P99Ms            float64 `json:"p99_ms"`
-	MaxMs            float64 `json:"max_ms"`
-	QueueWaitP50Ms   float64 `json:"queue_wait_p50_ms"`
-	QueueWaitP99Ms   float64 `json:"queue_wait_p99_ms"`
-	DispatchP50Ms    float64 `json:"dispatch_p50_ms"`
-	DispatchP99Ms    float64 `json:"dispatch_p99_ms"`
-	EtcdTxnsPerTask  float64 `json:"etcd_txns_per_task"`
-	EtcdDBStartMB    float64 `json:"etcd_db_start_mb,omitempty"`
-	EtcdDBMaxMB      float64 `json:"etcd_db_max_mb,omitempty"`
-	EtcdDBEndMB      float64 `json:"etcd_db_end_mb,omitempty"`
-	ProcessCPUSec    float64 `json:"process_cpu_sec,omitempty"`
-	ProcessPeakRSSMB float64 `json:"process_peak_rss_mb,omitempty"`
-	ServerCPUSec     float64 `json:"server_cpu_sec,omitempty"`
-	ServerPeakRSSMB  float64 `json:"server_peak_rss_mb,omitempty"`
+	Mode            string  `json:"mode"`
+	Tasks           int     `json:"tasks"`
+	Steps           int     `json:"steps"`
+	Shape           string  `json:"shape"`
+	Concurrency     int     `json:"concurrency"`
+	Rate            float64 `json:"rate"`
+	Agents          int     `json:"agents"`
+	Completed       int     `json:"completed"`
+	Failed          int     `json:"failed"`
+	DurationSec     float64 `json:"duration_sec"`
+	TasksPerSec     float64 `json:"tasks_per_sec"`
+	P50Ms           float64 `json:"p50_ms"`
+	P95Ms           float64 `json:"p95_ms"`
+	P99Ms           float64 `json:"p99_ms"`
+	MaxMs           float64 `json:"max_ms"`
+	QueueWaitP50Ms  float64 `json:"queue_wait_p50_ms"`
+	QueueWaitP99Ms  float64 `json:"queue_wait_p99_ms"`
+	DispatchP50Ms   float64 `json:"dispatch_p50_ms"`
+	DispatchP99Ms   float64 `json:"dispatch_p99_ms"`
+	EtcdTxnsPerTask float64 `json:"etcd_txns_per_task"`
+	EtcdDBStartMB   float64 `json:"etcd_db_start_mb,omitempty"`
+	EtcdDBMaxMB     float64 `json:"etcd_db_max_mb,omitempty"`
+	EtcdDBEndMB     float64 `json:"etcd_db_end_mb,omitempty"`
+	// EtcdDBInUseMB is the part of etcd's database in use (not free pages
+	// left by compaction) every 10 s of the run: flat when retention and
+	// compaction keep up.
+	EtcdDBInUseMB    []float64 `json:"etcd_db_in_use_mb,omitempty"`
+	ProcessCPUSec    float64   `json:"process_cpu_sec,omitempty"`
+	ProcessPeakRSSMB float64   `json:"process_peak_rss_mb,omitempty"`
+	ServerCPUSec     float64   `json:"server_cpu_sec,omitempty"`
+	ServerPeakRSSMB  float64   `json:"server_peak_rss_mb,omitempty"`
 }
 
 // target is a scheduler to load, and how to observe its etcd.
 type target struct {
 	addr    string
-	dbSize  func() int64 // bytes; nil when unknown
+	dbSize  func() (total, inUse int64) // bytes; nil when unknown
 	etcd    *clientv3.Client
 	applied func(context.Context) (uint64, error) // etcd's applied raft index
 	close   func()
@@ -232,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.ProcessCPUSec = cpu
 		rep.ProcessPeakRSSMB = peakRSSMB()
 	}
-	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB = db.report()
+	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB = db.report()
 	rep.ServerCPUSec, rep.ServerPeakRSSMB = srv.report()
 	qw, err := queueWaits(ctx, st)
 	if err != nil {
@@ -296,17 +301,20 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		latencies = append(latencies, time.Since(began))
 	}
 	if cfg.Rate > 0 {
-		interval := time.Duration(float64(time.Second) / cfg.Rate)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
+		// Submission i is due at start + i/rate; a late loop catches up at
+		// once (a ticker would drop ticks under load and lower the rate).
+		start := time.Now()
 		for i := int64(0); i < int64(cfg.Tasks); i++ {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				return nil, ctx.Err()
-			case <-tick.C:
+			due := start.Add(time.Duration(float64(i) / cfg.Rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+					wg.Wait()
+					return nil, ctx.Err()
+				case <-time.After(d):
+				}
 			}
-			if over() {
+			if over() || ctx.Err() != nil {
 				break
 			}
 			wg.Go(func() { one(i) })
@@ -422,43 +430,56 @@ func startAgents(cfg Config, addr string, dispatch *samples) (stop func(), err e
 	return func() { cancel(); wg.Wait() }, nil
 }
 
-// dbSampler records etcd's database size every second of the run.
+// dbSampler records etcd's database size every second of the run, and the
+// part in use every 10 seconds.
 type dbSampler struct {
-	size             func() int64
+	size             func() (total, inUse int64)
 	start0, max, end int64
+	inUse            []int64
 }
 
 func (d *dbSampler) start() (stop func()) {
 	if d.size == nil {
 		return func() {}
 	}
-	d.start0 = d.size()
+	var used int64
+	d.start0, used = d.size()
 	d.max = d.start0
+	d.inUse = append(d.inUse, used)
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		for {
+		for n := 1; ; n++ {
 			select {
 			case <-quit:
 				return
 			case <-t.C:
-				d.max = max(d.max, d.size())
+				total, used := d.size()
+				d.max = max(d.max, total)
+				if n%10 == 0 {
+					d.inUse = append(d.inUse, used)
+				}
 			}
 		}
 	}()
 	return func() {
 		close(quit)
 		<-done
-		d.end = d.size()
+		var used int64
+		d.end, used = d.size()
 		d.max = max(d.max, d.end)
+		d.inUse = append(d.inUse, used)
 	}
 }
 
-func (d *dbSampler) report() (startMB, maxMB, endMB float64) {
-	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
-	return mb(d.start0), mb(d.max), mb(d.end)
+func (d *dbSampler) report() (startMB, maxMB, endMB float64, inUseMB []float64) {
+	mb := func(b int64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
+	for _, u := range d.inUse {
+		inUseMB = append(inUseMB, mb(u))
+	}
+	return mb(d.start0), mb(d.max), mb(d.end), inUseMB
 }
 
 // samples is a concurrency-safe list of durations.
@@ -551,6 +572,15 @@ func dialTarget(cfg Config) (*target, error) {
 	return &target{
 		addr: cfg.Address,
 		etcd: cli,
+		dbSize: func() (total, inUse int64) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := cli.Status(ctx, cfg.EtcdEndpoints[0])
+			if err != nil {
+				return 0, 0
+			}
+			return st.DbSize, st.DbSizeInUse
+		},
 		applied: func(ctx context.Context) (uint64, error) {
 			st, err := cli.Status(ctx, cfg.EtcdEndpoints[0])
 			if err != nil {
