@@ -7,7 +7,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet
+.PHONY: all tools generate check-generate check-fmt lint build run test vet bench
 
 all: build
 
@@ -50,3 +50,8 @@ check-fmt:
 
 test: check-generate check-fmt lint vet
 	go test -race -count=1 -timeout 15m ./...
+
+# Reproduces docs/benchmarks.md (about 12 minutes; not part of `make test`).
+# Results in bench-results/<time>/. SOAK=180s and SUSTAIN=60s set run lengths.
+bench: build
+	./scripts/bench.sh
