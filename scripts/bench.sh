@@ -37,21 +37,30 @@ run 3step-sequential --embedded --tasks 10000000 --duration 30s --concurrency 12
 run 3step-fanout --embedded --tasks 10000000 --duration 30s --concurrency 128 --steps 3 --shape fanout
 run open-loop-1000 --embedded --tasks 10000000 --duration 60s --rate 1000 --steps 1
 
-# Scheduler RSS with 10,000 steps in flight: `reeve dev` (etcd, scheduler,
-# supervisor) in its own process; agents that hold each step 5 s, fed at
-# 2,000 tasks/s, keep about 10,000 steps running.
+# Scheduler RSS with 10,000 steps in flight: `reeve dev` hosts etcd (and a
+# supervisor; its own scheduler gets no agents), a separate `reeve scheduler`
+# process serves the load, and agents hold each step 10 s at 1,000 tasks/s,
+# so about 10,000 steps are running. --server-pid samples that scheduler.
 data=$(mktemp -d)
 "$reeve" dev --data-dir "$data" --listen 127.0.0.1:0 --log-level error >"$out/dev.out" 2>"$out/dev.err" &
 dev=$!
-trap 'kill -INT $dev 2>/dev/null || true; wait $dev 2>/dev/null || true; rm -rf "$data"' EXIT
+sched=
+cleanup() {
+	[ -n "$sched" ] && kill -INT "$sched" 2>/dev/null && wait "$sched" 2>/dev/null || true
+	kill -INT "$dev" 2>/dev/null && wait "$dev" 2>/dev/null || true
+	rm -rf "$data"
+}
+trap cleanup EXIT
 for _ in $(seq 100); do grep -q 'reeve dev:' "$out/dev.out" && break; sleep 0.1; done
-addr=$(sed -n 's/^reeve dev: scheduler and supervisor on \([^,]*\),.*/\1/p' "$out/dev.out")
 etcd=$(sed -n 's/.*, etcd on \([^,]*\),.*/\1/p' "$out/dev.out")
-run rss-10k-in-flight --address "$addr" --etcd-endpoints "$etcd" --server-pid "$dev" \
-	--tasks 40000 --duration 15s --rate 2000 --work 5s --agents 20 --agent-concurrency 600
-kill -INT $dev && wait $dev || true
+"$reeve" scheduler --etcd-endpoints "$etcd" --listen 127.0.0.1:0 >"$out/scheduler.out" 2>"$out/scheduler.err" &
+sched=$!
+for _ in $(seq 100); do grep -q 'scheduler listening' "$out/scheduler.err" && break; sleep 0.1; done
+addr=$(sed -n 's/.*msg="scheduler listening" address=\([0-9.:]*\).*/\1/p' "$out/scheduler.err")
+run rss-10k-in-flight --address "$addr" --etcd-endpoints "$etcd" --server-pid "$sched" \
+	--tasks 10000000 --duration 20s --rate 1000 --work 10s --agents 20 --agent-concurrency 1000
+cleanup
 trap - EXIT
-rm -rf "$data"
 
 run soak-1000 --embedded --tasks 10000000 --duration "$SOAK" --rate 1000 --steps 1 --retention 30s
 
