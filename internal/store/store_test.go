@@ -253,7 +253,6 @@ func TestUpdateDrivenByWatchFindsNewTasks(t *testing.T) {
 	}
 }
 
-
 // laggingKV serves serializable reads at an older revision, as an etcd
 // member that has not applied the latest writes yet does (or any member in
 // the instant between notifying watchers of a write and exposing it).
