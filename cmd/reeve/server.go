@@ -63,6 +63,7 @@ func newDevCmd() *cobra.Command {
 		withDemo                    bool
 		tick                        time.Duration
 		logs                        logFlags
+		prof                        pprofFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -79,6 +80,11 @@ and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			_, stopProf, err := prof.start(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer stopProf()
 
 			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 			etcdLog := zap.NewNop() // its shutdown chatter reads like failures
@@ -111,6 +117,7 @@ and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
 	cmd.Flags().BoolVar(&withDemo, "demo", false, "register the demo workflows and run demo agents")
 	cmd.Flags().DurationVar(&tick, "supervisor-tick", time.Second, "how often the supervisor looks for expired steps")
 	logs.register(cmd)
+	prof.register(cmd)
 	return cmd
 }
 
@@ -167,6 +174,7 @@ func newSchedulerCmd() *cobra.Command {
 		listen, id, prefix string
 		retention          time.Duration
 		logs               logFlags
+		prof               pprofFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -185,6 +193,11 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			_, stopProf, err := prof.start(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer stopProf()
 			cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 			if err != nil {
 				return fmt.Errorf("etcd client: %w", err)
@@ -206,6 +219,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix")
 	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept")
 	logs.register(cmd)
+	prof.register(cmd)
 	return cmd
 }
 

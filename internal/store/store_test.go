@@ -115,11 +115,12 @@ func TestUpdateTaskRetriesOnConflictAndHonorsFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := 0
+	other := store.New(c) // another scheduler
 	_, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
 		calls++
 		if calls == 1 {
 			// A concurrent writer changes the record between read and commit.
-			if _, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
+			if _, _, err := other.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
 				task.Reason = "other writer"
 				return nil
 			}); err != nil {
@@ -266,6 +267,28 @@ func (kv laggingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOpti
 		opts = append(opts, clientv3.WithRev(kv.rev))
 	}
 	return kv.KV.Get(ctx, key, opts...)
+}
+
+func (kv laggingKV) Txn(ctx context.Context) clientv3.Txn {
+	return laggingTxn{Txn: kv.KV.Txn(ctx), rev: kv.rev}
+}
+
+// laggingTxn serves the serializable single-key gets of a read-only
+// transaction at the lagging revision.
+type laggingTxn struct {
+	clientv3.Txn
+	rev int64
+}
+
+func (t laggingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	lagged := make([]clientv3.Op, len(ops))
+	for i, op := range ops {
+		lagged[i] = op
+		if op.IsGet() && op.IsSerializable() && len(op.RangeBytes()) == 0 {
+			lagged[i] = clientv3.OpGet(string(op.KeyBytes()), clientv3.WithSerializable(), clientv3.WithRev(t.rev))
+		}
+	}
+	return laggingTxn{Txn: t.Txn.Then(lagged...), rev: t.rev}
 }
 
 // A claim made on a stale view of the task, from before the write that

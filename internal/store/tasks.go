@@ -26,36 +26,14 @@ type Versioned struct {
 
 // CreateTask stores a new task record and its indexes unless the task id is
 // taken. If it is taken, the existing record is returned with created=false.
+// Concurrent writes are committed together (see batch.go).
 func (s *Store) CreateTask(ctx context.Context, rec *storev1.TaskRecord) (existing *storev1.TaskRecord, created bool, err error) {
 	t := rec.GetTask()
-	key := s.k.task(t.GetNamespace(), t.GetId())
-	val, err := marshal(rec)
-	if err != nil {
-		return nil, false, err
+	res := s.commits.do(&writeReq{ctx: ctx, ns: t.GetNamespace(), id: t.GetId(), key: s.k.task(t.GetNamespace(), t.GetId()), create: rec})
+	if res.err != nil {
+		return nil, false, ctxErr(ctx, res.err)
 	}
-	ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(nil, rec)...)
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.c.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(ops...).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		return nil, false, etcdErr(ctx, "create task", err)
-	}
-	if resp.Succeeded {
-		return rec, true, nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
-		return nil, false, fmt.Errorf("create task: %w", ErrConflict)
-	}
-	old, err := unmarshalTask(kvs[0])
-	if err != nil {
-		return nil, false, err
-	}
-	return old.Record, false, nil
+	return res.after, res.created, nil
 }
 
 // GetTask returns a task record. Reads are linearizable.
@@ -76,89 +54,26 @@ func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 // the index changes it implies, in one transaction guarded by the record's
 // mod revision and by fences (e.g. a supervisor's leadership). When another
 // writer got there first, fn runs again on the fresh record. An error from
-// fn aborts the update and is returned as is, once the record fn saw is
-// known to be current. It returns the record before
-// and after the update.
+// fn aborts the update and is returned as is. It returns the record before
+// and after the update; callers must not modify them (the store keeps the
+// latest in its record cache). Concurrent updates of different tasks are
+// committed together, each with its own compare (see batch.go); fn may run
+// on another goroutine than the caller's, and more than once.
 func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.Task) error, fences ...clientv3.Cmp) (before, after *storev1.TaskRecord, err error) {
-	key := s.k.task(ns, id)
-	cur, confirmed, err := s.getTaskSerializable(ctx, key)
-	if err != nil {
-		return nil, nil, err
+	res := s.commits.do(&writeReq{ctx: ctx, ns: ns, id: id, key: s.k.task(ns, id), fn: fn, fences: fences})
+	if res.err != nil {
+		return res.before, nil, ctxErr(ctx, res.err)
 	}
-	for range maxUpdateRetries {
-		next := proto.Clone(cur.Record).(*storev1.TaskRecord)
-		if err := fn(next.Task); err != nil {
-			if confirmed {
-				return cur.Record, nil, err
-			}
-			// fn refused a record that may be stale; believe it only if
-			// the record is current.
-			latest, lerr := s.GetTask(ctx, ns, id)
-			if lerr != nil {
-				return nil, nil, lerr
-			}
-			confirmed = true
-			if latest.Revision == cur.Revision {
-				return cur.Record, nil, err
-			}
-			cur = latest
-			continue
-		}
-		val, err := marshal(next)
-		if err != nil {
-			return nil, nil, err
-		}
-		ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(cur.Record, next)...)
-		ops = append(ops, s.alertOps(cur.Record.GetTask(), next.GetTask())...)
-		cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", cur.Revision)}, fences...)
-		octx, cancel := s.opCtx(ctx)
-		resp, err := s.c.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
-		cancel()
-		if err != nil {
-			return nil, nil, etcdErr(ctx, "update task", err)
-		}
-		if resp.Succeeded {
-			return cur.Record, next, nil
-		}
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			return nil, nil, notFound("task %q in namespace %q", id, ns)
-		}
-		if kvs[0].ModRevision == cur.Revision {
-			return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrFenced)
-		}
-		if cur, err = unmarshalTask(kvs[0]); err != nil {
-			return nil, nil, err
-		}
-		confirmed = true // read in the transaction, through raft
-	}
-	return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrConflict)
+	return res.before, res.after, nil
 }
 
-// getTaskSerializable reads from the local member without a quorum round
-// trip. The record may be stale: etcd notifies watchers just before a
-// write becomes visible to new reads, and a member may lag the leader, so
-// an update driven by a watch event can read the record from before the
-// write that caused the event. A stale record costs one retry in
-// UpdateTask's compare; a refusal by the update's function, or a "not
-// found", is believed only after a linearizable read confirms it.
-// confirmed reports whether the read was linearizable.
-func (s *Store) getTaskSerializable(ctx context.Context, key string) (v Versioned, confirmed bool, err error) {
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.c.Get(octx, key, clientv3.WithSerializable())
-	if err == nil && len(resp.Kvs) == 0 {
-		confirmed = true
-		resp, err = s.c.Get(octx, key)
+// ctxErr makes a write that failed after its caller gave up report the
+// caller's context error, as etcdErr does for direct requests.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ErrUnavailable) {
+		return ctx.Err()
 	}
-	if err != nil {
-		return Versioned{}, false, etcdErr(ctx, "get task", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return Versioned{}, false, notFound("task %s", strings.TrimPrefix(key, s.k.prefix+"tasks/"))
-	}
-	v, err = unmarshalTask(resp.Kvs[0])
-	return v, confirmed, err
+	return err
 }
 
 // ListTasks returns up to limit tasks of a namespace in id order, starting
