@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
@@ -34,8 +36,15 @@ func ConnectRaw(t testing.TB, addr string, reg *reevev1.Register) *RawAgent {
 // TryConnectRaw is ConnectRaw returning the registration error.
 func TryConnectRaw(t testing.TB, addr string, reg *reevev1.Register) (*RawAgent, error) {
 	t.Helper()
+	return TryConnectRawOn(t, Dial(t, addr), reg)
+}
+
+// TryConnectRawOn is TryConnectRaw over an existing connection (e.g. one
+// with TLS credentials).
+func TryConnectRawOn(t testing.TB, cc *grpc.ClientConn, reg *reevev1.Register) (*RawAgent, error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := reevev1.NewAgentServiceClient(Dial(t, addr)).Connect(ctx)
+	stream, err := reevev1.NewAgentServiceClient(cc).Connect(ctx)
 	if err != nil {
 		cancel()
 		return nil, err
