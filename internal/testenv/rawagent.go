@@ -33,6 +33,16 @@ func ConnectRaw(t testing.TB, addr string, reg *reevev1.Register) *RawAgent {
 	return a
 }
 
+// ConnectRawOn is ConnectRaw over an existing connection.
+func ConnectRawOn(t testing.TB, cc *grpc.ClientConn, reg *reevev1.Register) *RawAgent {
+	t.Helper()
+	a, err := TryConnectRawOn(t, cc, reg)
+	if err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	return a
+}
+
 // TryConnectRaw is ConnectRaw returning the registration error.
 func TryConnectRaw(t testing.TB, addr string, reg *reevev1.Register) (*RawAgent, error) {
 	t.Helper()
@@ -52,6 +62,9 @@ func TryConnectRawOn(t testing.TB, cc *grpc.ClientConn, reg *reevev1.Register) (
 	a := &RawAgent{t: t, stream: stream, cancel: cancel, recv: make(chan *reevev1.ConnectResponse, 1024), recvErr: make(chan error, 1)}
 	t.Cleanup(a.Close)
 	if err := stream.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Register{Register: reg}}); err != nil {
+		if _, rerr := stream.Recv(); rerr != nil {
+			return nil, rerr // the stream's status, when the scheduler ended it
+		}
 		return nil, err
 	}
 	first, err := stream.Recv()
