@@ -13,6 +13,7 @@ import (
 
 	"github.com/reeve-org/reeve/internal/auth"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
+	"github.com/reeve-org/reeve/scheduler"
 )
 
 // clientSecurity are the flags of every command that calls a scheduler: the
@@ -156,4 +157,22 @@ func describe(opts []grpc.ServerOption) string {
 		return "TLS"
 	}
 	return "TLS with role checks"
+}
+
+// limitFlags are a scheduler's admission limits.
+type limitFlags struct {
+	submitRate  float64
+	submitBurst int
+	maxActive   int
+}
+
+func (l *limitFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.Float64Var(&l.submitRate, "submit-rate", 0, "task submissions per second per client (identity, or IP without auth); 0: unlimited")
+	f.IntVar(&l.submitBurst, "submit-burst", 100, "burst of --submit-rate")
+	f.IntVar(&l.maxActive, "max-active-tasks", 0, "non-terminal tasks per namespace; 0: unlimited")
+}
+
+func (l *limitFlags) options() []scheduler.Option {
+	return []scheduler.Option{scheduler.WithSubmitRate(l.submitRate, l.submitBurst), scheduler.WithMaxActiveTasks(l.maxActive)}
 }

@@ -63,6 +63,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		tick                        time.Duration
 		logs                        logFlags
 		srvSec                      serverSecurity
+		lim                         limitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -117,7 +118,7 @@ port with client certificates, and prints the environment a client needs.`,
 					return nil
 				}
 				return startDemo(ctx, log, srv, addr, dev.agentOpts...)
-			}, scheduler.WithLogger(log))
+			}, append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...)...)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "./.reeve", "directory for the embedded etcd's data")
@@ -127,6 +128,7 @@ port with client certificates, and prints the environment a client needs.`,
 	cmd.Flags().DurationVar(&tick, "supervisor-tick", time.Second, "how often the supervisor looks for expired steps")
 	cmd.Flags().BoolVar(&secure, "secure", false, "mutual TLS with role checks, certificates from <data-dir>/certs (created when missing); etcd's client port needs client certificates")
 	srvSec.register(cmd, g.getenv)
+	lim.register(cmd)
 	logs.register(cmd)
 	return cmd
 }
@@ -186,6 +188,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		logs               logFlags
 		srvSec             serverSecurity
 		etcdSec            etcdSecurity
+		lim                limitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -213,7 +216,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			defer cli.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			opts := []scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}
+			opts := append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...)
 			if id != "" {
 				opts = append(opts, scheduler.WithID(id))
 			}
@@ -230,6 +233,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept")
 	srvSec.register(cmd, g.getenv)
 	etcdSec.register(cmd, g.getenv)
+	lim.register(cmd)
 	logs.register(cmd)
 	return cmd
 }
