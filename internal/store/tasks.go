@@ -76,18 +76,33 @@ func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 // the index changes it implies, in one transaction guarded by the record's
 // mod revision and by fences (e.g. a supervisor's leadership). When another
 // writer got there first, fn runs again on the fresh record. An error from
-// fn aborts the update and is returned as is. It returns the record before
+// fn aborts the update and is returned as is, once the record fn saw is
+// known to be current. It returns the record before
 // and after the update.
 func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.Task) error, fences ...clientv3.Cmp) (before, after *storev1.TaskRecord, err error) {
 	key := s.k.task(ns, id)
-	cur, err := s.getTaskSerializable(ctx, key)
+	cur, confirmed, err := s.getTaskSerializable(ctx, key)
 	if err != nil {
 		return nil, nil, err
 	}
 	for range maxUpdateRetries {
 		next := proto.Clone(cur.Record).(*storev1.TaskRecord)
 		if err := fn(next.Task); err != nil {
-			return cur.Record, nil, err
+			if confirmed {
+				return cur.Record, nil, err
+			}
+			// fn refused a record that may be stale; believe it only if
+			// the record is current.
+			latest, lerr := s.GetTask(ctx, ns, id)
+			if lerr != nil {
+				return nil, nil, lerr
+			}
+			confirmed = true
+			if latest.Revision == cur.Revision {
+				return cur.Record, nil, err
+			}
+			cur = latest
+			continue
 		}
 		val, err := marshal(next)
 		if err != nil {
@@ -115,29 +130,35 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 		if cur, err = unmarshalTask(kvs[0]); err != nil {
 			return nil, nil, err
 		}
+		confirmed = true // read in the transaction, through raft
 	}
 	return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrConflict)
 }
 
 // getTaskSerializable reads from the local member without a quorum round
-// trip. A stale record only costs one retry in UpdateTask's compare, but a
-// stale "not found" (the member has not applied the creation yet, though a
-// watch may already have reported it) must not be believed: it is checked
-// with a linearizable read.
-func (s *Store) getTaskSerializable(ctx context.Context, key string) (Versioned, error) {
+// trip. The record may be stale: etcd notifies watchers just before a
+// write becomes visible to new reads, and a member may lag the leader, so
+// an update driven by a watch event can read the record from before the
+// write that caused the event. A stale record costs one retry in
+// UpdateTask's compare; a refusal by the update's function, or a "not
+// found", is believed only after a linearizable read confirms it.
+// confirmed reports whether the read was linearizable.
+func (s *Store) getTaskSerializable(ctx context.Context, key string) (v Versioned, confirmed bool, err error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	resp, err := s.c.Get(octx, key, clientv3.WithSerializable())
 	if err == nil && len(resp.Kvs) == 0 {
+		confirmed = true
 		resp, err = s.c.Get(octx, key)
 	}
 	if err != nil {
-		return Versioned{}, etcdErr(ctx, "get task", err)
+		return Versioned{}, false, etcdErr(ctx, "get task", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Versioned{}, notFound("task %s", strings.TrimPrefix(key, s.k.prefix+"tasks/"))
+		return Versioned{}, false, notFound("task %s", strings.TrimPrefix(key, s.k.prefix+"tasks/"))
 	}
-	return unmarshalTask(resp.Kvs[0])
+	v, err = unmarshalTask(resp.Kvs[0])
+	return v, confirmed, err
 }
 
 // ListTasks returns up to limit tasks of a namespace in id order, starting
