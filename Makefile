@@ -7,7 +7,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet
+.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz
 
 all: build
 
@@ -48,5 +48,20 @@ vet:
 check-fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed: $$out" >&2; exit 1)
 
+# Short fuzz runs (FUZZTIME each, one target at a time: go test -fuzz takes
+# one). Seeds live in each package's testdata/fuzz; a failing input is written
+# there too, to be committed as a regression test.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./internal/workflow:FuzzValidateWorkflow ./internal/workflow:FuzzValidateWorkflowJSON \
+	./internal/workflow:FuzzValidateSubmit ./cmd/reeve:FuzzParseWorkflowFile ./cmd/reeve:FuzzParseInput \
+	./internal/taskstate:FuzzResultFencing ./scheduler:FuzzAgentStream
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name in $$pkg for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 test: check-generate check-fmt lint vet
 	go test -race -count=1 -timeout 15m ./...
+	$(MAKE) fuzz
