@@ -87,7 +87,7 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 	pf.StringVarP(&g.namespace, "namespace", "n", envOr(getenv, "REEVE_NAMESPACE", "default"), "namespace (env REEVE_NAMESPACE)")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each request (not of --wait or watch)")
 
-	root.AddCommand(newTaskCmd(g), newWorkflowCmd(g), newAlertsCmd(g), newBenchCmd(g))
+	root.AddCommand(newTaskCmd(g), newWorkflowCmd(g), newAlertsCmd(g), newBenchCmd(g), newConformanceCmd(g))
 	root.AddCommand(serverCommands()...)
 	// Unknown subcommands and bad argument counts are usage errors.
 	walk(root, func(c *cobra.Command) {
