@@ -90,7 +90,7 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each request (not of --wait or watch)")
 	g.sec.register(root, getenv)
 
-	root.AddCommand(newTaskCmd(g), newWorkflowCmd(g), newAlertsCmd(g), newBenchCmd(g))
+	root.AddCommand(newTaskCmd(g), newWorkflowCmd(g), newAlertsCmd(g), newBenchCmd(g), newConformanceCmd(g))
 	root.AddCommand(serverCommands(g)...)
 	root.AddCommand(newCertsCmd())
 	// Unknown subcommands and bad argument counts are usage errors.
