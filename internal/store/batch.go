@@ -54,6 +54,7 @@ type writeReq struct {
 	fences   []clientv3.Cmp            // UpdateTask: extra compares
 	cur      *Versioned                // UpdateTask: the record fn applies to; nil to look it up
 	cached   bool                      // cur came from the record cache
+	current  bool                      // cur is known current: read linearizably, or returned by a failed compare
 	fresh    bool                      // look cur up with a linearizable read
 	tries    int                       // commits that lost a race
 	answered bool                      // its result was sent
@@ -179,11 +180,17 @@ func (c *committer) commit(batch []*writeReq) (retry []*writeReq) {
 			continue
 		}
 		if err := c.s.prepare(r); err != nil {
-			if r.cached {
-				// The transition refused a cached record, which may be
-				// stale (another scheduler wrote since): judge it again on
-				// the record read from etcd.
-				c.s.cache.drop(r.key)
+			if !r.current {
+				// The transition refused a record that may be stale: a
+				// cached one (another scheduler wrote since), or one read
+				// serializably (etcd notifies watchers an instant before a
+				// write is readable, and a member may lag the leader, so a
+				// claim driven by the ready watch can read the record from
+				// before the write that made the step ready). Judge it
+				// again on a linearizable read.
+				if r.cached {
+					c.s.cache.drop(r.key)
+				}
 				r.cur, r.cached, r.fresh = nil, false, true
 				retry = append(retry, r)
 				continue
@@ -256,7 +263,7 @@ func (s *Store) resolve(ctx context.Context, batch []*writeReq) error {
 			if err != nil {
 				return err
 			}
-			r.cur = &v
+			r.cur, r.current = &v, !serializable || r.fresh
 		}
 		missing = still
 	}
@@ -406,7 +413,7 @@ func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (
 		r.done <- writeRes{err: fmt.Errorf("update task %s/%s: %w", r.ns, r.id, ErrConflict)}
 		return false
 	}
-	r.cur, r.cached = &fresh, false
+	r.cur, r.cached, r.current = &fresh, false, true
 	r.next, r.ops, r.val = nil, nil, ""
 	return true
 }
