@@ -65,7 +65,7 @@ trap - EXIT
 run soak-1000 --embedded --tasks 10000000 --duration "$SOAK" --rate 1000 --steps 1 --retention 30s
 
 echo "== Go benchmarks   [load $(cut -d' ' -f1 /proc/loadavg)]"
-go test -run '^$' -bench 'BenchmarkTickWith100kLiveTasks|BenchmarkDetectionLatency' -benchtime 3x -timeout 20m ./supervisor/ | tee "$out/go-supervisor.txt"
+go test -run '^$' -bench 'BenchmarkTickWith100kLiveTasks|BenchmarkDetectionLatency' -benchtime 1x -timeout 20m ./supervisor/ | tee "$out/go-supervisor.txt"
 go test -run '^$' -bench 'BenchmarkStepRoundTrip' -benchtime 20000x ./agentsdk/ | tee "$out/go-agentsdk.txt"
 go test -run '^$' -bench . -benchtime 2s ./internal/store/ ./internal/taskstate/ ./scheduler/ | tee "$out/go-store-taskstate-scheduler.txt"
 machine | tee -a "$out/machine.txt"
