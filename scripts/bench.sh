@@ -25,7 +25,7 @@ run() {
 	local name=$1
 	shift
 	echo "== $name: reeve bench $* -o json   [load $(cut -d' ' -f1 /proc/loadavg)]"
-	"$reeve" bench "$@" -o json | tee "$out/$name.json"
+	"$reeve" bench "$@" -o json | tee "$out/$name.json" || echo "== $name FAILED (exit $?)" | tee -a "$out/failed.txt"
 }
 
 machine | tee "$out/machine.txt"
@@ -65,6 +65,7 @@ trap - EXIT
 run soak-1000 --embedded --tasks 10000000 --duration "$SOAK" --rate 1000 --steps 1 --retention 30s
 
 echo "== Go benchmarks   [load $(cut -d' ' -f1 /proc/loadavg)]"
+set +e # a failing benchmark must not hide the others
 go test -run '^$' -bench 'BenchmarkTickWith100kLiveTasks|BenchmarkDetectionLatency' -benchtime 1x -timeout 20m ./supervisor/ | tee "$out/go-supervisor.txt"
 go test -run '^$' -bench 'BenchmarkStepRoundTrip' -benchtime 20000x ./agentsdk/ | tee "$out/go-agentsdk.txt"
 go test -run '^$' -bench . -benchtime 2s ./internal/store/ ./internal/taskstate/ ./scheduler/ | tee "$out/go-store-taskstate-scheduler.txt"
