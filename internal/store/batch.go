@@ -78,6 +78,7 @@ type committer struct {
 	s             *Store
 	maxBatch      int
 	maxCommitters int
+	maxQueued     int // task creations are refused while this many writes wait
 
 	mu       sync.Mutex
 	queue    []*writeReq
@@ -85,8 +86,8 @@ type committer struct {
 	active   int             // committer goroutines running
 }
 
-func newCommitter(s *Store, maxBatch, maxCommitters int) *committer {
-	return &committer{s: s, maxBatch: maxBatch, maxCommitters: maxCommitters, inflight: map[string]bool{}}
+func newCommitter(s *Store, maxBatch, maxCommitters, maxQueued int) *committer {
+	return &committer{s: s, maxBatch: maxBatch, maxCommitters: maxCommitters, maxQueued: maxQueued, inflight: map[string]bool{}}
 }
 
 // do queues r and waits for its result or for r.ctx to end. When r.ctx
@@ -95,6 +96,13 @@ func newCommitter(s *Store, maxBatch, maxCommitters int) *committer {
 func (c *committer) do(r *writeReq) writeRes {
 	r.done = make(chan writeRes, 1)
 	c.mu.Lock()
+	if r.create != nil && c.maxQueued > 0 && len(c.queue) >= c.maxQueued {
+		// Shed new work, finish old work: claims and results of existing
+		// tasks still queue, since they are what drains the backlog.
+		n := len(c.queue)
+		c.mu.Unlock()
+		return writeRes{err: fmt.Errorf("create task: %d writes waiting for etcd: %w", n, ErrOverloaded)}
+	}
 	c.queue = append(c.queue, r)
 	start := c.active < c.maxCommitters
 	if start {
