@@ -252,3 +252,59 @@ func TestOverloadRefusesNewTasksOnly(t *testing.T) {
 		t.Fatalf("refused task: %v, want not written", err)
 	}
 }
+
+// Queued updates of existing tasks are committed before queued new tasks.
+func TestUpdatesGoBeforeNewTasks(t *testing.T) {
+	_, c := newStore(t)
+	s := store.New(c, store.WithGroupCommit(1, 1))
+	for _, id := range []string{"old1", "old2"} {
+		if _, _, err := s.CreateTask(ctx(t), record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, _, err := s.UpdateTask(ctx(t), "default", "old1", func(task *reevev1.Task) error {
+			close(entered)
+			<-release
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+	<-entered
+	for i := range 3 {
+		wg.Go(func() {
+			if _, _, err := s.CreateTask(ctx(t), record(fmt.Sprintf("new%d", i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.WriteStats().Queued < 3 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Go(func() {
+		if _, _, err := s.UpdateTask(ctx(t), "default", "old2", func(task *reevev1.Task) error { task.Reason = "late update"; return nil }); err != nil {
+			t.Error(err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); s.WriteStats().Queued < 4 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	resp, err := c.Get(ctx(t), "/reeve/tasks/default/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := map[string]int64{}
+	for _, kv := range resp.Kvs {
+		rev[strings.TrimPrefix(string(kv.Key), "/reeve/tasks/default/")] = kv.ModRevision
+	}
+	for i := range 3 {
+		if n := fmt.Sprintf("new%d", i); rev[n] < rev["old2"] {
+			t.Errorf("%s committed at revision %d, before the queued update of old2 (%d)", n, rev[n], rev["old2"])
+		}
+	}
+}

@@ -121,7 +121,7 @@ type WriteStats struct {
 // WriteStats returns the store's write counters.
 func (s *Store) WriteStats() WriteStats {
 	s.commits.mu.Lock()
-	queued := len(s.commits.queue)
+	queued := len(s.commits.updates) + len(s.commits.creates)
 	s.commits.mu.Unlock()
 	return WriteStats{Txns: s.txns.Load(), TaskWrites: s.taskWrites.Load(), Queued: queued}
 }
