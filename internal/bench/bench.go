@@ -219,7 +219,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(latencies) == 0 && firstErr != nil {
 		return nil, fmt.Errorf("bench: %w", firstErr)
 	}
-	endIndex, err := tg.applied(ctx)
+	// The reads after the load get their own time: a run cut short by
+	// MaxDuration still reports what it measured.
+	after, cancelAfter := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancelAfter()
+	endIndex, err := tg.applied(after)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +251,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB = db.report()
 	rep.ServerCPUSec, rep.ServerPeakRSSMB = srv.report()
-	qw, err := queueWaits(ctx, st)
+	qw, err := queueWaits(after, st)
 	if err != nil {
 		return nil, err
 	}
