@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
 GRPCURL_VERSION            := v1.9.4
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example
+.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench
 
 all: build
 
@@ -94,3 +94,8 @@ node-example:
 	@command -v node >/dev/null || { echo "node 20 or later is required (apt-get install nodejs)" >&2; exit 1; }
 	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { echo "node 20 or later is required, found $$(node --version)" >&2; exit 1; }
 	cd examples/node && npm ci --ignore-scripts --no-audit --no-fund && npm run build
+
+# Reproduces docs/benchmarks.md (about 12 minutes; not part of `make test`).
+# Results in bench-results/<time>/. SOAK=180s and SUSTAIN=60s set run lengths.
+bench: build
+	./scripts/bench.sh
