@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
 GRPCURL_VERSION            := v1.9.4
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet e2e e2e-grpcurl e2e-node e2e-conformance node-example
+.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example
 
 all: build
 
@@ -54,8 +54,23 @@ vet:
 check-fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed: $$out" >&2; exit 1)
 
+# Short fuzz runs (FUZZTIME each, one target at a time: go test -fuzz takes
+# one). Seeds live in each package's testdata/fuzz; a failing input is written
+# there too, to be committed as a regression test.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./internal/workflow:FuzzValidateWorkflow ./internal/workflow:FuzzValidateWorkflowJSON \
+	./internal/workflow:FuzzValidateSubmit ./cmd/reeve:FuzzParseWorkflowFile ./cmd/reeve:FuzzParseInput \
+	./internal/taskstate:FuzzResultFencing ./scheduler:FuzzAgentStream
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name in $$pkg for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 test: check-generate check-fmt lint vet
 	go test -race -count=1 -timeout 15m ./...
+	$(MAKE) fuzz
 	$(MAKE) e2e
 
 # End-to-end checks against real processes (about 45s once the tools are
