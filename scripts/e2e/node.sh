@@ -29,7 +29,7 @@ grep -q '"greeting":"Hello, CI!"' <<<"$out" || fail "the greet step's output is 
 # The scheduler recorded the Node agent as the one that ran it.
 TASK_ID=$(sed -n 's/^submitted task //p' <<<"$out")
 task=$("$REEVE" --address "$ADDR" task get "$TASK_ID" -o json)
-grep -q '"actor": "agent/node-e2e"' <<<"$task" || fail "task $TASK_ID was not run by the Node agent: $task"
+grep -Eq '"actor": *"agent/node-e2e"' <<<"$task" || fail "task $TASK_ID was not run by the Node agent: $task"
 
 # SIGTERM: the agent drains and exits 0.
 kill -TERM "$AGENT_PID"
