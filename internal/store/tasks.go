@@ -84,10 +84,25 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 	if err != nil {
 		return nil, nil, err
 	}
+	// A serializable read can lag the write that caused this update: etcd
+	// notifies watchers of a write before local readers see it, so a claim
+	// triggered by a ready-queue event can read the record from before that
+	// event. A refusal by fn of a record read that way is checked once
+	// against a linearizable read.
+	fresh := false
 	for range maxUpdateRetries {
 		next := proto.Clone(cur.Record).(*storev1.TaskRecord)
 		if err := fn(next.Task); err != nil {
-			return cur.Record, nil, err
+			if fresh {
+				return cur.Record, nil, err
+			}
+			fresh = true
+			v, gerr := s.GetTask(ctx, ns, id)
+			if gerr != nil || v.Revision == cur.Revision {
+				return cur.Record, nil, err
+			}
+			cur = v
+			continue
 		}
 		val, err := marshal(next)
 		if err != nil {
@@ -115,6 +130,7 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 		if cur, err = unmarshalTask(kvs[0]); err != nil {
 			return nil, nil, err
 		}
+		fresh = true // read in the transaction itself
 	}
 	return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrConflict)
 }
