@@ -20,6 +20,7 @@ type options struct {
 	drainTimeout     time.Duration
 	claimConcurrency int
 	sessionTTL       int
+	scheduleToStart  time.Duration
 }
 
 func defaultOptions() options {
@@ -67,3 +68,12 @@ func WithDrainTimeout(d time.Duration) Option { return func(o *options) { o.drai
 
 // WithClaimConcurrency bounds concurrent claim transactions; default 64.
 func WithClaimConcurrency(n int) Option { return func(o *options) { o.claimConcurrency = n } }
+
+// WithDefaultScheduleToStart sets the schedule-to-start timeout of steps
+// whose step and workflow set none: a submitted task's workflow snapshot
+// records it as default_schedule_to_start_timeout. Default 0: no limit, a
+// queued step waits until an agent of its type connects. Between 100ms and
+// 24h when set.
+func WithDefaultScheduleToStart(d time.Duration) Option {
+	return func(o *options) { o.scheduleToStart = d }
+}

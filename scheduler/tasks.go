@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -41,6 +42,9 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	wf, err := s.resolveWorkflow(ctx, req)
 	if err != nil {
 		return nil, statusErr(err)
+	}
+	if d := s.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
+		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
 	}
 	digest, err := requestDigest(req)
 	if err != nil {
