@@ -29,6 +29,9 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	if err := s.adm.allowSubmit(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.space.allow(); err != nil {
+		return nil, err
+	}
 	if err := workflow.ValidateSubmit(req); err != nil {
 		return nil, statusErr(err)
 	}

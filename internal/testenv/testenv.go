@@ -28,10 +28,10 @@ type Env struct {
 	Etcd *etcdtest.Member
 }
 
-// New starts an etcd member.
-func New(t testing.TB) *Env {
+// New starts an etcd member configured by opts.
+func New(t testing.TB, opts ...etcdtest.Option) *Env {
 	t.Helper()
-	return &Env{t: t, Etcd: etcdtest.New(t)}
+	return &Env{t: t, Etcd: etcdtest.New(t, opts...)}
 }
 
 // Scheduler is a scheduler serving gRPC on a loopback port.
