@@ -82,21 +82,19 @@ func free(t *testing.T, cli *clientv3.Client) {
 
 // submitUntil submits until the answer's code is want and its message
 // contains msg, polling the guard's refresh (bounded by wait), and returns
-// the last error.
-func submitUntil(t *testing.T, c reevev1.SchedulerServiceClient, id string, want codes.Code, msg string) error {
+// the last error and the task id of that submission (prefix-<n>).
+func submitUntil(t *testing.T, c reevev1.SchedulerServiceClient, prefix string, want codes.Code, msg string) (error, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	for {
-		_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: inline(step("x", "t"))})
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: inline(step("x", "probe"))}) // no agent runs "probe"
 		if status.Code(err) == want && strings.Contains(status.Convert(err).Message(), msg) {
-			return err
+			return err, id
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("submit %s: %v, want %v", id, err, want)
-		}
-		if err == nil {
-			id += "+" // accepted before the guard refreshed: try a new id
 		}
 		time.Sleep(20 * time.Millisecond) // the guard refreshes every 50ms
 	}
@@ -117,14 +115,14 @@ func TestNearQuotaRefusesNewTasksWhileRunningOnesFinish(t *testing.T) {
 	if err := fill(t, cli, 0.82); err != nil {
 		t.Fatalf("filling to 82%% of the quota: %v", err)
 	}
-	err := submitUntil(t, c, "refused", codes.ResourceExhausted, "")
+	err, refused := submitUntil(t, c, "refused", codes.ResourceExhausted, "")
 	if msg := status.Convert(err).Message(); !strings.Contains(msg, "near its space quota") || !strings.Contains(msg, "80% soft limit") ||
 		!strings.Contains(msg, "running tasks continue") {
 		t.Fatalf("refusal message %q does not say why", msg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	if _, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "refused"}); status.Code(err) != codes.NotFound {
+	if _, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: refused}); status.Code(err) != codes.NotFound {
 		t.Fatalf("refused task was recorded: %v", err)
 	}
 
@@ -156,7 +154,7 @@ func TestNoSpaceAlarmRefusesNewTasksUntilDisarmed(t *testing.T) {
 	if err := fill(t, cli, 2); err == nil {
 		t.Fatal("etcd accepted writes past its quota")
 	}
-	err := submitUntil(t, c, "refused", codes.ResourceExhausted, "NOSPACE")
+	err, _ := submitUntil(t, c, "refused", codes.ResourceExhausted, "NOSPACE")
 	if msg := status.Convert(err).Message(); !strings.Contains(msg, "NOSPACE") || !strings.Contains(msg, "disarm") {
 		t.Fatalf("refusal message %q does not name the alarm", msg)
 	}
