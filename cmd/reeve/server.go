@@ -65,6 +65,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		prof                        pprofFlag
 		srvSec                      serverSecurity
 		lim                         limitFlags
+		deg                         degradedFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -82,6 +83,10 @@ port with client certificates, and prints the environment a client needs.`,
 			log, err := logs.logger(cmd)
 			if err != nil {
 				return usageError{err}
+			}
+			degOpts, err := deg.options()
+			if err != nil {
+				return err
 			}
 			dev, err := devSecurity(cmd, g, &srvSec, dataDir, secure)
 			if err != nil {
@@ -124,7 +129,7 @@ port with client certificates, and prints the environment a client needs.`,
 					return nil
 				}
 				return startDemo(ctx, log, srv, addr, dev.agentOpts...)
-			}, append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...)...)
+			}, append(append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...), degOpts...)...)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "./.reeve", "directory for the embedded etcd's data")
@@ -135,6 +140,7 @@ port with client certificates, and prints the environment a client needs.`,
 	cmd.Flags().BoolVar(&secure, "secure", false, "mutual TLS with role checks, certificates from <data-dir>/certs (created when missing); etcd's client port needs client certificates")
 	srvSec.register(cmd, g.getenv)
 	lim.register(cmd)
+	deg.register(cmd)
 	logs.register(cmd)
 	prof.register(cmd)
 	return cmd
@@ -197,6 +203,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		srvSec             serverSecurity
 		etcdSec            etcdSecurity
 		lim                limitFlags
+		deg                degradedFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -229,7 +236,12 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 				return err
 			}
 			defer stopProf()
+			degOpts, err := deg.options()
+			if err != nil {
+				return err
+			}
 			opts := append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...)
+			opts = append(opts, degOpts...)
 			if id != "" {
 				opts = append(opts, scheduler.WithID(id))
 			}
@@ -247,6 +259,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	srvSec.register(cmd, g.getenv)
 	etcdSec.register(cmd, g.getenv)
 	lim.register(cmd)
+	deg.register(cmd)
 	logs.register(cmd)
 	prof.register(cmd)
 	return cmd
