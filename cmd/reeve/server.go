@@ -24,6 +24,7 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/etcdserver"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
@@ -328,7 +329,7 @@ fail it and raise an operator alert. Run two or more for availability.`,
 
 // etcdClient connects to an external etcd cluster.
 func etcdClient(endpoints []string, sec *etcdSecurity) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: store.DialOptions()}
 	if err := sec.apply(&cfg); err != nil {
 		return nil, err
 	}
