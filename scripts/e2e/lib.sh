@@ -45,7 +45,7 @@ start_dev() {
 	E2E_PIDS+=($!)
 	ADDR=""
 	for _ in $(seq 300); do
-		ADDR=$(sed -n 's/^reeve dev: scheduler and supervisor on \([^ ,]*\),.*/\1/p' "$E2E_DIR/dev.out")
+		ADDR=$(sed -n 's/^reeve dev: scheduler and supervisor on \([^ ,]*\)[ ,].*/\1/p' "$E2E_DIR/dev.out")
 		[ -n "$ADDR" ] && break
 		kill -0 "${E2E_PIDS[-1]}" 2>/dev/null || fail "reeve dev exited: $(cat "$E2E_DIR/dev.log")"
 		sleep 0.1
