@@ -76,7 +76,8 @@ func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 // the index changes it implies, in one transaction guarded by the record's
 // mod revision and by fences (e.g. a supervisor's leadership). When another
 // writer got there first, fn runs again on the fresh record. An error from
-// fn aborts the update and is returned as is. It returns the record before
+// fn aborts the update and is returned as is (fn refused a current record:
+// a refusal of a possibly stale serializable read is confirmed first). It returns the record before
 // and after the update.
 func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.Task) error, fences ...clientv3.Cmp) (before, after *storev1.TaskRecord, err error) {
 	key := s.k.task(ns, id)
@@ -84,10 +85,29 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 	if err != nil {
 		return nil, nil, err
 	}
+	fresh := false // cur came from a linearizable read or a txn, not a serializable read
 	for range maxUpdateRetries {
 		next := proto.Clone(cur.Record).(*storev1.TaskRecord)
 		if err := fn(next.Task); err != nil {
-			return cur.Record, nil, err
+			if fresh {
+				return cur.Record, nil, err
+			}
+			// A serializable read is served by whichever member the client
+			// talks to, and a follower may not have applied the latest
+			// writes yet: a claim driven by the ready-queue watch, or a
+			// result sent right after its assignment, would be refused
+			// (and the ready entry dropped) on a stale view. Confirm a
+			// refusal with a linearizable read before believing it.
+			latest, lerr := s.GetTask(ctx, ns, id)
+			if lerr != nil {
+				return nil, nil, lerr
+			}
+			fresh = true
+			if latest.Revision == cur.Revision {
+				return cur.Record, nil, err
+			}
+			cur = latest
+			continue
 		}
 		val, err := marshal(next)
 		if err != nil {
@@ -115,6 +135,7 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 		if cur, err = unmarshalTask(kvs[0]); err != nil {
 			return nil, nil, err
 		}
+		fresh = true
 	}
 	return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrConflict)
 }
