@@ -79,5 +79,12 @@ vet:
 check-fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed: $$out" >&2; exit 1)
 
+# The chaos suite on a local cluster: 2,000 tasks under process kills and
+# network faults, then the invariant check (see docs/reliability.md). ARGS
+# passes flags, e.g. make chaos ARGS='--seed 42 --tasks 500'. A short run
+# (300 tasks, about 1.5 minutes) is part of `make test` (internal/chaos).
+chaos: build etcd toxiproxy
+	./bin/reeve chaos --json chaos-report.json $(ARGS)
+
 test: check-generate check-fmt lint vet etcd toxiproxy
 	REEVE_REQUIRE_BINARIES=1 go test -race -count=1 -timeout 15m ./...

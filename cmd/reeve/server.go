@@ -31,7 +31,7 @@ import (
 
 // serverCommands are the commands that run Reeve's processes.
 func serverCommands() []*cobra.Command {
-	return []*cobra.Command{newDevCmd(), newSchedulerCmd(), newSupervisorCmd(), newAgentCmd(), newClusterCmd()}
+	return []*cobra.Command{newDevCmd(), newSchedulerCmd(), newSupervisorCmd(), newAgentCmd(), newClusterCmd(), newChaosCmd()}
 }
 
 // logFlags are the logging flags every server command has.

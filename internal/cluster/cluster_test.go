@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -19,36 +17,14 @@ import (
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/cluster"
+	"github.com/reeve-org/reeve/internal/cluster/clustertest"
 )
-
-// Binaries returns the reeve binary (built into a temp dir) and the etcd
-// binary (.tools/bin, installed by `make etcd`). Without etcd the test is
-// skipped, unless REEVE_REQUIRE_BINARIES=1 (make test sets it): then it fails.
-func binaries(t *testing.T) (reeve, etcd string) {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	etcd = filepath.Join(root, ".tools", "bin", "etcd")
-	if _, err := os.Stat(etcd); err != nil {
-		if os.Getenv("REEVE_REQUIRE_BINARIES") == "1" {
-			t.Fatalf("etcd binary missing (run 'make etcd'): %v", err)
-		}
-		t.Skipf("etcd binary missing (run 'make etcd'): %v", err)
-	}
-	reeve = filepath.Join(t.TempDir(), "reeve")
-	build := exec.Command("go", "build", "-o", reeve, "./cmd/reeve")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return reeve, etcd
-}
 
 // A real cluster of separate processes: 3 etcd members, 2 schedulers, a
 // supervisor and 3 demo agents. Killing the scheduler that holds agents
 // moves them to the other one, and tasks still complete.
 func TestKilledSchedulerMovesItsAgents(t *testing.T) {
-	reeve, etcd := binaries(t)
+	reeve, etcd := clustertest.Reeve(t), clustertest.Tool(t, "etcd")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
