@@ -38,7 +38,7 @@ func defaultOptions() options {
 		retention:          72 * time.Hour,
 		sweepInterval:      time.Minute,
 		drainTimeout:       10 * time.Second,
-		claimConcurrency:   64,
+		claimConcurrency:   256,
 		sessionTTL:         10,
 		spaceSoftLimit:     0.8,
 		spaceCheckInterval: 5 * time.Second,
@@ -73,7 +73,8 @@ func WithSweepInterval(d time.Duration) Option { return func(o *options) { o.swe
 // streams elsewhere; default 10s.
 func WithDrainTimeout(d time.Duration) Option { return func(o *options) { o.drainTimeout = d } }
 
-// WithClaimConcurrency bounds concurrent claim transactions; default 64.
+// WithClaimConcurrency bounds the claims in flight; default 256. Claims in
+// flight together share etcd transactions (group commit in the store).
 func WithClaimConcurrency(n int) Option { return func(o *options) { o.claimConcurrency = n } }
 
 // WithDefaultScheduleToStart sets the schedule-to-start timeout of steps

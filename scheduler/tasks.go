@@ -176,7 +176,7 @@ func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest)
 		reason = "canceled by client"
 	}
 	before, after, err := s.store.UpdateTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.Cancel(t, reason, "client", s.opts.clock.Now())
+		return taskstate.Cancel(t, reason, actorOf(ctx, "client"), s.opts.clock.Now())
 	})
 	if errors.Is(err, taskstate.ErrTerminal) {
 		return &reevev1.CancelTaskResponse{Task: before.GetTask()}, nil

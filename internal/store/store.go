@@ -70,12 +70,13 @@ func WithPrefix(p string) Option { return func(s *Store) { s.k.prefix = p } }
 func WithOpTimeout(d time.Duration) Option { return func(s *Store) { s.opTimeout = d } }
 
 // WithGroupCommit bounds group commit (see batch.go): at most maxBatch task
-// writes per etcd transaction (1 to 128; default 64) and at most
+// writes per etcd transaction (1 to 100; default 64; etcd refuses more than
+// 128 operations in one list, and 128 nested transactions already fail) and at most
 // maxCommitters transactions in flight (default 4). WithGroupCommit(1, n)
 // commits every write in its own transaction.
 func WithGroupCommit(maxBatch, maxCommitters int) Option {
 	return func(s *Store) {
-		s.maxBatch = min(max(maxBatch, 1), 128)
+		s.maxBatch = min(max(maxBatch, 1), 100)
 		s.maxCommitters = max(maxCommitters, 1)
 	}
 }
