@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/telemetry"
 )
 
 // errDrained ends a session because the scheduler asked the agent to move.
@@ -80,7 +82,8 @@ func backoff(minWait, maxWait time.Duration, failures int) time.Duration {
 // session runs one stream: register, then a receive loop (here) and a send
 // loop (the only caller of Send) until the stream ends.
 func (a *Agent) session(ctx context.Context, addr string) error {
-	cc, err := grpc.NewClient(addr, a.opts.dialOpts...)
+	cc, err := grpc.NewClient(addr, append(a.opts.dialOpts[:len(a.opts.dialOpts):len(a.opts.dialOpts)],
+		telemetry.ClientHandler(otelgrpc.WithTracerProvider(a.opts.tracer), otelgrpc.WithMeterProvider(a.opts.meter)))...)
 	if err != nil {
 		return err
 	}

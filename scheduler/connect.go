@@ -40,6 +40,7 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: &reevev1.Registered{
 		SessionId: conn.sessionID, SchedulerId: s.opts.id,
 	}}})
+	s.tel.seeNamespace(conn.ns)
 	s.disp.addAgent(conn)
 	rev := s.publishAgent(stream.Context(), conn)
 	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max)

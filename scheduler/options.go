@@ -8,6 +8,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 type options struct {
@@ -20,6 +23,8 @@ type options struct {
 	drainTimeout     time.Duration
 	claimConcurrency int
 	sessionTTL       int
+	tracer           trace.TracerProvider
+	meter            metric.MeterProvider
 }
 
 func defaultOptions() options {
@@ -34,6 +39,8 @@ func defaultOptions() options {
 		drainTimeout:     10 * time.Second,
 		claimConcurrency: 64,
 		sessionTTL:       10,
+		tracer:           otel.GetTracerProvider(),
+		meter:            otel.GetMeterProvider(),
 	}
 }
 
@@ -67,3 +74,12 @@ func WithDrainTimeout(d time.Duration) Option { return func(o *options) { o.drai
 
 // WithClaimConcurrency bounds concurrent claim transactions; default 64.
 func WithClaimConcurrency(n int) Option { return func(o *options) { o.claimConcurrency = n } }
+
+// WithTracerProvider sets where the scheduler's spans go; default the
+// global provider (a no-op unless telemetry is set up). Build it with
+// telemetry.IDGenerator so that attempt spans get their derived ids.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+
+// WithMeterProvider sets where the scheduler's metrics go; default the
+// global provider.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.meter = mp } }

@@ -38,6 +38,7 @@ type Server struct {
 	store *store.Store
 	log   *slog.Logger
 	disp  *dispatcher
+	tel   *instruments
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -59,12 +60,13 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	base, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts:       o,
-		store:      store.New(c, store.WithPrefix(o.prefix)),
+		store:      store.New(c, store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter)),
 		log:        o.log.With("scheduler_id", o.id),
 		base:       base,
 		cancelBase: cancel,
 	}
 	s.disp = newDispatcher(s)
+	s.tel = newInstruments(s)
 	return s
 }
 

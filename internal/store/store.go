@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 )
 
 var (
@@ -48,6 +49,8 @@ type Store struct {
 	c         *clientv3.Client
 	k         keys
 	opTimeout time.Duration
+	meters    metric.MeterProvider
+	metrics   storeMetrics
 }
 
 // Option configures a Store.
@@ -67,6 +70,7 @@ func New(c *clientv3.Client, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.metrics = newStoreMetrics(s.meters)
 	return s
 }
 

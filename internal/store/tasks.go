@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -36,11 +37,13 @@ func (s *Store) CreateTask(ctx context.Context, rec *storev1.TaskRecord) (existi
 	ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(nil, rec)...)
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
+	start := time.Now()
 	resp, err := s.c.Txn(octx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(ops...).
 		Else(clientv3.OpGet(key)).
 		Commit()
+	s.metrics.observe(ctx, opCreate, start)
 	if err != nil {
 		return nil, false, etcdErr(ctx, "create task", err)
 	}
@@ -97,8 +100,10 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 		ops = append(ops, s.alertOps(cur.Record.GetTask(), next.GetTask())...)
 		cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", cur.Revision)}, fences...)
 		octx, cancel := s.opCtx(ctx)
+		start := time.Now()
 		resp, err := s.c.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
 		cancel()
+		s.metrics.observe(ctx, opUpdate, start)
 		if err != nil {
 			return nil, nil, etcdErr(ctx, "update task", err)
 		}
@@ -112,6 +117,7 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 		if kvs[0].ModRevision == cur.Revision {
 			return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrFenced)
 		}
+		s.metrics.conflicts.Add(ctx, 1, opUpdate)
 		if cur, err = unmarshalTask(kvs[0]); err != nil {
 			return nil, nil, err
 		}
@@ -272,3 +278,16 @@ func unmarshalTask(kv *mvccpb.KeyValue) (Versioned, error) {
 
 // IsNotFound reports whether err means a missing task or workflow.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// CountTasks counts the tasks of a namespace in one state through the state
+// index (a count-only range: etcd walks the index keys of that state only).
+func (s *Store) CountTasks(ctx context.Context, ns string, state reevev1.TaskState) (int64, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	prefix := s.k.stateOf(ns, state.String())
+	resp, err := s.c.Get(octx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithCountOnly(), clientv3.WithSerializable())
+	if err != nil {
+		return 0, etcdErr(ctx, "count tasks", err)
+	}
+	return resp.Count, nil
+}
