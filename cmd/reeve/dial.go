@@ -7,12 +7,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/telemetry"
 )
 
 // connect opens a connection to the scheduler at g.address. All connection
 // options live here.
 func (g *globals) connect() (*grpc.ClientConn, error) {
-	cc, err := grpc.NewClient(g.address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(g.address, grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.ClientHandler())
 	if err != nil {
 		return nil, fmt.Errorf("--address %q: %w", g.address, err)
 	}
@@ -21,11 +22,13 @@ func (g *globals) connect() (*grpc.ClientConn, error) {
 
 // dial returns a client of the scheduler's client API.
 func (g *globals) dial() (reevev1.SchedulerServiceClient, func(), error) {
+	flush := g.clientTelemetry()
 	cc, err := g.connect()
 	if err != nil {
+		flush()
 		return nil, nil, err
 	}
-	return reevev1.NewSchedulerServiceClient(cc), func() { _ = cc.Close() }, nil
+	return reevev1.NewSchedulerServiceClient(cc), func() { _ = cc.Close(); flush() }, nil
 }
 
 // dialOperator returns a client of the operator API (recovery and alerts).

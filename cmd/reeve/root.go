@@ -38,6 +38,7 @@ type globals struct {
 	output    string
 	namespace string
 	timeout   time.Duration
+	getenv    func(string) string
 }
 
 // run executes the reeve command line and returns the process exit code.
@@ -67,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 }
 
 func newRootCmd(getenv func(string) string) *cobra.Command {
-	g := &globals{}
+	g := &globals{getenv: getenv}
 	root := &cobra.Command{
 		Use:           "reeve",
 		Short:         "Reeve runs multi-step work across unreliable services and finishes it, or undoes it",

@@ -25,6 +25,7 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/etcdserver"
+	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
@@ -48,11 +49,12 @@ func (f *logFlags) logger(cmd *cobra.Command) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
+	// Records logged with a span's context carry trace_id and span_id.
 	switch f.format {
 	case "text":
-		return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewTextHandler(cmd.ErrOrStderr(), opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(cmd.ErrOrStderr(), opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format: want text or json, got %q", f.format)
 }
@@ -63,6 +65,7 @@ func newDevCmd() *cobra.Command {
 		withDemo                    bool
 		tick                        time.Duration
 		logs                        logFlags
+		tel                         telemetryFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -77,6 +80,11 @@ and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
 			if err != nil {
 				return usageError{err}
 			}
+			flush, err := tel.start(cmd.Context(), log, "reeve-dev")
+			if err != nil {
+				return err
+			}
+			defer flush()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
@@ -111,6 +119,7 @@ and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
 	cmd.Flags().BoolVar(&withDemo, "demo", false, "register the demo workflows and run demo agents")
 	cmd.Flags().DurationVar(&tick, "supervisor-tick", time.Second, "how often the supervisor looks for expired steps")
 	logs.register(cmd)
+	tel.register(cmd)
 	return cmd
 }
 
@@ -120,7 +129,7 @@ func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client
 	var clients []reevev1.SupervisorServiceClient
 	var conns []*grpc.ClientConn
 	for _, a := range addrs {
-		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.ClientHandler())
 		if err != nil {
 			return fmt.Errorf("scheduler address %q: %w", a, err)
 		}
@@ -167,6 +176,7 @@ func newSchedulerCmd() *cobra.Command {
 		listen, id, prefix string
 		retention          time.Duration
 		logs               logFlags
+		tel                telemetryFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -180,6 +190,11 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if err != nil {
 				return usageError{err}
 			}
+			flush, err := tel.start(cmd.Context(), log, "reeve-scheduler")
+			if err != nil {
+				return err
+			}
+			defer flush()
 			if len(endpoints) == 0 {
 				return usagef("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")
 			}
@@ -206,6 +221,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix")
 	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept")
 	logs.register(cmd)
+	tel.register(cmd)
 	return cmd
 }
 
@@ -216,6 +232,7 @@ func newSupervisorCmd() *cobra.Command {
 		tick                  time.Duration
 		ttl                   int
 		logs                  logFlags
+		tel                   telemetryFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "supervisor",
@@ -230,6 +247,11 @@ fail it and raise an operator alert. Run two or more for availability.`,
 			if err != nil {
 				return usageError{err}
 			}
+			flush, err := tel.start(cmd.Context(), log, "reeve-supervisor")
+			if err != nil {
+				return err
+			}
+			defer flush()
 			if len(endpoints) == 0 {
 				return usagef("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")
 			}
@@ -261,6 +283,7 @@ fail it and raise an operator alert. Run two or more for availability.`,
 	cmd.Flags().DurationVar(&tick, "tick", time.Second, "how often the leader looks for expired steps")
 	cmd.Flags().IntVar(&ttl, "session-ttl", 10, "seconds before a dead leader's leadership lapses")
 	logs.register(cmd)
+	tel.register(cmd)
 	return cmd
 }
 
@@ -282,11 +305,15 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen s
 		return err
 	}
 	srv := scheduler.New(cli, opts...)
-	g := grpc.NewServer(scheduler.ServerOptions()...)
+	g := grpc.NewServer(append(scheduler.ServerOptions(), telemetry.ServerHandler())...)
 	srv.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
+	healthCtx, stopHealth := context.WithCancel(context.Background())
+	healthDone := make(chan struct{})
+	go func() { defer close(healthDone); srv.ReportHealth(healthCtx, hs, time.Second) }()
+	defer func() { stopHealth(); <-healthDone }()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.Serve(lis) }()
@@ -309,6 +336,8 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen s
 		log.Error("grpc server stopped", "err", err)
 	}
 	log.Info("shutting down")
+	stopHealth()
+	<-healthDone
 	hs.Shutdown()
 	stopApp() // demo agents and the like first
 	stopRun()

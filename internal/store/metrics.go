@@ -32,6 +32,9 @@ func newStoreMetrics(mp metric.MeterProvider) storeMetrics {
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 	conflicts, _ := m.Int64Counter("reeve.etcd.txn.conflicts",
 		metric.WithDescription("Task writes whose compare failed because another writer changed the record first (each is retried)"))
+	// Export the conflict series from the start, so that rate() and alerts
+	// work before the first conflict.
+	conflicts.Add(context.Background(), 0, opUpdate)
 	return storeMetrics{txn: txn, conflicts: conflicts}
 }
 

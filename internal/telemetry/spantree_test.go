@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -37,7 +39,7 @@ type traced struct {
 	client reevev1.SchedulerServiceClient
 }
 
-func startTraced(t *testing.T, handlers map[string]agentsdk.HandlerFunc) *traced {
+func startTraced(t *testing.T, mp metric.MeterProvider, handlers map[string]agentsdk.HandlerFunc) *traced {
 	t.Helper()
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithIDGenerator(telemetry.IDGenerator()))
@@ -45,7 +47,7 @@ func startTraced(t *testing.T, handlers map[string]agentsdk.HandlerFunc) *traced
 	withTP := otelgrpc.WithTracerProvider(tp)
 
 	env := testenv.New(t)
-	srv := scheduler.New(env.Etcd.Client(), scheduler.WithLogger(testenv.Logger()), scheduler.WithTracerProvider(tp), scheduler.WithDrainTimeout(2*time.Second))
+	srv := scheduler.New(env.Etcd.Client(), scheduler.WithLogger(testenv.Logger()), scheduler.WithTracerProvider(tp), scheduler.WithMeterProvider(mp), scheduler.WithDrainTimeout(2*time.Second))
 	g := grpc.NewServer(append(scheduler.ServerOptions(), telemetry.ServerHandler(withTP))...)
 	srv.Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -68,7 +70,7 @@ func startTraced(t *testing.T, handlers map[string]agentsdk.HandlerFunc) *traced
 		return cc
 	}
 	sup, err := supervisor.New(env.Etcd.Client(), []reevev1.SupervisorServiceClient{reevev1.NewSupervisorServiceClient(dial())},
-		supervisor.WithLogger(testenv.Logger()), supervisor.WithTick(100*time.Millisecond), supervisor.WithSessionTTL(2), supervisor.WithTracerProvider(tp))
+		supervisor.WithLogger(testenv.Logger()), supervisor.WithTick(100*time.Millisecond), supervisor.WithSessionTTL(2), supervisor.WithTracerProvider(tp), supervisor.WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func startTraced(t *testing.T, handlers map[string]agentsdk.HandlerFunc) *traced
 // trace: submit → attempts → executions, the supervisor's decision, and the
 // compensation; every attempt of a step links to the one before.
 func TestSpanTreeOfTaskWithRetryAndCompensation(t *testing.T) {
-	tr := startTraced(t, map[string]agentsdk.HandlerFunc{
+	tr := startTraced(t, noop.NewMeterProvider(), map[string]agentsdk.HandlerFunc{
 		"book":   func(context.Context, *agentsdk.Step) (any, error) { return map[string]any{"booking": "b-1"}, nil },
 		"unbook": func(context.Context, *agentsdk.Step) (any, error) { return nil, nil },
 		"pay": func(ctx context.Context, s *agentsdk.Step) (any, error) {
