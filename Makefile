@@ -6,8 +6,13 @@ export PATH := $(TOOLS):$(PATH)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
+# The OpenTelemetry Collector of `make e2e-otel`, built by the collector
+# builder from internal/telemetry/otelcol/builder.yaml (components pinned
+# there to the same release). Bump both together, and the binary's name.
+OTELCOL_VERSION            := v0.162.0
+OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet
+.PHONY: all tools generate check-generate check-fmt lint build run test vet e2e-otel
 
 all: build
 
@@ -23,6 +28,19 @@ $(TOOLS)/protoc-gen-go-grpc: Makefile
 $(TOOLS)/buf: Makefile
 	GOBIN=$(TOOLS) go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	@touch $@
+
+# Built once (about 2.5 minutes), then reused while the file exists.
+$(OTELCOL):
+	GOBIN=$(TOOLS) go install go.opentelemetry.io/collector/cmd/builder@$(OTELCOL_VERSION)
+	rm -rf $(CURDIR)/.tools/otelcol-build
+	$(TOOLS)/builder --config internal/telemetry/otelcol/builder.yaml --output-path $(CURDIR)/.tools/otelcol-build
+	mv $(CURDIR)/.tools/otelcol-build/otelcol-reeve $@
+	rm -rf $(CURDIR)/.tools/otelcol-build
+
+# End-to-end tracing: a real collector receives the spans of `reeve dev
+# --demo` and the CLI; the test checks the traces of two demo tasks.
+e2e-otel: $(OTELCOL) build
+	REEVE_E2E_OTELCOL=$(OTELCOL) REEVE_E2E_REEVE=$(CURDIR)/bin/reeve go test -count=1 -timeout 5m -run TestCollectorReceivesTaskTraces ./internal/telemetry/otelcol/
 
 generate: tools
 	rm -rf gen
@@ -48,5 +66,5 @@ vet:
 check-fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed: $$out" >&2; exit 1)
 
-test: check-generate check-fmt lint vet
+test: check-generate check-fmt lint vet e2e-otel
 	go test -race -count=1 -timeout 15m ./...
