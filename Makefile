@@ -30,12 +30,13 @@ $(TOOLS)/buf: Makefile
 	@touch $@
 
 # Built once (about 2.5 minutes), then reused while the file exists.
+# A private build directory next to the binary: the rename is atomic, so an
+# interrupted build never leaves a partial binary that looks installed.
 $(OTELCOL):
 	GOBIN=$(TOOLS) go install go.opentelemetry.io/collector/cmd/builder@$(OTELCOL_VERSION)
-	rm -rf $(CURDIR)/.tools/otelcol-build
-	$(TOOLS)/builder --config internal/telemetry/otelcol/builder.yaml --output-path $(CURDIR)/.tools/otelcol-build
-	mv $(CURDIR)/.tools/otelcol-build/otelcol-reeve $@
-	rm -rf $(CURDIR)/.tools/otelcol-build
+	d=$$(mktemp -d $(TOOLS)/otelcol-build.XXXXXX) && \
+	$(TOOLS)/builder --config internal/telemetry/otelcol/builder.yaml --output-path $$d && \
+	mv $$d/otelcol-reeve $@ && rm -rf $$d
 
 # End-to-end tracing: a real collector receives the spans of `reeve dev
 # --demo` and the CLI; the test checks the traces of two demo tasks.
