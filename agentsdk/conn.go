@@ -82,7 +82,7 @@ func backoff(minWait, maxWait time.Duration, failures int) time.Duration {
 // session runs one stream: register, then a receive loop (here) and a send
 // loop (the only caller of Send) until the stream ends.
 func (a *Agent) session(ctx context.Context, addr string) error {
-	cc, err := grpc.NewClient(addr, append(a.opts.dialOpts[:len(a.opts.dialOpts):len(a.opts.dialOpts)],
+	cc, err := grpc.NewClient(addr, append(a.opts.dialOptions(),
 		telemetry.ClientHandler(otelgrpc.WithTracerProvider(a.opts.tracer), otelgrpc.WithMeterProvider(a.opts.meter)))...)
 	if err != nil {
 		return err

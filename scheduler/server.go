@@ -39,6 +39,7 @@ type Server struct {
 	log   *slog.Logger
 	disp  *dispatcher
 	tel   *instruments
+	adm   *admission
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -67,6 +68,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	}
 	s.disp = newDispatcher(s)
 	s.tel = newInstruments(s)
+	s.adm = newAdmission(s)
 	return s
 }
 

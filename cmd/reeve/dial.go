@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/telemetry"
@@ -13,7 +12,11 @@ import (
 // connect opens a connection to the scheduler at g.address. All connection
 // options live here.
 func (g *globals) connect() (*grpc.ClientConn, error) {
-	cc, err := grpc.NewClient(g.address, grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.ClientHandler())
+	opts, err := g.sec.dialOptions()
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(g.address, append(opts, telemetry.ClientHandler())...)
 	if err != nil {
 		return nil, fmt.Errorf("--address %q: %w", g.address, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,38 +26,14 @@ type Versioned struct {
 
 // CreateTask stores a new task record and its indexes unless the task id is
 // taken. If it is taken, the existing record is returned with created=false.
+// Concurrent writes are committed together (see batch.go).
 func (s *Store) CreateTask(ctx context.Context, rec *storev1.TaskRecord) (existing *storev1.TaskRecord, created bool, err error) {
 	t := rec.GetTask()
-	key := s.k.task(t.GetNamespace(), t.GetId())
-	val, err := marshal(rec)
-	if err != nil {
-		return nil, false, err
+	res := s.commits.do(&writeReq{ctx: ctx, ns: t.GetNamespace(), id: t.GetId(), key: s.k.task(t.GetNamespace(), t.GetId()), create: rec})
+	if res.err != nil {
+		return nil, false, ctxErr(ctx, res.err)
 	}
-	ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(nil, rec)...)
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	start := time.Now()
-	resp, err := s.c.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(ops...).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	s.metrics.observe(ctx, opCreate, start)
-	if err != nil {
-		return nil, false, etcdErr(ctx, "create task", err)
-	}
-	if resp.Succeeded {
-		return rec, true, nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
-		return nil, false, fmt.Errorf("create task: %w", ErrConflict)
-	}
-	old, err := unmarshalTask(kvs[0])
-	if err != nil {
-		return nil, false, err
-	}
-	return old.Record, false, nil
+	return res.after, res.created, nil
 }
 
 // GetTask returns a task record. Reads are linearizable.
@@ -80,70 +55,25 @@ func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 // mod revision and by fences (e.g. a supervisor's leadership). When another
 // writer got there first, fn runs again on the fresh record. An error from
 // fn aborts the update and is returned as is. It returns the record before
-// and after the update.
+// and after the update; callers must not modify them (the store keeps the
+// latest in its record cache). Concurrent updates of different tasks are
+// committed together, each with its own compare (see batch.go); fn may run
+// on another goroutine than the caller's, and more than once.
 func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.Task) error, fences ...clientv3.Cmp) (before, after *storev1.TaskRecord, err error) {
-	key := s.k.task(ns, id)
-	cur, err := s.getTaskSerializable(ctx, key)
-	if err != nil {
-		return nil, nil, err
+	res := s.commits.do(&writeReq{ctx: ctx, ns: ns, id: id, key: s.k.task(ns, id), fn: fn, fences: fences})
+	if res.err != nil {
+		return res.before, nil, ctxErr(ctx, res.err)
 	}
-	for range maxUpdateRetries {
-		next := proto.Clone(cur.Record).(*storev1.TaskRecord)
-		if err := fn(next.Task); err != nil {
-			return cur.Record, nil, err
-		}
-		val, err := marshal(next)
-		if err != nil {
-			return nil, nil, err
-		}
-		ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(cur.Record, next)...)
-		ops = append(ops, s.alertOps(cur.Record.GetTask(), next.GetTask())...)
-		cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", cur.Revision)}, fences...)
-		octx, cancel := s.opCtx(ctx)
-		start := time.Now()
-		resp, err := s.c.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
-		cancel()
-		s.metrics.observe(ctx, opUpdate, start)
-		if err != nil {
-			return nil, nil, etcdErr(ctx, "update task", err)
-		}
-		if resp.Succeeded {
-			return cur.Record, next, nil
-		}
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			return nil, nil, notFound("task %q in namespace %q", id, ns)
-		}
-		if kvs[0].ModRevision == cur.Revision {
-			return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrFenced)
-		}
-		s.metrics.conflicts.Add(ctx, 1, opUpdate)
-		if cur, err = unmarshalTask(kvs[0]); err != nil {
-			return nil, nil, err
-		}
-	}
-	return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrConflict)
+	return res.before, res.after, nil
 }
 
-// getTaskSerializable reads from the local member without a quorum round
-// trip. A stale record only costs one retry in UpdateTask's compare, but a
-// stale "not found" (the member has not applied the creation yet, though a
-// watch may already have reported it) must not be believed: it is checked
-// with a linearizable read.
-func (s *Store) getTaskSerializable(ctx context.Context, key string) (Versioned, error) {
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.c.Get(octx, key, clientv3.WithSerializable())
-	if err == nil && len(resp.Kvs) == 0 {
-		resp, err = s.c.Get(octx, key)
+// ctxErr makes a write that failed after its caller gave up report the
+// caller's context error, as etcdErr does for direct requests.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ErrUnavailable) {
+		return ctx.Err()
 	}
-	if err != nil {
-		return Versioned{}, etcdErr(ctx, "get task", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return Versioned{}, notFound("task %s", strings.TrimPrefix(key, s.k.prefix+"tasks/"))
-	}
-	return unmarshalTask(resp.Kvs[0])
+	return err
 }
 
 // ListTasks returns up to limit tasks of a namespace in id order, starting
@@ -278,16 +208,3 @@ func unmarshalTask(kv *mvccpb.KeyValue) (Versioned, error) {
 
 // IsNotFound reports whether err means a missing task or workflow.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
-
-// CountTasks counts the tasks of a namespace in one state through the state
-// index (a count-only range: etcd walks the index keys of that state only).
-func (s *Store) CountTasks(ctx context.Context, ns string, state reevev1.TaskState) (int64, error) {
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	prefix := s.k.stateOf(ns, state.String())
-	resp, err := s.c.Get(octx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithCountOnly(), clientv3.WithSerializable())
-	if err != nil {
-		return 0, etcdErr(ctx, "count tasks", err)
-	}
-	return resp.Count, nil
-}
