@@ -88,8 +88,8 @@ func TestPrometheusMetrics(t *testing.T) {
 		{`reeve_tasks{reeve_namespace="default",reeve_task_state="TASK_STATE_RUNNING"`, eq(0)},
 		{`reeve_tasks{reeve_namespace="default",reeve_task_state="TASK_STATE_PENDING"`, eq(0)},
 		{`reeve_steps_overdue_oldest_age_seconds`, eq(0)},
-		{`reeve_etcd_txn_duration_seconds_count{reeve_etcd_operation="update_task"`, atLeast(8)},
-		{`reeve_etcd_txn_conflicts_total{reeve_etcd_operation="update_task"`, atLeast(0)},
+		{`reeve_etcd_txn_duration_seconds_count{reeve_etcd_operation="write_tasks"`, atLeast(3)},
+		{`reeve_etcd_txn_conflicts_total{reeve_etcd_conflict_cause="concurrent_writer"`, atLeast(0)},
 	} {
 		if v := value(body, c.series); !c.want(v) {
 			t.Errorf("%s: %v", c.series, v)
