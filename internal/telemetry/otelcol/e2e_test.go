@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -53,16 +54,26 @@ func (s span) attr(k string) string {
 	return ""
 }
 
-// sink is an OTLP/HTTP trace receiver: what the collector exports.
+// sink is an OTLP/HTTP receiver of traces and metrics: what the collector
+// exports.
 type sink struct {
-	mu    sync.Mutex
-	spans []span
+	mu      sync.Mutex
+	spans   []span
+	metrics map[string]bool // names of the metrics received
 }
 
 func (k *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
-	if err != nil || r.URL.Path != "/v1/traces" {
+	if err != nil {
 		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	if r.URL.Path == "/v1/metrics" {
+		k.metricsRequest(w, body)
+		return
+	}
+	if r.URL.Path != "/v1/traces" {
+		http.Error(w, "unknown path", http.StatusNotFound)
 		return
 	}
 	req := &coltracepb.ExportTraceServiceRequest{}
@@ -88,6 +99,32 @@ func (k *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	_, _ = w.Write(out)
+}
+
+func (k *sink) metricsRequest(w http.ResponseWriter, body []byte) {
+	req := &colmetricpb.ExportMetricsServiceRequest{}
+	if err := proto.Unmarshal(body, req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	k.mu.Lock()
+	for _, rm := range req.GetResourceMetrics() {
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				k.metrics[m.GetName()] = true
+			}
+		}
+	}
+	k.mu.Unlock()
+	out, _ := proto.Marshal(&colmetricpb.ExportMetricsServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+func (k *sink) hasMetric(name string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.metrics[name]
 }
 
 func (k *sink) snapshot() []span {
@@ -161,7 +198,7 @@ func TestCollectorReceivesTaskTraces(t *testing.T) {
 	if otelcol == "" || reeve == "" {
 		t.Skip("end-to-end test: run `make e2e-otel` (needs REEVE_E2E_OTELCOL and REEVE_E2E_REEVE)")
 	}
-	received := &sink{}
+	received := &sink{metrics: map[string]bool{}}
 	sinkLis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +232,9 @@ service:
     traces:
       receivers: [otlp]
       exporters: [otlp_http, debug]
+    metrics:
+      receivers: [otlp]
+      exporters: [otlp_http]
 `, otlpGRPC, otlpHTTP, sinkLis.Addr())
 	if err := os.WriteFile(filepath.Join(dir, "otelcol.yaml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -212,10 +252,12 @@ service:
 	})
 
 	// The server exports over OTLP/gRPC, the CLI over OTLP/HTTP.
-	addr := freePort(t)
+	addr, metricsAddr := freePort(t), freePort(t)
 	_, devOut, devMu := start(t, reeve, []string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlpGRPC, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=100",
-	}, "dev", "--demo", "--data-dir", filepath.Join(dir, "reeve"), "--listen", addr, "--supervisor-tick", "200ms", "--log-format", "json")
+		"OTEL_METRIC_EXPORT_INTERVAL=500",
+	}, "dev", "--demo", "--data-dir", filepath.Join(dir, "reeve"), "--listen", addr, "--supervisor-tick", "200ms", "--log-format", "json",
+		"--metrics-listen", metricsAddr)
 	waitFor(t, "reeve dev", 60*time.Second, func() bool {
 		devMu.Lock()
 		defer devMu.Unlock()
@@ -258,6 +300,17 @@ service:
 		return len(roots) == 1 && count("reeve.step.attempt") >= 7 && count("reeve.step.execute") >= 7 && count("reeve.supervisor.decide") >= 1
 	}
 	waitFor(t, "the spans of both tasks at the collector's exporter", 30*time.Second, complete)
+	// Metrics: over OTLP through the collector, and on --metrics-listen.
+	waitFor(t, "reeve.tasks.submitted over OTLP", 30*time.Second, func() bool { return received.hasMetric("reeve.tasks.submitted") })
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if !bytes.Contains(prom, []byte("reeve_tasks_submitted_total{")) || !bytes.Contains(prom, []byte("reeve_supervisor_recoveries_total{")) {
+		t.Errorf("--metrics-listen /metrics lacks the task counters:\n%s", prom)
+	}
 	t.Logf("%d spans received through the collector", len(spans))
 	root := roots["reeve-cli"]
 	if root.Span == nil {
