@@ -193,14 +193,14 @@ func (in *instruments) resulted(before, after *storev1.TaskRecord, ref *reevev1.
 	parent := telemetry.AttemptSpanContext(task, ref.GetNamespace(), ref.GetTaskId(), ref.GetStep(), ref.GetAttempt())
 	_, span := in.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), telemetry.SpanResult,
 		trace.WithTimestamp(now), trace.WithAttributes(attrs...),
-		trace.WithAttributes(telemetry.KeyAgentID.String(agentID), telemetry.KeyOutcome.String(decisionOf(bt, at, st, ref, now)),
+		trace.WithAttributes(telemetry.KeyAgentID.String(agentID), telemetry.KeyOutcome.String(decisionOf(bt, at, st, ref)),
 			telemetry.KeyTaskState.String(at.GetState().String())))
 	if e := res.GetError(); e != nil {
 		span.SetAttributes(telemetry.KeyErrorCode.String(e.GetCode()))
 		span.SetStatus(codes.Error, e.GetMessage())
 	}
-	if nb := st.GetNotBefore(); st.GetAttempt() > ref.GetAttempt() && nb != nil {
-		span.SetAttributes(telemetry.KeyDelay.Int64(nb.AsTime().Sub(now).Milliseconds()))
+	if d := retryDelay(st); st.GetAttempt() > ref.GetAttempt() && d > 0 {
+		span.SetAttributes(telemetry.KeyDelay.Int64(d.Milliseconds()))
 	}
 	span.End(trace.WithTimestamp(now))
 }
@@ -225,10 +225,10 @@ func outcomeOf(res *reevev1.StepResult) string {
 // decisionOf names what a result led to: succeeded, retry or backoff (a
 // new attempt is queued, now or later), compensate (the task compensates),
 // fail (the task failed) or failed (the step failed, the task goes on).
-func decisionOf(before, after *reevev1.Task, st *reevev1.Step, ref *reevev1.StepRef, now time.Time) string {
+func decisionOf(before, after *reevev1.Task, st *reevev1.Step, ref *reevev1.StepRef) string {
 	switch {
 	case st.GetAttempt() > ref.GetAttempt():
-		if nb := st.GetNotBefore(); nb != nil && nb.AsTime().After(now) {
+		if retryDelay(st) > 0 {
 			return "backoff"
 		}
 		return "retry"
@@ -240,6 +240,15 @@ func decisionOf(before, after *reevev1.Task, st *reevev1.Step, ref *reevev1.Step
 		return "fail"
 	}
 	return "failed"
+}
+
+// retryDelay is the backoff a queued step waits before its next attempt:
+// from when it became ready to its not-before.
+func retryDelay(st *reevev1.Step) time.Duration {
+	if st.GetNotBefore() == nil || st.GetReadyTime() == nil {
+		return 0
+	}
+	return st.GetNotBefore().AsTime().Sub(st.GetReadyTime().AsTime())
 }
 
 // dispatchTime finds when the attempt ref was dispatched, in the task's
