@@ -7,8 +7,10 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
 GRPCURL_VERSION            := v1.9.4
+ETCD_VERSION               := v3.7.3
+TOXIPROXY_VERSION          := v2.12.0
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example
+.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos
 
 all: build
 
@@ -30,6 +32,29 @@ $(TOOLS)/grpcurl-$(GRPCURL_VERSION):
 	GOBIN=$(TOOLS) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@touch $@
 
+# The official etcd server and etcdctl, built from their Go modules in a
+# scratch module: `go install` refuses them (their go.mod has replace
+# directives). Debian's etcd-server is 3.4.23, end of life and older than the
+# 3.7.3 client and embedded server Reeve is built and tested with.
+etcd: $(TOOLS)/etcd-$(ETCD_VERSION)
+$(TOOLS)/etcd-$(ETCD_VERSION):
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; cd $$tmp; \
+	go mod init reeve.tools/etcd >/dev/null 2>&1; \
+	go get go.etcd.io/etcd/server/v3@$(ETCD_VERSION) go.etcd.io/etcd/etcdctl/v3@$(ETCD_VERSION); \
+	go build -o $(TOOLS)/etcd go.etcd.io/etcd/server/v3; \
+	go build -o $(TOOLS)/etcdctl go.etcd.io/etcd/etcdctl/v3
+	@touch $@
+
+# toxiproxy's commands are named server and cli: installed as toxiproxy-server
+# and toxiproxy-cli. `@latest` resolves to an old v2.5.0 here: pinned.
+toxiproxy: $(TOOLS)/toxiproxy-$(TOXIPROXY_VERSION)
+$(TOOLS)/toxiproxy-$(TOXIPROXY_VERSION):
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	GOBIN=$$tmp go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION); \
+	GOBIN=$$tmp go install github.com/Shopify/toxiproxy/v2/cmd/cli@$(TOXIPROXY_VERSION); \
+	mv $$tmp/server $(TOOLS)/toxiproxy-server; mv $$tmp/cli $(TOOLS)/toxiproxy-cli
+	@touch $@
+
 generate: tools
 	rm -rf gen
 	buf generate
@@ -47,6 +72,12 @@ build:
 
 run: build
 	./bin/reeve dev --demo
+
+# A local cluster of separate processes (3 etcd members, 2 schedulers, 2
+# supervisors, 3 demo agents); Ctrl-C stops it. ARGS passes flags, e.g.
+# make cluster ARGS='--dir /tmp/c --agents 5'.
+cluster: build etcd
+	./bin/reeve cluster $(ARGS)
 
 vet:
 	go vet ./...
@@ -68,8 +99,8 @@ fuzz:
 		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-test: check-generate check-fmt lint vet
-	go test -race -count=1 -timeout 15m ./...
+test: check-generate check-fmt lint vet etcd toxiproxy
+	REEVE_REQUIRE_BINARIES=1 go test -race -count=1 -timeout 15m ./...
 	$(MAKE) fuzz
 	$(MAKE) e2e
 
@@ -94,3 +125,15 @@ node-example:
 	@command -v node >/dev/null || { echo "node 20 or later is required (apt-get install nodejs)" >&2; exit 1; }
 	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { echo "node 20 or later is required, found $$(node --version)" >&2; exit 1; }
 	cd examples/node && npm ci --ignore-scripts --no-audit --no-fund && npm run build
+
+# Reproduces docs/benchmarks.md (about 12 minutes; not part of `make test`).
+# Results in bench-results/<time>/. SOAK=180s and SUSTAIN=60s set run lengths.
+bench: build
+	./scripts/bench.sh
+
+# The chaos suite on a local cluster: 2,000 tasks under process kills and
+# network faults, then the invariant check (see docs/reliability.md). ARGS
+# passes flags, e.g. make chaos ARGS='--seed 42 --tasks 500'. A short run
+# (300 tasks, about 1.5 minutes) is part of `make test` (internal/chaos).
+chaos: build etcd toxiproxy
+	./bin/reeve chaos --json chaos-report.json $(ARGS)

@@ -2,25 +2,57 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
-// connect opens a connection to the scheduler at g.address. All connection
-// options live here.
+// connect opens a connection to the scheduler(s) at g.address. All
+// connection options live here. A comma-separated list spreads requests
+// round-robin over the schedulers that are up (a failed one is skipped until
+// it answers again).
 func (g *globals) connect() (*grpc.ClientConn, error) {
+	addrs := splitAddrs(g.address)
+	if len(addrs) == 0 {
+		return nil, usagef("--address: want host:port[,host:port...], got %q", g.address)
+	}
 	opts, err := g.sec.dialOptions()
 	if err != nil {
 		return nil, err
 	}
-	cc, err := grpc.NewClient(g.address, opts...)
+	target := addrs[0]
+	if len(addrs) > 1 {
+		r := manual.NewBuilderWithScheme("reeve")
+		state := resolver.State{}
+		for _, a := range addrs {
+			state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+		}
+		r.InitialState(state)
+		target = r.Scheme() + ":///schedulers"
+		opts = append(opts, grpc.WithResolvers(r), grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))
+	}
+	cc, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("--address %q: %w", g.address, err)
 	}
 	return cc, nil
 }
+
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func joinAddrs(addrs []string) string { return strings.Join(addrs, ",") }
 
 // dial returns a client of the scheduler's client API.
 func (g *globals) dial() (reevev1.SchedulerServiceClient, func(), error) {

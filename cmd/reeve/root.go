@@ -84,7 +84,7 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.address, "address", envOr(getenv, "REEVE_ADDRESS", "127.0.0.1:7430"), "scheduler address (env REEVE_ADDRESS)")
+	pf.StringVar(&g.address, "address", envOr(getenv, "REEVE_ADDRESS", "127.0.0.1:7430"), "scheduler address, or several comma-separated to spread requests over them (env REEVE_ADDRESS)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVarP(&g.namespace, "namespace", "n", envOr(getenv, "REEVE_NAMESPACE", "default"), "namespace (env REEVE_NAMESPACE)")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each request (not of --wait or watch)")

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reeve-org/reeve/internal/chaos"
+)
+
+func newChaosCmd() *cobra.Command {
+	var (
+		cfg                        chaos.Config
+		dir, etcdBin, toxiproxyBin string
+		jsonPath                   string
+	)
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Run the chaos suite: a load under process kills and network faults, then an invariant check",
+		Long: `chaos starts a local cluster as separate processes (3 etcd members, 2
+schedulers, 2 supervisors, --agents chaos agents; agents reach schedulers and
+schedulers and supervisors reach etcd through toxiproxy), submits --tasks
+saga tasks (a → b → c, each with a compensation; --fail-share of them fail for
+good at a random step and compensate) at --rate per second, and meanwhile
+injects a fault every ~--fault-every: SIGKILL and restart of a scheduler,
+supervisor, agent or etcd member (one member at a time: never quorum), or a
+toxic (latency, reset_peer, timeout, bandwidth) on one link. The --seed
+(printed) fixes the fault schedule and the tasks' behaviour.
+
+When the load has drained it checks, from etcd and the agents' side-effect
+logs: every task terminal; no result accepted twice; every side effect
+attributable to a current or superseded attempt of an existing step; every
+COMPENSATED task's succeeded steps compensated exactly once in reverse order;
+no dispatched step without a deadline at any sample; one supervisor action per
+expired execution. It prints a table, writes --json, and exits 1 on any
+violation. See docs/reliability.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if cfg.Etcd, err = exec.LookPath(etcdBin); err != nil {
+				return usagef("--etcd-bin: %v (run 'make etcd')", err)
+			}
+			if cfg.Toxiproxy, err = exec.LookPath(toxiproxyBin); err != nil {
+				return usagef("--toxiproxy-bin: %v (run 'make toxiproxy')", err)
+			}
+			cfg.Reeve = self
+			if cfg.Dir = dir; cfg.Dir == "" {
+				if cfg.Dir, err = os.MkdirTemp("", "reeve-chaos-"); err != nil {
+					return err
+				}
+			}
+			cfg.Log = cmd.ErrOrStderr()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, err := chaos.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if err := rep.WriteTable(cmd.OutOrStdout(), 30); err != nil {
+				return err
+			}
+			if jsonPath != "" {
+				if err := rep.WriteJSON(jsonPath); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "report written to %s\n", jsonPath)
+			}
+			if !rep.OK() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "reeve chaos: %d invariant violations (seed %d; logs in %s)\n", len(rep.Violations), rep.Seed, cfg.Dir)
+				return exitCodeError{exitError}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule and task behaviour; 0 picks one (printed)")
+	f.IntVar(&cfg.Tasks, "tasks", 2000, "tasks to submit")
+	f.Float64Var(&cfg.FailShare, "fail-share", 0.2, "share of tasks designed to fail for good and compensate")
+	f.IntVar(&cfg.TransientPerMille, "transient-per-mille", 50, "attempts that fail transiently, per mille")
+	f.Float64Var(&cfg.Rate, "rate", 25, "tasks submitted per second; faults are injected while submitting")
+	f.DurationVar(&cfg.FaultEvery, "fault-every", 1500*time.Millisecond, "mean time between faults")
+	f.IntVar(&cfg.Agents, "agents", 4, "agent processes")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", 5*time.Minute, "how long the load may take to drain after the last fault")
+	f.DurationVar(&cfg.OverdueWindow, "overdue-window", 30*time.Second, "how far past its complete-by a dispatched step may be at a sample")
+	f.StringVar(&dir, "dir", "", "directory for data, logs and side-effect logs (default a new temporary directory, kept)")
+	f.StringVar(&etcdBin, "etcd-bin", "etcd", "etcd server binary (make etcd)")
+	f.StringVar(&toxiproxyBin, "toxiproxy-bin", "toxiproxy-server", "toxiproxy server binary (make toxiproxy)")
+	f.StringVar(&jsonPath, "json", "chaos-report.json", "where to write the JSON report; empty: not written")
+	return cmd
+}

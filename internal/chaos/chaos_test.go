@@ -1,0 +1,60 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reeve-org/reeve/internal/chaos"
+	"github.com/reeve-org/reeve/internal/cluster/clustertest"
+)
+
+// logWriter sends progress lines to t.Log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// The short chaos run of `make test`: 300 tasks submitted over 30 s while
+// processes are killed and links degraded, then every invariant checked.
+// REEVE_CHAOS_SEED replays a seed.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run skipped in -short mode")
+	}
+	cfg := chaos.Config{
+		Tasks: 300, Rate: 10, FaultEvery: time.Second, DrainTimeout: 2 * time.Minute,
+		Dir: t.TempDir(), Reeve: clustertest.Reeve(t), Etcd: clustertest.Tool(t, "etcd"), Toxiproxy: clustertest.Tool(t, "toxiproxy-server"),
+		Log: logWriter{t},
+	}
+	if s := os.Getenv("REEVE_CHAOS_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("REEVE_CHAOS_SEED: %v", err)
+		}
+		cfg.Seed = seed
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	_ = rep.WriteTable(&b, 50)
+	t.Log("\n" + b.String())
+	if rep.Submitted != cfg.Tasks {
+		t.Errorf("submitted %d of %d tasks", rep.Submitted, cfg.Tasks)
+	}
+	if rep.FaultsTotal == 0 || rep.Samples == 0 {
+		t.Errorf("a run without faults (%d) or samples (%d) proves nothing", rep.FaultsTotal, rep.Samples)
+	}
+	if !rep.OK() {
+		t.Fatalf("%d invariant violations; replay with REEVE_CHAOS_SEED=%d", len(rep.Violations), rep.Seed)
+	}
+}

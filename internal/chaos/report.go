@@ -1,0 +1,124 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"text/tabwriter"
+)
+
+// Report is the outcome of a run, printed as a table and written as JSON.
+type Report struct {
+	Seed      uint64 `json:"seed"`
+	Tasks     int    `json:"tasks"`
+	Submitted int    `json:"submitted"`
+	// States counts tasks by final state (SUCCEEDED, COMPENSATED, ...).
+	States              map[string]int `json:"states"`
+	DesignedToFail      int            `json:"designed_to_fail"`
+	CompensatedByFaults int            `json:"compensated_by_faults"`
+	// Faults counts injected faults by kind; FaultLog lists them in order.
+	Faults         map[string]int `json:"faults"`
+	FaultsTotal    int            `json:"faults_total"`
+	FaultLog       []string       `json:"fault_log"`
+	InjectorErrors []string       `json:"injector_errors,omitempty"`
+	// FaultPhase is how long faults were injected (s); DrainAfterLastFault
+	// the time from the end of the last fault to every task ended (s).
+	FaultPhase          float64 `json:"fault_phase_s"`
+	DrainAfterLastFault float64 `json:"drain_after_last_fault_s"`
+	// Recoveries are supervisor actions on expired executions; retries
+	// scheduled include those after agent errors.
+	Recoveries       int `json:"recoveries"`
+	RetriesScheduled int `json:"retries_scheduled"`
+	Compensations    int `json:"compensations"`
+	// SideEffects logged by agents; Repeated: executions of the same
+	// (idempotency key, attempt) more than once; Torn: lines cut by SIGKILL.
+	SideEffects         int `json:"side_effects"`
+	SideEffectsRepeated int `json:"side_effects_repeated"`
+	SideEffectsTorn     int `json:"side_effects_torn"`
+	Samples             int `json:"samples"`
+	SamplesFailed       int `json:"samples_failed"`
+	MaxRunningSeen      int `json:"max_running_seen"`
+
+	Violations []Violation `json:"violations"`
+}
+
+// Violation is one broken invariant.
+type Violation struct {
+	Invariant string `json:"invariant"`
+	Task      string `json:"task,omitempty"`
+	Step      string `json:"step,omitempty"`
+	Attempt   int32  `json:"attempt,omitempty"`
+	Detail    string `json:"detail"`
+}
+
+func (r *Report) add(v Violation) { r.Violations = append(r.Violations, v) }
+
+func (r *Report) violate(invariant, task, detail string) {
+	r.add(Violation{Invariant: invariant, Task: task, Detail: detail})
+}
+
+// OK reports whether no invariant was violated.
+func (r *Report) OK() bool { return len(r.Violations) == 0 }
+
+// WriteJSON writes the report to path.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// WriteTable prints the report; at most maxViolations violations are listed.
+func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row("seed", r.Seed)
+	row("tasks submitted", fmt.Sprintf("%d of %d", r.Submitted, r.Tasks))
+	for _, k := range sortedKeys(r.States) {
+		row("  ended "+k, r.States[k])
+	}
+	row("designed to fail and compensate", r.DesignedToFail)
+	row("compensated after faults exhausted retries", r.CompensatedByFaults)
+	row("faults injected", r.FaultsTotal)
+	for _, k := range sortedKeys(r.Faults) {
+		row("  "+k, r.Faults[k])
+	}
+	row("fault phase", fmt.Sprintf("%.1fs", r.FaultPhase))
+	row("last fault to full drain", fmt.Sprintf("%.1fs", r.DrainAfterLastFault))
+	row("supervisor recoveries (expired executions)", r.Recoveries)
+	row("retries scheduled", r.RetriesScheduled)
+	row("compensations performed", r.Compensations)
+	row("side effects logged", r.SideEffects)
+	row("  re-executions (same key and attempt)", r.SideEffectsRepeated)
+	row("  lines torn by SIGKILL", r.SideEffectsTorn)
+	row("etcd samples (failed reads)", fmt.Sprintf("%d (%d)", r.Samples, r.SamplesFailed))
+	row("most steps running at a sample", r.MaxRunningSeen)
+	row("injector errors", len(r.InjectorErrors))
+	row("VIOLATIONS", len(r.Violations))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for i, v := range r.Violations {
+		if i == maxViolations {
+			fmt.Fprintf(w, "... and %d more (see the JSON report)\n", len(r.Violations)-i)
+			break
+		}
+		fmt.Fprintf(w, "  [%s] task %s step %s attempt %d: %s\n", v.Invariant, v.Task, v.Step, v.Attempt, v.Detail)
+	}
+	for _, e := range r.InjectorErrors {
+		fmt.Fprintf(w, "  injector error: %s\n", e)
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,358 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Config describes a local cluster. Binaries are required; every count has
+// a default.
+type Config struct {
+	// Dir holds every member's data, the logs (logs/<name>.log) and the
+	// agents' files. Required; created if missing.
+	Dir string
+	// Reeve, Etcd are paths to the reeve and etcd binaries. Required.
+	Reeve, Etcd string
+	// Toxiproxy is the path to toxiproxy-server. When set, components reach
+	// etcd and agents reach schedulers through toxiproxy listeners on
+	// 127.0.0.1 (named etcd-<i> and scheduler-<i>), so that network faults can
+	// be injected on those links. Default: no proxies.
+	Toxiproxy string
+	// EtcdMembers, Schedulers, Supervisors, Agents are the process counts;
+	// defaults 3, 2, 2, 3. EtcdMembers should be odd.
+	EtcdMembers, Schedulers, Supervisors, Agents int
+	// AgentArgs returns the agent-specific flags of agent i (0-based), e.g.
+	// {"--demo"}. Required when Agents > 0.
+	AgentArgs func(i int) []string
+	// SupervisorTick and SessionTTL (seconds) are passed to the supervisors;
+	// defaults 1s and 10.
+	SupervisorTick time.Duration
+	SessionTTL     int
+	// NoFsync runs etcd with --unsafe-no-fsync: safe against process kills
+	// (the page cache survives them), not against a machine crash. For tests
+	// on a shared machine.
+	NoFsync bool
+	// StartTimeout bounds Start; default 2 minutes.
+	StartTimeout time.Duration
+}
+
+// Cluster is a running local cluster. Its process lists never change;
+// processes in them may be stopped and started again.
+type Cluster struct {
+	cfg Config
+
+	Etcd        []*Process
+	Schedulers  []*Process
+	Supervisors []*Process
+	Agents      []*Process
+	// ToxiproxyServer is nil without Config.Toxiproxy.
+	ToxiproxyServer *Process
+	Proxy           *Toxiproxy
+
+	// EtcdEndpoints are the members' client URLs (direct).
+	EtcdEndpoints []string
+	// ComponentEtcdEndpoints are what schedulers and supervisors use:
+	// EtcdEndpoints or their proxies.
+	ComponentEtcdEndpoints []string
+	// SchedulerAddrs are the schedulers' gRPC addresses (direct): clients
+	// and supervisors use them.
+	SchedulerAddrs []string
+	// AgentSchedulerAddrs are what agents use: SchedulerAddrs or their proxies.
+	AgentSchedulerAddrs []string
+	// EtcdProxies and SchedulerProxies name the toxiproxy proxies (empty
+	// without Toxiproxy).
+	EtcdProxies, SchedulerProxies []string
+}
+
+func (c *Config) defaults() error {
+	if c.Dir == "" || c.Reeve == "" || c.Etcd == "" {
+		return errors.New("cluster: Dir, Reeve and Etcd are required")
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.EtcdMembers, 3)
+	def(&c.Schedulers, 2)
+	def(&c.Supervisors, 2)
+	def(&c.Agents, 3)
+	def(&c.SessionTTL, 10)
+	if c.SupervisorTick == 0 {
+		c.SupervisorTick = time.Second
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 2 * time.Minute
+	}
+	if c.Agents > 0 && c.AgentArgs == nil {
+		return errors.New("cluster: AgentArgs is required when Agents > 0")
+	}
+	return nil
+}
+
+// Start starts etcd, waits for it to serve, then toxiproxy (if configured),
+// the schedulers (waiting until they report SERVING), the supervisors and
+// the agents. On error it stops what it started.
+func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	c = &Cluster{cfg: cfg}
+	defer func() {
+		if err != nil {
+			_ = c.Stop(5 * time.Second)
+		}
+	}()
+	if err := c.startEtcd(ctx); err != nil {
+		return c, err
+	}
+	c.ComponentEtcdEndpoints = c.EtcdEndpoints
+	for range cfg.Schedulers {
+		addr, err := freeAddr()
+		if err != nil {
+			return c, err
+		}
+		c.SchedulerAddrs = append(c.SchedulerAddrs, addr)
+	}
+	c.AgentSchedulerAddrs = c.SchedulerAddrs
+	if cfg.Toxiproxy != "" {
+		if err := c.startProxies(ctx); err != nil {
+			return c, err
+		}
+	}
+	for i, addr := range c.SchedulerAddrs {
+		p := c.process(fmt.Sprintf("scheduler-%d", i+1), cfg.Reeve, addr,
+			"scheduler", "--etcd-endpoints", strings.Join(c.ComponentEtcdEndpoints, ","), "--listen", addr, "--id", fmt.Sprintf("scheduler-%d", i+1))
+		c.Schedulers = append(c.Schedulers, p)
+		if err := p.Start(); err != nil {
+			return c, err
+		}
+	}
+	for _, addr := range c.SchedulerAddrs {
+		if err := WaitServing(ctx, addr); err != nil {
+			return c, err
+		}
+	}
+	for i := range cfg.Supervisors {
+		p := c.process(fmt.Sprintf("supervisor-%d", i+1), cfg.Reeve, "",
+			"supervisor", "--etcd-endpoints", strings.Join(c.ComponentEtcdEndpoints, ","), "--schedulers", strings.Join(c.SchedulerAddrs, ","),
+			"--id", fmt.Sprintf("supervisor-%d", i+1), "--tick", cfg.SupervisorTick.String(), "--session-ttl", strconv.Itoa(cfg.SessionTTL))
+		c.Supervisors = append(c.Supervisors, p)
+		if err := p.Start(); err != nil {
+			return c, err
+		}
+	}
+	for i := range cfg.Agents {
+		id := fmt.Sprintf("agent-%d", i+1)
+		args := append([]string{"agent", "--schedulers", strings.Join(c.AgentSchedulerAddrs, ","), "--id", id}, cfg.AgentArgs(i)...)
+		p := c.process(id, cfg.Reeve, "", args...)
+		c.Agents = append(c.Agents, p)
+		if err := p.Start(); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Cluster) process(name, path, addr string, args ...string) *Process {
+	return &Process{Name: name, Addr: addr, path: path, args: args, logPath: filepath.Join(c.cfg.Dir, "logs", name+".log")}
+}
+
+// Dir returns the cluster's directory.
+func (c *Cluster) Dir() string { return c.cfg.Dir }
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	type urls struct{ client, peer string }
+	var members []urls
+	var initial []string
+	for i := range c.cfg.EtcdMembers {
+		ca, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		pa, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		members = append(members, urls{"http://" + ca, "http://" + pa})
+		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, pa))
+	}
+	for i, m := range members {
+		name := fmt.Sprintf("etcd-%d", i+1)
+		args := []string{
+			"--name", name, "--data-dir", filepath.Join(c.cfg.Dir, name),
+			"--listen-client-urls", m.client, "--advertise-client-urls", m.client,
+			"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "reeve-local",
+			"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "5m",
+			"--quota-backend-bytes", strconv.Itoa(2 << 30),
+			"--log-level", "warn",
+		}
+		if c.cfg.NoFsync {
+			args = append(args, "--unsafe-no-fsync")
+		}
+		p := c.process(name, c.cfg.Etcd, strings.TrimPrefix(m.client, "http://"), args...)
+		c.Etcd = append(c.Etcd, p)
+		c.EtcdEndpoints = append(c.EtcdEndpoints, m.client)
+		if err := p.Start(); err != nil {
+			return err
+		}
+	}
+	return WaitEtcd(ctx, c.EtcdEndpoints)
+}
+
+func (c *Cluster) startProxies(ctx context.Context) error {
+	api, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(api)
+	c.ToxiproxyServer = c.process("toxiproxy", c.cfg.Toxiproxy, api, "-host", host, "-port", port)
+	if err := c.ToxiproxyServer.Start(); err != nil {
+		return err
+	}
+	c.Proxy = NewToxiproxy("http://" + api)
+	if err := waitFor(ctx, "toxiproxy "+api, func(ctx context.Context) error { return c.Proxy.Ping(ctx) }); err != nil {
+		return err
+	}
+	proxy := func(name, upstream string) (string, error) {
+		listen, err := freeAddr()
+		if err != nil {
+			return "", err
+		}
+		return listen, c.Proxy.CreateProxy(ctx, name, listen, upstream)
+	}
+	var etcdVia []string
+	for i, ep := range c.EtcdEndpoints {
+		name := fmt.Sprintf("etcd-%d", i+1)
+		listen, err := proxy(name, strings.TrimPrefix(ep, "http://"))
+		if err != nil {
+			return err
+		}
+		c.EtcdProxies = append(c.EtcdProxies, name)
+		etcdVia = append(etcdVia, "http://"+listen)
+	}
+	c.ComponentEtcdEndpoints = etcdVia
+	var schedVia []string
+	for i, addr := range c.SchedulerAddrs {
+		name := fmt.Sprintf("scheduler-%d", i+1)
+		listen, err := proxy(name, addr)
+		if err != nil {
+			return err
+		}
+		c.SchedulerProxies = append(c.SchedulerProxies, name)
+		schedVia = append(schedVia, listen)
+	}
+	c.AgentSchedulerAddrs = schedVia
+	return nil
+}
+
+// Stop stops the cluster in order, each process with SIGTERM and, after
+// grace, SIGKILL: agents (they finish running steps), supervisors,
+// schedulers (they drain their agents), toxiproxy, etcd members.
+func (c *Cluster) Stop(grace time.Duration) error {
+	var errs []error
+	stopAll := func(ps []*Process) {
+		done := make(chan error, len(ps))
+		for _, p := range ps {
+			go func() { done <- p.Stop(grace) }()
+		}
+		for range ps {
+			errs = append(errs, <-done)
+		}
+	}
+	stopAll(c.Agents)
+	stopAll(c.Supervisors)
+	stopAll(c.Schedulers)
+	if c.ToxiproxyServer != nil {
+		stopAll([]*Process{c.ToxiproxyServer})
+	}
+	stopAll(c.Etcd)
+	return errors.Join(errs...)
+}
+
+// Client returns an etcd client of the members (direct), for checks.
+func (c *Cluster) Client() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: c.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+// WaitEtcd waits until the etcd cluster at endpoints serves a linearizable read.
+func WaitEtcd(ctx context.Context, endpoints []string) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	return waitFor(ctx, "etcd "+strings.Join(endpoints, ","), func(ctx context.Context) error {
+		_, err := cli.Get(ctx, "reeve-cluster-health")
+		return err
+	})
+}
+
+// WaitServing waits until the gRPC server at addr reports SERVING.
+func WaitServing(ctx context.Context, addr string) error {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	return waitFor(ctx, "scheduler "+addr, func(ctx context.Context) error {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("status %v", resp.GetStatus())
+		}
+		return nil
+	})
+}
+
+// waitFor calls check every 100ms until it succeeds or ctx ends.
+func waitFor(ctx context.Context, what string, check func(context.Context) error) error {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := check(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: waiting for %s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// freeAddr returns a free loopback address. The port is free when picked;
+// another process could take it before ours binds it (unlikely on
+// loopback, and Start then fails clearly).
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

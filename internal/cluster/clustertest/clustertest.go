@@ -1,0 +1,60 @@
+// Package clustertest finds the binaries that tests of real clusters need:
+// the reeve binary, built once per test binary, and the pinned tools that
+// `make etcd` and `make toxiproxy` install in .tools/bin.
+package clustertest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+func root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// Tool returns the path of a tool in .tools/bin. When it is missing the test
+// is skipped, unless REEVE_REQUIRE_BINARIES=1 (make test sets it): then it
+// fails.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(root(), ".tools", "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("REEVE_REQUIRE_BINARIES") == "1" {
+			t.Fatalf("%s missing (run 'make etcd toxiproxy'): %v", name, err)
+		}
+		t.Skipf("%s missing (run 'make etcd toxiproxy'): %v", name, err)
+	}
+	return p
+}
+
+var (
+	buildOnce sync.Once
+	reevePath string
+	buildErr  error
+	buildOut  []byte
+)
+
+// Reeve builds the reeve command once per test binary and returns its path.
+func Reeve(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "reeve-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		reevePath = filepath.Join(dir, "reeve")
+		cmd := exec.Command("go", "build", "-o", reevePath, "./cmd/reeve")
+		cmd.Dir = root()
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("go build ./cmd/reeve: %v\n%s", buildErr, buildOut)
+	}
+	return reevePath
+}
