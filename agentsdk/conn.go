@@ -108,8 +108,10 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 
 	out := make(chan *reevev1.ConnectRequest, a.opts.maxConcurrent*2+64)
 	sendErr := make(chan error, 1)
+	sendCtx, stopSend := context.WithCancel(sctx)
+	defer stopSend()
 	var wg sync.WaitGroup
-	wg.Go(func() { sendErr <- sendLoop(sctx, stream, out) })
+	wg.Go(func() { sendErr <- sendLoop(sendCtx, stream, out) })
 	a.attach(out)
 	defer func() {
 		a.detach(out)
@@ -140,7 +142,14 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 			a.acked(msg.ResultAck)
 		case *reevev1.ConnectResponse_Drain:
 			a.detach(out)
-			_ = stream.CloseSend()
+			// CloseSend must not run concurrently with Send: stop the send
+			// loop first (a Send stuck on flow control is cut by cancel).
+			stopSend()
+			select {
+			case <-sendErr:
+				_ = stream.CloseSend()
+			case <-time.After(time.Second):
+			}
 			return errDrained
 		}
 	}

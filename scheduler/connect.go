@@ -97,6 +97,11 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 			go func() {
 				defer s.work.Done()
 				ack := s.handleResult(conn, msg.Result)
+				if !ack.GetAccepted() && s.base.Err() != nil {
+					// Stopped before it could be judged: no answer, so that
+					// the agent keeps the result and delivers it elsewhere.
+					return
+				}
 				conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: ack}})
 			}()
 		case *reevev1.ConnectRequest_AssignmentAck:
