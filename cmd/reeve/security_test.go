@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/auth"
+	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
@@ -87,6 +90,24 @@ func TestClientCommandsUseTLSAndRoles(t *testing.T) {
 	}
 	if code, _, errOut := reeveEnv(t, as("client"), "-n", "other", "task", "list"); code != exitError || !strings.Contains(errOut, `namespace "other"`) {
 		t.Fatalf("client listing another namespace: exit %d: %s", code, errOut)
+	}
+	// reeve agent with the agent certificate: its workflow registration is
+	// refused (admin only), so an admin registers them; it serves them.
+	for _, w := range demo.Workflows() {
+		if _, err := s.RegisterWorkflow(context.Background(), &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	actx, stopAgent := context.WithCancel(context.Background())
+	agentDone := make(chan int, 1)
+	go func() {
+		env := as("agent")
+		agentDone <- run(actx, []string{"agent", "--demo", "--schedulers", s.Addr, "--id", "demo-1", "--log-level", "error"}, io.Discard, io.Discard, func(k string) string { return env[k] })
+	}()
+	defer func() { stopAgent(); <-agentDone }()
+	code, out, errOut := reeveEnv(t, as("client"), "task", "submit", "--workflow", "demo.orders", "--input", `{"order_id":"o-1"}`, "--wait", "-o", "json")
+	if code != 0 || !strings.Contains(out, "TASK_STATE_SUCCEEDED") {
+		t.Fatalf("demo.orders served by reeve agent over mutual TLS: exit %d: %s %s", code, out, errOut)
 	}
 	if code, _, _ := reeveEnv(t, map[string]string{"REEVE_ADDRESS": s.Addr}, "task", "list"); code != exitError {
 		t.Fatalf("plaintext call to a TLS scheduler: exit %d, want 1", code)

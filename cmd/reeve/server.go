@@ -31,7 +31,7 @@ import (
 
 // serverCommands are the commands that run Reeve's processes.
 func serverCommands(g *globals) []*cobra.Command {
-	return []*cobra.Command{newDevCmd(g), newSchedulerCmd(g), newSupervisorCmd(g), newAgentCmd(), newClusterCmd(), newChaosCmd()}
+	return []*cobra.Command{newDevCmd(g), newSchedulerCmd(g), newSupervisorCmd(g), newAgentCmd(g), newClusterCmd(), newChaosCmd()}
 }
 
 // logFlags are the logging flags every server command has.
