@@ -115,6 +115,24 @@ func TestClientCommandsUseTLSAndRoles(t *testing.T) {
 	if code, _, errOut := reeveEnv(t, map[string]string{"REEVE_ADDRESS": s.Addr, "REEVE_TOKEN": "x"}, "task", "list"); code != exitUsage || !strings.Contains(errOut, "--token") {
 		t.Fatalf("token without TLS: exit %d (%s), want a usage error", code, errOut)
 	}
+
+	// The same settings from a config file; the command line wins over it.
+	cfg := filepath.Join(t.TempDir(), "reeve.yaml")
+	if err := os.WriteFile(cfg, []byte("address: "+s.Addr+"\ntls-ca: "+p("ca.pem")+"\ntls-cert: "+p("client.pem")+"\ntls-key: "+p("client-key.pem")+"\nnamespace: other\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := reeveEnv(t, nil, "--config", cfg, "-n", "default", "task", "list"); code != 0 {
+		t.Fatalf("task list with --config: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := reeveEnv(t, map[string]string{"REEVE_CONFIG": cfg}, "task", "list"); code != exitError || !strings.Contains(errOut, `namespace "other"`) {
+		t.Fatalf("namespace from the config file: exit %d: %s", code, errOut)
+	}
+	if err := os.WriteFile(cfg, []byte("tls-cerd: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := reeveEnv(t, nil, "--config", cfg, "task", "list"); code != exitUsage || !strings.Contains(errOut, "tls-cerd") {
+		t.Fatalf("typo in the config file: exit %d: %s", code, errOut)
+	}
 }
 
 func TestEtcdFlagsConnectWithClientCertificates(t *testing.T) {
