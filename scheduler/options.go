@@ -40,6 +40,7 @@ func defaultOptions() options {
 		drainTimeout:       10 * time.Second,
 		claimConcurrency:   256,
 		sessionTTL:         10,
+		scheduleToStart:    time.Hour,
 		spaceSoftLimit:     0.8,
 		spaceCheckInterval: 5 * time.Second,
 	}
@@ -79,9 +80,10 @@ func WithClaimConcurrency(n int) Option { return func(o *options) { o.claimConcu
 
 // WithDefaultScheduleToStart sets the schedule-to-start timeout of steps
 // whose step and workflow set none: a submitted task's workflow snapshot
-// records it as default_schedule_to_start_timeout. Default 0: no limit, a
-// queued step waits until an agent of its type connects. Between 100ms and
-// 24h when set.
+// records it as default_schedule_to_start_timeout. Default 1h, so that every
+// queued step has a deadline the supervisor acts on (retry, then the step's
+// escalation: an operator alert when it fails). 0: no limit, a queued step
+// waits until an agent of its type connects. Between 100ms and 24h when set.
 func WithDefaultScheduleToStart(d time.Duration) Option {
 	return func(o *options) { o.scheduleToStart = d }
 }

@@ -19,7 +19,7 @@ type degradedFlags struct {
 
 func (d *degradedFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.DurationVar(&d.scheduleToStart, "schedule-to-start-timeout", 0,
+	f.DurationVar(&d.scheduleToStart, "schedule-to-start-timeout", time.Hour,
 		"schedule-to-start timeout of steps whose workflow sets none: a queued step no agent claims within it is handed to the supervisor's policy; 0: wait for an agent indefinitely")
 	f.Float64Var(&d.quotaSoftLimit, "quota-soft-limit", 0.8,
 		"refuse new tasks (RESOURCE_EXHAUSTED) while etcd's database in use reaches this fraction of its quota; running tasks continue; 0: off")
