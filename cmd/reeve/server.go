@@ -93,12 +93,13 @@ port with client certificates, and prints the environment a client needs.`,
 			if err != nil {
 				return err
 			}
-			gopts, err := srvSec.serverOptions(&g.sec, log)
+			gopts, reload, err := srvSec.serverOptions(&g.sec, log)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			reloadOnHangup(ctx, log, reload)
 			_, stopProf, err := prof.start(ctx, log)
 			if err != nil {
 				return err
@@ -221,7 +222,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if len(endpoints) == 0 {
 				return usagef("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")
 			}
-			gopts, err := srvSec.serverOptions(&g.sec, log)
+			gopts, reload, err := srvSec.serverOptions(&g.sec, log)
 			if err != nil {
 				return err
 			}
@@ -232,6 +233,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			defer cli.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			reloadOnHangup(ctx, log, reload)
 			_, stopProf, err := prof.start(ctx, log)
 			if err != nil {
 				return err
