@@ -175,3 +175,10 @@ func TestEtcdFlagsConnectWithClientCertificates(t *testing.T) {
 		t.Fatalf("a username without a password was accepted")
 	}
 }
+
+func TestDevRefusesTLSFlagsWithoutSecure(t *testing.T) {
+	code, _, errOut := reeveEnv(t, nil, "dev", "--data-dir", t.TempDir(), "--tls-cert", "x.pem")
+	if code != exitUsage || !strings.Contains(errOut, "--secure") {
+		t.Fatalf("dev --tls-cert: exit %d (%s), want a usage error pointing to --secure", code, errOut)
+	}
+}
