@@ -114,3 +114,17 @@ func TestSetTokensReplacesTheAcceptedTokens(t *testing.T) {
 		t.Fatalf("new token after the reload: %v", err)
 	}
 }
+
+func TestTokenOverPlaintextIsRefused(t *testing.T) {
+	tokens, err := auth.ParseTokens([]byte(`tokens: [{name: ci, token: plain-token-0123456789, grants: ["reeve://admin/*"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := auth.New(auth.Config{Tokens: tokens})
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer plain-token-0123456789"))
+	_, err = a.Unary(ctx, &reevev1.GetTaskRequest{TaskId: "t"}, &grpc.UnaryServerInfo{FullMethod: reevev1.SchedulerService_GetTask_FullMethodName},
+		func(context.Context, any) (any, error) { return nil, nil })
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "TLS only") {
+		t.Fatalf("token without TLS: %v, want Unauthenticated", err)
+	}
+}
