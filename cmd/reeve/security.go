@@ -35,7 +35,7 @@ func (c *clientSecurity) register(cmd *cobra.Command, getenv func(string) string
 	f := cmd.PersistentFlags()
 	f.BoolVar(&c.tls, "tls", envOr(getenv, "REEVE_TLS", "") == "1", "use TLS with the system's roots (implied by --tls-ca; env REEVE_TLS=1)")
 	f.StringVar(&c.ca, "tls-ca", getenv("REEVE_TLS_CA"), "CA certificate(s) the scheduler's certificate must chain to (env REEVE_TLS_CA)")
-	f.StringVar(&c.cert, "tls-cert", getenv("REEVE_TLS_CERT"), "this process's certificate: the client certificate, or for `scheduler`/`dev` the server certificate (env REEVE_TLS_CERT)")
+	f.StringVar(&c.cert, "tls-cert", getenv("REEVE_TLS_CERT"), "this process's certificate: the client certificate, or for the scheduler and dev commands the server certificate (env REEVE_TLS_CERT)")
 	f.StringVar(&c.key, "tls-key", getenv("REEVE_TLS_KEY"), "private key of --tls-cert (env REEVE_TLS_KEY)")
 	f.StringVar(&c.serverName, "tls-server-name", getenv("REEVE_TLS_SERVER_NAME"), "name to verify the scheduler's certificate against (default: the host of the address; env REEVE_TLS_SERVER_NAME)")
 	f.StringVar(&c.token, "token", getenv("REEVE_TOKEN"), "bearer token sent with every call; needs TLS (prefer env REEVE_TOKEN: flags show in ps)")
