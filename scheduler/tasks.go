@@ -40,6 +40,11 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	req = proto.Clone(req).(*reevev1.SubmitTaskRequest)
 	req.Namespace = workflow.Namespace(req.GetNamespace())
 	if err := s.adm.allowActive(ctx, req.GetNamespace()); err != nil {
+		// Idempotency wins over the limit: a retried submission of a task
+		// that exists gets it back.
+		if t := s.sameSubmission(ctx, req); t != nil {
+			return &reevev1.SubmitTaskResponse{Task: t}, nil
+		}
 		return nil, statusErr(err)
 	}
 	generated := req.GetTaskId() == ""
@@ -81,6 +86,23 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 		s.log.InfoContext(ctx, "task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
 	}
 	return &reevev1.SubmitTaskResponse{Task: existing.GetTask(), Created: created}, nil
+}
+
+// sameSubmission returns the task req already created (same client-chosen
+// id, same request), or nil.
+func (s *Server) sameSubmission(ctx context.Context, req *reevev1.SubmitTaskRequest) *reevev1.Task {
+	if req.GetTaskId() == "" {
+		return nil
+	}
+	digest, err := requestDigest(req)
+	if err != nil {
+		return nil
+	}
+	v, err := s.store.GetTask(ctx, req.GetNamespace(), req.GetTaskId())
+	if err != nil || string(v.Record.GetRequestDigest()) != string(digest) {
+		return nil
+	}
+	return v.Record.GetTask()
 }
 
 // resolveWorkflow returns the workflow a submission runs, as the snapshot the

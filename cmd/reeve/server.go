@@ -32,7 +32,7 @@ import (
 
 // serverCommands are the commands that run Reeve's processes.
 func serverCommands(g *globals) []*cobra.Command {
-	return []*cobra.Command{newDevCmd(g), newSchedulerCmd(g), newSupervisorCmd(g), newAgentCmd(), newClusterCmd(), newChaosCmd()}
+	return []*cobra.Command{newDevCmd(g), newSchedulerCmd(g), newSupervisorCmd(g), newAgentCmd(g), newClusterCmd(), newChaosCmd()}
 }
 
 // logFlags are the logging flags every server command has.
@@ -101,12 +101,13 @@ port with client certificates, and prints the environment a client needs.`,
 			if err != nil {
 				return err
 			}
-			gopts, err := srvSec.serverOptions(&g.sec, log)
+			gopts, reload, err := srvSec.serverOptions(&g.sec, log)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			reloadOnHangup(ctx, log, reload)
 			_, stopProf, err := prof.start(ctx, log)
 			if err != nil {
 				return err
@@ -236,7 +237,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if len(endpoints) == 0 {
 				return usagef("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")
 			}
-			gopts, err := srvSec.serverOptions(&g.sec, log)
+			gopts, reload, err := srvSec.serverOptions(&g.sec, log)
 			if err != nil {
 				return err
 			}
@@ -247,6 +248,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			defer cli.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			reloadOnHangup(ctx, log, reload)
 			_, stopProf, err := prof.start(ctx, log)
 			if err != nil {
 				return err
