@@ -6,10 +6,11 @@ export PATH := $(TOOLS):$(PATH)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
+GRPCURL_VERSION            := v1.9.4
 ETCD_VERSION               := v3.7.3
 TOXIPROXY_VERSION          := v2.12.0
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet etcd toxiproxy cluster chaos chaos-short
+.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example etcd toxiproxy cluster chaos
 
 all: build
 
@@ -24,6 +25,11 @@ $(TOOLS)/protoc-gen-go-grpc: Makefile
 	@touch $@
 $(TOOLS)/buf: Makefile
 	GOBIN=$(TOOLS) go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	@touch $@
+
+# grpcurl for the README's examples; the stamp file names the version.
+$(TOOLS)/grpcurl-$(GRPCURL_VERSION):
+	GOBIN=$(TOOLS) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@touch $@
 
 # The official etcd server and etcdctl, built from their Go modules in a
@@ -73,18 +79,56 @@ run: build
 cluster: build etcd
 	./bin/reeve cluster $(ARGS)
 
+# The chaos suite on a local cluster: 2,000 tasks under process kills and
+# network faults, then the invariant check (see docs/reliability.md). ARGS
+# passes flags, e.g. make chaos ARGS='--seed 42 --tasks 500'. A short run
+# (300 tasks, under a minute) is part of `make test` (internal/chaos).
+chaos: build etcd toxiproxy
+	./bin/reeve chaos --json chaos-report.json $(ARGS)
+
 vet:
 	go vet ./...
 
 check-fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed: $$out" >&2; exit 1)
 
-# The chaos suite on a local cluster: 2,000 tasks under process kills and
-# network faults, then the invariant check (see docs/reliability.md). ARGS
-# passes flags, e.g. make chaos ARGS='--seed 42 --tasks 500'. A short run
-# (300 tasks, about 1.5 minutes) is part of `make test` (internal/chaos).
-chaos: build etcd toxiproxy
-	./bin/reeve chaos --json chaos-report.json $(ARGS)
+# Short fuzz runs (FUZZTIME each, one target at a time: go test -fuzz takes
+# one). Seeds live in each package's testdata/fuzz; a failing input is written
+# there too, to be committed as a regression test.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./internal/workflow:FuzzValidateWorkflow ./internal/workflow:FuzzValidateWorkflowJSON \
+	./internal/workflow:FuzzValidateSubmit ./cmd/reeve:FuzzParseWorkflowFile ./cmd/reeve:FuzzParseInput \
+	./internal/taskstate:FuzzResultFencing ./scheduler:FuzzAgentStream
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name in $$pkg for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 test: check-generate check-fmt lint vet etcd toxiproxy
 	REEVE_REQUIRE_BINARIES=1 go test -race -count=1 -timeout 15m ./...
+	$(MAKE) fuzz
+	$(MAKE) e2e
+
+# End-to-end checks against real processes (about 45s once the tools are
+# installed): the README's grpcurl examples against reeve dev, the Node
+# example client and agent against reeve dev, and the conformance suite
+# against the Node agent and the Go SDK agent.
+e2e: e2e-grpcurl e2e-node e2e-conformance
+
+e2e-grpcurl: build $(TOOLS)/grpcurl-$(GRPCURL_VERSION)
+	GRPCURL=$(TOOLS)/grpcurl scripts/e2e/grpcurl.sh
+
+e2e-node: build node-example
+	scripts/e2e/node.sh
+
+e2e-conformance: build
+	scripts/e2e/conformance-go.sh
+
+# The TypeScript example: npm packages from its lockfile, stubs generated
+# from proto/, compiled with the pinned typescript. Needs node 20 or later.
+node-example:
+	@command -v node >/dev/null || { echo "node 20 or later is required (apt-get install nodejs)" >&2; exit 1; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { echo "node 20 or later is required, found $$(node --version)" >&2; exit 1; }
+	cd examples/node && npm ci --ignore-scripts --no-audit --no-fund && npm run build

@@ -80,7 +80,7 @@ func backoff(minWait, maxWait time.Duration, failures int) time.Duration {
 // session runs one stream: register, then a receive loop (here) and a send
 // loop (the only caller of Send) until the stream ends.
 func (a *Agent) session(ctx context.Context, addr string) error {
-	cc, err := grpc.NewClient(addr, a.opts.dialOpts...)
+	cc, err := grpc.NewClient(addr, a.opts.dialOptions()...)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package agentsdk
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
@@ -18,6 +21,8 @@ type options struct {
 	maxConcurrent   int
 	log             *slog.Logger
 	dialOpts        []grpc.DialOption
+	tls             *tls.Config // nil: as dialOpts say (plaintext by default)
+	token           string
 	backoffMin      time.Duration
 	backoffMax      time.Duration
 	shutdownTimeout time.Duration
@@ -63,6 +68,34 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = opts }
 }
+
+// WithTLS connects over TLS with cfg (a client certificate in it makes it
+// mutual TLS); default plaintext. It applies on top of WithDialOptions.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithToken sends tok as a bearer token on the stream; default none. gRPC
+// sends tokens over TLS only: use it with WithTLS.
+func WithToken(tok string) Option { return func(o *options) { o.token = tok } }
+
+// dialOptions are the options of every connection.
+func (o *options) dialOptions() []grpc.DialOption {
+	opts := append([]grpc.DialOption(nil), o.dialOpts...)
+	if o.tls != nil {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(o.tls)))
+	}
+	if o.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(tokenCreds(o.token)))
+	}
+	return opts
+}
+
+type tokenCreds string
+
+func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+func (tokenCreds) RequireTransportSecurity() bool { return true }
 
 // WithReconnectBackoff sets the bounds of the jittered exponential backoff
 // between connection attempts; default 100ms to 5s.

@@ -225,6 +225,9 @@ func (d *dispatcher) revoke(holders []taskstate.Holder, reason string) {
 	for _, h := range holders {
 		d.agents.release(h.AgentID, h.Ref)
 		for _, c := range d.agents.byAgent[h.AgentID] {
+			if c.ns != h.Ref.GetNamespace() {
+				continue // another namespace's agent that happens to use the same id
+			}
 			c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Cancel{Cancel: &reevev1.CancelStep{Ref: h.Ref, Reason: reason}}})
 		}
 	}

@@ -33,7 +33,7 @@ func inline(steps ...*reevev1.StepSpec) *reevev1.SubmitTaskRequest_InlineWorkflo
 	return &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{Name: "test", Steps: steps}}
 }
 
-func submit(t *testing.T, c reevev1.SchedulerServiceClient, req *reevev1.SubmitTaskRequest) *reevev1.Task {
+func submit(t testing.TB, c reevev1.SchedulerServiceClient, req *reevev1.SubmitTaskRequest) *reevev1.Task {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()

@@ -20,6 +20,9 @@ type options struct {
 	drainTimeout     time.Duration
 	claimConcurrency int
 	sessionTTL       int
+	submitRate       float64
+	submitBurst      int
+	maxActiveTasks   int
 }
 
 func defaultOptions() options {
@@ -67,3 +70,17 @@ func WithDrainTimeout(d time.Duration) Option { return func(o *options) { o.drai
 
 // WithClaimConcurrency bounds concurrent claim transactions; default 64.
 func WithClaimConcurrency(n int) Option { return func(o *options) { o.claimConcurrency = n } }
+
+// WithSubmitRate limits each client to r task submissions per second with
+// bursts of burst (a token bucket per client: its authenticated identity, or
+// its IP address when authorization is off); over it SubmitTask fails with
+// RESOURCE_EXHAUSTED. Default r = 0: unlimited.
+func WithSubmitRate(r float64, burst int) Option {
+	return func(o *options) { o.submitRate, o.submitBurst = r, max(burst, 1) }
+}
+
+// WithMaxActiveTasks caps the non-terminal tasks of each namespace; a
+// submission over it fails with RESOURCE_EXHAUSTED. The count is refreshed
+// from etcd once per second per namespace, so concurrent schedulers can
+// overshoot by what they accept within that second. Default 0: unlimited.
+func WithMaxActiveTasks(n int) Option { return func(o *options) { o.maxActiveTasks = n } }

@@ -38,6 +38,7 @@ type Server struct {
 	store *store.Store
 	log   *slog.Logger
 	disp  *dispatcher
+	adm   *admission
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -65,6 +66,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		cancelBase: cancel,
 	}
 	s.disp = newDispatcher(s)
+	s.adm = newAdmission(s)
 	return s
 }
 

@@ -154,9 +154,9 @@ func TestInvalidRequestsAreRefusedAndStoreNothing(t *testing.T) {
 	}
 }
 
-// dataKeys returns every Reeve key but the scheduler's own liveness keys,
+// dataKeys returns every Reeve key but the liveness records of schedulers and agents,
 // with its mod revision: any write a request makes changes it.
-func dataKeys(t *testing.T, c *clientv3.Client) map[string]int64 {
+func dataKeys(t testing.TB, c *clientv3.Client) map[string]int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -166,7 +166,7 @@ func dataKeys(t *testing.T, c *clientv3.Client) map[string]int64 {
 	}
 	out := map[string]int64{}
 	for _, kv := range resp.Kvs {
-		if !strings.HasPrefix(string(kv.Key), "/reeve/schedulers/") {
+		if k := string(kv.Key); !strings.HasPrefix(k, "/reeve/schedulers/") && !strings.HasPrefix(k, "/reeve/agents/") {
 			out[string(kv.Key)] = kv.ModRevision
 		}
 	}

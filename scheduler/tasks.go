@@ -25,11 +25,17 @@ const (
 
 // SubmitTask implements SchedulerService.
 func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.SubmitTaskResponse, error) {
+	if err := s.adm.allowSubmit(ctx); err != nil {
+		return nil, err
+	}
 	if err := workflow.ValidateSubmit(req); err != nil {
 		return nil, statusErr(err)
 	}
 	req = proto.Clone(req).(*reevev1.SubmitTaskRequest)
 	req.Namespace = workflow.Namespace(req.GetNamespace())
+	if err := s.adm.allowActive(ctx, req.GetNamespace()); err != nil {
+		return nil, statusErr(err)
+	}
 	generated := req.GetTaskId() == ""
 	if generated {
 		id, err := uuid.NewV7()
@@ -58,6 +64,7 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 		return nil, status.Errorf(codes.AlreadyExists, "task_id: task %q already exists with a different request", req.GetTaskId())
 	}
 	if created {
+		s.adm.created(req.GetNamespace())
 		s.log.Info("task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
 	}
 	return &reevev1.SubmitTaskResponse{Task: existing.GetTask(), Created: created}, nil

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"text/tabwriter"
 	"time"
 
@@ -15,6 +16,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	var (
 		cfg     bench.Config
 		rawEtcd int
+		prof    pprofFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout]",
@@ -30,6 +32,19 @@ stops by itself after --tasks or --max-duration.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cfg.Embedded {
 				cfg.Address = g.address
+			}
+			if err := checkBenchFlags(cfg, rawEtcd); err != nil {
+				return err
+			}
+			// Profiles of an embedded run cover etcd, the scheduler and the
+			// load generator: they share this process.
+			profAddr, stopProf, err := prof.start(cmd.Context(), slog.New(slog.DiscardHandler))
+			if err != nil {
+				return err
+			}
+			defer stopProf()
+			if profAddr != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "reeve bench: pprof on http://%s/debug/pprof/\n", profAddr)
 			}
 			if rawEtcd > 0 {
 				raw, err := bench.RawEtcd(cmd.Context(), cfg, rawEtcd)
@@ -65,13 +80,17 @@ stops by itself after --tasks or --max-duration.`,
 			fmt.Fprintf(tw, "submit→completed\tp50 %.1f ms  p95 %.1f ms  p99 %.1f ms  max %.1f ms\n", rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs)
 			fmt.Fprintf(tw, "queue wait\tp50 %.2f ms  p99 %.2f ms\n", rep.QueueWaitP50Ms, rep.QueueWaitP99Ms)
 			fmt.Fprintf(tw, "dispatch latency\tp50 %.2f ms  p99 %.2f ms\n", rep.DispatchP50Ms, rep.DispatchP99Ms)
-			fmt.Fprintf(tw, "etcd writes per task\t%.2f\n", rep.EtcdTxnsPerTask)
+			fmt.Fprintf(tw, "etcd txns per task\t%.2f\n", rep.EtcdTxnsPerTask)
 			if rep.EtcdDBMaxMB > 0 {
-				fmt.Fprintf(tw, "etcd db size\tstart %.1f MB  max %.1f MB  end %.1f MB\n", rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB)
+				fmt.Fprintf(tw, "etcd db size\tstart %.1f MB  max %.1f MB  end %.1f MB; in use every 10s: %v MB\n", rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB)
 			}
 			if rep.Mode == "embedded" {
 				fmt.Fprintf(tw, "process CPU\t%.1f s (%.0f µs per task)\n", rep.ProcessCPUSec, rep.ProcessCPUSec/float64(max(1, rep.Completed))*1e6)
 				fmt.Fprintf(tw, "process peak RSS\t%.0f MB\n", rep.ProcessPeakRSSMB)
+			}
+			if cfg.ServerPID > 0 {
+				fmt.Fprintf(tw, "server CPU\t%.1f s (%.0f µs per task)\n", rep.ServerCPUSec, rep.ServerCPUSec/float64(max(1, rep.Completed))*1e6)
+				fmt.Fprintf(tw, "server peak RSS\t%.0f MB\n", rep.ServerPeakRSSMB)
 			}
 			return tw.Flush()
 		},
@@ -82,6 +101,8 @@ stops by itself after --tasks or --max-duration.`,
 	f.BoolVar(&cfg.NoFsync, "no-fsync", false, "embedded etcd without fsync (measures the CPU path only)")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", envList("REEVE_ETCD_ENDPOINTS"), "etcd of the running target (to see completions and count writes)")
 	f.IntVar(&cfg.Tasks, "tasks", 1000, "tasks to complete")
+	f.DurationVar(&cfg.Duration, "duration", 0, "stop submitting after this long (or after --tasks, whichever comes first), e.g. 60s for a sustained run")
+	f.IntVar(&cfg.ServerPID, "server-pid", 0, "process id of the running target, to report its CPU seconds and peak RSS (Linux /proc)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 64, "closed loop: tasks in flight")
 	f.Float64Var(&cfg.Rate, "rate", 0, "open loop: tasks submitted per second (0: closed loop)")
 	f.IntVar(&cfg.Steps, "steps", 1, "steps per task")
@@ -92,5 +113,40 @@ stops by itself after --tasks or --max-duration.`,
 	f.DurationVar(&cfg.Retention, "retention", 0, "embedded: retention of terminal tasks (default 72h)")
 	f.IntVar(&rawEtcd, "raw-etcd", 0, "instead, run this many raw etcd transactions shaped like a task transition (--concurrency clients, embedded etcd)")
 	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened")
+	prof.register(cmd)
 	return cmd
+}
+
+// checkBenchFlags refuses flag values the run cannot honour, as usage errors
+// naming the flag.
+func checkBenchFlags(cfg bench.Config, rawEtcd int) error {
+	switch {
+	case cfg.Tasks < 1:
+		return usagef("--tasks: want at least 1, got %d", cfg.Tasks)
+	case cfg.Concurrency < 1:
+		return usagef("--concurrency: want at least 1, got %d", cfg.Concurrency)
+	case cfg.Rate < 0:
+		return usagef("--rate: want 0 (closed loop) or a positive rate, got %g", cfg.Rate)
+	case cfg.Steps < 1 || cfg.Steps > 100:
+		return usagef("--steps: want 1 to 100, got %d", cfg.Steps)
+	case cfg.Shape != "sequential" && cfg.Shape != "fanout":
+		return usagef("--shape: want sequential or fanout, got %q", cfg.Shape)
+	case cfg.Agents < 1:
+		return usagef("--agents: want at least 1, got %d", cfg.Agents)
+	case cfg.AgentConcurrency < 1 || cfg.AgentConcurrency > 10000:
+		return usagef("--agent-concurrency: want 1 to 10000, got %d", cfg.AgentConcurrency)
+	case cfg.Work < 0:
+		return usagef("--work: want a non-negative duration, got %s", cfg.Work)
+	case cfg.Duration < 0:
+		return usagef("--duration: want a non-negative duration, got %s", cfg.Duration)
+	case cfg.ServerPID != 0 && cfg.Embedded:
+		return usagef("--server-pid: only for a running target (the embedded figures are this process's)")
+	case cfg.MaxDuration <= 0:
+		return usagef("--max-duration: want a positive duration, got %s", cfg.MaxDuration)
+	case rawEtcd < 0:
+		return usagef("--raw-etcd: want a positive transaction count, got %d", rawEtcd)
+	case !cfg.Embedded && rawEtcd == 0 && len(cfg.EtcdEndpoints) == 0:
+		return usagef("--etcd-endpoints: a running target needs its etcd endpoints to observe completions (or use --embedded)")
+	}
+	return nil
 }

@@ -38,6 +38,8 @@ type globals struct {
 	output    string
 	namespace string
 	timeout   time.Duration
+	sec       clientSecurity
+	getenv    func(string) string
 }
 
 // run executes the reeve command line and returns the process exit code.
@@ -67,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 }
 
 func newRootCmd(getenv func(string) string) *cobra.Command {
-	g := &globals{}
+	g := &globals{getenv: getenv}
 	root := &cobra.Command{
 		Use:           "reeve",
 		Short:         "Reeve runs multi-step work across unreliable services and finishes it, or undoes it",
@@ -86,9 +88,11 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVarP(&g.namespace, "namespace", "n", envOr(getenv, "REEVE_NAMESPACE", "default"), "namespace (env REEVE_NAMESPACE)")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each request (not of --wait or watch)")
+	g.sec.register(root, getenv)
 
-	root.AddCommand(newTaskCmd(g), newWorkflowCmd(g), newAlertsCmd(g), newBenchCmd(g))
-	root.AddCommand(serverCommands()...)
+	root.AddCommand(newTaskCmd(g), newWorkflowCmd(g), newAlertsCmd(g), newBenchCmd(g), newConformanceCmd(g))
+	root.AddCommand(serverCommands(g)...)
+	root.AddCommand(newCertsCmd())
 	// Unknown subcommands and bad argument counts are usage errors.
 	walk(root, func(c *cobra.Command) {
 		if c.Args == nil && !c.Runnable() {

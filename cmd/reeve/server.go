@@ -16,7 +16,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -30,8 +29,8 @@ import (
 )
 
 // serverCommands are the commands that run Reeve's processes.
-func serverCommands() []*cobra.Command {
-	return []*cobra.Command{newDevCmd(), newSchedulerCmd(), newSupervisorCmd(), newAgentCmd(), newClusterCmd(), newChaosCmd()}
+func serverCommands(g *globals) []*cobra.Command {
+	return []*cobra.Command{newDevCmd(g), newSchedulerCmd(g), newSupervisorCmd(g), newAgentCmd(g), newClusterCmd(), newChaosCmd()}
 }
 
 // logFlags are the logging flags every server command has.
@@ -57,12 +56,15 @@ func (f *logFlags) logger(cmd *cobra.Command) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format: want text or json, got %q", f.format)
 }
 
-func newDevCmd() *cobra.Command {
+func newDevCmd(g *globals) *cobra.Command {
 	var (
 		dataDir, listen, etcdListen string
-		withDemo                    bool
+		withDemo, secure            bool
 		tick                        time.Duration
 		logs                        logFlags
+		prof                        pprofFlag
+		srvSec                      serverSecurity
+		lim                         limitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -70,22 +72,39 @@ func newDevCmd() *cobra.Command {
 		Long: `dev runs everything in one process for trying Reeve out and for development:
 an embedded single-member etcd (data under --data-dir), a scheduler on --listen,
 and with --demo the demo workflows (demo.orders, demo.timeout, demo.compensate)
-and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
+and agents that serve them. Stop it with Ctrl-C; state survives restarts.
+
+With --secure it creates a local CA and certificates under <data-dir>/certs
+(once), serves mutual TLS with role checks, secures the embedded etcd's client
+port with client certificates, and prints the environment a client needs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logs.logger(cmd)
 			if err != nil {
 				return usageError{err}
 			}
+			dev, err := devSecurity(cmd, g, &srvSec, dataDir, secure)
+			if err != nil {
+				return err
+			}
+			gopts, err := srvSec.serverOptions(&g.sec, log)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			_, stopProf, err := prof.start(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer stopProf()
 
 			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 			etcdLog := zap.NewNop() // its shutdown chatter reads like failures
 			if logs.level == "debug" {
 				etcdLog = nil
 			}
-			etcd, err := etcdserver.Start(startCtx, etcdserver.Config{DataDir: filepath.Join(dataDir, "etcd"), ClientAddr: etcdListen, Logger: etcdLog})
+			etcd, err := etcdserver.Start(startCtx, etcdserver.Config{DataDir: filepath.Join(dataDir, "etcd"), ClientAddr: etcdListen, Logger: etcdLog, ClientTLS: dev.etcdTLS})
 			cancel()
 			if err != nil {
 				return err
@@ -93,16 +112,19 @@ and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
 			defer etcd.Close()
 			cli := etcd.Client()
 
-			return serve(ctx, log, cli, listen, func(ctx context.Context, srv *scheduler.Server, addr string) error {
-				fmt.Fprintf(cmd.OutOrStdout(), "reeve dev: scheduler and supervisor on %s, etcd on %s, data in %s\n", addr, strings.Join(etcd.Endpoints(), ","), dataDir)
-				if err := startSupervisor(ctx, log, cli, []string{addr}, supervisor.WithTick(tick)); err != nil {
+			return serve(ctx, log, cli, listen, gopts, func(ctx context.Context, srv *scheduler.Server, addr string) error {
+				fmt.Fprintf(cmd.OutOrStdout(), "reeve dev: scheduler and supervisor on %s (%s), etcd on %s, data in %s\n", addr, describe(gopts), strings.Join(etcd.Endpoints(), ","), dataDir)
+				if secure {
+					dev.printEnv(cmd.OutOrStdout(), addr)
+				}
+				if err := startSupervisor(ctx, log, cli, []string{addr}, dev.supervisorDial, supervisor.WithTick(tick)); err != nil {
 					return err
 				}
 				if !withDemo {
 					return nil
 				}
-				return startDemo(ctx, log, srv, addr)
-			}, scheduler.WithLogger(log))
+				return startDemo(ctx, log, srv, addr, dev.agentOpts...)
+			}, append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...)...)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "./.reeve", "directory for the embedded etcd's data")
@@ -110,17 +132,21 @@ and agents that serve them. Stop it with Ctrl-C; state survives restarts.`,
 	cmd.Flags().StringVar(&etcdListen, "etcd-listen", "127.0.0.1:0", "address of the embedded etcd's client API (for etcdctl); port 0 picks a free one")
 	cmd.Flags().BoolVar(&withDemo, "demo", false, "register the demo workflows and run demo agents")
 	cmd.Flags().DurationVar(&tick, "supervisor-tick", time.Second, "how often the supervisor looks for expired steps")
+	cmd.Flags().BoolVar(&secure, "secure", false, "mutual TLS with role checks, certificates from <data-dir>/certs (created when missing); etcd's client port needs client certificates")
+	srvSec.register(cmd, g.getenv)
+	lim.register(cmd)
 	logs.register(cmd)
+	prof.register(cmd)
 	return cmd
 }
 
 // startSupervisor runs a supervisor acting through the schedulers at addrs
 // until ctx ends.
-func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, addrs []string, opts ...supervisor.Option) error {
+func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, addrs []string, dial []grpc.DialOption, opts ...supervisor.Option) error {
 	var clients []reevev1.SupervisorServiceClient
 	var conns []*grpc.ClientConn
 	for _, a := range addrs {
-		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(a, dial...)
 		if err != nil {
 			return fmt.Errorf("scheduler address %q: %w", a, err)
 		}
@@ -142,13 +168,13 @@ func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client
 
 // startDemo registers the demo workflows and runs demo agents against the
 // scheduler until ctx ends.
-func startDemo(ctx context.Context, log *slog.Logger, srv *scheduler.Server, addr string) error {
+func startDemo(ctx context.Context, log *slog.Logger, srv *scheduler.Server, addr string, opts ...agentsdk.Option) error {
 	for _, w := range demo.Workflows() {
 		if _, err := srv.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
 			return fmt.Errorf("register demo workflow %s: %w", w.GetName(), err)
 		}
 	}
-	agent, err := agentsdk.New([]string{addr}, agentsdk.WithAgentID("demo-agent"), agentsdk.WithLogger(log.With("component", "demo-agent")))
+	agent, err := agentsdk.New([]string{addr}, append([]agentsdk.Option{agentsdk.WithAgentID("demo-agent"), agentsdk.WithLogger(log.With("component", "demo-agent"))}, opts...)...)
 	if err != nil {
 		return err
 	}
@@ -161,12 +187,16 @@ func startDemo(ctx context.Context, log *slog.Logger, srv *scheduler.Server, add
 	return nil
 }
 
-func newSchedulerCmd() *cobra.Command {
+func newSchedulerCmd(g *globals) *cobra.Command {
 	var (
 		endpoints          []string
 		listen, id, prefix string
 		retention          time.Duration
 		logs               logFlags
+		prof               pprofFlag
+		srvSec             serverSecurity
+		etcdSec            etcdSecurity
+		lim                limitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -183,19 +213,28 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if len(endpoints) == 0 {
 				return usagef("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			gopts, err := srvSec.serverOptions(&g.sec, log)
 			if err != nil {
-				return fmt.Errorf("etcd client: %w", err)
+				return err
+			}
+			cli, err := etcdClient(endpoints, &etcdSec)
+			if err != nil {
+				return err
 			}
 			defer cli.Close()
-			opts := []scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			_, stopProf, err := prof.start(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer stopProf()
+			opts := append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...)
 			if id != "" {
 				opts = append(opts, scheduler.WithID(id))
 			}
-			return serve(ctx, log, cli, listen, func(_ context.Context, _ *scheduler.Server, addr string) error {
-				log.Info("scheduler listening", "address", addr)
+			return serve(ctx, log, cli, listen, gopts, func(_ context.Context, _ *scheduler.Server, addr string) error {
+				log.Info("scheduler listening", "address", addr, "security", describe(gopts))
 				return nil
 			}, opts...)
 		},
@@ -205,17 +244,22 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	cmd.Flags().StringVar(&id, "id", "", "scheduler instance id, unique among schedulers (default <hostname>-<random>)")
 	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix")
 	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept")
+	srvSec.register(cmd, g.getenv)
+	etcdSec.register(cmd, g.getenv)
+	lim.register(cmd)
 	logs.register(cmd)
+	prof.register(cmd)
 	return cmd
 }
 
-func newSupervisorCmd() *cobra.Command {
+func newSupervisorCmd(g *globals) *cobra.Command {
 	var (
 		endpoints, schedulers []string
 		id, prefix            string
 		tick                  time.Duration
 		ttl                   int
 		logs                  logFlags
+		etcdSec               etcdSecurity
 	)
 	cmd := &cobra.Command{
 		Use:   "supervisor",
@@ -236,18 +280,22 @@ fail it and raise an operator alert. Run two or more for availability.`,
 			if len(schedulers) == 0 {
 				return usagef("--schedulers: required (or REEVE_SCHEDULERS)")
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			dial, err := g.sec.dialOptions()
 			if err != nil {
-				return fmt.Errorf("etcd client: %w", err)
+				return err
+			}
+			cli, err := etcdClient(endpoints, &etcdSec)
+			if err != nil {
+				return err
 			}
 			defer cli.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			opts := []supervisor.Option{supervisor.WithPrefix(prefix), supervisor.WithTick(tick), supervisor.WithSessionTTL(ttl)}
 			if id != "" {
 				opts = append(opts, supervisor.WithID(id))
 			}
-			if err := startSupervisor(ctx, log, cli, schedulers, opts...); err != nil {
+			if err := startSupervisor(ctx, log, cli, schedulers, dial, opts...); err != nil {
 				return err
 			}
 			<-ctx.Done()
@@ -260,8 +308,22 @@ fail it and raise an operator alert. Run two or more for availability.`,
 	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix (same as the schedulers')")
 	cmd.Flags().DurationVar(&tick, "tick", time.Second, "how often the leader looks for expired steps")
 	cmd.Flags().IntVar(&ttl, "session-ttl", 10, "seconds before a dead leader's leadership lapses")
+	etcdSec.register(cmd, g.getenv)
 	logs.register(cmd)
 	return cmd
+}
+
+// etcdClient connects to an external etcd cluster.
+func etcdClient(endpoints []string, sec *etcdSecurity) (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if err := sec.apply(&cfg); err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return cli, nil
 }
 
 func envList(key string) []string {
@@ -275,14 +337,14 @@ func envList(key string) []string {
 // health reports NOT_SERVING, the scheduler drains its agents, the gRPC
 // server stops gracefully (forcefully after 10s). started runs once the
 // server listens.
-func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen string,
+func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen string, gopts []grpc.ServerOption,
 	started func(context.Context, *scheduler.Server, string) error, opts ...scheduler.Option) error {
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
 	srv := scheduler.New(cli, opts...)
-	g := grpc.NewServer(scheduler.ServerOptions()...)
+	g := grpc.NewServer(append(scheduler.ServerOptions(), gopts...)...)
 	srv.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)

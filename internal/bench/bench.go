@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,13 @@ type Config struct {
 	EtcdEndpoints []string
 	// Tasks to complete; default 1000.
 	Tasks int
+	// Duration, when positive, stops submitting after this long (or after
+	// Tasks, whichever comes first); the run then waits for the tasks in
+	// flight.
+	Duration time.Duration
+	// ServerPID, when positive, is the process id of the target (not
+	// Embedded) whose CPU time and resident memory the report gives.
+	ServerPID int
 	// Concurrency of the closed loop: tasks in flight; default 64.
 	Concurrency int
 	// Rate, when positive, submits open loop at this many tasks per second.
@@ -100,37 +108,43 @@ func (c *Config) defaults() error {
 
 // Report is the outcome of a run. Latencies are in milliseconds.
 type Report struct {
-	Mode             string  `json:"mode"`
-	Tasks            int     `json:"tasks"`
-	Steps            int     `json:"steps"`
-	Shape            string  `json:"shape"`
-	Concurrency      int     `json:"concurrency"`
-	Rate             float64 `json:"rate"`
-	Agents           int     `json:"agents"`
-	Completed        int     `json:"completed"`
-	Failed           int     `json:"failed"`
-	DurationSec      float64 `json:"duration_sec"`
-	TasksPerSec      float64 `json:"tasks_per_sec"`
-	P50Ms            float64 `json:"p50_ms"`
-	P95Ms            float64 `json:"p95_ms"`
-	P99Ms            float64 `json:"p99_ms"`
-	MaxMs            float64 `json:"max_ms"`
-	QueueWaitP50Ms   float64 `json:"queue_wait_p50_ms"`
-	QueueWaitP99Ms   float64 `json:"queue_wait_p99_ms"`
-	DispatchP50Ms    float64 `json:"dispatch_p50_ms"`
-	DispatchP99Ms    float64 `json:"dispatch_p99_ms"`
-	EtcdTxnsPerTask  float64 `json:"etcd_txns_per_task"`
-	EtcdDBStartMB    float64 `json:"etcd_db_start_mb,omitempty"`
-	EtcdDBMaxMB      float64 `json:"etcd_db_max_mb,omitempty"`
-	EtcdDBEndMB      float64 `json:"etcd_db_end_mb,omitempty"`
-	ProcessCPUSec    float64 `json:"process_cpu_sec,omitempty"`
-	ProcessPeakRSSMB float64 `json:"process_peak_rss_mb,omitempty"`
+	Mode            string  `json:"mode"`
+	Tasks           int     `json:"tasks"`
+	Steps           int     `json:"steps"`
+	Shape           string  `json:"shape"`
+	Concurrency     int     `json:"concurrency"`
+	Rate            float64 `json:"rate"`
+	Agents          int     `json:"agents"`
+	Completed       int     `json:"completed"`
+	Failed          int     `json:"failed"`
+	DurationSec     float64 `json:"duration_sec"`
+	TasksPerSec     float64 `json:"tasks_per_sec"`
+	P50Ms           float64 `json:"p50_ms"`
+	P95Ms           float64 `json:"p95_ms"`
+	P99Ms           float64 `json:"p99_ms"`
+	MaxMs           float64 `json:"max_ms"`
+	QueueWaitP50Ms  float64 `json:"queue_wait_p50_ms"`
+	QueueWaitP99Ms  float64 `json:"queue_wait_p99_ms"`
+	DispatchP50Ms   float64 `json:"dispatch_p50_ms"`
+	DispatchP99Ms   float64 `json:"dispatch_p99_ms"`
+	EtcdTxnsPerTask float64 `json:"etcd_txns_per_task"`
+	EtcdDBStartMB   float64 `json:"etcd_db_start_mb,omitempty"`
+	EtcdDBMaxMB     float64 `json:"etcd_db_max_mb,omitempty"`
+	EtcdDBEndMB     float64 `json:"etcd_db_end_mb,omitempty"`
+	// EtcdDBInUseMB is the part of etcd's database in use (not free pages
+	// left by compaction) every 10 s of the run: flat when retention and
+	// compaction keep up.
+	EtcdDBInUseMB    []float64 `json:"etcd_db_in_use_mb,omitempty"`
+	ProcessCPUSec    float64   `json:"process_cpu_sec,omitempty"`
+	ProcessPeakRSSMB float64   `json:"process_peak_rss_mb,omitempty"`
+	ServerCPUSec     float64   `json:"server_cpu_sec,omitempty"`
+	ServerPeakRSSMB  float64   `json:"server_peak_rss_mb,omitempty"`
 }
 
 // target is a scheduler to load, and how to observe its etcd.
 type target struct {
 	addr    string
-	dbSize  func() int64 // bytes; nil when unknown
+	dbSize  func() (total, inUse int64) // bytes; nil when unknown
 	etcd    *clientv3.Client
 	applied func(context.Context) (uint64, error) // etcd's applied raft index
 	close   func()
@@ -191,10 +205,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cpu0 := cpuSeconds()
 	db := &dbSampler{size: tg.dbSize}
 	stopSampling := db.start()
+	srv := &procSampler{pid: cfg.ServerPID}
+	stopServer := srv.start()
 	start := time.Now()
 	latencies, err := load(ctx, cfg, client, wf.GetName(), done)
 	elapsed := time.Since(start)
 	stopSampling()
+	stopServer()
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +237,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.ProcessCPUSec = cpu
 		rep.ProcessPeakRSSMB = peakRSSMB()
 	}
-	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB = db.report()
+	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB = db.report()
+	rep.ServerCPUSec, rep.ServerPeakRSSMB = srv.report()
 	qw, err := queueWaits(ctx, st)
 	if err != nil {
 		return nil, err
@@ -258,6 +276,8 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		wg        sync.WaitGroup
 	)
 	runID := fmt.Sprintf("%x", time.Now().UnixNano())
+	stopAt := time.Now().Add(cfg.Duration)
+	over := func() bool { return cfg.Duration > 0 && time.Now().After(stopAt) }
 	one := func(i int64) {
 		id := fmt.Sprintf("b-%s-%07d", runID, i)
 		ch := done.expect(id)
@@ -281,15 +301,21 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		latencies = append(latencies, time.Since(began))
 	}
 	if cfg.Rate > 0 {
-		interval := time.Duration(float64(time.Second) / cfg.Rate)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
+		// Submission i is due at start + i/rate; a late loop catches up at
+		// once (a ticker would drop ticks under load and lower the rate).
+		start := time.Now()
 		for i := int64(0); i < int64(cfg.Tasks); i++ {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				return nil, ctx.Err()
-			case <-tick.C:
+			due := start.Add(time.Duration(float64(i) / cfg.Rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+					wg.Wait()
+					return nil, ctx.Err()
+				case <-time.After(d):
+				}
+			}
+			if over() || ctx.Err() != nil {
+				break
 			}
 			wg.Go(func() { one(i) })
 		}
@@ -298,7 +324,7 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 			wg.Go(func() {
 				for {
 					i := next.Add(1) - 1
-					if i >= int64(cfg.Tasks) || ctx.Err() != nil {
+					if i >= int64(cfg.Tasks) || ctx.Err() != nil || over() {
 						return
 					}
 					one(i)
@@ -404,43 +430,56 @@ func startAgents(cfg Config, addr string, dispatch *samples) (stop func(), err e
 	return func() { cancel(); wg.Wait() }, nil
 }
 
-// dbSampler records etcd's database size every second of the run.
+// dbSampler records etcd's database size every second of the run, and the
+// part in use every 10 seconds.
 type dbSampler struct {
-	size             func() int64
+	size             func() (total, inUse int64)
 	start0, max, end int64
+	inUse            []int64
 }
 
 func (d *dbSampler) start() (stop func()) {
 	if d.size == nil {
 		return func() {}
 	}
-	d.start0 = d.size()
+	var used int64
+	d.start0, used = d.size()
 	d.max = d.start0
+	d.inUse = append(d.inUse, used)
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		for {
+		for n := 1; ; n++ {
 			select {
 			case <-quit:
 				return
 			case <-t.C:
-				d.max = max(d.max, d.size())
+				total, used := d.size()
+				d.max = max(d.max, total)
+				if n%10 == 0 {
+					d.inUse = append(d.inUse, used)
+				}
 			}
 		}
 	}()
 	return func() {
 		close(quit)
 		<-done
-		d.end = d.size()
+		var used int64
+		d.end, used = d.size()
 		d.max = max(d.max, d.end)
+		d.inUse = append(d.inUse, used)
 	}
 }
 
-func (d *dbSampler) report() (startMB, maxMB, endMB float64) {
-	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
-	return mb(d.start0), mb(d.max), mb(d.end)
+func (d *dbSampler) report() (startMB, maxMB, endMB float64, inUseMB []float64) {
+	mb := func(b int64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
+	for _, u := range d.inUse {
+		inUseMB = append(inUseMB, mb(u))
+	}
+	return mb(d.start0), mb(d.max), mb(d.end), inUseMB
 }
 
 // samples is a concurrency-safe list of durations.
@@ -461,12 +500,16 @@ func (s *samples) all() []time.Duration {
 	return slices.Clone(s.d)
 }
 
-// queueWaits reads back the run's tasks and returns, for every step, how
-// long it waited in the ready queue (ready to dispatched).
+// queueWaitSample bounds how many tasks queueWaits reads back.
+const queueWaitSample = 20000
+
+// queueWaits reads back the run's tasks (the first queueWaitSample in id
+// order, which is submission order) and returns, for every step, how long
+// it waited in the ready queue (ready to dispatched).
 func queueWaits(ctx context.Context, st *store.Store) ([]time.Duration, error) {
 	var out []time.Duration
 	after := ""
-	for {
+	for read := 0; read < queueWaitSample; read += 1000 {
 		tasks, more, err := st.ListTasks(ctx, "default", reevev1.TaskState_TASK_STATE_SUCCEEDED, after, 1000)
 		if err != nil {
 			return nil, err
@@ -489,6 +532,7 @@ func queueWaits(ctx context.Context, st *store.Store) ([]time.Duration, error) {
 			return out, nil
 		}
 	}
+	return out, nil
 }
 
 func percentiles(d []time.Duration) (p50, p95, p99, maxMs float64) {
@@ -528,6 +572,15 @@ func dialTarget(cfg Config) (*target, error) {
 	return &target{
 		addr: cfg.Address,
 		etcd: cli,
+		dbSize: func() (total, inUse int64) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := cli.Status(ctx, cfg.EtcdEndpoints[0])
+			if err != nil {
+				return 0, 0
+			}
+			return st.DbSize, st.DbSizeInUse
+		},
 		applied: func(ctx context.Context) (uint64, error) {
 			st, err := cli.Status(ctx, cfg.EtcdEndpoints[0])
 			if err != nil {

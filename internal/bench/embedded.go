@@ -50,7 +50,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	go func() { _ = srv.Run(runCtx); close(ran) }()
 	return &target{
 		addr:    lis.Addr().String(),
-		dbSize:  func() int64 { total, _ := etcd.DBSize(); return total },
+		dbSize:  etcd.DBSize,
 		etcd:    cli,
 		applied: func(context.Context) (uint64, error) { return etcd.AppliedIndex(), nil },
 		close: func() {

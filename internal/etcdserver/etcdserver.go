@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
@@ -43,11 +44,22 @@ type Config struct {
 	LogLevel string
 	// Logger replaces etcd's own logger when set (tests pass zap.NewNop()).
 	Logger *zap.Logger
+	// ClientTLS, when set, serves the client port over TLS and requires
+	// client certificates signed by its CA. Default plaintext.
+	ClientTLS *ClientTLS
+}
+
+// ClientTLS are the PEM files of a TLS client port.
+type ClientTLS struct {
+	CertFile, KeyFile string
+	// TrustedCAFile signs the client certificates that are accepted.
+	TrustedCAFile string
 }
 
 // Server is a running embedded etcd member.
 type Server struct {
-	etcd *embed.Etcd
+	etcd   *embed.Etcd
+	scheme string
 }
 
 // Start starts a member and waits until it serves clients or ctx is done.
@@ -65,6 +77,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	clientURL, err := parseURL(orDefault(cfg.ClientAddr, "127.0.0.1:0"))
 	if err != nil {
 		return nil, fmt.Errorf("etcdserver: client address: %w", err)
+	}
+	if t := cfg.ClientTLS; t != nil {
+		clientURL.Scheme = "https"
+		ec.ClientTLSInfo = transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile, ClientCertAuth: true}
 	}
 	peerURL, err := parseURL(orDefault(cfg.PeerAddr, "127.0.0.1:0"))
 	if err != nil {
@@ -95,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
-		return &Server{etcd: e}, nil
+		return &Server{etcd: e, scheme: clientURL.Scheme}, nil
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("etcdserver: start: %w", err)
@@ -110,7 +126,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 func (s *Server) Endpoints() []string {
 	eps := make([]string, 0, len(s.etcd.Clients))
 	for _, l := range s.etcd.Clients {
-		eps = append(eps, "http://"+l.Addr().String())
+		eps = append(eps, s.scheme+"://"+l.Addr().String())
 	}
 	return eps
 }

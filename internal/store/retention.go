@@ -10,7 +10,9 @@ import (
 
 // SweepEnded deletes up to limit tasks that ended at or before `before`,
 // with their index keys. A task revived meanwhile (its ended key changed) is
-// left alone. It returns how many tasks it deleted.
+// left alone. Deletions are grouped, up to 64 tasks per etcd transaction,
+// each guarded by its own ended key's revision. It returns how many tasks it
+// deleted.
 func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (int, error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
@@ -19,26 +21,53 @@ func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (in
 	if err != nil {
 		return 0, etcdErr(ctx, "sweep ended", err)
 	}
-	deleted := 0
+	var (
+		deleted int
+		batch   []clientv3.Op
+		taskKey []string
+		seen    = map[string]bool{} // a task id reused after a sweep may have two ended keys
+	)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		r, err := s.c.Txn(octx).Then(batch...).Commit()
+		if err != nil {
+			return etcdErr(ctx, "sweep ended", err)
+		}
+		for i, op := range r.Responses {
+			if op.GetResponseTxn().GetSucceeded() {
+				deleted++
+				s.cache.drop(taskKey[i])
+			}
+		}
+		batch, taskKey = batch[:0], taskKey[:0]
+		clear(seen)
+		return nil
+	}
 	for _, kv := range resp.Kvs {
 		parts := strings.Split(strings.TrimPrefix(string(kv.Key), prefix), "/")
 		if len(parts) != 3 {
 			continue
 		}
 		ns, id, state := parts[1], parts[2], string(kv.Value)
-		r, err := s.c.Txn(octx).
-			If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-			Then(clientv3.OpDelete(s.k.task(ns, id)), clientv3.OpDelete(s.k.stateOf(ns, state)+id), clientv3.OpDelete(string(kv.Key))).
-			Commit()
-		if err != nil {
-			return deleted, etcdErr(ctx, "sweep ended", err)
+		if seen[s.k.task(ns, id)] || len(batch) == sweepBatch {
+			if err := flush(); err != nil {
+				return deleted, err
+			}
 		}
-		if r.Succeeded {
-			deleted++
-		}
+		seen[s.k.task(ns, id)] = true
+		taskKey = append(taskKey, s.k.task(ns, id))
+		batch = append(batch, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
+			[]clientv3.Op{clientv3.OpDelete(s.k.task(ns, id)), clientv3.OpDelete(s.k.stateOf(ns, state) + id), clientv3.OpDelete(string(kv.Key))},
+			nil))
 	}
-	return deleted, nil
+	return deleted, flush()
 }
+
+// sweepBatch is how many tasks one sweep transaction deletes.
+const sweepBatch = 64
 
 // Revision returns etcd's current revision.
 func (s *Store) Revision(ctx context.Context) (int64, error) {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -48,6 +49,11 @@ type Store struct {
 	c         *clientv3.Client
 	k         keys
 	opTimeout time.Duration
+
+	maxBatch, maxCommitters, cacheSize int
+	commits                            *committer
+	cache                              *recordCache
+	txns, taskWrites                   atomic.Int64
 }
 
 // Option configures a Store.
@@ -61,13 +67,46 @@ func WithPrefix(p string) Option { return func(s *Store) { s.k.prefix = p } }
 // out of time fails with ErrUnavailable.
 func WithOpTimeout(d time.Duration) Option { return func(s *Store) { s.opTimeout = d } }
 
+// WithGroupCommit bounds group commit (see batch.go): at most maxBatch task
+// writes per etcd transaction (1 to 128; default 64) and at most
+// maxCommitters transactions in flight (default 4). WithGroupCommit(1, n)
+// commits every write in its own transaction.
+func WithGroupCommit(maxBatch, maxCommitters int) Option {
+	return func(s *Store) {
+		s.maxBatch = min(max(maxBatch, 1), 128)
+		s.maxCommitters = max(maxCommitters, 1)
+	}
+}
+
+// WithRecordCache sets how many live task records the store keeps to skip
+// the read before an update; default 10,000, 0 turns the cache off. A stale
+// entry costs one lost compare and a retry, never a wrong write.
+func WithRecordCache(n int) Option { return func(s *Store) { s.cacheSize = max(n, 0) } }
+
 // New returns a Store using c. The caller keeps ownership of c.
 func New(c *clientv3.Client, opts ...Option) *Store {
-	s := &Store{c: c, k: keys{prefix: "/reeve/"}, opTimeout: 5 * time.Second}
+	s := &Store{c: c, k: keys{prefix: "/reeve/"}, opTimeout: 5 * time.Second,
+		maxBatch: defaultMaxBatch, maxCommitters: defaultMaxCommitters, cacheSize: 10000}
 	for _, o := range opts {
 		o(s)
 	}
+	s.commits = newCommitter(s, s.maxBatch, s.maxCommitters)
+	s.cache = newRecordCache(s.cacheSize)
 	return s
+}
+
+// WriteStats counts the task writes of a store since it was created.
+type WriteStats struct {
+	// Txns is the etcd transactions that carried task writes.
+	Txns int64
+	// TaskWrites is the task creations and updates among them (each one
+	// guarded by its own compare), including those that lost a race.
+	TaskWrites int64
+}
+
+// WriteStats returns the store's write counters.
+func (s *Store) WriteStats() WriteStats {
+	return WriteStats{Txns: s.txns.Load(), TaskWrites: s.taskWrites.Load()}
 }
 
 // Client returns the etcd client, for the election and leases of callers.

@@ -115,11 +115,12 @@ func TestUpdateTaskRetriesOnConflictAndHonorsFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := 0
+	other := store.New(c) // another scheduler
 	_, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
 		calls++
 		if calls == 1 {
 			// A concurrent writer changes the record between read and commit.
-			if _, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
+			if _, _, err := other.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
 				task.Reason = "other writer"
 				return nil
 			}); err != nil {
@@ -250,5 +251,81 @@ func TestUpdateDrivenByWatchFindsNewTasks(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("only %d of %d ready events", claimed, n)
 		}
+	}
+}
+
+// laggingKV serves serializable reads at an older revision, as an etcd
+// member that has not applied the latest writes yet does (or any member in
+// the instant between notifying watchers of a write and exposing it).
+type laggingKV struct {
+	clientv3.KV
+	rev int64
+}
+
+func (kv laggingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if clientv3.OpGet(key, opts...).IsSerializable() {
+		opts = append(opts, clientv3.WithRev(kv.rev))
+	}
+	return kv.KV.Get(ctx, key, opts...)
+}
+
+func (kv laggingKV) Txn(ctx context.Context) clientv3.Txn {
+	return laggingTxn{Txn: kv.KV.Txn(ctx), rev: kv.rev}
+}
+
+// laggingTxn serves the serializable single-key gets of a read-only
+// transaction at the lagging revision.
+type laggingTxn struct {
+	clientv3.Txn
+	rev int64
+}
+
+func (t laggingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	lagged := make([]clientv3.Op, len(ops))
+	for i, op := range ops {
+		lagged[i] = op
+		if op.IsGet() && op.IsSerializable() && len(op.RangeBytes()) == 0 {
+			lagged[i] = clientv3.OpGet(string(op.KeyBytes()), clientv3.WithSerializable(), clientv3.WithRev(t.rev))
+		}
+	}
+	return laggingTxn{Txn: t.Txn.Then(lagged...), rev: t.rev}
+}
+
+// A claim made on a stale view of the task, from before the write that
+// made the step ready, must not be refused: the dispatcher would drop the
+// ready entry and the step would stay queued with no one to claim it.
+func TestUpdateIsNotRefusedOnAStaleRead(t *testing.T) {
+	member := etcdtest.New(t)
+	s := store.New(member.Client())
+	if _, _, err := s.CreateTask(ctx(t), record("lag")); err != nil {
+		t.Fatal(err)
+	}
+	update := func(s *store.Store, fn func(*reevev1.Task) error) error {
+		_, _, err := s.UpdateTask(ctx(t), "default", "lag", fn)
+		return err
+	}
+	claim := func(step string) func(*reevev1.Task) error {
+		return func(task *reevev1.Task) error { return taskstate.Claim(task, step, 1, "s1", "agent", t0) }
+	}
+	if err := update(s, claim("a")); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.GetTask(ctx(t), "default", "lag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &reevev1.StepRef{Namespace: "default", TaskId: "lag", Step: "a", Attempt: 1}
+	if err := update(s, func(task *reevev1.Task) error { return taskstate.Complete(task, ref, "agent", nil, t0) }); err != nil {
+		t.Fatal(err)
+	}
+
+	lagging := member.Client()
+	lagging.KV = laggingKV{KV: lagging.KV, rev: before.Revision}
+	if err := update(store.New(lagging), claim("b")); err != nil {
+		t.Fatalf("claim of b on a view from before a completed: %v", err)
+	}
+	// A refusal that holds on the current record is still returned.
+	if err := update(store.New(lagging), claim("b")); !errors.Is(err, taskstate.ErrNotQueued) {
+		t.Fatalf("second claim of b: %v, want ErrNotQueued", err)
 	}
 }

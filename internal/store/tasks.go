@@ -26,36 +26,14 @@ type Versioned struct {
 
 // CreateTask stores a new task record and its indexes unless the task id is
 // taken. If it is taken, the existing record is returned with created=false.
+// Concurrent writes are committed together (see batch.go).
 func (s *Store) CreateTask(ctx context.Context, rec *storev1.TaskRecord) (existing *storev1.TaskRecord, created bool, err error) {
 	t := rec.GetTask()
-	key := s.k.task(t.GetNamespace(), t.GetId())
-	val, err := marshal(rec)
-	if err != nil {
-		return nil, false, err
+	res := s.commits.do(&writeReq{ctx: ctx, ns: t.GetNamespace(), id: t.GetId(), key: s.k.task(t.GetNamespace(), t.GetId()), create: rec})
+	if res.err != nil {
+		return nil, false, ctxErr(ctx, res.err)
 	}
-	ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(nil, rec)...)
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.c.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(ops...).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		return nil, false, etcdErr(ctx, "create task", err)
-	}
-	if resp.Succeeded {
-		return rec, true, nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
-		return nil, false, fmt.Errorf("create task: %w", ErrConflict)
-	}
-	old, err := unmarshalTask(kvs[0])
-	if err != nil {
-		return nil, false, err
-	}
-	return old.Record, false, nil
+	return res.after, res.created, nil
 }
 
 // GetTask returns a task record. Reads are linearizable.
@@ -76,89 +54,26 @@ func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 // the index changes it implies, in one transaction guarded by the record's
 // mod revision and by fences (e.g. a supervisor's leadership). When another
 // writer got there first, fn runs again on the fresh record. An error from
-// fn aborts the update and is returned as is (fn refused a current record:
-// a refusal of a possibly stale serializable read is confirmed first). It returns the record before
-// and after the update.
+// fn aborts the update and is returned as is. It returns the record before
+// and after the update; callers must not modify them (the store keeps the
+// latest in its record cache). Concurrent updates of different tasks are
+// committed together, each with its own compare (see batch.go); fn may run
+// on another goroutine than the caller's, and more than once.
 func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.Task) error, fences ...clientv3.Cmp) (before, after *storev1.TaskRecord, err error) {
-	key := s.k.task(ns, id)
-	cur, err := s.getTaskSerializable(ctx, key)
-	if err != nil {
-		return nil, nil, err
+	res := s.commits.do(&writeReq{ctx: ctx, ns: ns, id: id, key: s.k.task(ns, id), fn: fn, fences: fences})
+	if res.err != nil {
+		return res.before, nil, ctxErr(ctx, res.err)
 	}
-	fresh := false // cur came from a linearizable read or a txn, not a serializable read
-	for range maxUpdateRetries {
-		next := proto.Clone(cur.Record).(*storev1.TaskRecord)
-		if err := fn(next.Task); err != nil {
-			if fresh {
-				return cur.Record, nil, err
-			}
-			// A serializable read is served by whichever member the client
-			// talks to, and a follower may not have applied the latest
-			// writes yet: a claim driven by the ready-queue watch, or a
-			// result sent right after its assignment, would be refused
-			// (and the ready entry dropped) on a stale view. Confirm a
-			// refusal with a linearizable read before believing it.
-			latest, lerr := s.GetTask(ctx, ns, id)
-			if lerr != nil {
-				return nil, nil, lerr
-			}
-			fresh = true
-			if latest.Revision == cur.Revision {
-				return cur.Record, nil, err
-			}
-			cur = latest
-			continue
-		}
-		val, err := marshal(next)
-		if err != nil {
-			return nil, nil, err
-		}
-		ops := append([]clientv3.Op{clientv3.OpPut(key, val)}, s.k.indexOps(cur.Record, next)...)
-		ops = append(ops, s.alertOps(cur.Record.GetTask(), next.GetTask())...)
-		cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", cur.Revision)}, fences...)
-		octx, cancel := s.opCtx(ctx)
-		resp, err := s.c.Txn(octx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
-		cancel()
-		if err != nil {
-			return nil, nil, etcdErr(ctx, "update task", err)
-		}
-		if resp.Succeeded {
-			return cur.Record, next, nil
-		}
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			return nil, nil, notFound("task %q in namespace %q", id, ns)
-		}
-		if kvs[0].ModRevision == cur.Revision {
-			return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrFenced)
-		}
-		if cur, err = unmarshalTask(kvs[0]); err != nil {
-			return nil, nil, err
-		}
-		fresh = true
-	}
-	return nil, nil, fmt.Errorf("update task %s/%s: %w", ns, id, ErrConflict)
+	return res.before, res.after, nil
 }
 
-// getTaskSerializable reads from the local member without a quorum round
-// trip. A stale record only costs one retry in UpdateTask's compare, but a
-// stale "not found" (the member has not applied the creation yet, though a
-// watch may already have reported it) must not be believed: it is checked
-// with a linearizable read.
-func (s *Store) getTaskSerializable(ctx context.Context, key string) (Versioned, error) {
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.c.Get(octx, key, clientv3.WithSerializable())
-	if err == nil && len(resp.Kvs) == 0 {
-		resp, err = s.c.Get(octx, key)
+// ctxErr makes a write that failed after its caller gave up report the
+// caller's context error, as etcdErr does for direct requests.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ErrUnavailable) {
+		return ctx.Err()
 	}
-	if err != nil {
-		return Versioned{}, etcdErr(ctx, "get task", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return Versioned{}, notFound("task %s", strings.TrimPrefix(key, s.k.prefix+"tasks/"))
-	}
-	return unmarshalTask(resp.Kvs[0])
+	return err
 }
 
 // ListTasks returns up to limit tasks of a namespace in id order, starting

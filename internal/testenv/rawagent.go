@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
@@ -31,11 +33,28 @@ func ConnectRaw(t testing.TB, addr string, reg *reevev1.Register) *RawAgent {
 	return a
 }
 
+// ConnectRawOn is ConnectRaw over an existing connection.
+func ConnectRawOn(t testing.TB, cc *grpc.ClientConn, reg *reevev1.Register) *RawAgent {
+	t.Helper()
+	a, err := TryConnectRawOn(t, cc, reg)
+	if err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	return a
+}
+
 // TryConnectRaw is ConnectRaw returning the registration error.
 func TryConnectRaw(t testing.TB, addr string, reg *reevev1.Register) (*RawAgent, error) {
 	t.Helper()
+	return TryConnectRawOn(t, Dial(t, addr), reg)
+}
+
+// TryConnectRawOn is TryConnectRaw over an existing connection (e.g. one
+// with TLS credentials).
+func TryConnectRawOn(t testing.TB, cc *grpc.ClientConn, reg *reevev1.Register) (*RawAgent, error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := reevev1.NewAgentServiceClient(Dial(t, addr)).Connect(ctx)
+	stream, err := reevev1.NewAgentServiceClient(cc).Connect(ctx)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -43,6 +62,9 @@ func TryConnectRaw(t testing.TB, addr string, reg *reevev1.Register) (*RawAgent,
 	a := &RawAgent{t: t, stream: stream, cancel: cancel, recv: make(chan *reevev1.ConnectResponse, 1024), recvErr: make(chan error, 1)}
 	t.Cleanup(a.Close)
 	if err := stream.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Register{Register: reg}}); err != nil {
+		if _, rerr := stream.Recv(); rerr != nil {
+			return nil, rerr // the stream's status, when the scheduler ended it
+		}
 		return nil, err
 	}
 	first, err := stream.Recv()

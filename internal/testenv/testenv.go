@@ -52,6 +52,13 @@ type Scheduler struct {
 // (to restart a scheduler at the same address).
 func (e *Env) StartScheduler(addr string, opts ...scheduler.Option) *Scheduler {
 	e.t.Helper()
+	return e.StartSchedulerGRPC(addr, nil, opts...)
+}
+
+// StartSchedulerGRPC is StartScheduler with extra gRPC server options (TLS
+// credentials, the auth interceptors).
+func (e *Env) StartSchedulerGRPC(addr string, gopts []grpc.ServerOption, opts ...scheduler.Option) *Scheduler {
+	e.t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
@@ -65,7 +72,7 @@ func (e *Env) StartScheduler(addr string, opts ...scheduler.Option) *Scheduler {
 	if err != nil {
 		e.t.Fatalf("listen: %v", err)
 	}
-	g := grpc.NewServer(scheduler.ServerOptions()...)
+	g := grpc.NewServer(append(scheduler.ServerOptions(), gopts...)...)
 	srv.Register(g)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Scheduler{Server: srv, Addr: lis.Addr().String(), grpc: g, client: cli, cancel: cancel, done: make(chan struct{})}
@@ -125,7 +132,14 @@ func (s *Scheduler) Kill() {
 // Dial returns a client connection to addr, closed when the test ends.
 func Dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return DialWith(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// DialWith returns a client connection to addr with opts (e.g. TLS
+// credentials), closed when the test ends.
+func DialWith(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"testing"
+	"time"
+)
+
+// benchJSON runs `reeve bench` with args and returns its one JSON object.
+// It fails the test unless stdout is exactly one JSON object.
+func benchJSON(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if code := run(ctx, append([]string{"bench"}, args...), &out, &errOut, func(string) string { return "" }); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	dec := json.NewDecoder(&out)
+	var rep map[string]any
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("stdout is not a JSON object: %v\n%s", err, out.String())
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		t.Fatalf("stdout has more than one JSON value (next: %v, err %v)", extra, err)
+	}
+	return rep
+}
+
+// TestContractBenchJSON checks the outside contract of `reeve bench
+// --embedded --tasks N --concurrency C --steps 1 -o json` (issue 7) at a
+// small task count: one JSON object with at least these fields, and figures
+// that describe the run.
+func TestContractBenchJSON(t *testing.T) {
+	rep := benchJSON(t, "--embedded", "--tasks", "200", "--concurrency", "32", "--steps", "1", "-o", "json")
+	for _, f := range []string{
+		"tasks_per_sec", "p50_ms", "p95_ms", "p99_ms", "max_ms", "etcd_txns_per_task",
+		"queue_wait_p50_ms", "queue_wait_p99_ms", "dispatch_p50_ms", "dispatch_p99_ms",
+		"process_cpu_sec", "process_peak_rss_mb", "completed", "failed", "duration_sec",
+	} {
+		v, ok := rep[f].(float64)
+		if !ok {
+			t.Errorf("field %q missing or not a number: %v", f, rep[f])
+			continue
+		}
+		if v < 0 {
+			t.Errorf("field %q is negative: %v", f, v)
+		}
+	}
+	if rep["completed"] != 200.0 || rep["failed"] != 0.0 {
+		t.Fatalf("completed %v, failed %v; want 200 and 0", rep["completed"], rep["failed"])
+	}
+	if tps := rep["tasks_per_sec"].(float64); tps <= 0 {
+		t.Errorf("tasks_per_sec %v", tps)
+	}
+	if p50, p99, mx := rep["p50_ms"].(float64), rep["p99_ms"].(float64), rep["max_ms"].(float64); p50 <= 0 || p50 > p99 || p99 > mx {
+		t.Errorf("percentiles out of order: p50 %v p99 %v max %v", p50, p99, mx)
+	}
+	// A 1-step task costs at least a submit, a claim and a completion; with
+	// batching several tasks share a transaction, so the count per task can
+	// drop below 3, but never to zero, and never far above 3.
+	if txns := rep["etcd_txns_per_task"].(float64); txns <= 0.1 || txns > 4 {
+		t.Errorf("etcd_txns_per_task %v; want in (0.1, 4]", txns)
+	}
+}
+
+func TestBenchFanout(t *testing.T) {
+	rep := benchJSON(t, "--embedded", "--tasks", "60", "--concurrency", "16", "--steps", "3", "--shape", "fanout", "-o", "json")
+	if rep["completed"] != 60.0 || rep["failed"] != 0.0 || rep["steps"] != 3.0 || rep["shape"] != "fanout" {
+		t.Fatalf("report %v", rep)
+	}
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--embedded", "--shape", "star"},
+		{"bench", "--embedded", "--rate", "-5"},
+		{"bench", "--embedded", "--tasks", "-1"},
+		{"bench", "--embedded", "--duration", "-1s"},
+		{"bench", "--embedded", "--server-pid", "1"},
+		{"bench", "--address", "127.0.0.1:1"}, // a running target needs its etcd endpoints
+	} {
+		var out, errOut bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		code := run(ctx, args, &out, &errOut, func(string) string { return "" })
+		cancel()
+		if code != exitUsage || out.Len() != 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and no output", args, code, out.String(), errOut.String(), exitUsage)
+		}
+	}
+}
+
+// --duration bounds an open-loop run by time: about rate × duration tasks.
+func TestBenchDurationBoundsOpenLoop(t *testing.T) {
+	rep := benchJSON(t, "--embedded", "--tasks", "1000000", "--rate", "200", "--duration", "1s", "-o", "json")
+	if c := rep["completed"].(float64); c < 100 || c > 260 || rep["failed"] != 0.0 {
+		t.Fatalf("completed %v (failed %v) in a 1s run at 200/s", c, rep["failed"])
+	}
+}

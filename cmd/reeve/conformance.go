@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reeve-org/reeve/agentsdk"
+	"github.com/reeve-org/reeve/internal/conformance"
+)
+
+func newConformanceCmd(g *globals) *cobra.Command {
+	var (
+		listen, run    string
+		connectTimeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "conformance [flags] [-- AGENT-COMMAND [ARG...]]",
+		Short: "Check that an agent, in any language, speaks the agent protocol correctly",
+		Long: `conformance plays the scheduler on --listen and drives the agent under test
+through the protocol's cases (docs/agent-protocol.md): assignment and result,
+error result, deadline passed, cancel, stale attempt, refused result, result
+redelivery after a broken stream, drain and reconnect, heartbeats, graceful
+shutdown. The agent must handle the step type "` + conformance.StepType + `" as
+docs/agent-protocol.md describes.
+
+With AGENT-COMMAND the suite starts the agent itself, with REEVE_ADDRESS set to
+the suite's address, sends its output to stderr, and stops it at the end; the
+shutdown case (SIGTERM) runs only then. Without it, start the agent yourself
+against the printed address.
+
+Prints one line per case (or the report as JSON with -o json) and exits 1 when
+a case failed.`,
+		Example: `  reeve conformance -- node examples/node/dist/agent.js
+  reeve conformance -o json -- reeve conformance agent
+  reeve conformance --listen 127.0.0.1:7450 --run 'drain|redelivery'`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg := conformance.Config{Listen: listen, ConnectTimeout: connectTimeout}
+			if run != "" {
+				re, err := regexp.Compile(run)
+				if err != nil {
+					return usagef("--run: %v", err)
+				}
+				cfg.Run = re
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			suite, err := conformance.Listen(cfg)
+			if err != nil {
+				return err
+			}
+			defer suite.Close()
+
+			var proc conformance.Process
+			if len(args) > 0 {
+				c, err := conformance.StartCommand(args, suite.Addr(), cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				defer c.Close(5 * time.Second)
+				proc = c
+			} else {
+				fmt.Fprintf(cmd.ErrOrStderr(), "reeve conformance: serving the agent protocol on %s; start the agent with REEVE_ADDRESS=%s (waiting %v)\n",
+					suite.Addr(), suite.Addr(), connectTimeout)
+			}
+			rep := suite.Run(ctx, proc)
+			if err := printReport(cmd, g, rep); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted")
+			}
+			if !rep.Passed {
+				return exitCodeError{exitError}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address the suite serves the agent protocol on; port 0 picks a free one")
+	cmd.Flags().StringVar(&run, "run", "", "run only the cases whose name matches this regular expression (cases: "+strings.Join(conformance.Cases(), ", ")+")")
+	cmd.Flags().DurationVar(&connectTimeout, "connect-timeout", 60*time.Second, "how long to wait for the agent's first connection")
+	cmd.AddCommand(newConformanceAgentCmd(g))
+	return cmd
+}
+
+func printReport(cmd *cobra.Command, g *globals, rep *conformance.Report) error {
+	if g.output == "json" {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteTable(cmd.OutOrStdout())
+}
+
+// newConformanceAgentCmd runs the Go SDK's reference agent for the
+// conformance step type: what `reeve conformance` checks the SDK with.
+func newConformanceAgentCmd(g *globals) *cobra.Command {
+	var id string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run a Go SDK agent that serves the conformance step type (to check the SDK)",
+		Long: `agent connects to --address (env REEVE_ADDRESS, which reeve conformance sets
+for the command it starts) with the Go SDK and serves the step type "` + conformance.StepType + `"
+until SIGINT or SIGTERM, then shuts down gracefully.`,
+		Example: `  reeve conformance -- reeve conformance agent`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts := []agentsdk.Option{agentsdk.WithNamespace(g.namespace), agentsdk.WithLogger(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))}
+			if id != "" {
+				opts = append(opts, agentsdk.WithAgentID(id))
+			}
+			a, err := agentsdk.New([]string{g.address}, opts...)
+			if err != nil {
+				return err
+			}
+			conformance.Handle(a)
+			return a.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&id, "id", "", "agent id (default <hostname>-<pid>-<random>)")
+	return cmd
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reeve-org/reeve/agentsdk"
+	"github.com/reeve-org/reeve/internal/conformance"
+	"github.com/reeve-org/reeve/internal/testenv"
+)
+
+type conformanceReport struct {
+	AgentID string `json:"agent_id"`
+	Passed  bool   `json:"passed"`
+	Cases   []struct {
+		Name, Result string
+		Failures     []string
+	} `json:"cases"`
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// The contract: -o json prints the report, exit 0 when every case passed.
+func TestConformanceJSONAgainstSDKAgent(t *testing.T) {
+	addr := freeAddr(t)
+	a, err := agentsdk.New([]string{addr}, agentsdk.WithAgentID("cli-go"), agentsdk.WithLogger(testenv.Logger()), agentsdk.WithReconnectBackoff(20*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conformance.Handle(a)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(ctx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	code, out, errOut := reeve(t, "unused", "conformance", "--listen", addr, "--run", "^(register|assignment|redelivery)$", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	var rep conformanceReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if !rep.Passed || rep.AgentID != "cli-go" || len(rep.Cases) != 3 || rep.Cases[2].Name != "redelivery" || rep.Cases[2].Result != "PASS" {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+// An agent command that dies before connecting fails at once with exit 1,
+// without waiting for the connect timeout.
+func TestConformanceAgentExits(t *testing.T) {
+	start := time.Now()
+	code, out, errOut := reeve(t, "unused", "conformance", "--connect-timeout", "20s", "--", "sh", "-c", "echo agent starting >&2; exit 3")
+	if code != exitError {
+		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, exitError, out, errOut)
+	}
+	if !strings.Contains(out, "register") || !strings.Contains(out, "exited") || !strings.Contains(out, "FAIL: 0 passed") {
+		t.Fatalf("table:\n%s", out)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+func TestConformanceBadRun(t *testing.T) {
+	code, _, errOut := reeve(t, "unused", "conformance", "--run", "(")
+	if code != exitUsage || !strings.Contains(errOut, "--run") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}

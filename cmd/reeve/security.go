@@ -1,0 +1,178 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/reeve-org/reeve/internal/auth"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
+	"github.com/reeve-org/reeve/scheduler"
+)
+
+// clientSecurity are the flags of every command that calls a scheduler: the
+// CA that signs the scheduler's certificate, this side's certificate (for
+// mutual TLS) and a bearer token. Plaintext when none is set.
+type clientSecurity struct {
+	tls        bool
+	ca         string
+	cert, key  string
+	serverName string
+	token      string
+}
+
+func (c *clientSecurity) register(cmd *cobra.Command, getenv func(string) string) {
+	f := cmd.PersistentFlags()
+	f.BoolVar(&c.tls, "tls", envOr(getenv, "REEVE_TLS", "") == "1", "use TLS with the system's roots (implied by --tls-ca; env REEVE_TLS=1)")
+	f.StringVar(&c.ca, "tls-ca", getenv("REEVE_TLS_CA"), "CA certificate(s) the scheduler's certificate must chain to (env REEVE_TLS_CA)")
+	f.StringVar(&c.cert, "tls-cert", getenv("REEVE_TLS_CERT"), "this process's certificate: the client certificate, or for `scheduler`/`dev` the server certificate (env REEVE_TLS_CERT)")
+	f.StringVar(&c.key, "tls-key", getenv("REEVE_TLS_KEY"), "private key of --tls-cert (env REEVE_TLS_KEY)")
+	f.StringVar(&c.serverName, "tls-server-name", getenv("REEVE_TLS_SERVER_NAME"), "name to verify the scheduler's certificate against (default: the host of the address; env REEVE_TLS_SERVER_NAME)")
+	f.StringVar(&c.token, "token", getenv("REEVE_TOKEN"), "bearer token sent with every call; needs TLS (prefer env REEVE_TOKEN: flags show in ps)")
+}
+
+func (c *clientSecurity) useTLS() bool { return c.tls || c.ca != "" || c.serverName != "" }
+
+// tlsConfig returns the client TLS configuration, nil for plaintext.
+func (c *clientSecurity) tlsConfig() (*tls.Config, error) {
+	if !c.useTLS() {
+		if c.cert != "" {
+			return nil, usagef("--tls-cert: a client certificate needs TLS: set --tls-ca (or --tls)")
+		}
+		if c.token != "" {
+			return nil, usagef("--token: tokens are sent over TLS only: set --tls-ca (or --tls)")
+		}
+		return nil, nil
+	}
+	cfg, err := tlsconfig.Client(tlsconfig.Files{CA: c.ca, Cert: c.cert, Key: c.key}, c.serverName)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return cfg, nil
+}
+
+// dialOptions are the options of a connection to a scheduler.
+func (c *clientSecurity) dialOptions() ([]grpc.DialOption, error) {
+	cfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
+	if c.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.Token(c.token)))
+	}
+	return opts, nil
+}
+
+// serverSecurity are the flags of a command that serves the gRPC API, on top
+// of clientSecurity's --tls-cert/--tls-key (the server certificate).
+type serverSecurity struct {
+	clientCA   string
+	tokensFile string
+}
+
+func (s *serverSecurity) register(cmd *cobra.Command, getenv func(string) string) {
+	f := cmd.Flags()
+	f.StringVar(&s.clientCA, "tls-client-ca", getenv("REEVE_TLS_CLIENT_CA"), "CA of client certificates: turns on mutual TLS and role checks; certificates carry their grants as reeve:// URI SANs (env REEVE_TLS_CLIENT_CA)")
+	f.StringVar(&s.tokensFile, "tokens-file", getenv("REEVE_TOKENS_FILE"), "YAML/JSON file of bearer tokens and their grants: turns on role checks (env REEVE_TOKENS_FILE)")
+}
+
+// serverOptions returns the gRPC server options for TLS and authorization:
+// none for plaintext (the dev default).
+func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) ([]grpc.ServerOption, error) {
+	if c.cert == "" && c.key == "" {
+		if s.clientCA != "" || s.tokensFile != "" {
+			return nil, usagef("--tls-client-ca and --tokens-file need TLS: set --tls-cert and --tls-key")
+		}
+		log.Warn("serving plaintext gRPC without authentication: anyone who can reach the port can do anything (see docs/security.md)")
+		return nil, nil
+	}
+	var tokens auth.Tokens
+	if s.tokensFile != "" {
+		var err error
+		if tokens, err = auth.LoadTokens(s.tokensFile); err != nil {
+			return nil, usagef("--tokens-file: %v", err)
+		}
+	}
+	// Client certificates are required unless tokens are an alternative.
+	cfg, err := tlsconfig.Server(tlsconfig.Files{CA: s.clientCA, Cert: c.cert, Key: c.key}, s.clientCA != "" && tokens == nil)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	opts := []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))}
+	if s.clientCA == "" && tokens == nil {
+		log.Warn("serving TLS without authentication: set --tls-client-ca or --tokens-file (see docs/security.md)")
+		return opts, nil
+	}
+	a := auth.New(auth.Config{Certificates: s.clientCA != "", Tokens: tokens})
+	return append(opts, a.ServerOptions()...), nil
+}
+
+// etcdSecurity are the flags of a connection to an external etcd.
+type etcdSecurity struct {
+	ca, cert, key      string
+	username, password string
+}
+
+func (e *etcdSecurity) register(cmd *cobra.Command, getenv func(string) string) {
+	f := cmd.Flags()
+	f.StringVar(&e.ca, "etcd-ca", getenv("REEVE_ETCD_CA"), "CA certificate(s) of etcd's server certificate; turns on TLS to etcd (env REEVE_ETCD_CA)")
+	f.StringVar(&e.cert, "etcd-cert", getenv("REEVE_ETCD_CERT"), "client certificate for etcd (env REEVE_ETCD_CERT)")
+	f.StringVar(&e.key, "etcd-key", getenv("REEVE_ETCD_KEY"), "private key of --etcd-cert (env REEVE_ETCD_KEY)")
+	f.StringVar(&e.username, "etcd-username", getenv("REEVE_ETCD_USERNAME"), "etcd user (env REEVE_ETCD_USERNAME)")
+	f.StringVar(&e.password, "etcd-password", getenv("REEVE_ETCD_PASSWORD"), "password of --etcd-username (prefer env REEVE_ETCD_PASSWORD: flags show in ps)")
+}
+
+// apply sets TLS and credentials on an etcd client configuration.
+func (e *etcdSecurity) apply(cfg *clientv3.Config) error {
+	if e.ca != "" || e.cert != "" || e.key != "" {
+		t, err := tlsconfig.Client(tlsconfig.Files{CA: e.ca, Cert: e.cert, Key: e.key}, "")
+		if err != nil {
+			return usagef("--etcd-ca/--etcd-cert/--etcd-key: %v", err)
+		}
+		cfg.TLS = t
+	}
+	if (e.username == "") != (e.password == "") {
+		return usageError{errors.New("--etcd-username and --etcd-password go together")}
+	}
+	cfg.Username, cfg.Password = e.username, e.password
+	return nil
+}
+
+// describe says how a server is secured, for its start-up line.
+func describe(opts []grpc.ServerOption) string {
+	if len(opts) == 0 {
+		return "plaintext"
+	}
+	if len(opts) == 1 {
+		return "TLS"
+	}
+	return "TLS with role checks"
+}
+
+// limitFlags are a scheduler's admission limits.
+type limitFlags struct {
+	submitRate  float64
+	submitBurst int
+	maxActive   int
+}
+
+func (l *limitFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.Float64Var(&l.submitRate, "submit-rate", 0, "task submissions per second per client (identity, or IP without auth); 0: unlimited")
+	f.IntVar(&l.submitBurst, "submit-burst", 100, "burst of --submit-rate")
+	f.IntVar(&l.maxActive, "max-active-tasks", 0, "non-terminal tasks per namespace; 0: unlimited")
+}
+
+func (l *limitFlags) options() []scheduler.Option {
+	return []scheduler.Option{scheduler.WithSubmitRate(l.submitRate, l.submitBurst), scheduler.WithMaxActiveTasks(l.maxActive)}
+}

@@ -1,0 +1,484 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+)
+
+// Group commit. Task writes (CreateTask, UpdateTask) from concurrent callers
+// are committed together: one etcd transaction holds one nested transaction
+// per task,
+//
+//	Txn().Then(
+//	    OpTxn(If(mod_revision(task1) == seen, fences...), Then(put task1, index diff), Else(get task1)),
+//	    OpTxn(If(create_revision(task2) == 0), Then(put task2, indexes), Else(get task2)),
+//	    ...)
+//
+// so every task keeps its own compare and fences and gets its own success
+// flag, while the batch costs one raft entry and one fsync. A batch holds at
+// most one write per task (etcd refuses a transaction that writes a key
+// twice), at most maxBatch writes (etcd allows 128 operations per list) and
+// at most maxBatchBytes (etcd refuses requests over 1.5 MiB by default).
+//
+// Nothing waits to fill a batch: up to maxCommitters batches are in flight,
+// and writes that arrive meanwhile form the next ones. An idle store
+// therefore commits a lone write at once, in a plain transaction, and a busy
+// one commits many writes per transaction.
+
+const (
+	defaultMaxBatch      = 64
+	defaultMaxCommitters = 4
+	maxBatchBytes        = 1 << 20
+	// soloBytes: a write this large is committed on its own.
+	soloBytes = 256 << 10
+)
+
+// writeReq is one task write waiting for its batch.
+type writeReq struct {
+	ctx      context.Context
+	ns, id   string
+	key      string
+	create   *storev1.TaskRecord       // CreateTask: the new record
+	fn       func(*reevev1.Task) error // UpdateTask: the transition
+	fences   []clientv3.Cmp            // UpdateTask: extra compares
+	cur      *Versioned                // UpdateTask: the record fn applies to; nil to look it up
+	cached   bool                      // cur came from the record cache
+	current  bool                      // cur is known current: read linearizably, or returned by a failed compare
+	fresh    bool                      // look cur up with a linearizable read
+	tries    int                       // commits that lost a race
+	answered bool                      // its result was sent
+	done     chan writeRes             // receives exactly one result
+	next     *storev1.TaskRecord       // set while committing
+	ops      []clientv3.Op             // set while committing
+	size     int                       // bytes of ops, roughly
+}
+
+type writeRes struct {
+	before, after *storev1.TaskRecord
+	created       bool
+	err           error
+}
+
+// committer runs group commits. It has no goroutine of its own: a write
+// starts a committer goroutine when fewer than maxCommitters run, and each
+// one commits batches until the queue is empty.
+type committer struct {
+	s             *Store
+	maxBatch      int
+	maxCommitters int
+
+	mu       sync.Mutex
+	queue    []*writeReq
+	inflight map[string]bool // task keys in a batch being committed
+	active   int             // committer goroutines running
+}
+
+func newCommitter(s *Store, maxBatch, maxCommitters int) *committer {
+	return &committer{s: s, maxBatch: maxBatch, maxCommitters: maxCommitters, inflight: map[string]bool{}}
+}
+
+// do queues r and waits for its result or for r.ctx to end. When r.ctx
+// ends first the write may still be committed, as with any etcd request
+// whose caller gave up.
+func (c *committer) do(r *writeReq) writeRes {
+	r.done = make(chan writeRes, 1)
+	c.mu.Lock()
+	c.queue = append(c.queue, r)
+	start := c.active < c.maxCommitters
+	if start {
+		c.active++
+	}
+	c.mu.Unlock()
+	if start {
+		go c.run()
+	}
+	select {
+	case res := <-r.done:
+		return res
+	case <-r.ctx.Done():
+		return writeRes{err: r.ctx.Err()}
+	}
+}
+
+// run commits batches until there is nothing it may take.
+func (c *committer) run() {
+	for {
+		c.mu.Lock()
+		batch := c.take()
+		if len(batch) == 0 {
+			c.active--
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		retry := c.commit(batch)
+		c.mu.Lock()
+		for _, r := range batch {
+			delete(c.inflight, r.key)
+		}
+		// Writes that lost a race go first: they are the oldest.
+		c.queue = append(retry, c.queue...)
+		c.mu.Unlock()
+	}
+}
+
+// take removes up to maxBatch writes for distinct tasks that are not in
+// flight from the queue, dropping those whose caller gave up. c.mu is held.
+func (c *committer) take() []*writeReq {
+	var batch []*writeReq
+	rest := c.queue[:0]
+	for i, r := range c.queue {
+		switch {
+		case len(batch) == c.maxBatch:
+			rest = append(rest, c.queue[i:]...)
+			c.queue = rest
+			return batch
+		case r.ctx.Err() != nil:
+			r.done <- writeRes{err: r.ctx.Err()}
+		case c.inflight[r.key]:
+			rest = append(rest, r)
+		default:
+			c.inflight[r.key] = true
+			batch = append(batch, r)
+		}
+	}
+	clear(c.queue[len(rest):])
+	c.queue = rest
+	return batch
+}
+
+// commit commits one batch and answers its writes; it returns the writes
+// that lost a race and must run again on the fresh record.
+func (c *committer) commit(batch []*writeReq) (retry []*writeReq) {
+	// The batch serves many callers: it has its own deadline, and a deadline
+	// it runs out of means etcd is unavailable (etcdErr sees no caller's
+	// context ending).
+	ctx, cancel := c.s.opCtx(context.Background())
+	defer cancel()
+	if err := c.s.resolve(ctx, batch); err != nil {
+		for _, r := range batch {
+			r.done <- writeRes{err: err}
+		}
+		return nil
+	}
+	// Apply the transitions; a write whose transition refuses is answered now.
+	var ready []*writeReq
+	for _, r := range batch {
+		if r.answered {
+			continue
+		}
+		if err := c.s.prepare(r); err != nil {
+			if !r.current {
+				// The transition refused a record that may be stale: a
+				// cached one (another scheduler wrote since), or one read
+				// serializably (etcd notifies watchers an instant before a
+				// write is readable, and a member may lag the leader, so a
+				// claim driven by the ready watch can read the record from
+				// before the write that made the step ready). Judge it
+				// again on a linearizable read.
+				if r.cached {
+					c.s.cache.drop(r.key)
+				}
+				r.cur, r.cached, r.fresh = nil, false, true
+				retry = append(retry, r)
+				continue
+			}
+			r.done <- writeRes{before: r.beforeRecord(), err: err}
+			continue
+		}
+		ready = append(ready, r)
+	}
+	// Cut into transactions within etcd's limits.
+	for len(ready) > 0 {
+		n, bytes := 0, 0
+		for n < len(ready) && (n == 0 || (bytes+ready[n].size <= maxBatchBytes && ready[n].size < soloBytes && ready[0].size < soloBytes)) {
+			bytes += ready[n].size
+			n++
+		}
+		retry = append(retry, c.s.commitTxn(ctx, ready[:n])...)
+		ready = ready[n:]
+	}
+	return retry
+}
+
+func (r *writeReq) beforeRecord() *storev1.TaskRecord {
+	if r.cur == nil {
+		return nil
+	}
+	return r.cur.Record
+}
+
+// resolve finds the current record of every update that lacks one: from the
+// record cache, else from one serializable read for the whole batch (a
+// "not found" there is checked again with a linearizable read: the member
+// may not have applied the creation yet).
+func (s *Store) resolve(ctx context.Context, batch []*writeReq) error {
+	var missing []*writeReq
+	for _, r := range batch {
+		if r.create != nil || r.cur != nil {
+			continue
+		}
+		if v, ok := s.cache.get(r.key); ok && !r.fresh {
+			r.cur, r.cached = &v, true
+			continue
+		}
+		missing = append(missing, r)
+	}
+	for _, serializable := range []bool{true, false} {
+		if len(missing) == 0 {
+			return nil
+		}
+		var gets []clientv3.Op
+		for _, r := range missing {
+			if serializable && !r.fresh {
+				gets = append(gets, clientv3.OpGet(r.key, clientv3.WithSerializable()))
+			} else {
+				gets = append(gets, clientv3.OpGet(r.key))
+			}
+		}
+		resp, err := s.c.Txn(ctx).Then(gets...).Commit()
+		if err != nil {
+			return etcdErr(context.Background(), "get task", err)
+		}
+		var still []*writeReq
+		for i, r := range missing {
+			kvs := resp.Responses[i].GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				still = append(still, r)
+				continue
+			}
+			v, err := unmarshalTask(kvs[0])
+			if err != nil {
+				return err
+			}
+			r.cur, r.current = &v, !serializable || r.fresh
+		}
+		missing = still
+	}
+	for _, r := range missing {
+		r.done <- writeRes{err: notFound("task %q in namespace %q", r.id, r.ns)}
+		r.answered = true
+	}
+	return nil
+}
+
+// prepare computes the write's new record and operations.
+func (s *Store) prepare(r *writeReq) error {
+	if r.create != nil {
+		val, err := marshal(r.create)
+		if err != nil {
+			return err
+		}
+		r.next = r.create
+		r.ops = append([]clientv3.Op{clientv3.OpPut(r.key, val)}, s.k.indexOps(nil, r.create)...)
+		r.size = len(val) + 512
+		return nil
+	}
+	next := proto.Clone(r.cur.Record).(*storev1.TaskRecord)
+	if err := r.fn(next.Task); err != nil {
+		return err
+	}
+	val, err := marshal(next)
+	if err != nil {
+		return err
+	}
+	r.next = next
+	r.ops = append([]clientv3.Op{clientv3.OpPut(r.key, val)}, s.k.indexOps(r.cur.Record, next)...)
+	r.ops = append(r.ops, s.alertOps(r.cur.Record.GetTask(), next.GetTask())...)
+	r.size = len(val) + 512
+	return nil
+}
+
+func (r *writeReq) cmps() []clientv3.Cmp {
+	if r.create != nil {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0)}
+	}
+	return append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(r.key), "=", r.cur.Revision)}, r.fences...)
+}
+
+// commitTxn commits writes in one etcd transaction: a plain one for a single
+// write, nested ones for several.
+func (s *Store) commitTxn(ctx context.Context, writes []*writeReq) (retry []*writeReq) {
+	var (
+		rev     int64
+		results []*etcdserverpb.TxnResponse
+		err     error
+	)
+	s.txns.Add(1)
+	s.taskWrites.Add(int64(len(writes)))
+	if len(writes) == 1 {
+		r := writes[0]
+		var resp *clientv3.TxnResponse
+		resp, err = s.c.Txn(ctx).If(r.cmps()...).Then(r.ops...).Else(clientv3.OpGet(r.key)).Commit()
+		if err == nil {
+			rev = resp.Header.Revision
+			results = []*etcdserverpb.TxnResponse{(*etcdserverpb.TxnResponse)(resp)}
+		}
+	} else {
+		nested := make([]clientv3.Op, len(writes))
+		for i, r := range writes {
+			nested[i] = clientv3.OpTxn(r.cmps(), r.ops, []clientv3.Op{clientv3.OpGet(r.key)})
+		}
+		var resp *clientv3.TxnResponse
+		resp, err = s.c.Txn(ctx).Then(nested...).Commit()
+		if err == nil {
+			rev = resp.Header.Revision
+			for _, op := range resp.Responses {
+				results = append(results, op.GetResponseTxn())
+			}
+		}
+	}
+	if err != nil {
+		err = etcdErr(context.Background(), "write task", err)
+		if errors.Is(err, ErrTooLarge) && len(writes) > 1 {
+			// Find the one that does not fit: commit each on its own.
+			for _, r := range writes {
+				retry = append(retry, s.commitTxn(ctx, []*writeReq{r})...)
+			}
+			return retry
+		}
+		for _, r := range writes {
+			s.cache.drop(r.key)
+			r.done <- writeRes{err: err}
+		}
+		return nil
+	}
+	for i, r := range writes {
+		if retry1 := s.settle(r, results[i], rev); retry1 {
+			retry = append(retry, r)
+		}
+	}
+	return retry
+}
+
+// settle answers one write from its (nested) transaction's response, or
+// reports that it lost a race and must run again on the fresh record.
+func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (retry bool) {
+	if resp.GetSucceeded() {
+		s.cache.put(r.key, Versioned{Record: r.next, Revision: rev})
+		if r.create != nil {
+			r.done <- writeRes{after: r.next, created: true}
+			return false
+		}
+		r.done <- writeRes{before: r.cur.Record, after: r.next}
+		return false
+	}
+	var kvs []*mvccpb.KeyValue
+	if len(resp.GetResponses()) > 0 {
+		kvs = resp.GetResponses()[0].GetResponseRange().GetKvs()
+	}
+	if r.create != nil {
+		if len(kvs) == 0 {
+			r.done <- writeRes{err: fmt.Errorf("create task: %w", ErrConflict)}
+			return false
+		}
+		old, err := unmarshalTask(kvs[0])
+		if err != nil {
+			r.done <- writeRes{err: err}
+			return false
+		}
+		s.cache.put(r.key, old)
+		r.done <- writeRes{after: old.Record}
+		return false
+	}
+	if len(kvs) == 0 {
+		s.cache.drop(r.key)
+		r.done <- writeRes{err: notFound("task %q in namespace %q", r.id, r.ns)}
+		return false
+	}
+	if kvs[0].ModRevision == r.cur.Revision {
+		r.done <- writeRes{err: fmt.Errorf("update task %s/%s: %w", r.ns, r.id, ErrFenced)}
+		return false
+	}
+	fresh, err := unmarshalTask(kvs[0])
+	if err != nil {
+		r.done <- writeRes{err: err}
+		return false
+	}
+	s.cache.put(r.key, fresh)
+	r.tries++
+	if r.tries >= maxUpdateRetries {
+		r.done <- writeRes{err: fmt.Errorf("update task %s/%s: %w", r.ns, r.id, ErrConflict)}
+		return false
+	}
+	r.cur, r.cached, r.current = &fresh, false, true
+	r.next, r.ops = nil, nil
+	return true
+}
+
+// recordCache keeps the last record this store wrote or read for live
+// tasks, with its mod revision, so that the next update of a task needs no
+// read: the update's compare on the mod revision catches a stale entry, and
+// its Else branch returns the fresh record. Terminal tasks are not kept.
+type recordCache struct {
+	mu    sync.Mutex
+	max   int
+	m     map[string]Versioned
+	order []string // insertion order, for eviction; may hold dropped keys
+}
+
+func newRecordCache(max int) *recordCache {
+	return &recordCache{max: max, m: map[string]Versioned{}}
+}
+
+func (c *recordCache) get(key string) (Versioned, bool) {
+	if c.max <= 0 {
+		return Versioned{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[key]
+	return v, ok
+}
+
+func (c *recordCache) put(key string, v Versioned) {
+	if c.max <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, ok := c.m[key]
+	if ok && old.Revision >= v.Revision {
+		return
+	}
+	if taskstate.TerminalTask(v.Record.GetTask().GetState()) {
+		delete(c.m, key)
+		return
+	}
+	c.m[key] = v
+	if ok {
+		return
+	}
+	// Every key of m is in order (which may also hold dropped keys).
+	c.order = append(c.order, key)
+	for len(c.m) > c.max {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	if len(c.order) > 2*c.max+64 {
+		c.order = c.order[:0:0]
+		for k := range c.m {
+			c.order = append(c.order, k)
+		}
+	}
+}
+
+func (c *recordCache) drop(key string) {
+	if c.max <= 0 {
+		return
+	}
+	c.mu.Lock()
+	delete(c.m, key)
+	c.mu.Unlock()
+}

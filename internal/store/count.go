@@ -1,0 +1,36 @@
+package store
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+)
+
+// CountActive returns how many tasks of namespace ns are not terminal, from
+// the state index in one read (count-only ranges: etcd walks the index keys
+// in memory and returns no values). Its cost grows with the count, so
+// callers cache it rather than calling it per request.
+func (s *Store) CountActive(ctx context.Context, ns string) (int64, error) {
+	var ops []clientv3.Op
+	for v := range reevev1.TaskState_name {
+		st := reevev1.TaskState(v)
+		if st == reevev1.TaskState_TASK_STATE_UNSPECIFIED || taskstate.TerminalTask(st) {
+			continue
+		}
+		ops = append(ops, clientv3.OpGet(s.k.stateOf(ns, st.String()), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Txn(octx).Then(ops...).Commit()
+	if err != nil {
+		return 0, etcdErr(ctx, "count active tasks", err)
+	}
+	var n int64
+	for _, r := range resp.Responses {
+		n += r.GetResponseRange().GetCount()
+	}
+	return n, nil
+}

@@ -1,0 +1,59 @@
+# Shared by the e2e scripts: start `reeve dev --demo` on a free loopback port
+# with a temporary data dir, and clean everything up on exit.
+# Source it from a script run with `set -euo pipefail`; REEVE (the binary)
+# must be set.
+
+E2E_DIR=$(mktemp -d "${TMPDIR:-/tmp}/reeve-e2e.XXXXXX")
+E2E_PIDS=()
+
+e2e_cleanup() {
+	local status=$?
+	for pid in "${E2E_PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${E2E_PIDS[@]}"; do
+		for _ in $(seq 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+	done
+	if [ "$status" -ne 0 ]; then
+		echo "--- FAILED (exit $status); logs:" >&2
+		for f in "$E2E_DIR"/*.log; do
+			[ -f "$f" ] || continue
+			echo "--- $f" >&2
+			tail -n 40 "$f" >&2
+		done
+	fi
+	rm -rf "$E2E_DIR"
+	exit "$status"
+}
+trap e2e_cleanup EXIT
+trap 'exit 130' INT TERM
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# start_dev starts `reeve dev --demo` and sets ADDR once the demo workflows
+# are registered.
+start_dev() {
+	: >"$E2E_DIR/dev.out"
+	"$REEVE" dev --demo --listen 127.0.0.1:0 --data-dir "$E2E_DIR/data" >"$E2E_DIR/dev.out" 2>"$E2E_DIR/dev.log" &
+	E2E_PIDS+=($!)
+	ADDR=""
+	for _ in $(seq 300); do
+		ADDR=$(sed -n 's/^reeve dev: scheduler and supervisor on \([^ ,]*\)[ ,].*/\1/p' "$E2E_DIR/dev.out")
+		[ -n "$ADDR" ] && break
+		kill -0 "${E2E_PIDS[-1]}" 2>/dev/null || fail "reeve dev exited: $(cat "$E2E_DIR/dev.log")"
+		sleep 0.1
+	done
+	[ -n "$ADDR" ] || fail "reeve dev did not start within 30s"
+	for _ in $(seq 300); do
+		"$REEVE" --address "$ADDR" workflow get demo.orders >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	fail "demo.orders not registered within 30s"
+}
