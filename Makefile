@@ -10,7 +10,7 @@ GRPCURL_VERSION            := v1.9.4
 ETCD_VERSION               := v3.7.3
 TOXIPROXY_VERSION          := v2.12.0
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example etcd toxiproxy cluster chaos test-cluster
+.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos test-cluster
 
 all: build
 
@@ -140,3 +140,8 @@ node-example:
 	@command -v node >/dev/null || { echo "node 20 or later is required (apt-get install nodejs)" >&2; exit 1; }
 	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { echo "node 20 or later is required, found $$(node --version)" >&2; exit 1; }
 	cd examples/node && npm ci --ignore-scripts --no-audit --no-fund && npm run build
+
+# Reproduces docs/benchmarks.md (about 12 minutes; not part of `make test`).
+# Results in bench-results/<time>/. SOAK=180s and SUSTAIN=60s set run lengths.
+bench: build
+	./scripts/bench.sh

@@ -51,6 +51,15 @@ func newAdmission(s *Server) *admission {
 	return &admission{s: s, limiters: map[string]*clientLimiter{}, active: map[string]*activeCount{}}
 }
 
+// actorOf is what a task's history records for a caller's action: role, and
+// with authorization on, the caller's identity ("client/cert:billing").
+func actorOf(ctx context.Context, role string) string {
+	if p := auth.FromContext(ctx); p != nil {
+		return role + "/" + p.Name
+	}
+	return role
+}
+
 // clientKey names the caller for rate limiting: its authenticated identity,
 // else its IP address.
 func clientKey(ctx context.Context) string {

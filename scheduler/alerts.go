@@ -54,7 +54,7 @@ func (s *Server) AckAlert(ctx context.Context, req *reevev1.AckAlertRequest) (*r
 	}
 	by := req.GetAcknowledgedBy()
 	if by == "" {
-		by = "operator"
+		by = actorOf(ctx, "operator")
 	}
 	a, err := s.store.AckAlert(ctx, workflow.Namespace(req.GetNamespace()), req.GetAlertId(), by, s.opts.clock.Now())
 	if err != nil {

@@ -11,32 +11,38 @@ import (
 )
 
 type options struct {
-	id               string
-	prefix           string
-	log              *slog.Logger
-	clock            clockwork.Clock
-	retention        time.Duration
-	sweepInterval    time.Duration
-	drainTimeout     time.Duration
-	claimConcurrency int
-	sessionTTL       int
-	submitRate       float64
-	submitBurst      int
-	maxActiveTasks   int
+	id                 string
+	prefix             string
+	log                *slog.Logger
+	clock              clockwork.Clock
+	retention          time.Duration
+	sweepInterval      time.Duration
+	drainTimeout       time.Duration
+	claimConcurrency   int
+	sessionTTL         int
+	scheduleToStart    time.Duration
+	spaceSoftLimit     float64
+	spaceCheckInterval time.Duration
+	submitRate         float64
+	submitBurst        int
+	maxActiveTasks     int
 }
 
 func defaultOptions() options {
 	host, _ := os.Hostname()
 	return options{
-		id:               fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
-		prefix:           "/reeve/",
-		log:              slog.Default(),
-		clock:            clockwork.NewRealClock(),
-		retention:        72 * time.Hour,
-		sweepInterval:    time.Minute,
-		drainTimeout:     10 * time.Second,
-		claimConcurrency: 64,
-		sessionTTL:       10,
+		id:                 fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
+		prefix:             "/reeve/",
+		log:                slog.Default(),
+		clock:              clockwork.NewRealClock(),
+		retention:          72 * time.Hour,
+		sweepInterval:      time.Minute,
+		drainTimeout:       10 * time.Second,
+		claimConcurrency:   256,
+		sessionTTL:         10,
+		scheduleToStart:    time.Hour,
+		spaceSoftLimit:     0.8,
+		spaceCheckInterval: 5 * time.Second,
 	}
 }
 
@@ -68,8 +74,19 @@ func WithSweepInterval(d time.Duration) Option { return func(o *options) { o.swe
 // streams elsewhere; default 10s.
 func WithDrainTimeout(d time.Duration) Option { return func(o *options) { o.drainTimeout = d } }
 
-// WithClaimConcurrency bounds concurrent claim transactions; default 64.
+// WithClaimConcurrency bounds the claims in flight; default 256. Claims in
+// flight together share etcd transactions (group commit in the store).
 func WithClaimConcurrency(n int) Option { return func(o *options) { o.claimConcurrency = n } }
+
+// WithDefaultScheduleToStart sets the schedule-to-start timeout of steps
+// whose step and workflow set none: a submitted task's workflow snapshot
+// records it as default_schedule_to_start_timeout. Default 1h, so that every
+// queued step has a deadline the supervisor acts on (retry, then the step's
+// escalation: an operator alert when it fails). 0: no limit, a queued step
+// waits until an agent of its type connects. Between 100ms and 24h when set.
+func WithDefaultScheduleToStart(d time.Duration) Option {
+	return func(o *options) { o.scheduleToStart = d }
+}
 
 // WithSubmitRate limits each client to r task submissions per second with
 // bursts of burst (a token bucket per client: its authenticated identity, or
@@ -84,3 +101,20 @@ func WithSubmitRate(r float64, burst int) Option {
 // from etcd once per second per namespace, so concurrent schedulers can
 // overshoot by what they accept within that second. Default 0: unlimited.
 func WithMaxActiveTasks(n int) Option { return func(o *options) { o.maxActiveTasks = n } }
+
+// WithSpaceSoftLimit refuses new tasks (SubmitTask fails with
+// RESOURCE_EXHAUSTED) while etcd's database in use reaches this fraction of
+// its space quota, or while etcd's NOSPACE alarm is raised, so that the rest
+// is left to running tasks: their results, completions and compensations
+// still apply. Default 0.8; 0 disables the check. The space is read every
+// check interval (WithSpaceCheckInterval), so a burst can overshoot by what
+// is submitted within one interval.
+func WithSpaceSoftLimit(fraction float64) Option {
+	return func(o *options) { o.spaceSoftLimit = fraction }
+}
+
+// WithSpaceCheckInterval sets how often etcd's space is read (one status and
+// one alarm request per etcd member); default 5s.
+func WithSpaceCheckInterval(d time.Duration) Option {
+	return func(o *options) { o.spaceCheckInterval = d }
+}

@@ -24,7 +24,8 @@ type recoveryRequest interface {
 
 // recover validates a recovery request and applies act to the task in one
 // transaction, fenced by the supervisor's election when the request carries
-// a fence. act gets the actor to record ("supervisor/<id>" or "operator").
+// a fence. act gets the actor to record ("supervisor/<id>", or "operator"
+// followed by the caller's identity when authorization is on).
 func (s *Server) recover(ctx context.Context, req recoveryRequest, stepRequired bool,
 	act func(t *reevev1.Task, fenced bool, actor string) error) (*reevev1.Task, error) {
 	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())
@@ -49,6 +50,9 @@ func (s *Server) recover(ctx context.Context, req recoveryRequest, stepRequired 
 	actor, fences, err := s.fence(req.GetFence())
 	if err != nil {
 		return nil, err
+	}
+	if !fenced {
+		actor = actorOf(ctx, actor)
 	}
 	before, after, err := s.store.UpdateTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) error {
 		return act(t, fenced, actor)

@@ -39,6 +39,7 @@ type Server struct {
 	log   *slog.Logger
 	disp  *dispatcher
 	adm   *admission
+	space *spaceGuard
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -67,6 +68,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	}
 	s.disp = newDispatcher(s)
 	s.adm = newAdmission(s)
+	s.space = &spaceGuard{s: s}
 	return s
 }
 
@@ -107,6 +109,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { s.keepSession(runCtx) })
 	wg.Go(func() { s.sweep(runCtx) })
 	wg.Go(func() { s.disp.run(runCtx) })
+	wg.Go(func() { s.space.watch(runCtx) })
 	<-ctx.Done()
 	stop()
 	wg.Wait()

@@ -208,3 +208,24 @@ func TestListTasksFiltersByStateAndPages(t *testing.T) {
 		t.Fatalf("paged ids %v, want l1,l2,l3", ids)
 	}
 }
+
+// Every queued step has a deadline by default: with no agent for its type,
+// a step of a workflow that sets no schedule-to-start timeout is due for the
+// supervisor one hour after it became ready, not never.
+func TestQueuedStepHasAScheduleToStartDeadlineByDefault(t *testing.T) {
+	_, _, c := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: "nobody-serves-it", Workflow: inline(step("x", "unserved"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := resp.GetTask()
+	if got := task.GetWorkflow().GetDefaultScheduleToStartTimeout().AsDuration(); got != time.Hour {
+		t.Fatalf("workflow snapshot's default schedule-to-start %v, want 1h", got)
+	}
+	x := task.GetSteps()[0]
+	if got := x.GetScheduleToStartDeadline().AsTime().Sub(x.GetReadyTime().AsTime()); got != time.Hour {
+		t.Fatalf("queued step's schedule-to-start deadline is %v after it became ready, want 1h", got)
+	}
+}

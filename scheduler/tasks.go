@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -26,6 +27,9 @@ const (
 // SubmitTask implements SchedulerService.
 func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.SubmitTaskResponse, error) {
 	if err := s.adm.allowSubmit(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.space.allow(); err != nil {
 		return nil, err
 	}
 	if err := workflow.ValidateSubmit(req); err != nil {
@@ -47,6 +51,9 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	wf, err := s.resolveWorkflow(ctx, req)
 	if err != nil {
 		return nil, statusErr(err)
+	}
+	if d := s.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
+		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
 	}
 	digest, err := requestDigest(req)
 	if err != nil {
@@ -169,7 +176,7 @@ func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest)
 		reason = "canceled by client"
 	}
 	before, after, err := s.store.UpdateTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.Cancel(t, reason, "client", s.opts.clock.Now())
+		return taskstate.Cancel(t, reason, actorOf(ctx, "client"), s.opts.clock.Now())
 	})
 	if errors.Is(err, taskstate.ErrTerminal) {
 		return &reevev1.CancelTaskResponse{Task: before.GetTask()}, nil

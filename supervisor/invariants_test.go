@@ -23,8 +23,9 @@ import (
 
 // A randomized run: agents succeed, fail, go silent or fail permanently at
 // random, and a scheduler crashes mid-run. At every sampled moment each
-// dispatched step has exactly its deadline key and is not overdue beyond
-// the supervisor's detection window; at the end every task is terminal.
+// dispatched step, and each queued step (every step has a schedule-to-start
+// timeout), has exactly its deadline key and is not overdue beyond the
+// supervisor's detection window; at the end every task is terminal.
 func TestRandomizedRunNeverStrandsAStep(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -71,9 +72,10 @@ func TestRandomizedRunNeverStrandsAStep(t *testing.T) {
 
 	spec := func(name, typ string, deps ...string) *reevev1.StepSpec {
 		return &reevev1.StepSpec{Name: name, Type: typ, DependsOn: deps, Timeout: durationpb.New(timeout),
-			RetryPolicy:  &reevev1.RetryPolicy{MaxAttempts: 4, InitialBackoff: durationpb.New(50 * time.Millisecond)},
-			Compensation: &reevev1.CompensationSpec{Type: "undo"},
-			Escalation:   reevev1.Escalation_ESCALATION_COMPENSATE}
+			ScheduleToStartTimeout: durationpb.New(time.Second),
+			RetryPolicy:            &reevev1.RetryPolicy{MaxAttempts: 4, InitialBackoff: durationpb.New(50 * time.Millisecond)},
+			Compensation:           &reevev1.CompensationSpec{Type: "undo"},
+			Escalation:             reevev1.Escalation_ESCALATION_COMPENSATE}
 	}
 	c := s2.Client(t)
 	for i := range tasks {
@@ -122,8 +124,9 @@ func TestRandomizedRunNeverStrandsAStep(t *testing.T) {
 }
 
 // checkDeadlines reads every task and the deadline index at one revision
-// and reports dispatched steps without their deadline key, stray deadline
-// keys, and steps overdue for longer than window.
+// and reports dispatched or queued-with-a-deadline steps without their
+// deadline key, stray deadline keys, and steps overdue for longer than
+// window.
 func checkDeadlines(c *clientv3.Client, window time.Duration) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -148,10 +151,10 @@ func checkDeadlines(c *clientv3.Client, window time.Duration) []string {
 		}
 		t := rec.GetTask()
 		for _, s := range t.GetSteps() {
-			if !taskstate.Dispatched(s) {
+			by, due := taskstate.Deadline(s)
+			if !due {
 				continue
 			}
-			by := s.GetCompleteBy().AsTime()
 			key := fmt.Sprintf("/reeve/deadlines/%020d/%s/%s/%s/%d", by.UnixNano(), t.GetNamespace(), t.GetId(), s.GetName(), s.GetAttempt())
 			if !keys[key] {
 				out = append(out, fmt.Sprintf("%s/%s attempt %d is %v without its deadline key", t.GetId(), s.GetName(), s.GetAttempt(), s.GetState()))
@@ -163,7 +166,7 @@ func checkDeadlines(c *clientv3.Client, window time.Duration) []string {
 		}
 	}
 	for k := range keys {
-		out = append(out, "deadline key without a dispatched step: "+strings.TrimPrefix(k, "/reeve/deadlines/"))
+		out = append(out, "deadline key without a dispatched or queued step: "+strings.TrimPrefix(k, "/reeve/deadlines/"))
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 // Package supervisor is Reeve's supervisor: it finds step executions whose
-// complete-by passed and asks a scheduler to retry them, compensate their
-// task, or fail it and alert an operator.
+// complete-by passed (or, queued, whose schedule-to-start deadline passed
+// with no agent claiming them) and asks a scheduler to retry them,
+// compensate their task, or fail it and alert an operator.
 //
 // Any number of supervisors may run; they campaign in an etcd election
 // (concurrency.Election) and only the leader acts. Every action carries the
@@ -156,7 +157,7 @@ func (s *Supervisor) recover(ctx context.Context, d store.Deadline, fence *reeve
 	}
 	t := v.Record.GetTask()
 	st := taskstate.FindStep(t, d.Step)
-	if !taskstate.Dispatched(st) || st.GetAttempt() != d.Attempt {
+	if _, due := taskstate.Deadline(st); !due || st.GetAttempt() != d.Attempt {
 		return nil // moved on since the index was read
 	}
 	action, delay := taskstate.Decide(t, st)

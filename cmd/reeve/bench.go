@@ -76,6 +76,9 @@ stops by itself after --tasks or --max-duration.`,
 			fmt.Fprintf(tw, "mode\t%s\n", rep.Mode)
 			fmt.Fprintf(tw, "workload\t%d tasks × %d steps (%s), concurrency %d, rate %.0f/s, %d agents\n", rep.Tasks, rep.Steps, rep.Shape, rep.Concurrency, rep.Rate, rep.Agents)
 			fmt.Fprintf(tw, "completed\t%d (%d not succeeded) in %.2fs\n", rep.Completed, rep.Failed, rep.DurationSec)
+			if rep.Errors > 0 {
+				fmt.Fprintf(tw, "errors\t%d; first: %s\n", rep.Errors, rep.FirstError)
+			}
 			fmt.Fprintf(tw, "throughput\t%.0f tasks/s\n", rep.TasksPerSec)
 			fmt.Fprintf(tw, "submit→completed\tp50 %.1f ms  p95 %.1f ms  p99 %.1f ms  max %.1f ms\n", rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs)
 			fmt.Fprintf(tw, "queue wait\tp50 %.2f ms  p99 %.2f ms\n", rep.QueueWaitP50Ms, rep.QueueWaitP99Ms)

@@ -41,7 +41,7 @@ func TestContractBenchJSON(t *testing.T) {
 	for _, f := range []string{
 		"tasks_per_sec", "p50_ms", "p95_ms", "p99_ms", "max_ms", "etcd_txns_per_task",
 		"queue_wait_p50_ms", "queue_wait_p99_ms", "dispatch_p50_ms", "dispatch_p99_ms",
-		"process_cpu_sec", "process_peak_rss_mb", "completed", "failed", "duration_sec",
+		"process_cpu_sec", "process_peak_rss_mb", "completed", "failed", "errors", "duration_sec",
 	} {
 		v, ok := rep[f].(float64)
 		if !ok {
@@ -52,7 +52,7 @@ func TestContractBenchJSON(t *testing.T) {
 			t.Errorf("field %q is negative: %v", f, v)
 		}
 	}
-	if rep["completed"] != 200.0 || rep["failed"] != 0.0 {
+	if rep["completed"] != 200.0 || rep["failed"] != 0.0 || rep["errors"] != 0.0 {
 		t.Fatalf("completed %v, failed %v; want 200 and 0", rep["completed"], rep["failed"])
 	}
 	if tps := rep["tasks_per_sec"].(float64); tps <= 0 {

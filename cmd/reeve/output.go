@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 // printJSON prints the protojson of m, indented.
@@ -74,10 +75,10 @@ func printTask(w io.Writer, t *reevev1.Task) error {
 	}
 	fmt.Fprintln(w, "\nSTEPS")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tTYPE\tSTATE\tATTEMPT\tFAILURES\tCOMPLETE-BY\tAGENT\tERROR")
+	fmt.Fprintln(tw, "NAME\tTYPE\tSTATE\tATTEMPT\tFAILURES\tCOMPLETE-BY\tAGENT\tWAITING-FOR\tERROR")
 	for _, s := range t.GetSteps() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", s.GetName(), s.GetType(), shortState(s.GetState(), "STEP_STATE_"),
-			s.GetAttempt(), s.GetFailureCount(), ts(s.GetCompleteBy()), orDash(s.GetLockedByAgent()), orDash(oneLine(s.GetLastError().GetMessage())))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), s.GetType(), shortState(s.GetState(), "STEP_STATE_"),
+			s.GetAttempt(), s.GetFailureCount(), ts(s.GetCompleteBy()), orDash(s.GetLockedByAgent()), waitingFor(t, s), orDash(oneLine(s.GetLastError().GetMessage())))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -96,6 +97,26 @@ func printTask(w io.Writer, t *reevev1.Task) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.GetTime().AsTime().UTC().Format(time.RFC3339Nano), h.GetKind(), orDash(h.GetStep()), attempt, orDash(h.GetActor()), orDash(oneLine(h.GetMessage())))
 	}
 	return tw.Flush()
+}
+
+// waitingFor says what a step that has not started waits for: its
+// dependencies, or (queued) an agent of its execution type, with its backoff
+// and schedule-to-start deadline.
+func waitingFor(t *reevev1.Task, s *reevev1.Step) string {
+	switch {
+	case taskstate.Queued(s):
+		w := "agent of type " + taskstate.ExecutionType(t, s)
+		if nb := s.GetNotBefore(); nb != nil && nb.AsTime().After(s.GetReadyTime().AsTime()) {
+			w += ", not before " + ts(nb)
+		}
+		if d := s.GetScheduleToStartDeadline(); d != nil {
+			w += ", supervisor acts at " + ts(d)
+		}
+		return w
+	case s.GetState() == reevev1.StepState_STEP_STATE_PENDING && s.GetReadyTime() == nil:
+		return "dependencies"
+	}
+	return "-"
 }
 
 func printTaskList(w io.Writer, tasks []*reevev1.Task, next string) error {

@@ -24,6 +24,7 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/etcdserver"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
@@ -65,6 +66,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		prof                        pprofFlag
 		srvSec                      serverSecurity
 		lim                         limitFlags
+		deg                         degradedFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -82,6 +84,10 @@ port with client certificates, and prints the environment a client needs.`,
 			log, err := logs.logger(cmd)
 			if err != nil {
 				return usageError{err}
+			}
+			degOpts, err := deg.options()
+			if err != nil {
+				return err
 			}
 			dev, err := devSecurity(cmd, g, &srvSec, dataDir, secure)
 			if err != nil {
@@ -124,7 +130,7 @@ port with client certificates, and prints the environment a client needs.`,
 					return nil
 				}
 				return startDemo(ctx, log, srv, addr, dev.agentOpts...)
-			}, append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...)...)
+			}, append(append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...), degOpts...)...)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "./.reeve", "directory for the embedded etcd's data")
@@ -135,6 +141,7 @@ port with client certificates, and prints the environment a client needs.`,
 	cmd.Flags().BoolVar(&secure, "secure", false, "mutual TLS with role checks, certificates from <data-dir>/certs (created when missing); etcd's client port needs client certificates")
 	srvSec.register(cmd, g.getenv)
 	lim.register(cmd)
+	deg.register(cmd)
 	logs.register(cmd)
 	prof.register(cmd)
 	return cmd
@@ -197,6 +204,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		srvSec             serverSecurity
 		etcdSec            etcdSecurity
 		lim                limitFlags
+		deg                degradedFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -229,7 +237,12 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 				return err
 			}
 			defer stopProf()
+			degOpts, err := deg.options()
+			if err != nil {
+				return err
+			}
 			opts := append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...)
+			opts = append(opts, degOpts...)
 			if id != "" {
 				opts = append(opts, scheduler.WithID(id))
 			}
@@ -247,6 +260,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	srvSec.register(cmd, g.getenv)
 	etcdSec.register(cmd, g.getenv)
 	lim.register(cmd)
+	deg.register(cmd)
 	logs.register(cmd)
 	prof.register(cmd)
 	return cmd
@@ -315,7 +329,7 @@ fail it and raise an operator alert. Run two or more for availability.`,
 
 // etcdClient connects to an external etcd cluster.
 func etcdClient(endpoints []string, sec *etcdSecurity) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: store.DialOptions()}
 	if err := sec.apply(&cfg); err != nil {
 		return nil, err
 	}

@@ -268,6 +268,20 @@ func TestAllowedCallsSucceed(t *testing.T) {
 			t.Fatalf("%s%s submitting in namespace a: %v", who.name, who.token, err)
 		}
 	}
+	// The history records who canceled.
+	req := inline("a")
+	req.TaskId = "to-cancel"
+	clientA := reevev1.NewSchedulerServiceClient(e.conn(t, "client-a", ""))
+	if _, err := clientA.SubmitTask(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	canceled, err := clientA.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: "a", TaskId: "to-cancel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := canceled.GetTask().GetHistory(); h[len(h)-1].GetActor() != "client/cert:client-a" {
+		t.Fatalf("cancel recorded as %q, want client/cert:client-a", h[len(h)-1].GetActor())
+	}
 	wf := inline("a").GetInlineWorkflow()
 	wf.Namespace = "a"
 	if _, err := reevev1.NewSchedulerServiceClient(e.conn(t, "admin", "")).RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: wf}); err != nil {

@@ -108,15 +108,19 @@ func (c *Config) defaults() error {
 
 // Report is the outcome of a run. Latencies are in milliseconds.
 type Report struct {
-	Mode            string  `json:"mode"`
-	Tasks           int     `json:"tasks"`
-	Steps           int     `json:"steps"`
-	Shape           string  `json:"shape"`
-	Concurrency     int     `json:"concurrency"`
-	Rate            float64 `json:"rate"`
-	Agents          int     `json:"agents"`
-	Completed       int     `json:"completed"`
-	Failed          int     `json:"failed"`
+	Mode        string  `json:"mode"`
+	Tasks       int     `json:"tasks"`
+	Steps       int     `json:"steps"`
+	Shape       string  `json:"shape"`
+	Concurrency int     `json:"concurrency"`
+	Rate        float64 `json:"rate"`
+	Agents      int     `json:"agents"`
+	Completed   int     `json:"completed"`
+	Failed      int     `json:"failed"`
+	// Errors counts tasks whose submission failed or that did not complete
+	// before the run ended; FirstError is the first such error.
+	Errors          int     `json:"errors"`
+	FirstError      string  `json:"first_error,omitempty"`
 	DurationSec     float64 `json:"duration_sec"`
 	TasksPerSec     float64 `json:"tasks_per_sec"`
 	P50Ms           float64 `json:"p50_ms"`
@@ -208,12 +212,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	srv := &procSampler{pid: cfg.ServerPID}
 	stopServer := srv.start()
 	start := time.Now()
-	latencies, err := load(ctx, cfg, client, wf.GetName(), done)
+	latencies, errs, firstErr := load(ctx, cfg, client, wf.GetName(), done)
 	elapsed := time.Since(start)
 	stopSampling()
 	stopServer()
-	if err != nil {
-		return nil, err
+	if len(latencies) == 0 && firstErr != nil {
+		return nil, fmt.Errorf("bench: %w", firstErr)
 	}
 	endIndex, err := tg.applied(ctx)
 	if err != nil {
@@ -227,10 +231,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Mode:  map[bool]string{true: "embedded", false: "remote"}[cfg.Embedded],
 		Tasks: cfg.Tasks, Steps: cfg.Steps, Shape: cfg.Shape, Concurrency: cfg.Concurrency, Rate: cfg.Rate, Agents: cfg.Agents,
 		Completed:       len(latencies),
+		Errors:          errs,
 		Failed:          done.failedCount(),
 		DurationSec:     elapsed.Seconds(),
 		TasksPerSec:     float64(len(latencies)) / elapsed.Seconds(),
 		EtcdTxnsPerTask: float64(endIndex-startIndex) / float64(max(1, len(latencies))),
+	}
+	if firstErr != nil {
+		rep.FirstError = firstErr.Error()
 	}
 	rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs = percentiles(latencies)
 	if cfg.Embedded {
@@ -267,13 +275,11 @@ func workflow(cfg Config) *reevev1.Workflow {
 
 // load submits cfg.Tasks tasks, closed or open loop, and returns the
 // submit-to-completed latency of each completed task.
-func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf string, done *completions) ([]time.Duration, error) {
+func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf string, done *completions) (latencies []time.Duration, errs int, firstErr error) {
 	var (
-		mu        sync.Mutex
-		latencies []time.Duration
-		firstErr  error
-		next      atomic.Int64
-		wg        sync.WaitGroup
+		mu   sync.Mutex
+		next atomic.Int64
+		wg   sync.WaitGroup
 	)
 	runID := fmt.Sprintf("%x", time.Now().UnixNano())
 	stopAt := time.Now().Add(cfg.Duration)
@@ -293,6 +299,7 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
+			errs++
 			if firstErr == nil {
 				firstErr = err
 			}
@@ -310,7 +317,7 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 				select {
 				case <-ctx.Done():
 					wg.Wait()
-					return nil, ctx.Err()
+					return nil, errs, ctx.Err()
 				case <-time.After(d):
 				}
 			}
@@ -333,10 +340,7 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		}
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return nil, fmt.Errorf("bench: %w", firstErr)
-	}
-	return latencies, nil
+	return latencies, errs, firstErr
 }
 
 // describe summarizes a task's state, for the error about a task that did

@@ -99,6 +99,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = retention.String()
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	// etcd keeps this many raft entries in memory after each in-memory
+	// snapshot (every 100 entries), for followers catching up; the default
+	// 5,000 is for clusters. Reeve's group commit makes entries large (up to
+	// 64 task writes, ~100 KB), so 5,000 of them held ~500 MB of a one-member
+	// dev server; it has no follower (see docs/benchmarks.md).
+	ec.SnapshotCatchUpEntries = 100
 	if cfg.Fast {
 		ec.TickMs = 10
 		ec.ElectionMs = 50

@@ -19,14 +19,25 @@ type Member struct {
 	dataDir string
 	client  string
 	peer    string
+	quota   int64
 	srv     *etcdserver.Server
 }
 
+// Option configures a Member.
+type Option func(*Member)
+
+// WithQuotaBytes sets the member's backend space quota; default etcd's
+// (2 GiB).
+func WithQuotaBytes(n int64) Option { return func(m *Member) { m.quota = n } }
+
 // New starts a member on free loopback ports in a temporary directory; it is
 // stopped when the test ends.
-func New(t testing.TB) *Member {
+func New(t testing.TB, opts ...Option) *Member {
 	t.Helper()
 	m := &Member{t: t, dataDir: t.TempDir()}
+	for _, o := range opts {
+		o(m)
+	}
 	m.start()
 	t.Cleanup(m.Stop)
 	return m
@@ -42,6 +53,7 @@ func (m *Member) start() {
 		PeerAddr:   m.peer,
 		Fast:       true,
 		Logger:     zap.NewNop(),
+		QuotaBytes: m.quota,
 	})
 	if err != nil {
 		m.t.Fatalf("start etcd: %v", err)

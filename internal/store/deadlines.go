@@ -7,8 +7,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// ExpiredDeadlines returns up to limit dispatched executions whose
-// complete-by is at or before now, earliest first. It reads only the expired
+// ExpiredDeadlines returns up to limit executions (dispatched or queued) whose
+// deadline is at or before now, earliest first. It reads only the expired
 // part of the deadline index (keys only), so its cost is proportional to what
 // expired, not to the number of tasks.
 func (s *Store) ExpiredDeadlines(ctx context.Context, now time.Time, limit int) ([]Deadline, error) {

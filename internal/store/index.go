@@ -38,8 +38,12 @@ func (k keys) indexKeys(rec *storev1.TaskRecord) map[string]string {
 				panic(err) // a well-formed message always marshals
 			}
 			out[k.ready(ns, id, s.GetName())] = string(b)
-		case taskstate.Dispatched(s):
-			out[k.deadline(s.GetCompleteBy().AsTime(), ns, id, s.GetName(), s.GetAttempt())] = ""
+		}
+		// Every execution someone must act on by a time has one deadline
+		// key: a dispatched one at its complete-by, a queued one with a
+		// schedule-to-start timeout at its schedule-to-start deadline.
+		if at, ok := taskstate.Deadline(s); ok {
+			out[k.deadline(at, ns, id, s.GetName(), s.GetAttempt())] = ""
 		}
 	}
 	return out

@@ -14,7 +14,8 @@ import (
 //	workflows/<ns>/<name>/<version:%010d>       reeve.v1.Workflow
 //	ready/<ns>/<task-id>/<step>                 ReadyEntry: the ready queue
 //	deadlines/<complete-by:%020d>/<ns>/<task-id>/<step>/<attempt>
-//	                                            empty: dispatched executions by deadline (unix ns)
+//	                                            empty: executions by deadline (unix ns): dispatched ones
+//	                                            at complete-by, queued ones at their schedule-to-start deadline
 //	states/<ns>/<TASK_STATE_X>/<task-id>        empty: tasks by state
 //	ended/<end-time:%020d>/<ns>/<task-id>       state name: terminal tasks by end time, for retention
 //	alerts/<ns>/<alert-id>                      reeve.v1.Alert, written with the record when a task fails
@@ -65,7 +66,8 @@ func (k keys) endedUntil(t time.Time) string {
 	return fmt.Sprintf("%s%020d", k.endedPrefix(), t.UnixNano()+1)
 }
 
-// Deadline names one dispatched execution found in the deadline index.
+// Deadline names one execution found in the deadline index: dispatched (due
+// at its complete-by) or queued with a schedule-to-start deadline.
 type Deadline struct {
 	CompleteBy time.Time
 	Namespace  string

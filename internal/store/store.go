@@ -14,6 +14,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 var (
@@ -68,12 +70,13 @@ func WithPrefix(p string) Option { return func(s *Store) { s.k.prefix = p } }
 func WithOpTimeout(d time.Duration) Option { return func(s *Store) { s.opTimeout = d } }
 
 // WithGroupCommit bounds group commit (see batch.go): at most maxBatch task
-// writes per etcd transaction (1 to 128; default 64) and at most
+// writes per etcd transaction (1 to 100; default 64; etcd refuses more than
+// 128 operations in one list, and 128 nested transactions already fail) and at most
 // maxCommitters transactions in flight (default 4). WithGroupCommit(1, n)
 // commits every write in its own transaction.
 func WithGroupCommit(maxBatch, maxCommitters int) Option {
 	return func(s *Store) {
-		s.maxBatch = min(max(maxBatch, 1), 128)
+		s.maxBatch = min(max(maxBatch, 1), 100)
 		s.maxCommitters = max(maxCommitters, 1)
 	}
 }
@@ -140,4 +143,16 @@ func etcdErr(ctx context.Context, op string, err error) error {
 	}
 	// Timeouts, lost leaders, closed connections: etcd cannot serve now.
 	return fmt.Errorf("%s: %w: %v", op, ErrUnavailable, err)
+}
+
+// DialOptions are gRPC options for the etcd clients of Reeve's processes
+// (clientv3.Config.DialOptions): reconnection attempts back off from 100ms
+// to at most 2s, instead of gRPC's default of up to 120s, so that a process
+// uses etcd again within about 2s of its return however long the outage
+// lasted.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+		MinConnectTimeout: 5 * time.Second,
+	})}
 }

@@ -55,8 +55,7 @@ func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 // mod revision and by fences (e.g. a supervisor's leadership). When another
 // writer got there first, fn runs again on the fresh record. An error from
 // fn aborts the update and is returned as is. It returns the record before
-// and after the update; callers must not modify them (the store keeps the
-// latest in its record cache). Concurrent updates of different tasks are
+// and after the update. Concurrent updates of different tasks are
 // committed together, each with its own compare (see batch.go); fn may run
 // on another goroutine than the caller's, and more than once.
 func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.Task) error, fences ...clientv3.Cmp) (before, after *storev1.TaskRecord, err error) {

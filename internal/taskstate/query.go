@@ -1,7 +1,10 @@
 package taskstate
 
 import (
+	"time"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // TerminalTask reports whether a task state is final.
@@ -33,6 +36,38 @@ func Queued(s *reevev1.Step) bool {
 		return s.GetReadyTime() != nil && s.GetCompleteBy() == nil
 	}
 	return false
+}
+
+// QueueExpiring reports whether the step is queued with a
+// schedule-to-start deadline: the supervisor acts on it if no agent claims it
+// in time.
+func QueueExpiring(s *reevev1.Step) bool {
+	return Queued(s) && s.GetScheduleToStartDeadline() != nil
+}
+
+// Deadline is the time by which someone must act on the step's current
+// execution: its complete-by while dispatched, its schedule-to-start
+// deadline while queued with one. ok is false when nothing is due (waiting
+// for dependencies, queued without a schedule-to-start timeout, or done).
+func Deadline(s *reevev1.Step) (at time.Time, ok bool) {
+	switch {
+	case Dispatched(s):
+		return s.GetCompleteBy().AsTime(), true
+	case QueueExpiring(s):
+		return s.GetScheduleToStartDeadline().AsTime(), true
+	}
+	return time.Time{}, false
+}
+
+// ScheduleToStart is how long the step's current execution (the forward
+// step, or its compensation while COMPENSATING) may wait in the ready queue
+// once due; 0 means no limit.
+func ScheduleToStart(t *reevev1.Task, s *reevev1.Step) time.Duration {
+	spec := Spec(t, s.GetName())
+	if Compensating(s) {
+		return workflow.CompensationScheduleToStart(t.GetWorkflow(), spec)
+	}
+	return workflow.EffectiveScheduleToStart(t.GetWorkflow(), spec)
 }
 
 // Compensating reports whether the step's current execution is its compensation.

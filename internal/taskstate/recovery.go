@@ -11,8 +11,9 @@ import (
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
-// ErrNotExpired means a supervisor named an execution whose complete-by has
-// not passed (by the scheduler's clock).
+// ErrNotExpired means a supervisor named an execution whose deadline
+// (complete-by, or schedule-to-start deadline while queued) has not passed
+// (by the scheduler's clock).
 var ErrNotExpired = errors.New("taskstate: execution has not expired")
 
 // ErrNotFailed means an operator asked to retry a step that is not FAILED.
@@ -42,12 +43,33 @@ func (a Action) String() string {
 	return fmt.Sprintf("Action(%d)", int(a))
 }
 
+// Expiry error codes, recorded as the step's last error and matched against
+// RetryPolicy.non_retryable_error_codes.
+const (
+	// CodeDeadlineExceeded: a dispatched attempt passed its complete-by.
+	CodeDeadlineExceeded = "deadline_exceeded"
+	// CodeScheduleToStart: a queued attempt was not claimed by any agent
+	// before its schedule-to-start deadline.
+	CodeScheduleToStart = "schedule_to_start_timeout"
+)
+
+// ExpiryCode is the error code an expiry of the step's current execution
+// records: CodeScheduleToStart while it is queued, else CodeDeadlineExceeded.
+func ExpiryCode(s *reevev1.Step) string {
+	if Queued(s) {
+		return CodeScheduleToStart
+	}
+	return CodeDeadlineExceeded
+}
+
 // Decide is the supervisor's policy for an execution of s that passed its
-// complete-by, counting this expiry as a failure: retry after the backoff
-// while attempts remain; past the threshold, the step's escalation (wait
-// then retry after escalation_wait, compensate, or fail). A compensation
-// that runs out of attempts fails the task. It holds no business knowledge:
-// only the step's policy and failure count.
+// deadline (complete-by while dispatched, schedule-to-start deadline while
+// queued), counting this expiry as a failure: retry after the backoff while
+// attempts remain and the expiry's code (ExpiryCode) is not listed as
+// non-retryable; otherwise the step's escalation (wait then retry after
+// escalation_wait, compensate, or fail). A compensation that runs out of
+// attempts fails the task. It holds no business knowledge: only the step's
+// policy and failure count.
 func Decide(t *reevev1.Task, s *reevev1.Step) (Action, time.Duration) {
 	spec := Spec(t, s.GetName())
 	policy := workflow.EffectiveRetryPolicy(t.GetWorkflow(), spec)
@@ -55,7 +77,7 @@ func Decide(t *reevev1.Task, s *reevev1.Step) (Action, time.Duration) {
 		policy = workflow.CompensationRetryPolicy(t.GetWorkflow(), spec)
 	}
 	failures := s.GetFailureCount() + 1
-	if failures < policy.GetMaxAttempts() {
+	if failures < policy.GetMaxAttempts() && workflow.Retryable(policy, &reevev1.StepError{Code: ExpiryCode(s)}) {
 		return ActionRetry, workflow.Backoff(policy, int(failures))
 	}
 	if Compensating(s) {
@@ -71,7 +93,9 @@ func Decide(t *reevev1.Task, s *reevev1.Step) (Action, time.Duration) {
 }
 
 // expired returns the named execution if it is dispatched and past its
-// complete-by, recording the expiry as a failure.
+// complete-by, or queued and past its schedule-to-start deadline, recording
+// the expiry as a failure. The execution leaves its agent or the ready
+// queue; the caller decides what comes next.
 func expired(t *reevev1.Task, name string, attempt int32, actor string, now time.Time) (*reevev1.Step, error) {
 	if TerminalTask(t.GetState()) {
 		return nil, ErrTerminal
@@ -80,16 +104,24 @@ func expired(t *reevev1.Task, name string, attempt int32, actor string, now time
 	if s == nil {
 		return nil, ErrUnknownStep
 	}
-	if !Dispatched(s) || s.GetAttempt() != attempt {
-		return nil, fmt.Errorf("%w: step %q is %s at attempt %d, not dispatched at attempt %d", ErrStale, name, s.GetState(), s.GetAttempt(), attempt)
+	deadline, ok := Deadline(s)
+	if !ok || s.GetAttempt() != attempt {
+		return nil, fmt.Errorf("%w: step %q is %s at attempt %d, not dispatched or queued with a deadline at attempt %d", ErrStale, name, s.GetState(), s.GetAttempt(), attempt)
 	}
-	if now.Before(s.GetCompleteBy().AsTime()) {
-		return nil, fmt.Errorf("%w: complete-by %s", ErrNotExpired, s.GetCompleteBy().AsTime().UTC().Format(time.RFC3339Nano))
+	by := deadline.UTC().Format(time.RFC3339Nano)
+	if now.Before(deadline) {
+		return nil, fmt.Errorf("%w: deadline %s", ErrNotExpired, by)
 	}
-	by := s.GetCompleteBy().AsTime().UTC().Format(time.RFC3339Nano)
-	release(s)
 	s.FailureCount++
-	s.LastError = &reevev1.StepError{Code: "deadline_exceeded", Message: "no result before complete-by " + by}
+	if Queued(s) {
+		msg := fmt.Sprintf("no agent of type %q claimed it before its schedule-to-start deadline %s", ExecutionType(t, s), by)
+		dequeue(s)
+		s.LastError = &reevev1.StepError{Code: CodeScheduleToStart, Message: msg}
+		addHistory(t, now, "step.schedule_to_start_expired", name, attempt, actor, msg)
+		return s, nil
+	}
+	release(s)
+	s.LastError = &reevev1.StepError{Code: CodeDeadlineExceeded, Message: "no result before complete-by " + by}
 	addHistory(t, now, "step.expired", name, attempt, actor, "no result before complete-by "+by)
 	return s, nil
 }
@@ -101,7 +133,7 @@ func RetryExpired(t *reevev1.Task, name string, attempt int32, delay time.Durati
 	if err != nil {
 		return err
 	}
-	requeue(s, now, delay)
+	requeue(t, s, now, delay)
 	addHistory(t, now, "step.retry_scheduled", name, s.GetAttempt(), actor, "not before "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 	return nil
 }
@@ -177,10 +209,12 @@ func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor stri
 			o.State = reevev1.StepState_STEP_STATE_COMPENSATING
 			o.Attempt++
 			o.FailureCount = 0
-			o.ReadyTime, o.NotBefore, o.EndTime = timestamppb.New(now), nil, nil
+			o.EndTime = nil
+			enqueue(t, o, now, time.Time{})
 		case !compensation && (o.GetState() == reevev1.StepState_STEP_STATE_SKIPPED || o.GetState() == reevev1.StepState_STEP_STATE_CANCELED):
 			o.State = reevev1.StepState_STEP_STATE_PENDING
-			o.ReadyTime, o.NotBefore, o.EndTime = nil, nil, nil
+			o.EndTime = nil
+			dequeue(o)
 		}
 	}
 	s.State = reevev1.StepState_STEP_STATE_PENDING
@@ -193,7 +227,7 @@ func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor stri
 	s.EndTime = nil
 	t.EndTime = nil
 	t.Reason = ""
-	requeue(s, now, 0)
+	requeue(t, s, now, 0)
 	addHistory(t, now, "step.retried_by_operator", name, s.GetAttempt(), actor, reason)
 	if !compensation {
 		advance(t, now)

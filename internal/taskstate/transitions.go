@@ -91,6 +91,7 @@ func Claim(t *reevev1.Task, name string, attempt int32, schedulerID, agentID str
 		s.StartTime = timestamppb.New(now)
 	}
 	s.CompleteBy = timestamppb.New(now.Add(timeout))
+	s.ScheduleToStartDeadline = nil
 	s.LockedByScheduler = schedulerID
 	s.LockedByAgent = agentID
 	if t.GetState() == reevev1.TaskState_TASK_STATE_PENDING {
@@ -174,7 +175,7 @@ func failAttempt(t *reevev1.Task, s *reevev1.Step, stepErr *reevev1.StepError, a
 	s.FailureCount++
 	addHistory(t, now, kind, s.GetName(), s.GetAttempt(), actor, stepErr.GetMessage())
 	if workflow.Retryable(policy, stepErr) && s.GetFailureCount() < policy.GetMaxAttempts() {
-		requeue(s, now, workflow.Backoff(policy, int(s.GetFailureCount())))
+		requeue(t, s, now, workflow.Backoff(policy, int(s.GetFailureCount())))
 		addHistory(t, now, "step.retry_scheduled", s.GetName(), s.GetAttempt(), actor, "not before "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 		return
 	}
@@ -191,7 +192,7 @@ func escalate(t *reevev1.Task, s *reevev1.Step, spec *reevev1.StepSpec, actor st
 	}
 	switch workflow.EffectiveEscalation(spec) {
 	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
-		requeue(s, now, workflow.EscalationWait(spec))
+		requeue(t, s, now, workflow.EscalationWait(spec))
 		addHistory(t, now, "step.escalated", s.GetName(), s.GetAttempt(), actor, "wait_then_retry until "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 	case reevev1.Escalation_ESCALATION_COMPENSATE:
 		s.State = reevev1.StepState_STEP_STATE_FAILED
@@ -206,13 +207,37 @@ func escalate(t *reevev1.Task, s *reevev1.Step, spec *reevev1.StepSpec, actor st
 }
 
 // requeue makes the step's next attempt ready no earlier than now+delay.
-func requeue(s *reevev1.Step, now time.Time, delay time.Duration) {
+func requeue(t *reevev1.Task, s *reevev1.Step, now time.Time, delay time.Duration) {
 	if s.GetState() == reevev1.StepState_STEP_STATE_RUNNING {
 		s.State = reevev1.StepState_STEP_STATE_PENDING
 	}
 	s.Attempt++
+	enqueue(t, s, now, now.Add(delay))
+}
+
+// enqueue puts the step's current execution in the ready queue: ready since
+// now, not dispatched before notBefore (zero: at once), and, when the step
+// has a schedule-to-start timeout, handed to the supervisor if no agent
+// claimed it that long after it became due.
+func enqueue(t *reevev1.Task, s *reevev1.Step, now, notBefore time.Time) {
 	s.ReadyTime = timestamppb.New(now)
-	s.NotBefore = timestamppb.New(now.Add(delay))
+	s.NotBefore = nil
+	due := now
+	if !notBefore.IsZero() {
+		s.NotBefore = timestamppb.New(notBefore)
+		due = maxTime(now, notBefore)
+	}
+	s.ScheduleToStartDeadline = nil
+	if d := ScheduleToStart(t, s); d > 0 {
+		s.ScheduleToStartDeadline = timestamppb.New(due.Add(d))
+	}
+}
+
+// dequeue takes a step that never ran out of the ready queue.
+func dequeue(s *reevev1.Step) {
+	s.ReadyTime = nil
+	s.NotBefore = nil
+	s.ScheduleToStartDeadline = nil
 }
 
 func release(s *reevev1.Step) {
@@ -223,9 +248,15 @@ func release(s *reevev1.Step) {
 
 func markReady(t *reevev1.Task, s *reevev1.Step, now time.Time) {
 	s.Attempt++
-	s.ReadyTime = timestamppb.New(now)
-	s.NotBefore = nil
+	enqueue(t, s, now, time.Time{})
 	addHistory(t, now, "step.ready", s.GetName(), s.GetAttempt(), "scheduler", "")
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // advance queues every step whose dependencies all succeeded and ends the
@@ -281,8 +312,7 @@ func stopSteps(t *reevev1.Task, now time.Time) {
 			continue
 		}
 		release(s)
-		s.ReadyTime = nil
-		s.NotBefore = nil
+		dequeue(s)
 	}
 }
 
@@ -315,8 +345,7 @@ func advanceCompensation(t *reevev1.Task, now time.Time) {
 			s.LastError = nil
 			s.EndTime = nil
 			s.Attempt++
-			s.ReadyTime = timestamppb.New(now)
-			s.NotBefore = nil
+			enqueue(t, s, now, time.Time{})
 			addHistory(t, now, "compensation.ready", s.GetName(), s.GetAttempt(), "scheduler", "")
 		}
 	}

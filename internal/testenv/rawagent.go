@@ -20,6 +20,10 @@ type RawAgent struct {
 	Registered *reevev1.Registered
 	recv       chan *reevev1.ConnectResponse
 	recvErr    chan error
+	// held are messages NextResultAck skipped (an assignment can arrive
+	// before the ack of the result that made it ready); Next returns them
+	// first. Used only by the test goroutine.
+	held []*reevev1.ConnectResponse
 }
 
 // ConnectRaw opens a stream to addr and registers reg; it fails the test if
@@ -93,6 +97,11 @@ func (a *RawAgent) Close() { a.cancel() }
 // timeout.
 func (a *RawAgent) Next(timeout time.Duration) *reevev1.ConnectResponse {
 	a.t.Helper()
+	if len(a.held) > 0 {
+		m := a.held[0]
+		a.held = a.held[1:]
+		return m
+	}
 	select {
 	case m, ok := <-a.recv:
 		if !ok {
@@ -133,14 +142,27 @@ func (a *RawAgent) NextAssignment(timeout time.Duration) *reevev1.StepAssignment
 	}
 }
 
-// NextResultAck skips other messages until a result ack arrives.
+// NextResultAck waits for a result ack; other messages that arrive first
+// are kept for Next and NextAssignment.
 func (a *RawAgent) NextResultAck(timeout time.Duration) *reevev1.ResultAck {
 	a.t.Helper()
 	deadline := time.Now().Add(timeout)
+	var skipped []*reevev1.ConnectResponse
+	defer func() { a.held = append(a.held, skipped...) }()
 	for {
-		if ack := a.Next(time.Until(deadline)).GetResultAck(); ack != nil {
+		var m *reevev1.ConnectResponse
+		select {
+		case m = <-a.recv:
+		case <-time.After(time.Until(deadline)):
+			a.t.Fatalf("no result ack within %v", timeout)
+		}
+		if m == nil {
+			a.t.Fatalf("stream ended: %v", <-a.recvErr)
+		}
+		if ack := m.GetResultAck(); ack != nil {
 			return ack
 		}
+		skipped = append(skipped, m)
 	}
 }
 

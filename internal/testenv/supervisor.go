@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/supervisor"
 )
 
@@ -25,7 +26,7 @@ type Supervisor struct {
 // ticking every 100ms with a 2s session unless opts say otherwise.
 func (e *Env) StartSupervisor(schedulers []*Scheduler, opts ...supervisor.Option) *Supervisor {
 	e.t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: store.DialOptions()})
 	if err != nil {
 		e.t.Fatalf("etcd client: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/etcdtest"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/scheduler"
 )
 
@@ -28,10 +29,10 @@ type Env struct {
 	Etcd *etcdtest.Member
 }
 
-// New starts an etcd member.
-func New(t testing.TB) *Env {
+// New starts an etcd member configured by opts.
+func New(t testing.TB, opts ...etcdtest.Option) *Env {
 	t.Helper()
-	return &Env{t: t, Etcd: etcdtest.New(t)}
+	return &Env{t: t, Etcd: etcdtest.New(t, opts...)}
 }
 
 // Scheduler is a scheduler serving gRPC on a loopback port.
@@ -62,7 +63,7 @@ func (e *Env) StartSchedulerGRPC(addr string, gopts []grpc.ServerOption, opts ..
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: store.DialOptions()})
 	if err != nil {
 		e.t.Fatalf("etcd client: %v", err)
 	}

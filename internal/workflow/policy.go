@@ -23,6 +23,28 @@ func EffectiveTimeout(w *reevev1.Workflow, s *reevev1.StepSpec) time.Duration {
 	return DefaultTimeout
 }
 
+// EffectiveScheduleToStart is how long a due attempt of the step may wait in
+// the ready queue: its own schedule-to-start timeout, else the workflow's
+// default; 0 means no limit.
+func EffectiveScheduleToStart(w *reevev1.Workflow, s *reevev1.StepSpec) time.Duration {
+	switch {
+	case s.GetScheduleToStartTimeout() != nil:
+		return s.GetScheduleToStartTimeout().AsDuration()
+	case w.GetDefaultScheduleToStartTimeout() != nil:
+		return w.GetDefaultScheduleToStartTimeout().AsDuration()
+	}
+	return 0
+}
+
+// CompensationScheduleToStart is EffectiveScheduleToStart for the step's
+// compensation: its own, else the step's.
+func CompensationScheduleToStart(w *reevev1.Workflow, s *reevev1.StepSpec) time.Duration {
+	if d := s.GetCompensation().GetScheduleToStartTimeout(); d != nil {
+		return d.AsDuration()
+	}
+	return EffectiveScheduleToStart(w, s)
+}
+
 // EffectiveRetryPolicy returns a new, fully defaulted copy of the step's
 // retry policy (else the workflow's default). Inputs are not changed.
 func EffectiveRetryPolicy(w *reevev1.Workflow, s *reevev1.StepSpec) *reevev1.RetryPolicy {

@@ -126,6 +126,9 @@ func ValidateWorkflow(field string, w *reevev1.Workflow, requireName bool) error
 	if err := validateDuration(field+".default_timeout", w.GetDefaultTimeout(), MinTimeout, MaxTimeout); err != nil {
 		return err
 	}
+	if err := validateDuration(field+".default_schedule_to_start_timeout", w.GetDefaultScheduleToStartTimeout(), MinTimeout, MaxTimeout); err != nil {
+		return err
+	}
 	steps := w.GetSteps()
 	switch {
 	case len(steps) == 0:
@@ -194,6 +197,9 @@ func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names 
 		if err := validateRetryPolicy(field+".compensation.retry_policy", c.GetRetryPolicy()); err != nil {
 			return err
 		}
+		if err := validateDuration(field+".compensation.schedule_to_start_timeout", c.GetScheduleToStartTimeout(), MinTimeout, MaxTimeout); err != nil {
+			return err
+		}
 	}
 	if _, ok := reevev1.Escalation_name[int32(s.GetEscalation())]; !ok {
 		return fieldErr(field+".escalation", "unknown escalation %d", s.GetEscalation())
@@ -202,6 +208,9 @@ func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names 
 		return fieldErr(field+".escalation", "compensate needs at least one step with a compensation")
 	}
 	if err := validateDuration(field+".escalation_wait", s.GetEscalationWait(), 0, MaxTimeout); err != nil {
+		return err
+	}
+	if err := validateDuration(field+".schedule_to_start_timeout", s.GetScheduleToStartTimeout(), MinTimeout, MaxTimeout); err != nil {
 		return err
 	}
 	if hb := s.GetHeartbeatTimeout(); hb != nil {

@@ -44,6 +44,9 @@ func TestValidateWorkflow(t *testing.T) {
 		{"timeout too short", func(w *reevev1.Workflow) { w.Steps[0].Timeout = durationpb.New(time.Millisecond) }, "workflow.steps[0].timeout"},
 		{"timeout too long", func(w *reevev1.Workflow) { w.Steps[0].Timeout = durationpb.New(25 * time.Hour) }, "workflow.steps[0].timeout"},
 		{"default timeout", func(w *reevev1.Workflow) { w.DefaultTimeout = durationpb.New(0) }, "workflow.default_timeout"},
+		{"schedule-to-start too short", func(w *reevev1.Workflow) { w.Steps[0].ScheduleToStartTimeout = durationpb.New(time.Millisecond) }, "workflow.steps[0].schedule_to_start_timeout"},
+		{"schedule-to-start too long", func(w *reevev1.Workflow) { w.Steps[0].ScheduleToStartTimeout = durationpb.New(25 * time.Hour) }, "workflow.steps[0].schedule_to_start_timeout"},
+		{"default schedule-to-start", func(w *reevev1.Workflow) { w.DefaultScheduleToStartTimeout = durationpb.New(0) }, "workflow.default_schedule_to_start_timeout"},
 		{"negative attempts", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: -1} }, "workflow.steps[0].retry_policy.max_attempts"},
 		{"too many attempts", func(w *reevev1.Workflow) { w.DefaultRetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 101} }, "workflow.default_retry_policy.max_attempts"},
 		{"backoff order", func(w *reevev1.Workflow) {

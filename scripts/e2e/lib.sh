@@ -37,20 +37,25 @@ fail() {
 	exit 1
 }
 
-# start_dev starts `reeve dev --demo` and sets ADDR once the demo workflows
-# are registered.
+# start_dev [--secure] starts `reeve dev --demo` and sets ADDR once the demo
+# workflows are registered. With --secure it sets CERTS, the directory of
+# the certificates reeve dev created, and reeve commands act as admin.
 start_dev() {
 	: >"$E2E_DIR/dev.out"
-	"$REEVE" dev --demo --listen 127.0.0.1:0 --data-dir "$E2E_DIR/data" >"$E2E_DIR/dev.out" 2>"$E2E_DIR/dev.log" &
+	"$REEVE" dev --demo "$@" --listen 127.0.0.1:0 --data-dir "$E2E_DIR/data" >"$E2E_DIR/dev.out" 2>"$E2E_DIR/dev.log" &
 	E2E_PIDS+=($!)
 	ADDR=""
 	for _ in $(seq 300); do
-		ADDR=$(sed -n 's/^reeve dev: scheduler and supervisor on \([^ ,]*\)[ ,].*/\1/p' "$E2E_DIR/dev.out")
+		ADDR=$(sed -n "s/^reeve dev: scheduler and supervisor on \([^ ,]*\).*/\1/p" "$E2E_DIR/dev.out")
 		[ -n "$ADDR" ] && break
 		kill -0 "${E2E_PIDS[-1]}" 2>/dev/null || fail "reeve dev exited: $(cat "$E2E_DIR/dev.log")"
 		sleep 0.1
 	done
 	[ -n "$ADDR" ] || fail "reeve dev did not start within 30s"
+	if [ "${1:-}" = --secure ]; then
+		CERTS=$E2E_DIR/data/certs
+		export REEVE_TLS_CA=$CERTS/ca.pem REEVE_TLS_CERT=$CERTS/admin.pem REEVE_TLS_KEY=$CERTS/admin-key.pem
+	fi
 	for _ in $(seq 300); do
 		"$REEVE" --address "$ADDR" workflow get demo.orders >/dev/null 2>&1 && return 0
 		sleep 0.1

@@ -29,7 +29,7 @@ grep -q '"greeting":"Hello, CI!"' <<<"$out" || fail "the greet step's output is 
 # The scheduler recorded the Node agent as the one that ran it.
 TASK_ID=$(sed -n 's/^submitted task //p' <<<"$out")
 task=$("$REEVE" --address "$ADDR" task get "$TASK_ID" -o json)
-grep -q '"actor": "agent/node-e2e"' <<<"$task" || fail "task $TASK_ID was not run by the Node agent: $task"
+grep -Eq '"actor": *"agent/node-e2e"' <<<"$task" || fail "task $TASK_ID was not run by the Node agent: $task"
 
 # SIGTERM: the agent drains and exits 0.
 kill -TERM "$AGENT_PID"
@@ -40,6 +40,26 @@ done
 kill -0 "$AGENT_PID" 2>/dev/null && fail "the Node agent did not exit within 10s of SIGTERM"
 wait "$AGENT_PID" || fail "the Node agent exited with $? after SIGTERM"
 echo "PASS: Node client and agent against reeve dev (task $TASK_ID)"
+
+# The same in secure mode: mutual TLS, the agent with the agent certificate,
+# the client as admin (clients may not register workflows).
+kill -TERM "${E2E_PIDS[0]}"
+wait "${E2E_PIDS[0]}" || fail "reeve dev exited with $? on SIGTERM"
+E2E_PIDS=()
+rm -rf "$E2E_DIR/data"
+start_dev --secure
+echo "reeve dev --secure on $ADDR"
+REEVE_ADDRESS=$ADDR REEVE_AGENT_ID=node-e2e-tls REEVE_TLS_CERT=$CERTS/agent.pem REEVE_TLS_KEY=$CERTS/agent-key.pem \
+	node "$NODE_DIR/dist/agent.js" 2>"$E2E_DIR/node-agent-tls.log" &
+E2E_PIDS+=($!)
+out=$(REEVE_ADDRESS=$ADDR timeout 60 node "$NODE_DIR/dist/client.js" TLS 2>&1) || fail "client over mutual TLS: exit $?:
+$out"
+grep -q '"greeting":"Hello, TLS!"' <<<"$out" || fail "over mutual TLS, the greet step's output is missing: $out"
+if REEVE_ADDRESS=$ADDR REEVE_TLS_CA= REEVE_TLS_CERT= REEVE_TLS_KEY= timeout 20 node "$NODE_DIR/dist/client.js" 2>/dev/null; then
+	fail "a plaintext client was served by a secure scheduler"
+fi
+echo "PASS: Node client and agent over mutual TLS"
+unset REEVE_TLS_CA REEVE_TLS_CERT REEVE_TLS_KEY
 
 echo "+ reeve conformance -- node $NODE_DIR/dist/agent.js"
 "$REEVE" conformance -- node "$NODE_DIR/dist/agent.js" 2>"$E2E_DIR/conformance-node.log" || fail "the Node agent does not conform"

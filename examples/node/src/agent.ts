@@ -194,7 +194,7 @@ class Agent {
         }
       });
       call.on('error', (err: grpc.ServiceError) => {
-        const fatal = err.code === grpc.status.INVALID_ARGUMENT || err.code === grpc.status.PERMISSION_DENIED;
+        const fatal = [grpc.status.INVALID_ARGUMENT, grpc.status.PERMISSION_DENIED, grpc.status.UNAUTHENTICATED].includes(err.code);
         if (!settled) log(fatal ? 'registration refused' : 'stream ended; reconnecting', { code: err.code, err: err.details });
         settle(fatal ? 'refused' : 'ended');
       });

@@ -2,6 +2,7 @@
 // @grpc/proto-loader, typed by the interfaces proto-loader-gen-types
 // generated into src/gen (npm run generate), and convert between JSON and
 // google.protobuf.Value / Timestamp / Duration.
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -80,11 +81,34 @@ export function durationMillis(d: Duration__Output | null | undefined): number {
   return Number(d.seconds ?? 0) * 1000 + Math.floor((d.nanos ?? 0) / 1e6);
 }
 
-/** Plaintext credentials and the keepalive the scheduler admits (pings no more often than every 10s). */
+/** The keepalive the scheduler admits (pings no more often than every 10s). */
 export const channelOptions: grpc.ChannelOptions = {
   'grpc.keepalive_time_ms': 30_000,
   'grpc.keepalive_timeout_ms': 10_000,
   'grpc.keepalive_permit_without_calls': 1,
+  ...(process.env.REEVE_TLS_SERVER_NAME ? { 'grpc.ssl_target_name_override': process.env.REEVE_TLS_SERVER_NAME } : {}),
 };
 
-export const credentials = grpc.credentials.createInsecure();
+/**
+ * credentials follow the reeve CLI's environment (docs/security.md):
+ * plaintext unless REEVE_TLS=1 or REEVE_TLS_CA is set; REEVE_TLS_CERT and
+ * REEVE_TLS_KEY add a client certificate (mutual TLS); REEVE_TOKEN adds a
+ * bearer token (over TLS only).
+ */
+export const credentials = makeCredentials(process.env);
+
+function makeCredentials(env: NodeJS.ProcessEnv): grpc.ChannelCredentials {
+  const read = (file: string | undefined) => (file ? fs.readFileSync(file) : null);
+  if (env.REEVE_TLS !== '1' && !env.REEVE_TLS_CA) {
+    if (env.REEVE_TOKEN) throw new Error('REEVE_TOKEN needs TLS: set REEVE_TLS=1 or REEVE_TLS_CA');
+    return grpc.credentials.createInsecure();
+  }
+  const tls = grpc.credentials.createSsl(read(env.REEVE_TLS_CA), read(env.REEVE_TLS_KEY), read(env.REEVE_TLS_CERT));
+  const token = env.REEVE_TOKEN;
+  if (!token) return tls;
+  return grpc.credentials.combineChannelCredentials(tls, grpc.credentials.createFromMetadataGenerator((_params, done) => {
+    const md = new grpc.Metadata();
+    md.set('authorization', `Bearer ${token}`);
+    done(null, md);
+  }));
+}

@@ -41,8 +41,9 @@ const (
 type SupervisorServiceClient interface {
 	// RetryStep makes a step run again.
 	// With a fence: the named execution must be dispatched and past its
-	// complete-by; its failure count grows and the next attempt is queued no
-	// earlier than now + delay.
+	// complete-by, or queued and past its schedule-to-start deadline; its
+	// failure count grows and the next attempt is queued no earlier than
+	// now + delay.
 	// Without (operator): the step must be FAILED; its failure count is reset
 	// and the task resumes (RUNNING, or COMPENSATING for a failed compensation).
 	RetryStep(ctx context.Context, in *RetryStepRequest, opts ...grpc.CallOption) (*RetryStepResponse, error)
@@ -153,8 +154,9 @@ func (c *supervisorServiceClient) AckAlert(ctx context.Context, in *AckAlertRequ
 type SupervisorServiceServer interface {
 	// RetryStep makes a step run again.
 	// With a fence: the named execution must be dispatched and past its
-	// complete-by; its failure count grows and the next attempt is queued no
-	// earlier than now + delay.
+	// complete-by, or queued and past its schedule-to-start deadline; its
+	// failure count grows and the next attempt is queued no earlier than
+	// now + delay.
 	// Without (operator): the step must be FAILED; its failure count is reset
 	// and the task resumes (RUNNING, or COMPENSATING for a failed compensation).
 	RetryStep(context.Context, *RetryStepRequest) (*RetryStepResponse, error)

@@ -101,8 +101,9 @@ type StepState int32
 
 const (
 	StepState_STEP_STATE_UNSPECIFIED StepState = 0
-	// Not started: waiting for dependencies, queued, or backing off (see
-	// Step.ready_time and Step.not_before).
+	// Not started: waiting for dependencies (ready_time unset), or queued for
+	// an agent of the step's type (ready_time set; not dispatched before
+	// not_before; see Step.schedule_to_start_deadline).
 	StepState_STEP_STATE_PENDING StepState = 1
 	// Dispatched to an agent; must complete by Step.complete_by.
 	StepState_STEP_STATE_RUNNING   StepState = 2
@@ -344,9 +345,15 @@ type Step struct {
 	IdempotencyKey string `protobuf:"bytes,15,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// True once the step's compensation started: the execution fields then
 	// describe the compensation, and a FAILED state means it failed.
-	Compensation  bool `protobuf:"varint,16,opt,name=compensation,proto3" json:"compensation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Compensation bool `protobuf:"varint,16,opt,name=compensation,proto3" json:"compensation,omitempty"`
+	// While the current execution is queued (ready_time set, complete_by
+	// unset: waiting for an agent that registered its type, or the
+	// compensation's type while COMPENSATING) and its step has a
+	// schedule-to-start timeout: if no agent claimed it by then, the supervisor
+	// applies the step's policy. Unset otherwise.
+	ScheduleToStartDeadline *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=schedule_to_start_deadline,json=scheduleToStartDeadline,proto3" json:"schedule_to_start_deadline,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
@@ -489,6 +496,13 @@ func (x *Step) GetCompensation() bool {
 		return x.Compensation
 	}
 	return false
+}
+
+func (x *Step) GetScheduleToStartDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduleToStartDeadline
+	}
+	return nil
 }
 
 // StepError is an error reported by an agent, or by the system for a step.
@@ -663,7 +677,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x120\n" +
 	"\ahistory\x18\v \x03(\v2\x16.reeve.v1.HistoryEventR\ahistory\x12'\n" +
-	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\"\xc6\x05\n" +
+	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\"\x9f\x06\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
@@ -686,7 +700,8 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x0e \x01(\v2\x13.reeve.v1.StepErrorR\tlastError\x12'\n" +
 	"\x0fidempotency_key\x18\x0f \x01(\tR\x0eidempotencyKey\x12\"\n" +
-	"\fcompensation\x18\x10 \x01(\bR\fcompensation\"^\n" +
+	"\fcompensation\x18\x10 \x01(\bR\fcompensation\x12W\n" +
+	"\x1aschedule_to_start_deadline\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x17scheduleToStartDeadline\"^\n" +
 	"\tStepError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +
@@ -760,12 +775,13 @@ var file_reeve_v1_task_proto_depIdxs = []int32{
 	8,  // 13: reeve.v1.Step.end_time:type_name -> google.protobuf.Timestamp
 	7,  // 14: reeve.v1.Step.output:type_name -> google.protobuf.Value
 	4,  // 15: reeve.v1.Step.last_error:type_name -> reeve.v1.StepError
-	8,  // 16: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	8,  // 16: reeve.v1.Step.schedule_to_start_deadline:type_name -> google.protobuf.Timestamp
+	8,  // 17: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_task_proto_init() }

@@ -103,9 +103,13 @@ type Workflow struct {
 	// Timeout for steps that do not set their own; 60s when unset.
 	DefaultTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=default_timeout,json=defaultTimeout,proto3" json:"default_timeout,omitempty"`
 	// Set by the server on registration.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Schedule-to-start timeout for steps that do not set their own. When
+	// unset, a task's snapshot gets the scheduler's default
+	// (--schedule-to-start-timeout, none unless configured).
+	DefaultScheduleToStartTimeout *durationpb.Duration `protobuf:"bytes,9,opt,name=default_schedule_to_start_timeout,json=defaultScheduleToStartTimeout,proto3" json:"default_schedule_to_start_timeout,omitempty"`
+	unknownFields                 protoimpl.UnknownFields
+	sizeCache                     protoimpl.SizeCache
 }
 
 func (x *Workflow) Reset() {
@@ -194,6 +198,13 @@ func (x *Workflow) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Workflow) GetDefaultScheduleToStartTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.DefaultScheduleToStartTimeout
+	}
+	return nil
+}
+
 // StepSpec defines one step of a workflow.
 type StepSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -222,8 +233,16 @@ type StepSpec struct {
 	// If set, the agent must heartbeat at least this often or the attempt is
 	// treated as expired.
 	HeartbeatTimeout *durationpb.Duration `protobuf:"bytes,10,opt,name=heartbeat_timeout,json=heartbeatTimeout,proto3" json:"heartbeat_timeout,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How long an attempt may wait in the ready queue for an agent once it is
+	// due (after its backoff): if no agent claimed it by then, the supervisor
+	// applies the step's policy as for an expired attempt (error code
+	// "schedule_to_start_timeout": retried while attempts remain, unless that
+	// code is listed in non_retryable_error_codes, then escalated). Between
+	// 100ms and 24h; the workflow's default when unset; no limit when neither
+	// is set (the step waits until an agent of its type connects).
+	ScheduleToStartTimeout *durationpb.Duration `protobuf:"bytes,11,opt,name=schedule_to_start_timeout,json=scheduleToStartTimeout,proto3" json:"schedule_to_start_timeout,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *StepSpec) Reset() {
@@ -326,6 +345,13 @@ func (x *StepSpec) GetHeartbeatTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *StepSpec) GetScheduleToStartTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ScheduleToStartTimeout
+	}
+	return nil
+}
+
 // RetryPolicy bounds how often, and how fast, a step is attempted.
 type RetryPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -418,9 +444,11 @@ type CompensationSpec struct {
 	// Timeout of one compensation attempt; the step's timeout when unset.
 	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// Retry policy of the compensation; the step's policy when unset.
-	RetryPolicy   *RetryPolicy `protobuf:"bytes,4,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RetryPolicy *RetryPolicy `protobuf:"bytes,4,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	// Schedule-to-start timeout of the compensation; the step's when unset.
+	ScheduleToStartTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=schedule_to_start_timeout,json=scheduleToStartTimeout,proto3" json:"schedule_to_start_timeout,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *CompensationSpec) Reset() {
@@ -481,11 +509,18 @@ func (x *CompensationSpec) GetRetryPolicy() *RetryPolicy {
 	return nil
 }
 
+func (x *CompensationSpec) GetScheduleToStartTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ScheduleToStartTimeout
+	}
+	return nil
+}
+
 var File_reeve_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x17reeve/v1/workflow.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x02\n" +
+	"\x17reeve/v1/workflow.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x03\n" +
 	"\bWorkflow\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -495,7 +530,8 @@ const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\x14default_retry_policy\x18\x06 \x01(\v2\x15.reeve.v1.RetryPolicyR\x12defaultRetryPolicy\x12B\n" +
 	"\x0fdefault_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0edefaultTimeout\x12;\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xf2\x03\n" +
+	"createTime\x12c\n" +
+	"!default_schedule_to_start_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x1ddefaultScheduleToStartTimeout\"\xc8\x04\n" +
 	"\bStepSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1d\n" +
@@ -510,19 +546,21 @@ const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"escalation\x12B\n" +
 	"\x0fescalation_wait\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0eescalationWait\x12F\n" +
 	"\x11heartbeat_timeout\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\"\x9a\x02\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\x12T\n" +
+	"\x19schedule_to_start_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x16scheduleToStartTimeout\"\x9a\x02\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x12B\n" +
 	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12:\n" +
 	"\vmax_backoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"maxBackoff\x12-\n" +
 	"\x12backoff_multiplier\x18\x04 \x01(\x01R\x11backoffMultiplier\x129\n" +
-	"\x19non_retryable_error_codes\x18\x05 \x03(\tR\x16nonRetryableErrorCodes\"\xc5\x01\n" +
+	"\x19non_retryable_error_codes\x18\x05 \x03(\tR\x16nonRetryableErrorCodes\"\x9b\x02\n" +
 	"\x10CompensationSpec\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x06config\x123\n" +
 	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x128\n" +
-	"\fretry_policy\x18\x04 \x01(\v2\x15.reeve.v1.RetryPolicyR\vretryPolicy*x\n" +
+	"\fretry_policy\x18\x04 \x01(\v2\x15.reeve.v1.RetryPolicyR\vretryPolicy\x12T\n" +
+	"\x19schedule_to_start_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x16scheduleToStartTimeout*x\n" +
 	"\n" +
 	"Escalation\x12\x1a\n" +
 	"\x16ESCALATION_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -559,23 +597,26 @@ var file_reeve_v1_workflow_proto_depIdxs = []int32{
 	3,  // 1: reeve.v1.Workflow.default_retry_policy:type_name -> reeve.v1.RetryPolicy
 	5,  // 2: reeve.v1.Workflow.default_timeout:type_name -> google.protobuf.Duration
 	6,  // 3: reeve.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
-	7,  // 4: reeve.v1.StepSpec.config:type_name -> google.protobuf.Value
-	5,  // 5: reeve.v1.StepSpec.timeout:type_name -> google.protobuf.Duration
-	3,  // 6: reeve.v1.StepSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
-	4,  // 7: reeve.v1.StepSpec.compensation:type_name -> reeve.v1.CompensationSpec
-	0,  // 8: reeve.v1.StepSpec.escalation:type_name -> reeve.v1.Escalation
-	5,  // 9: reeve.v1.StepSpec.escalation_wait:type_name -> google.protobuf.Duration
-	5,  // 10: reeve.v1.StepSpec.heartbeat_timeout:type_name -> google.protobuf.Duration
-	5,  // 11: reeve.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	5,  // 12: reeve.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	7,  // 13: reeve.v1.CompensationSpec.config:type_name -> google.protobuf.Value
-	5,  // 14: reeve.v1.CompensationSpec.timeout:type_name -> google.protobuf.Duration
-	3,  // 15: reeve.v1.CompensationSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	5,  // 4: reeve.v1.Workflow.default_schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	7,  // 5: reeve.v1.StepSpec.config:type_name -> google.protobuf.Value
+	5,  // 6: reeve.v1.StepSpec.timeout:type_name -> google.protobuf.Duration
+	3,  // 7: reeve.v1.StepSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
+	4,  // 8: reeve.v1.StepSpec.compensation:type_name -> reeve.v1.CompensationSpec
+	0,  // 9: reeve.v1.StepSpec.escalation:type_name -> reeve.v1.Escalation
+	5,  // 10: reeve.v1.StepSpec.escalation_wait:type_name -> google.protobuf.Duration
+	5,  // 11: reeve.v1.StepSpec.heartbeat_timeout:type_name -> google.protobuf.Duration
+	5,  // 12: reeve.v1.StepSpec.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	5,  // 13: reeve.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	5,  // 14: reeve.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	7,  // 15: reeve.v1.CompensationSpec.config:type_name -> google.protobuf.Value
+	5,  // 16: reeve.v1.CompensationSpec.timeout:type_name -> google.protobuf.Duration
+	3,  // 17: reeve.v1.CompensationSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
+	5,  // 18: reeve.v1.CompensationSpec.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_workflow_proto_init() }

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reeve-org/reeve/internal/workflow"
+	"github.com/reeve-org/reeve/scheduler"
+)
+
+// degradedFlags are a scheduler's settings for overload and degraded modes:
+// the default schedule-to-start timeout and the etcd space soft limit (see
+// docs/degraded-modes.md).
+type degradedFlags struct {
+	scheduleToStart time.Duration
+	quotaSoftLimit  float64
+}
+
+func (d *degradedFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.DurationVar(&d.scheduleToStart, "schedule-to-start-timeout", time.Hour,
+		"schedule-to-start timeout of steps whose workflow sets none: a queued step no agent claims within it is handed to the supervisor's policy; 0: wait for an agent indefinitely")
+	f.Float64Var(&d.quotaSoftLimit, "quota-soft-limit", 0.8,
+		"refuse new tasks (RESOURCE_EXHAUSTED) while etcd's database in use reaches this fraction of its quota; running tasks continue; 0: off")
+}
+
+// options validates the flags and returns the scheduler options they imply.
+func (d *degradedFlags) options() ([]scheduler.Option, error) {
+	if v := d.scheduleToStart; v != 0 && (v < workflow.MinTimeout || v > workflow.MaxTimeout) {
+		return nil, usagef("--schedule-to-start-timeout: %v is outside [%v, %v] (0: none)", v, workflow.MinTimeout, workflow.MaxTimeout)
+	}
+	if v := d.quotaSoftLimit; v < 0 || v > 1 {
+		return nil, usagef("--quota-soft-limit: %v is outside [0, 1] (0: off)", v)
+	}
+	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit)}, nil
+}

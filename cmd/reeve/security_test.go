@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/reeve-org/reeve/internal/auth"
+	"github.com/reeve-org/reeve/internal/etcdserver"
+	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
+)
+
+// reeveEnv runs the CLI with env as its environment.
+func reeveEnv(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code = run(ctx, args, &out, &errOut, func(k string) string { return env[k] })
+	return code, out.String(), errOut.String()
+}
+
+func TestCertsInitWritesPerRoleCertificatesOnce(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	if code, _, errOut := reeveEnv(t, nil, "certs", "init", "--dir", dir, "--namespace", "pay"); code != 0 {
+		t.Fatalf("certs init: exit %d: %s", code, errOut)
+	}
+	for _, n := range []string{"ca", "server", "admin", "supervisor", "agent", "client", "etcd-client"} {
+		fi, err := os.Stat(filepath.Join(dir, n+"-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s-key.pem has mode %v, want 0600", n, fi.Mode().Perm())
+		}
+	}
+	if code, _, errOut := reeveEnv(t, nil, "certs", "init", "--dir", dir); code != exitUsage || !strings.Contains(errOut, "--force") {
+		t.Fatalf("second init: exit %d (%s), want a usage error suggesting --force", code, errOut)
+	}
+	code, out, _ := reeveEnv(t, nil, "certs", "token", "--name", "ci", "--grant", "reeve://client/pay")
+	lines := strings.SplitN(out, "\n", 2)
+	if code != 0 || len(lines) != 2 {
+		t.Fatalf("certs token: exit %d, %q", code, out)
+	}
+	tokens, err := auth.ParseTokens([]byte(lines[1]))
+	if err != nil || len(tokens) != 1 || strings.Contains(lines[1], lines[0]) {
+		t.Fatalf("tokens file %q: %v", lines[1], err)
+	}
+}
+
+func TestClientCommandsUseTLSAndRoles(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errOut := reeveEnv(t, nil, "certs", "init", "--dir", dir); code != 0 {
+		t.Fatalf("certs init: %s", errOut)
+	}
+	p := func(n string) string { return filepath.Join(dir, n) }
+	srv, err := tlsconfig.Server(tlsconfig.Files{CA: p("ca.pem"), Cert: p("server.pem"), Key: p("server-key.pem")}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := auth.New(auth.Config{Certificates: true})
+	s := testenv.New(t).StartSchedulerGRPC("", append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(srv))}, a.ServerOptions()...))
+	as := func(name string) map[string]string {
+		return map[string]string{"REEVE_ADDRESS": s.Addr, "REEVE_TLS_CA": p("ca.pem"), "REEVE_TLS_CERT": p(name + ".pem"), "REEVE_TLS_KEY": p(name + "-key.pem")}
+	}
+	wf := filepath.Join(t.TempDir(), "wf.yaml")
+	if err := os.WriteFile(wf, []byte("name: w\nsteps:\n  - name: a\n    type: t\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := reeveEnv(t, as("admin"), "workflow", "register", "-f", wf); code != 0 {
+		t.Fatalf("admin registering a workflow: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := reeveEnv(t, as("client"), "workflow", "register", "-f", wf); code != exitError || !strings.Contains(errOut, "PermissionDenied") {
+		t.Fatalf("client registering a workflow: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := reeveEnv(t, as("client"), "task", "submit", "--workflow", "w"); code != 0 {
+		t.Fatalf("client submitting: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := reeveEnv(t, as("client"), "-n", "other", "task", "list"); code != exitError || !strings.Contains(errOut, `namespace "other"`) {
+		t.Fatalf("client listing another namespace: exit %d: %s", code, errOut)
+	}
+	if code, _, _ := reeveEnv(t, map[string]string{"REEVE_ADDRESS": s.Addr}, "task", "list"); code != exitError {
+		t.Fatalf("plaintext call to a TLS scheduler: exit %d, want 1", code)
+	}
+	if code, _, errOut := reeveEnv(t, map[string]string{"REEVE_ADDRESS": s.Addr, "REEVE_TOKEN": "x"}, "task", "list"); code != exitUsage || !strings.Contains(errOut, "--token") {
+		t.Fatalf("token without TLS: exit %d (%s), want a usage error", code, errOut)
+	}
+}
+
+func TestEtcdFlagsConnectWithClientCertificates(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := tlsconfig.Init(dir, certSpecs("default"), tlsconfig.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := func(n string) string { return filepath.Join(dir, n) }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := etcdserver.Start(ctx, etcdserver.Config{DataDir: t.TempDir(), Fast: true, Logger: zap.NewNop(),
+		ClientTLS: &etcdserver.ClientTLS{CertFile: p("server.pem"), KeyFile: p("server-key.pem"), TrustedCAFile: p("ca.pem")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if !strings.HasPrefix(e.Endpoints()[0], "https://") {
+		t.Fatalf("endpoint %s, want https", e.Endpoints()[0])
+	}
+	cli, err := etcdClient(e.Endpoints(), &etcdSecurity{ca: p("ca.pem"), cert: p("etcd-client.pem"), key: p("etcd-client-key.pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("put with a client certificate: %v", err)
+	}
+	// Without a client certificate etcd refuses the connection.
+	anon, err := etcdClient(e.Endpoints(), &etcdSecurity{ca: p("ca.pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	if _, err := anon.Get(short, "k"); err == nil {
+		t.Fatalf("etcd answered a client without a certificate")
+	}
+	if err := (&etcdSecurity{username: "u"}).apply(nil); err == nil {
+		t.Fatalf("a username without a password was accepted")
+	}
+}

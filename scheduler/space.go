@@ -1,0 +1,78 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/reeve-org/reeve/internal/store"
+)
+
+// spaceGuard refuses new tasks while etcd is near its space quota, so that
+// the room left is for the tasks already running: their results,
+// completions and compensations are never refused by it. It reads etcd's
+// status every check interval and keeps the last answer; a failed read keeps
+// the previous one (with etcd down, submissions fail UNAVAILABLE anyway).
+type spaceGuard struct {
+	s    *Server
+	last atomic.Pointer[store.Space]
+}
+
+// watch refreshes the space until ctx ends.
+func (g *spaceGuard) watch(ctx context.Context) {
+	o := g.s.opts
+	if o.spaceSoftLimit <= 0 || o.spaceCheckInterval <= 0 {
+		return
+	}
+	t := o.clock.NewTicker(o.spaceCheckInterval)
+	defer t.Stop()
+	for {
+		g.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+	}
+}
+
+func (g *spaceGuard) refresh(ctx context.Context) {
+	sp, err := g.s.store.Space(ctx)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			g.s.log.Debug("read etcd space", "err", err)
+		}
+		return
+	}
+	prev := g.last.Swap(&sp)
+	was, is := prev != nil && g.over(*prev), g.over(sp)
+	switch {
+	case is && !was:
+		g.s.log.Warn("etcd near its space quota: refusing new tasks", "space", sp.String(), "nospace_alarm", sp.NoSpace, "soft_limit", g.s.opts.spaceSoftLimit)
+	case was && !is:
+		g.s.log.Info("etcd space back under the soft limit: accepting new tasks", "space", sp.String())
+	}
+}
+
+func (g *spaceGuard) over(sp store.Space) bool {
+	return sp.NoSpace || sp.Fraction() >= g.s.opts.spaceSoftLimit
+}
+
+// allow refuses a new task with RESOURCE_EXHAUSTED while the last reading
+// was over the soft limit or etcd's NOSPACE alarm was raised.
+func (g *spaceGuard) allow() error {
+	sp := g.last.Load()
+	if g.s.opts.spaceSoftLimit <= 0 || sp == nil || !g.over(*sp) {
+		return nil
+	}
+	if sp.NoSpace {
+		return status.Errorf(codes.ResourceExhausted,
+			"etcd is out of space (NOSPACE alarm; %s): new tasks are refused until an operator compacts, defragments and disarms it (etcdctl alarm disarm)", sp)
+	}
+	return status.Errorf(codes.ResourceExhausted,
+		"etcd is near its space quota: %s, at or over the %.0f%% soft limit; new tasks are refused until retention and compaction free space, running tasks continue",
+		sp, 100*g.s.opts.spaceSoftLimit)
+}

@@ -1,0 +1,163 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/etcdtest"
+	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
+)
+
+const testQuota = 16 << 20
+
+// spaceEnv is a scheduler on an etcd with a 16 MiB quota, reading the space
+// every 50ms, with an agent for steps "t" and their compensation "undo".
+func spaceEnv(t *testing.T) (*testenv.Env, reevev1.SchedulerServiceClient, *testenv.RawAgent, *clientv3.Client) {
+	t.Helper()
+	env := testenv.New(t, etcdtest.WithQuotaBytes(testQuota))
+	s := env.StartScheduler("", scheduler.WithSpaceCheckInterval(50*time.Millisecond))
+	agent := testenv.ConnectRaw(t, s.Addr, register("a1", 4, "t", "undo"))
+	return env, s.Client(t), agent, env.Etcd.Client()
+}
+
+// fill writes 32 KiB values under /filler/ until the database in use
+// reaches fraction of the quota, or etcd refuses with NOSPACE (returned).
+func fill(t *testing.T, cli *clientv3.Client, fraction float64) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	val := strings.Repeat("x", 32<<10)
+	for i := 0; ; i++ {
+		st, err := cli.Status(ctx, cli.Endpoints()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if float64(st.DbSizeInUse) >= fraction*testQuota {
+			t.Logf("filled: %d bytes in use, database file %d bytes, quota %d", st.DbSizeInUse, st.DbSize, st.DbSizeQuota)
+			return nil
+		}
+		if i > 4*testQuota/len(val) {
+			t.Fatalf("filled %d values and the database is %d bytes in use", i, st.DbSizeInUse)
+		}
+		if _, err := cli.Put(ctx, fmt.Sprintf("/filler/%04d", i), val); err != nil {
+			if errors.Is(err, rpctypes.ErrGRPCNoSpace) || errors.Is(err, rpctypes.ErrNoSpace) {
+				return err
+			}
+			t.Fatal(err)
+		}
+	}
+}
+
+// free deletes the filler, compacts, defragments and disarms alarms: what an
+// operator does after a NOSPACE alarm.
+func free(t *testing.T, cli *clientv3.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := cli.Delete(ctx, "/filler/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Defragment(ctx, cli.Endpoints()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// submitUntil submits until the answer's code is want and its message
+// contains msg, polling the guard's refresh (bounded by wait), and returns
+// the last error and the task id of that submission (prefix-<n>).
+func submitUntil(t *testing.T, c reevev1.SchedulerServiceClient, prefix string, want codes.Code, msg string) (error, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: inline(step("x", "probe"))}) // no agent runs "probe"
+		if status.Code(err) == want && strings.Contains(status.Convert(err).Message(), msg) {
+			return err, id
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("submit %s: %v, want %v", id, err, want)
+		}
+		time.Sleep(20 * time.Millisecond) // the guard refreshes every 50ms
+	}
+}
+
+// Near the quota, new tasks are refused with RESOURCE_EXHAUSTED and a
+// message that says why, while a task already running finishes, including
+// its compensation; once space is freed, submissions are accepted again.
+func TestNearQuotaRefusesNewTasksWhileRunningOnesFinish(t *testing.T) {
+	_, c, agent, cli := spaceEnv(t)
+	undoable := step("a", "t")
+	undoable.Compensation = &reevev1.CompensationSpec{Type: "undo"}
+	b := step("b", "t", "a")
+	b.Escalation = reevev1.Escalation_ESCALATION_COMPENSATE
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "running", Workflow: inline(undoable, b)})
+	a := agent.NextAssignment(wait)
+
+	if err := fill(t, cli, 0.82); err != nil {
+		t.Fatalf("filling to 82%% of the quota: %v", err)
+	}
+	err, refused := submitUntil(t, c, "refused", codes.ResourceExhausted, "")
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "near its space quota") || !strings.Contains(msg, "80% soft limit") ||
+		!strings.Contains(msg, "running tasks continue") {
+		t.Fatalf("refusal message %q does not say why", msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: refused}); status.Code(err) != codes.NotFound {
+		t.Fatalf("refused task was recorded: %v", err)
+	}
+
+	// The running task goes on: a succeeds, b fails for good, a is undone.
+	if ack := agent.Succeed(a.GetRef(), nil); !ack.GetAccepted() {
+		t.Fatalf("result refused near the quota: %v", ack)
+	}
+	if ack := agent.Fail(agent.NextAssignment(wait).GetRef(), &reevev1.StepError{Message: "no", NonRetryable: true}); !ack.GetAccepted() {
+		t.Fatalf("failure refused near the quota: %v", ack)
+	}
+	undo := agent.NextAssignment(wait)
+	if undo.GetType() != "undo" {
+		t.Fatalf("assignment %v, want the compensation", undo)
+	}
+	agent.Succeed(undo.GetRef(), nil)
+	if final := testenv.WaitTask(t, c, "default", "running", wait); final.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED {
+		t.Fatalf("running task ended %v, want COMPENSATED", final.GetState())
+	}
+
+	free(t, cli)
+	submitUntil(t, c, "after", codes.OK, "")
+}
+
+// At the quota itself etcd raises NOSPACE: submissions are refused with
+// RESOURCE_EXHAUSTED naming the alarm; after an operator frees space and
+// disarms it, they are accepted again.
+func TestNoSpaceAlarmRefusesNewTasksUntilDisarmed(t *testing.T) {
+	_, c, _, cli := spaceEnv(t)
+	if err := fill(t, cli, 2); err == nil {
+		t.Fatal("etcd accepted writes past its quota")
+	}
+	err, _ := submitUntil(t, c, "refused", codes.ResourceExhausted, "NOSPACE")
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "NOSPACE") || !strings.Contains(msg, "disarm") {
+		t.Fatalf("refusal message %q does not name the alarm", msg)
+	}
+	free(t, cli)
+	submitUntil(t, c, "after", codes.OK, "")
+}
