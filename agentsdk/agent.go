@@ -178,9 +178,11 @@ func (a *Agent) start(as *reevev1.StepAssignment) {
 		Attempt: int(ref.GetAttempt()), IdempotencyKey: as.GetIdempotencyKey(), CompleteBy: completeBy,
 		Compensation: as.GetCompensation(), assignment: as, agent: a,
 	}
+	ctx, span := a.startSpan(ctx, as)
 	a.wg.Go(func() {
 		defer cancel()
 		out, err := invoke(ctx, h, step)
+		endSpan(span, err)
 		a.finish(ex, out, err)
 	})
 }

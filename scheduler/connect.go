@@ -40,6 +40,7 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: &reevev1.Registered{
 		SessionId: conn.sessionID, SchedulerId: s.opts.id,
 	}}})
+	s.tel.seeNamespace(conn.ns)
 	s.disp.addAgent(conn)
 	rev := s.publishAgent(stream.Context(), conn)
 	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max)
@@ -96,6 +97,11 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 			go func() {
 				defer s.work.Done()
 				ack := s.handleResult(conn, msg.Result)
+				if !ack.GetAccepted() && s.base.Err() != nil {
+					// Stopped before it could be judged: no answer, so that
+					// the agent keeps the result and delivers it elsewhere.
+					return
+				}
 				conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: ack}})
 			}()
 		case *reevev1.ConnectRequest_AssignmentAck:

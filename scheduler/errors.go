@@ -40,6 +40,8 @@ func toStatus(err error) *status.Status {
 		return status.New(codes.ResourceExhausted, "etcd is out of space: new work is refused until an operator compacts and defragments it ("+err.Error()+")")
 	case errors.Is(err, store.ErrTooLarge):
 		return status.New(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, store.ErrOverloaded):
+		return status.New(codes.ResourceExhausted, "scheduler overloaded, new tasks are refused for now; retry with backoff ("+err.Error()+")")
 	case errors.Is(err, store.ErrUnavailable):
 		return status.New(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):

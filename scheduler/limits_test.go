@@ -58,6 +58,12 @@ func TestActiveTasksPerNamespaceAreCapped(t *testing.T) {
 		t.Fatalf("refused submission changed etcd")
 	}
 
+	// An idempotent resubmission of an existing task still gets it back.
+	again, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Namespace: "a", TaskId: "a2", Workflow: inline(step("x", "t"))})
+	if err != nil || again.GetCreated() || again.GetTask().GetId() != "a2" {
+		t.Fatalf("resubmission at the limit: %v, %v; want the existing task", again, err)
+	}
+
 	// Once a task ends, a new one is admitted (after the count's refresh).
 	if _, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: "a", TaskId: "a1"}); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -41,6 +43,10 @@ registered twice).
   --demo    the demo workflows of 'reeve dev --demo' (demo.orders, ...)
   --chaos   the chaos suite's workflows; every side effect is appended to
             --side-effects (one JSON line per execution, see docs/reliability.md)
+
+With the TLS flags (--tls-ca, --tls-cert, --tls-key, --token) it connects
+like the client commands; registering workflows then needs the admin role,
+and when refused the agent assumes an admin registered them and serves.
 
 Stop it with SIGTERM or Ctrl-C: it finishes running steps first.`,
 		Args: cobra.NoArgs,
@@ -124,7 +130,8 @@ func rotate(addrs []string, id string) []string {
 }
 
 // registerWorkflows registers ws through any scheduler of addrs, retrying
-// unavailable ones until timeout.
+// unavailable ones until timeout. Without the right to (role checks on, not
+// an admin) it leaves registration to an admin.
 func registerWorkflows(ctx context.Context, log *slog.Logger, g *globals, addrs []string, ws []*reevev1.Workflow, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -142,6 +149,10 @@ func registerWorkflows(ctx context.Context, log *slog.Logger, g *globals, addrs 
 			rcancel()
 			if err == nil {
 				break
+			}
+			if status.Code(err) == codes.PermissionDenied {
+				log.Warn("not allowed to register workflows (admin role); serving those an admin registered", "err", err)
+				return nil
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("register workflow %s: %w", w.GetName(), errors.Join(err, ctx.Err()))

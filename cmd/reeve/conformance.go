@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +50,9 @@ a case failed.`,
 				re, err := regexp.Compile(run)
 				if err != nil {
 					return usagef("--run: %v", err)
+				}
+				if !slices.ContainsFunc(conformance.Cases(), re.MatchString) {
+					return usagef("--run: %q matches no case (cases: %s)", run, strings.Join(conformance.Cases(), ", "))
 				}
 				cfg.Run = re
 			}

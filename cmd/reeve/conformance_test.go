@@ -75,8 +75,10 @@ func TestConformanceAgentExits(t *testing.T) {
 }
 
 func TestConformanceBadRun(t *testing.T) {
-	code, _, errOut := reeve(t, "unused", "conformance", "--run", "(")
-	if code != exitUsage || !strings.Contains(errOut, "--run") {
-		t.Fatalf("exit %d: %s", code, errOut)
+	for _, run := range []string{"(", "^no-such-case$"} {
+		code, _, errOut := reeve(t, "unused", "conformance", "--run", run)
+		if code != exitUsage || !strings.Contains(errOut, "--run") {
+			t.Fatalf("--run %q: exit %d: %s", run, code, errOut)
+		}
 	}
 }

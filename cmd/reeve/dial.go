@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/telemetry"
 )
 
 // connect opens a connection to the scheduler(s) at g.address. All
@@ -41,7 +42,7 @@ func (g *globals) connect() (*grpc.ClientConn, error) {
 		target = r.Scheme() + ":///schedulers"
 		opts = append(opts, grpc.WithResolvers(r), grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))
 	}
-	cc, err := grpc.NewClient(target, opts...)
+	cc, err := grpc.NewClient(target, append(opts, telemetry.ClientHandler())...)
 	if err != nil {
 		return nil, fmt.Errorf("--address %q: %w", g.address, err)
 	}
@@ -62,11 +63,13 @@ func joinAddrs(addrs []string) string { return strings.Join(addrs, ",") }
 
 // dial returns a client of the scheduler's client API.
 func (g *globals) dial() (reevev1.SchedulerServiceClient, func(), error) {
+	flush := g.clientTelemetry()
 	cc, err := g.connect()
 	if err != nil {
+		flush()
 		return nil, nil, err
 	}
-	return reevev1.NewSchedulerServiceClient(cc), func() { _ = cc.Close() }, nil
+	return reevev1.NewSchedulerServiceClient(cc), func() { _ = cc.Close(); flush() }, nil
 }
 
 // dialOperator returns a client of the operator API (recovery and alerts).

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,11 +31,20 @@ type Config struct {
 // Authorizer authenticates and authorizes every call through its
 // interceptors. It is safe for concurrent use.
 type Authorizer struct {
-	cfg Config
+	cfg    Config
+	tokens atomic.Pointer[Tokens]
 }
 
 // New returns an Authorizer.
-func New(cfg Config) *Authorizer { return &Authorizer{cfg: cfg} }
+func New(cfg Config) *Authorizer {
+	a := &Authorizer{cfg: cfg}
+	a.SetTokens(cfg.Tokens)
+	return a
+}
+
+// SetTokens replaces the accepted tokens (after the tokens file changed);
+// calls in flight finish with the old set.
+func (a *Authorizer) SetTokens(t Tokens) { a.tokens.Store(&t) }
 
 // ServerOptions returns the interceptors to pass to grpc.NewServer.
 func (a *Authorizer) ServerOptions() []grpc.ServerOption {
@@ -152,7 +162,7 @@ func (a *Authorizer) authenticate(ctx context.Context) (*Principal, error) {
 		if !isTLS {
 			return nil, status.Error(codes.Unauthenticated, "authorization: bearer tokens are accepted over TLS only")
 		}
-		if p := a.cfg.Tokens[sha256.Sum256([]byte(tok))]; p != nil {
+		if p := (*a.tokens.Load())[sha256.Sum256([]byte(tok))]; p != nil {
 			return p, nil
 		}
 		return nil, status.Error(codes.Unauthenticated, "authorization: unknown token")

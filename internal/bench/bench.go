@@ -25,6 +25,7 @@ import (
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 // Config describes one run. Zero values take the documented defaults.
@@ -200,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	watching := make(chan error, 1)
-	go func() { watching <- st.WatchEnded(watchCtx, rev, done.finish) }()
+	go func() { watching <- followEnded(watchCtx, st, rev, done) }()
 
 	startIndex, err := tg.applied(ctx)
 	if err != nil {
@@ -219,7 +220,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(latencies) == 0 && firstErr != nil {
 		return nil, fmt.Errorf("bench: %w", firstErr)
 	}
-	endIndex, err := tg.applied(ctx)
+	// The reads after the load get their own time: a run cut short by
+	// MaxDuration still reports what it measured.
+	after, cancelAfter := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancelAfter()
+	endIndex, err := tg.applied(after)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +252,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB = db.report()
 	rep.ServerCPUSec, rep.ServerPeakRSSMB = srv.report()
-	qw, err := queueWaits(ctx, st)
+	qw, err := queueWaits(after, st)
 	if err != nil {
 		return nil, err
 	}
@@ -363,16 +368,57 @@ func describe(c reevev1.SchedulerServiceClient, id string) string {
 	return out
 }
 
+// followEnded reports ended tasks to done until ctx ends. When the watch
+// breaks (under heavy load it can fall behind etcd's compaction, which
+// cancels it) it follows again from the current revision and looks up once
+// every task still waited for, so that no completion is missed; those found
+// that way count as completed when found.
+func followEnded(ctx context.Context, st *store.Store, rev int64, done *completions) error {
+	for {
+		_ = st.WatchEnded(ctx, rev, done.finish)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+		cur, err := st.Revision(ctx)
+		if err != nil {
+			continue
+		}
+		rev = cur
+		for _, id := range done.waitingIDs() {
+			v, err := st.GetTask(ctx, "default", id)
+			if err != nil {
+				continue
+			}
+			if state := v.Record.GetTask().GetState(); taskstate.TerminalTask(state) {
+				done.finish("default", id, state.String())
+			}
+		}
+	}
+}
+
 // completions connects the ended-task watch to the submitters.
 type completions struct {
-	mu      sync.Mutex
-	waiting map[string]chan struct{}
-	ended   map[string]bool // ended before its submitter asked
-	failed  int
+	mu       sync.Mutex
+	waiting  map[string]chan struct{}
+	ended    map[string]bool // ended before its submitter asked
+	finished map[string]bool // reported once already
+	failed   int
 }
 
 func newCompletions() *completions {
-	return &completions{waiting: map[string]chan struct{}{}, ended: map[string]bool{}}
+	return &completions{waiting: map[string]chan struct{}{}, ended: map[string]bool{}, finished: map[string]bool{}}
+}
+
+func (c *completions) waitingIDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]string, 0, len(c.waiting))
+	for id := range c.waiting {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 func (c *completions) expect(id string) <-chan struct{} {
@@ -390,6 +436,10 @@ func (c *completions) expect(id string) <-chan struct{} {
 func (c *completions) finish(_, id, state string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.finished[id] {
+		return
+	}
+	c.finished[id] = true
 	if state != reevev1.TaskState_TASK_STATE_SUCCEEDED.String() {
 		c.failed++
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -78,15 +79,18 @@ type committer struct {
 	s             *Store
 	maxBatch      int
 	maxCommitters int
+	maxQueued     int // task creations are refused while this many writes wait
 
-	mu       sync.Mutex
-	queue    []*writeReq
-	inflight map[string]bool // task keys in a batch being committed
-	active   int             // committer goroutines running
+	mu sync.Mutex
+	// Updates of existing tasks (claims, results, recovery) go before new
+	// tasks: finishing work drains the system, starting work fills it.
+	updates, creates []*writeReq
+	inflight         map[string]bool // task keys in a batch being committed
+	active           int             // committer goroutines running
 }
 
-func newCommitter(s *Store, maxBatch, maxCommitters int) *committer {
-	return &committer{s: s, maxBatch: maxBatch, maxCommitters: maxCommitters, inflight: map[string]bool{}}
+func newCommitter(s *Store, maxBatch, maxCommitters, maxQueued int) *committer {
+	return &committer{s: s, maxBatch: maxBatch, maxCommitters: maxCommitters, maxQueued: maxQueued, inflight: map[string]bool{}}
 }
 
 // do queues r and waits for its result or for r.ctx to end. When r.ctx
@@ -95,7 +99,17 @@ func newCommitter(s *Store, maxBatch, maxCommitters int) *committer {
 func (c *committer) do(r *writeReq) writeRes {
 	r.done = make(chan writeRes, 1)
 	c.mu.Lock()
-	c.queue = append(c.queue, r)
+	if n := len(c.updates) + len(c.creates); r.create != nil && c.maxQueued > 0 && n >= c.maxQueued {
+		// Shed new work, finish old work: claims and results of existing
+		// tasks still queue, since they are what drains the backlog.
+		c.mu.Unlock()
+		return writeRes{err: fmt.Errorf("create task: %d writes waiting for etcd: %w", n, ErrOverloaded)}
+	}
+	if r.create != nil {
+		c.creates = append(c.creates, r)
+	} else {
+		c.updates = append(c.updates, r)
+	}
 	start := c.active < c.maxCommitters
 	if start {
 		c.active++
@@ -128,23 +142,31 @@ func (c *committer) run() {
 		for _, r := range batch {
 			delete(c.inflight, r.key)
 		}
-		// Writes that lost a race go first: they are the oldest.
-		c.queue = append(retry, c.queue...)
+		// Writes that lost a race go first: they are the oldest. (Only
+		// updates are retried.)
+		c.updates = append(retry, c.updates...)
 		c.mu.Unlock()
 	}
 }
 
 // take removes up to maxBatch writes for distinct tasks that are not in
-// flight from the queue, dropping those whose caller gave up. c.mu is held.
+// flight from the queues, updates first, dropping those whose caller gave
+// up. c.mu is held.
 func (c *committer) take() []*writeReq {
 	var batch []*writeReq
-	rest := c.queue[:0]
-	for i, r := range c.queue {
+	c.updates, batch = c.takeFrom(c.updates, batch)
+	c.creates, batch = c.takeFrom(c.creates, batch)
+	return batch
+}
+
+func (c *committer) takeFrom(queue, batch []*writeReq) (rest, out []*writeReq) {
+	rest = queue[:0]
+	for i, r := range queue {
 		switch {
 		case len(batch) == c.maxBatch:
-			rest = append(rest, c.queue[i:]...)
-			c.queue = rest
-			return batch
+			rest = append(rest, queue[i:]...)
+			clear(queue[len(rest):])
+			return rest, batch
 		case r.ctx.Err() != nil:
 			r.done <- writeRes{err: r.ctx.Err()}
 		case c.inflight[r.key]:
@@ -154,9 +176,8 @@ func (c *committer) take() []*writeReq {
 			batch = append(batch, r)
 		}
 	}
-	clear(c.queue[len(rest):])
-	c.queue = rest
-	return batch
+	clear(queue[len(rest):])
+	return rest, batch
 }
 
 // commit commits one batch and answers its writes; it returns the writes
@@ -165,7 +186,9 @@ func (c *committer) commit(batch []*writeReq) (retry []*writeReq) {
 	// The batch serves many callers: it has its own deadline, and a deadline
 	// it runs out of means etcd is unavailable (etcdErr sees no caller's
 	// context ending).
-	ctx, cancel := c.s.opCtx(context.Background())
+	// It ends with the etcd client too (Ctx is canceled by Close), so that a
+	// batch in flight when its process shuts down does not linger.
+	ctx, cancel := c.s.opCtx(c.s.c.Ctx())
 	defer cancel()
 	if err := c.s.resolve(ctx, batch); err != nil {
 		for _, r := range batch {
@@ -318,6 +341,7 @@ func (s *Store) commitTxn(ctx context.Context, writes []*writeReq) (retry []*wri
 	)
 	s.txns.Add(1)
 	s.taskWrites.Add(int64(len(writes)))
+	defer s.metrics.observe(ctx, len(writes), time.Now())
 	if len(writes) == 1 {
 		r := writes[0]
 		var resp *clientv3.TxnResponse
@@ -407,6 +431,7 @@ func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (
 		r.done <- writeRes{err: err}
 		return false
 	}
+	s.metrics.lostCompare(r.cached)
 	s.cache.put(r.key, fresh.Revision, string(kvs[0].Value), fresh.Record)
 	r.tries++
 	if r.tries >= maxUpdateRetries {

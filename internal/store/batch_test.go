@@ -197,3 +197,114 @@ func TestSweepEndedInBatches(t *testing.T) {
 		}
 	}
 }
+
+// While too many writes wait, new tasks are refused at once (ErrOverloaded)
+// and nothing is written for them; updates of existing tasks still queue,
+// and everything queued completes.
+func TestOverloadRefusesNewTasksOnly(t *testing.T) {
+	_, c := newStore(t)
+	s := store.New(c, store.WithGroupCommit(1, 1), store.WithMaxQueuedWrites(3))
+	for _, id := range []string{"old1", "old2"} {
+		if _, _, err := s.CreateTask(ctx(t), record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Hold the only committer inside a transition.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, _, err := s.UpdateTask(ctx(t), "default", "old1", func(task *reevev1.Task) error {
+			close(entered)
+			<-release
+			task.Reason = "held"
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+	<-entered
+	queued := make([]error, 3)
+	for i := range 3 {
+		wg.Go(func() { _, _, queued[i] = s.CreateTask(ctx(t), record(fmt.Sprintf("q%d", i))) })
+	}
+	// Once the three creations are queued, a fourth is refused.
+	for deadline := time.Now().Add(10 * time.Second); s.WriteStats().Queued < 3 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, _, err := s.CreateTask(ctx(t), record("refused")); !errors.Is(err, store.ErrOverloaded) {
+		close(release)
+		wg.Wait()
+		t.Fatalf("create with a full queue: %v, want ErrOverloaded", err)
+	}
+	wg.Go(func() {
+		if _, _, err := s.UpdateTask(ctx(t), "default", "old2", func(task *reevev1.Task) error { task.Reason = "queued"; return nil }); err != nil {
+			t.Errorf("update with a full queue: %v, want it queued and applied", err)
+		}
+	})
+	close(release)
+	wg.Wait()
+	for i, err := range queued {
+		if err != nil {
+			t.Errorf("queued create q%d: %v", i, err)
+		}
+	}
+	if _, err := s.GetTask(ctx(t), "default", "refused"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("refused task: %v, want not written", err)
+	}
+}
+
+// Queued updates of existing tasks are committed before queued new tasks.
+func TestUpdatesGoBeforeNewTasks(t *testing.T) {
+	_, c := newStore(t)
+	s := store.New(c, store.WithGroupCommit(1, 1))
+	for _, id := range []string{"old1", "old2"} {
+		if _, _, err := s.CreateTask(ctx(t), record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, _, err := s.UpdateTask(ctx(t), "default", "old1", func(task *reevev1.Task) error {
+			close(entered)
+			<-release
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+	<-entered
+	for i := range 3 {
+		wg.Go(func() {
+			if _, _, err := s.CreateTask(ctx(t), record(fmt.Sprintf("new%d", i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.WriteStats().Queued < 3 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Go(func() {
+		if _, _, err := s.UpdateTask(ctx(t), "default", "old2", func(task *reevev1.Task) error { task.Reason = "late update"; return nil }); err != nil {
+			t.Error(err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); s.WriteStats().Queued < 4 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	resp, err := c.Get(ctx(t), "/reeve/tasks/default/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := map[string]int64{}
+	for _, kv := range resp.Kvs {
+		rev[strings.TrimPrefix(string(kv.Key), "/reeve/tasks/default/")] = kv.ModRevision
+	}
+	for i := range 3 {
+		if n := fmt.Sprintf("new%d", i); rev[n] < rev["old2"] {
+			t.Errorf("%s committed at revision %d, before the queued update of old2 (%d)", n, rev[n], rev["old2"])
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 )
@@ -34,6 +35,9 @@ var (
 	ErrTooLarge = errors.New("store: record too large")
 	// ErrNoSpace means etcd reached its space quota; only reads and deletes work.
 	ErrNoSpace = errors.New("store: etcd out of space")
+	// ErrOverloaded means a new task was refused because too many writes
+	// already wait for etcd (see WithMaxQueuedWrites); retry later.
+	ErrOverloaded = errors.New("store: overloaded")
 )
 
 // NotFoundError names what was not found; it matches ErrNotFound.
@@ -53,9 +57,12 @@ type Store struct {
 	opTimeout time.Duration
 
 	maxBatch, maxCommitters, cacheSize int
+	maxQueued                          int
 	commits                            *committer
 	cache                              *recordCache
 	txns, taskWrites                   atomic.Int64
+	meters                             metric.MeterProvider
+	metrics                            storeMetrics
 }
 
 // Option configures a Store.
@@ -81,6 +88,13 @@ func WithGroupCommit(maxBatch, maxCommitters int) Option {
 	}
 }
 
+// WithMaxQueuedWrites refuses new tasks (ErrOverloaded) while n task writes
+// wait for a commit; default 10,000, 0 never refuses. Updates of existing
+// tasks (claims, results, recovery) always queue: they drain the backlog.
+// Without a bound, an open-loop client faster than etcd grows the queue, and
+// the memory holding it, without limit.
+func WithMaxQueuedWrites(n int) Option { return func(s *Store) { s.maxQueued = max(n, 0) } }
+
 // WithRecordCache sets how many live task records the store keeps to skip
 // the read before an update; default 10,000, 0 turns the cache off. A stale
 // entry costs one lost compare and a retry, never a wrong write.
@@ -89,12 +103,13 @@ func WithRecordCache(n int) Option { return func(s *Store) { s.cacheSize = max(n
 // New returns a Store using c. The caller keeps ownership of c.
 func New(c *clientv3.Client, opts ...Option) *Store {
 	s := &Store{c: c, k: keys{prefix: "/reeve/"}, opTimeout: 5 * time.Second,
-		maxBatch: defaultMaxBatch, maxCommitters: defaultMaxCommitters, cacheSize: 10000}
+		maxBatch: defaultMaxBatch, maxCommitters: defaultMaxCommitters, cacheSize: 10000, maxQueued: 10000}
 	for _, o := range opts {
 		o(s)
 	}
-	s.commits = newCommitter(s, s.maxBatch, s.maxCommitters)
+	s.commits = newCommitter(s, s.maxBatch, s.maxCommitters, s.maxQueued)
 	s.cache = newRecordCache(s.cacheSize)
+	s.metrics = newStoreMetrics(s.meters)
 	return s
 }
 
@@ -105,11 +120,16 @@ type WriteStats struct {
 	// TaskWrites is the task creations and updates among them (each one
 	// guarded by its own compare), including those that lost a race.
 	TaskWrites int64
+	// Queued is the writes waiting for a commit now.
+	Queued int
 }
 
 // WriteStats returns the store's write counters.
 func (s *Store) WriteStats() WriteStats {
-	return WriteStats{Txns: s.txns.Load(), TaskWrites: s.taskWrites.Load()}
+	s.commits.mu.Lock()
+	queued := len(s.commits.updates) + len(s.commits.creates)
+	s.commits.mu.Unlock()
+	return WriteStats{Txns: s.txns.Load(), TaskWrites: s.taskWrites.Load(), Queued: queued}
 }
 
 // Client returns the etcd client, for the election and leases of callers.
