@@ -16,7 +16,7 @@ TOXIPROXY_VERSION          := v2.12.0
 OTELCOL_VERSION            := v0.162.0
 OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel
+.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster
 
 all: build
 
@@ -99,6 +99,13 @@ run: build
 cluster: build etcd
 	./bin/reeve cluster $(ARGS)
 
+# The chaos suite on a local cluster: 2,000 tasks under process kills and
+# network faults, then the invariant check (see docs/reliability.md). ARGS
+# passes flags, e.g. make chaos ARGS='--seed 42 --tasks 500'. A short run
+# (300 tasks, under a minute) is part of `make test` (make test-cluster).
+chaos: build etcd toxiproxy
+	./bin/reeve chaos --json chaos-report.json $(ARGS)
+
 vet:
 	go vet ./...
 
@@ -119,10 +126,18 @@ fuzz:
 		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-test: check-generate check-fmt lint vet etcd toxiproxy
-	REEVE_REQUIRE_BINARIES=1 go test -race -count=1 -timeout 15m ./...
+test: check-generate check-fmt lint vet
+	go test -race -count=1 -timeout 15m ./...
+	$(MAKE) test-cluster
 	$(MAKE) fuzz
 	$(MAKE) e2e
+
+# Tests that start real clusters of separate processes (internal/cluster,
+# and the short chaos run of internal/chaos: about 1.5 minutes in all). A
+# step of its own, so that their load does not disturb timing-sensitive tests
+# of other packages.
+test-cluster: etcd toxiproxy
+	REEVE_CLUSTER_TESTS=1 REEVE_REQUIRE_BINARIES=1 go test -race -count=1 -timeout 10m ./internal/cluster/... ./internal/chaos/...
 
 # End-to-end checks against real processes (about 45s once the tools are
 # installed): the README's grpcurl examples against reeve dev, the Node
@@ -151,10 +166,3 @@ node-example:
 # Results in bench-results/<time>/. SOAK=180s and SUSTAIN=60s set run lengths.
 bench: build
 	./scripts/bench.sh
-
-# The chaos suite on a local cluster: 2,000 tasks under process kills and
-# network faults, then the invariant check (see docs/reliability.md). ARGS
-# passes flags, e.g. make chaos ARGS='--seed 42 --tasks 500'. A short run
-# (300 tasks, about 1.5 minutes) is part of `make test` (internal/chaos).
-chaos: build etcd toxiproxy
-	./bin/reeve chaos --json chaos-report.json $(ARGS)

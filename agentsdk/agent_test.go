@@ -316,7 +316,7 @@ func TestHeartbeatKeepsLongStepAlive(t *testing.T) {
 	env.StartSupervisor([]*testenv.Scheduler{s})
 	a := newAgent(t, []string{s.Addr})
 	a.Handle("long", func(ctx context.Context, st *agentsdk.Step) (any, error) {
-		for range 10 { // 1s of work, five heartbeat timeouts
+		for range 15 { // 1.5s of work, three heartbeat timeouts
 			if err := st.Heartbeat(ctx); err != nil {
 				return nil, err
 			}
@@ -327,7 +327,8 @@ func TestHeartbeatKeepsLongStepAlive(t *testing.T) {
 	runAgent(t, a)
 	c := s.Client(t)
 	long := spec("x", "long", time.Minute)
-	long.HeartbeatTimeout = durationpb.New(200 * time.Millisecond)
+	// Wide enough that a loaded machine running -race does not miss a beat.
+	long.HeartbeatTimeout = durationpb.New(500 * time.Millisecond)
 	submit(t, c, "hb", long)
 	final := testenv.WaitTask(t, c, "default", "hb", wait)
 	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || final.GetSteps()[0].GetAttempt() != 1 {

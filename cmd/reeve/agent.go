@@ -89,7 +89,7 @@ Stop it with SIGTERM or Ctrl-C: it finishes running steps first.`,
 				return err
 			}
 			addrs := rotate(schedulers, id)
-			if err := registerWorkflows(ctx, log, &globals{address: joinAddrs(addrs), sec: g.sec}, workflows, registerTimeout); err != nil {
+			if err := registerWorkflows(ctx, log, g, addrs, workflows, registerTimeout); err != nil {
 				return err
 			}
 			opts := []agentsdk.Option{agentsdk.WithAgentID(id), agentsdk.WithLogger(log.With("agent_id", id)),
@@ -110,6 +110,7 @@ Stop it with SIGTERM or Ctrl-C: it finishes running steps first.`,
 	}
 	cmd.Flags().StringSliceVar(&schedulers, "schedulers", envList("REEVE_SCHEDULERS"), "scheduler addresses, comma-separated (env REEVE_SCHEDULERS)")
 	cmd.Flags().StringVar(&id, "id", "", "agent id, unique per process and kept across restarts of it (default <hostname>-<pid>)")
+	// --tls, --tls-ca, --tls-cert, --tls-key and --token are the global client flags.
 	cmd.Flags().BoolVar(&withDemo, "demo", false, "serve the demo workflows")
 	cmd.Flags().BoolVar(&asChaos, "chaos", false, "serve the chaos suite's workflows")
 	cmd.Flags().StringVar(&sideEffects, "side-effects", "", "append-only side-effect log (with --chaos)")
@@ -128,13 +129,15 @@ func rotate(addrs []string, id string) []string {
 	return append(append([]string(nil), addrs[n:]...), addrs[:n]...)
 }
 
-// registerWorkflows registers ws through any scheduler of g.address,
-// retrying unavailable ones until timeout. Without the right to (role
-// checks on, not an admin) it leaves registration to an admin.
-func registerWorkflows(ctx context.Context, log *slog.Logger, g *globals, ws []*reevev1.Workflow, timeout time.Duration) error {
+// registerWorkflows registers ws through any scheduler of addrs, retrying
+// unavailable ones until timeout. Without the right to (role checks on, not
+// an admin) it leaves registration to an admin.
+func registerWorkflows(ctx context.Context, log *slog.Logger, g *globals, addrs []string, ws []*reevev1.Workflow, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c, closeConn, err := g.dial()
+	to := *g // the global TLS and token flags, these addresses
+	to.address = joinAddrs(addrs)
+	c, closeConn, err := to.dial()
 	if err != nil {
 		return err
 	}

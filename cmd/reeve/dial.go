@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -15,7 +16,8 @@ import (
 // connect opens a connection to the scheduler(s) at g.address. All
 // connection options live here. A comma-separated list spreads requests
 // round-robin over the schedulers that are up (a failed one is skipped until
-// it answers again).
+// it answers again); with TLS each is verified against its own host name
+// unless --tls-server-name is set.
 func (g *globals) connect() (*grpc.ClientConn, error) {
 	addrs := splitAddrs(g.address)
 	if len(addrs) == 0 {
@@ -30,7 +32,11 @@ func (g *globals) connect() (*grpc.ClientConn, error) {
 		r := manual.NewBuilderWithScheme("reeve")
 		state := resolver.State{}
 		for _, a := range addrs {
-			state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+			host, _, err := net.SplitHostPort(a)
+			if err != nil {
+				return nil, usagef("--address %q: %v", a, err)
+			}
+			state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
 		}
 		r.InitialState(state)
 		target = r.Scheme() + ":///schedulers"

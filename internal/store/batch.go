@@ -186,7 +186,9 @@ func (c *committer) commit(batch []*writeReq) (retry []*writeReq) {
 	// The batch serves many callers: it has its own deadline, and a deadline
 	// it runs out of means etcd is unavailable (etcdErr sees no caller's
 	// context ending).
-	ctx, cancel := c.s.opCtx(context.Background())
+	// It ends with the etcd client too (Ctx is canceled by Close), so that a
+	// batch in flight when its process shuts down does not linger.
+	ctx, cancel := c.s.opCtx(c.s.c.Ctx())
 	defer cancel()
 	if err := c.s.resolve(ctx, batch); err != nil {
 		for _, r := range batch {

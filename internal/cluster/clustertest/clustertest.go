@@ -40,8 +40,16 @@ var (
 )
 
 // Reeve builds the reeve command once per test binary and returns its path.
+// Tests of real clusters start many processes and load the machine, which
+// would disturb timing-sensitive tests of other packages running in
+// parallel: they run only with REEVE_CLUSTER_TESTS=1, which `make test`
+// sets in a step of its own (`make test-cluster`). Otherwise Reeve skips
+// the test.
 func Reeve(t testing.TB) string {
 	t.Helper()
+	if os.Getenv("REEVE_CLUSTER_TESTS") != "1" {
+		t.Skip("starts a real cluster: set REEVE_CLUSTER_TESTS=1 (make test-cluster)")
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "reeve-bin-")
 		if err != nil {
