@@ -118,7 +118,7 @@ func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) (opt
 		log.Warn("serving TLS without authentication: set --tls-client-ca or --tokens-file (see docs/security.md)")
 		return opts, tlsCfg.Reload, nil
 	}
-	a := auth.New(auth.Config{Certificates: s.clientCA != "", Tokens: tokens})
+	a := auth.New(auth.Config{Certificates: s.clientCA != "", Tokens: tokens, Log: log.With("component", "auth")})
 	reload = func() error {
 		if s.tokensFile != "" {
 			t, err := auth.LoadTokens(s.tokensFile)

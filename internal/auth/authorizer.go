@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 
@@ -26,6 +27,9 @@ type Config struct {
 	// Tokens are the accepted bearer tokens. Tokens are accepted over TLS
 	// only.
 	Tokens Tokens
+	// Log, when set, records every refused call (method, caller, peer
+	// address, code) at warn level, for security monitoring. Default none.
+	Log *slog.Logger
 }
 
 // Authorizer authenticates and authorizes every call through its
@@ -206,23 +210,40 @@ func (a *Authorizer) admit(ctx context.Context, method string) (*Principal, rule
 		return nil, r, err
 	}
 	if !known {
-		return nil, r, status.Errorf(codes.PermissionDenied, "%s: method not allowed", method)
+		return p, r, status.Errorf(codes.PermissionDenied, "%s: method not allowed", method)
 	}
 	if !r.any && !p.hasRole(r.roles) {
-		return nil, r, status.Errorf(codes.PermissionDenied, "%s: %s has none of the roles %s", method, p.Name, fmt.Sprint(r.roles))
+		return p, r, status.Errorf(codes.PermissionDenied, "%s: %s has none of the roles %s", method, p.Name, fmt.Sprint(r.roles))
 	}
 	return p, r, nil
+}
+
+// refused logs a refused call and returns err.
+func (a *Authorizer) refused(ctx context.Context, method string, p *Principal, err error) error {
+	if a.cfg.Log == nil {
+		return err
+	}
+	caller, addr := "", ""
+	if p != nil {
+		caller = p.Name
+	}
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		addr = pr.Addr.String()
+	}
+	st := status.Convert(err)
+	a.cfg.Log.Warn("call refused", "method", method, "caller", caller, "peer", addr, "code", st.Code().String(), "reason", st.Message())
+	return err
 }
 
 // Unary is the unary server interceptor.
 func (a *Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	p, r, err := a.admit(ctx, info.FullMethod)
 	if err != nil {
-		return nil, err
+		return nil, a.refused(ctx, info.FullMethod, p, err)
 	}
 	if r.check != nil {
 		if err := r.check(p, req); err != nil {
-			return nil, err
+			return nil, a.refused(ctx, info.FullMethod, p, err)
 		}
 	}
 	if p != nil {
@@ -237,12 +258,12 @@ func (a *Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerI
 func (a *Authorizer) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	p, r, err := a.admit(ss.Context(), info.FullMethod)
 	if err != nil {
-		return err
+		return a.refused(ss.Context(), info.FullMethod, p, err)
 	}
 	if p == nil {
 		return handler(srv, ss)
 	}
-	return handler(srv, &checkedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), principalKey{}, p), p: p, check: r.check})
+	return handler(srv, &checkedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), principalKey{}, p), p: p, check: r.check, a: a, method: info.FullMethod})
 }
 
 type checkedStream struct {
@@ -251,6 +272,8 @@ type checkedStream struct {
 	p       *Principal
 	check   func(*Principal, any) error
 	checked bool
+	a       *Authorizer
+	method  string
 }
 
 func (s *checkedStream) Context() context.Context { return s.ctx }
@@ -261,7 +284,9 @@ func (s *checkedStream) RecvMsg(m any) error {
 	}
 	if !s.checked && s.check != nil {
 		s.checked = true
-		return s.check(s.p, m)
+		if err := s.check(s.p, m); err != nil {
+			return s.a.refused(s.ctx, s.method, s.p, err)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -126,5 +127,18 @@ func TestTokenOverPlaintextIsRefused(t *testing.T) {
 		func(context.Context, any) (any, error) { return nil, nil })
 	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "TLS only") {
 		t.Fatalf("token without TLS: %v, want Unauthenticated", err)
+	}
+}
+
+func TestRefusedCallsAreLogged(t *testing.T) {
+	var buf strings.Builder
+	a := auth.New(auth.Config{Certificates: true, Log: slog.New(slog.NewTextHandler(&buf, nil))})
+	_, err := a.Unary(context.Background(), &reevev1.GetTaskRequest{TaskId: "t"}, &grpc.UnaryServerInfo{FullMethod: reevev1.SchedulerService_GetTask_FullMethodName},
+		func(context.Context, any) (any, error) { return nil, nil })
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("anonymous call: %v", err)
+	}
+	if !strings.Contains(buf.String(), "call refused") || !strings.Contains(buf.String(), "GetTask") || !strings.Contains(buf.String(), "Unauthenticated") {
+		t.Fatalf("log %q does not record the refusal", buf.String())
 	}
 }
