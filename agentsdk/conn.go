@@ -27,10 +27,14 @@ const stableAfter = 10 * time.Second
 
 // connectLoop keeps one stream open, to one address at a time, until ctx
 // ends. It returns nil then, or the fatal error of a refused registration.
+// It starts at a random address, so that a fleet of agents given the same
+// list spreads over the schedulers, and moves to the next one in the list
+// after a failure or a drain.
 func (a *Agent) connectLoop(ctx context.Context) error {
 	failures := 0
+	start := rand.IntN(len(a.addrs))
 	for i := 0; ctx.Err() == nil; i++ {
-		addr := a.addrs[i%len(a.addrs)]
+		addr := a.addrs[(start+i)%len(a.addrs)]
 		began := time.Now()
 		err := a.session(ctx, addr)
 		switch {

@@ -133,6 +133,10 @@ func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reev
 		st := taskstate.FindStep(v.Record.GetTask(), ref.GetStep())
 		if taskstate.Dispatched(st) && st.GetAttempt() == ref.GetAttempt() && st.GetLockedByAgent() == conn.agentID {
 			conn.running[refKey(ref)] = st.GetCompleteBy().AsTime()
+			// Liveness is watched on the stream the agent is on now.
+			if hb := taskstate.Spec(v.Record.GetTask(), ref.GetStep()).GetHeartbeatTimeout(); hb != nil {
+				conn.beats[refKey(ref)] = &beat{ref: ref, timeout: hb.AsDuration(), last: s.opts.clock.Now()}
+			}
 		}
 	}
 }

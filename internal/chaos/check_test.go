@@ -195,3 +195,37 @@ func TestSamplerFindsRunningStepsWithoutDeadline(t *testing.T) {
 		t.Fatalf("violations in %v after %d samples, want nokey and overdue after 1", got, rep.Samples)
 	}
 }
+
+// A seed fixes the fault schedule and the tasks' designed behaviour.
+func TestSeedFixesScheduleAndPlan(t *testing.T) {
+	schedule := func(seed uint64) []decision {
+		rng := faultRNG(seed)
+		var out []decision
+		for range 200 {
+			out = append(out, nextDecision(rng, time.Second))
+		}
+		return out
+	}
+	if a, b := schedule(42), schedule(42); !slices.Equal(a, b) {
+		t.Fatal("same seed, different fault schedules")
+	}
+	if a, b := schedule(42), schedule(43); slices.Equal(a, b) {
+		t.Fatal("different seeds, same fault schedule")
+	}
+	plan := func(seed uint64) []plannedTask {
+		return planTasks(planRNG(seed), Config{Seed: seed, Tasks: 500, FailShare: 0.2, TransientPerMille: 50})
+	}
+	a := plan(42)
+	if !slices.Equal(a, plan(42)) {
+		t.Fatal("same seed, different task plans")
+	}
+	failing := 0
+	for _, pt := range a {
+		if pt.Input.FailStep != "" {
+			failing++
+		}
+	}
+	if failing < 60 || failing > 140 {
+		t.Fatalf("%d of 500 tasks designed to fail, want about 20%%", failing)
+	}
+}
