@@ -34,9 +34,12 @@ func newAgentConn(sessionID string, r *reevev1.Register) *agentConn {
 		max:       int(r.GetMaxConcurrentSteps()),
 		running:   map[string]time.Time{},
 		beats:     map[string]*beat{},
-		// Never more than max assignments are outstanding; the rest of the
-		// room is for acks and cancels.
-		out:  make(chan *reevev1.ConnectResponse, int(r.GetMaxConcurrentSteps())+64),
+		// At most max assignments are outstanding, at most max result acks
+		// (one per running step's result) and at most max cancels (one per
+		// running step): with room for all three an assignment is never
+		// dropped because the stream's reader is slow (a dropped one waits
+		// for the supervisor).
+		out:  make(chan *reevev1.ConnectResponse, 3*int(r.GetMaxConcurrentSteps())+64),
 		done: make(chan struct{}),
 	}
 }

@@ -227,11 +227,22 @@ func (d *dispatcher) claim(ctx context.Context, it *readyItem, conn *agentConn) 
 		if cur := d.items[it.key]; cur == it {
 			delete(d.items, it.key)
 		}
+		if !conn.sendAssignment(a) {
+			// The stream ended, or its reader is too far behind: the agent
+			// will not run this attempt. Expire it now so that the
+			// supervisor retries it at its next tick, not at complete-by.
+			d.s.log.Warn("assignment not delivered: agent stream gone or not reading", "task_id", it.entry.GetTaskId(), "step", it.entry.GetStep(), "attempt", it.entry.GetAttempt(), "agent_id", conn.agentID)
+			d.s.work.Add(1)
+			go func() {
+				defer d.s.work.Done()
+				d.s.expireNow(a.GetRef())
+			}()
+			return
+		}
 		conn.running[refKey(a.GetRef())] = a.GetCompleteBy().AsTime()
 		if hb := a.GetHeartbeatTimeout(); hb != nil {
 			conn.beats[refKey(a.GetRef())] = &beat{ref: a.GetRef(), timeout: hb.AsDuration(), last: d.s.opts.clock.Now()}
 		}
-		conn.sendAssignment(a)
 	case errors.Is(err, taskstate.ErrNotDue):
 		it.claiming = false
 		d.enqueue(it)

@@ -27,6 +27,9 @@ func BenchmarkTickWith100kLiveTasks(b *testing.B) {
 	env := testenv.New(b)
 	s := env.StartScheduler("")
 	cli := env.Etcd.InProcessClient()
+	// Closed before the member stops: its lease keepalive goroutines (the
+	// session below) end only with the client.
+	b.Cleanup(func() { _ = cli.Close() })
 	st := store.New(cli)
 	ctx := context.Background()
 	wf := &reevev1.Workflow{Steps: []*reevev1.StepSpec{{Name: "a", Type: "t", Timeout: durationpb.New(time.Hour)}}}

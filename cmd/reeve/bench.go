@@ -76,6 +76,9 @@ stops by itself after --tasks or --max-duration.`,
 			fmt.Fprintf(tw, "mode\t%s\n", rep.Mode)
 			fmt.Fprintf(tw, "workload\t%d tasks × %d steps (%s), concurrency %d, rate %.0f/s, %d agents\n", rep.Tasks, rep.Steps, rep.Shape, rep.Concurrency, rep.Rate, rep.Agents)
 			fmt.Fprintf(tw, "completed\t%d (%d not succeeded) in %.2fs\n", rep.Completed, rep.Failed, rep.DurationSec)
+			if rep.AgentsStopped > 0 {
+				fmt.Fprintf(tw, "agents stopped\t%d; first: %s\n", rep.AgentsStopped, rep.AgentError)
+			}
 			if rep.Errors > 0 {
 				fmt.Fprintf(tw, "errors\t%d; first: %s\n", rep.Errors, rep.FirstError)
 			}

@@ -52,7 +52,7 @@ func TestContractBenchJSON(t *testing.T) {
 			t.Errorf("field %q is negative: %v", f, v)
 		}
 	}
-	if rep["completed"] != 200.0 || rep["failed"] != 0.0 || rep["errors"] != 0.0 {
+	if rep["completed"] != 200.0 || rep["failed"] != 0.0 || rep["errors"] != 0.0 || rep["agents_stopped"] != 0.0 {
 		t.Fatalf("completed %v, failed %v; want 200 and 0", rep["completed"], rep["failed"])
 	}
 	if tps := rep["tasks_per_sec"].(float64); tps <= 0 {

@@ -120,8 +120,12 @@ type Report struct {
 	Failed      int     `json:"failed"`
 	// Errors counts tasks whose submission failed or that did not complete
 	// before the run ended; FirstError is the first such error.
-	Errors          int     `json:"errors"`
-	FirstError      string  `json:"first_error,omitempty"`
+	Errors     int    `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+	// AgentsStopped counts agents whose Run ended with an error during the
+	// run (their steps then wait for the supervisor); AgentError is the first.
+	AgentsStopped   int     `json:"agents_stopped"`
+	AgentError      string  `json:"agent_error,omitempty"`
 	DurationSec     float64 `json:"duration_sec"`
 	TasksPerSec     float64 `json:"tasks_per_sec"`
 	P50Ms           float64 `json:"p50_ms"`
@@ -186,7 +190,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	dispatchLat := &samples{}
-	stopAgents, err := startAgents(cfg, tg.addr, dispatchLat)
+	agentErrs := &agentErrors{}
+	stopAgents, err := startAgents(cfg, tg.addr, dispatchLat, agentErrs)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +263,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.QueueWaitP50Ms, _, rep.QueueWaitP99Ms, _ = percentiles(qw)
 	rep.DispatchP50Ms, _, rep.DispatchP99Ms, _ = percentiles(dispatchLat.all())
+	rep.AgentsStopped, rep.AgentError = agentErrs.report()
 	return rep, nil
 }
 
@@ -459,7 +465,7 @@ func (c *completions) failedCount() int {
 
 // startAgents runs no-op agents that record how long after its dispatch
 // each step reached them.
-func startAgents(cfg Config, addr string, dispatch *samples) (stop func(), err error) {
+func startAgents(cfg Config, addr string, dispatch *samples, errs *agentErrors) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range cfg.Agents {
@@ -479,9 +485,38 @@ func startAgents(cfg Config, addr string, dispatch *samples) (stop func(), err e
 			}
 			return nil, nil
 		})
-		wg.Go(func() { _ = a.Run(ctx) })
+		wg.Go(func() {
+			if err := a.Run(ctx); err != nil && ctx.Err() == nil {
+				errs.add(fmt.Errorf("agent bench-%d stopped: %w", i, err))
+			}
+		})
 	}
 	return func() { cancel(); wg.Wait() }, nil
+}
+
+// agentErrors collects the errors agents stopped with.
+type agentErrors struct {
+	mu    sync.Mutex
+	n     int
+	first error
+}
+
+func (e *agentErrors) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	if e.first == nil {
+		e.first = err
+	}
+}
+
+func (e *agentErrors) report() (int, string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.first == nil {
+		return e.n, ""
+	}
+	return e.n, e.first.Error()
 }
 
 // dbSampler records etcd's database size every second of the run, and the
