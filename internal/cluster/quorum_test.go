@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -24,12 +26,14 @@ import (
 const unavailableBound = 5*time.Second + 3*time.Second
 
 // A real cluster of separate processes (3 etcd members, 2 schedulers, 2
-// supervisors, 2 demo agents) loses etcd's quorum: two of the three
-// members are SIGKILLed. Clients get UNAVAILABLE within the bound from
-// both schedulers, and nothing else; no reeve process exits. The two
-// members are started again and, without touching any reeve process, new
-// tasks succeed and every task submitted before the outage, or during it
-// and retried with the same task_id, ends.
+// supervisors, 2 demo agents) loses etcd's quorum: the leader and one
+// follower are SIGKILLed for about 10 s. Clients get UNAVAILABLE within the
+// bound from both schedulers, and nothing else; no reeve process exits.
+// The two members are started again and, without touching any reeve
+// process, new tasks succeed, and every task submitted before the outage
+// (including demo.timeout steps whose attempt was running and expired during
+// it, which the supervisor must retry), or during it and retried with the
+// same task_id, succeeds.
 func TestQuorumLossGivesUnavailableAndResumes(t *testing.T) {
 	reeve, etcd := clustertest.Reeve(t), clustertest.Tool(t, "etcd")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -86,13 +90,41 @@ func TestQuorumLossGivesUnavailableAndResumes(t *testing.T) {
 		inflight = append(inflight, id)
 	}
 
+	// demo.timeout: the first attempt never answers. Once it runs, its
+	// complete-by (2 s) passes during the outage, and only the supervisor
+	// can move it on (retry), after quorum returns.
+	for i := range 2 {
+		id := fmt.Sprintf("inflight-timeout-%d", i)
+		req := demoOrder(id)
+		req.Workflow = &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: "demo.timeout"}}
+		if _, err := clients[i%2].SubmitTask(ctx, req); err != nil {
+			t.Fatalf("submit %s: %v", id, err)
+		}
+		inflight = append(inflight, id)
+		waitState(ctx, t, clients[0], id, reevev1.TaskState_TASK_STATE_RUNNING)
+	}
+	open := 0
+	for _, id := range inflight {
+		resp, err := clients[0].GetTask(ctx, &reevev1.GetTaskRequest{TaskId: id})
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		if st := resp.GetTask().GetState(); st != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+			open++
+		}
+	}
+	t.Logf("%d of %d tasks submitted just before the outage not yet SUCCEEDED at its start", open, len(inflight))
+
+	// Kill the etcd leader and one follower: the survivor is a follower.
+	leader := etcdLeader(ctx, t, c)
+	victims := []*cluster.Process{c.Etcd[leader], c.Etcd[(leader+1)%3]}
 	lost := time.Now()
-	for _, m := range c.Etcd[:2] {
+	for _, m := range victims {
 		if err := m.Kill(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("killed %s and %s at %s", c.Etcd[0].Name, c.Etcd[1].Name, lost.Format(time.RFC3339Nano))
+	t.Logf("killed %s (leader) and %s at %s", victims[0].Name, victims[1].Name, lost.Format(time.RFC3339Nano))
 
 	// (a) Every request through either scheduler fails with UNAVAILABLE
 	// within the bound. Two rounds: at once, and after the supervisors'
@@ -147,7 +179,7 @@ func TestQuorumLossGivesUnavailableAndResumes(t *testing.T) {
 
 	// (c) Quorum returns; no reeve process is touched.
 	back := time.Now()
-	for _, m := range c.Etcd[:2] {
+	for _, m := range victims {
 		if err := m.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +218,19 @@ func TestQuorumLossGivesUnavailableAndResumes(t *testing.T) {
 
 	// Tasks in flight before the outage end.
 	for _, id := range inflight {
-		waitTerminal(ctx, t, clients[0], id, false)
+		waitTerminal(ctx, t, clients[0], id, true)
+	}
+	t.Logf("tasks submitted before the outage SUCCEEDED %v after the members were started", time.Since(back).Round(10*time.Millisecond))
+	// The demo.timeout attempts that were running when quorum went were
+	// retried by the supervisor: they succeeded on attempt 2.
+	for _, id := range inflight[len(inflight)-2:] {
+		resp, err := clients[0].GetTask(ctx, &reevev1.GetTaskRequest{TaskId: id})
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		if a := resp.GetTask().GetSteps()[0].GetAttempt(); a != 2 {
+			t.Errorf("%s: step succeeded on attempt %d, want 2 (retried once by the supervisor)", id, a)
+		}
 	}
 	// A submission refused with UNAVAILABLE may still have been committed
 	// (etcd may commit a proposal after the client gave up). Retrying it
@@ -194,10 +238,14 @@ func TestQuorumLossGivesUnavailableAndResumes(t *testing.T) {
 	// accepted (or already exists) and the task ends.
 	for _, id := range during {
 		_, err := clients[1].SubmitTask(ctx, demoOrder(id))
-		if err != nil && status.Code(err) != codes.AlreadyExists {
+		switch status.Code(err) {
+		case codes.OK:
+		case codes.AlreadyExists:
+			t.Logf("%s, refused during the outage, was committed when quorum returned", id)
+		default:
 			t.Fatalf("resubmit %s: %v", id, err)
 		}
-		waitTerminal(ctx, t, clients[1], id, false)
+		waitTerminal(ctx, t, clients[1], id, true)
 	}
 	runTasks(ctx, t, clients[0], "after-a", 3)
 	runTasks(ctx, t, clients[1], "after-b", 3)
@@ -240,4 +288,42 @@ func waitTerminal(ctx context.Context, t *testing.T, c reevev1.SchedulerServiceC
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("task %s not terminal in time; last %s", id, last)
+}
+
+// waitState polls the task until it is in state want or ctx ends.
+func waitState(ctx context.Context, t *testing.T, c reevev1.SchedulerServiceClient, id string, want reevev1.TaskState) {
+	t.Helper()
+	var last reevev1.TaskState
+	for ctx.Err() == nil {
+		resp, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: id})
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		if last = resp.GetTask().GetState(); last == want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("task %s never %v; last %v", id, want, last)
+}
+
+// etcdLeader returns the index in c.Etcd of the etcd leader.
+func etcdLeader(ctx context.Context, t *testing.T, c *cluster.Cluster) int {
+	t.Helper()
+	for i, ep := range c.EtcdEndpoints {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Status(ctx, ep)
+		cli.Close()
+		if err != nil {
+			t.Fatalf("status of %s: %v", ep, err)
+		}
+		if resp.Header.GetMemberId() == resp.Leader {
+			return i
+		}
+	}
+	t.Fatal("no etcd member is the leader")
+	return -1
 }
