@@ -133,7 +133,7 @@ test: check-generate check-fmt lint vet
 	$(MAKE) e2e
 
 # Tests that start real clusters of separate processes (internal/cluster,
-# and the short chaos run of internal/chaos: about 1.5 minutes in all). A
+# and the short chaos run of internal/chaos: about 2 minutes in all). A
 # step of its own, so that their load does not disturb timing-sensitive tests
 # of other packages.
 test-cluster: etcd toxiproxy

@@ -11,7 +11,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -171,6 +174,13 @@ func TestQuorumLossGivesUnavailableAndResumes(t *testing.T) {
 		wg.Wait()
 		// (b) No reeve process exited.
 		allAlive(fmt.Sprintf("during outage, round %d", round))
+		if round == 0 {
+			// Health follows etcd (docs/observability.md): NOT_SERVING
+			// within its 1 s check interval, the process still up.
+			for _, addr := range c.SchedulerAddrs {
+				waitHealth(ctx, t, addr, healthpb.HealthCheckResponse_NOT_SERVING)
+			}
+		}
 	}
 	if t.Failed() {
 		t.FailNow()
@@ -212,6 +222,9 @@ func TestQuorumLossGivesUnavailableAndResumes(t *testing.T) {
 		waitTerminal(ctx, t, cl, fmt.Sprintf("after-first-%d", i), true)
 	}
 	resumed := time.Since(back)
+	for _, addr := range c.SchedulerAddrs {
+		waitHealth(ctx, t, addr, healthpb.HealthCheckResponse_SERVING)
+	}
 	allAlive("after quorum returned")
 	t.Logf("first submission accepted %v (scheduler-1) and %v (scheduler-2) after the members were started; both tasks SUCCEEDED %v after",
 		firstOK[0].Round(10*time.Millisecond), firstOK[1].Round(10*time.Millisecond), resumed.Round(10*time.Millisecond))
@@ -326,4 +339,28 @@ func etcdLeader(ctx context.Context, t *testing.T, c *cluster.Cluster) int {
 	}
 	t.Fatal("no etcd member is the leader")
 	return -1
+}
+
+// waitHealth polls the scheduler's overall health until it is want, for at
+// most 5 s (the health check runs every second).
+func waitHealth(ctx context.Context, t *testing.T, addr string, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var last string
+	for ctx.Err() == nil {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil && resp.GetStatus() == want {
+			return
+		}
+		last = fmt.Sprint(resp.GetStatus(), " ", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("health of %s never %v; last %s", addr, want, last)
 }
