@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
@@ -36,7 +38,12 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	conn := newAgentConn(uuid.NewString(), reg)
 	log := s.log.With("agent_id", conn.agentID, "session_id", conn.sessionID)
 
-	s.adoptRunning(stream.Context(), conn, reg.GetRunning())
+	if err := s.adoptRunning(stream.Context(), conn, reg.GetRunning()); err != nil {
+		// Without knowing which of its attempts are current, the agent's
+		// free capacity is unknown: assignments beyond it would be dropped
+		// by the agent and wait for their complete-by. It reconnects.
+		return statusErr(err)
+	}
 	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: &reevev1.Registered{
 		SessionId: conn.sessionID, SchedulerId: s.opts.id,
 	}}})
@@ -121,14 +128,17 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 
 // adoptRunning counts the attempts an agent still runs from an earlier
 // connection against its capacity, if they are still current.
-func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reevev1.StepRef) {
+func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reevev1.StepRef) error {
 	for _, ref := range refs {
 		if ref.GetNamespace() != conn.ns {
 			continue
 		}
 		v, err := s.store.GetTask(ctx, ref.GetNamespace(), ref.GetTaskId())
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted by retention: not running
+		}
 		if err != nil {
-			continue
+			return fmt.Errorf("register.running: check %s/%s: %w", ref.GetTaskId(), ref.GetStep(), err)
 		}
 		st := taskstate.FindStep(v.Record.GetTask(), ref.GetStep())
 		if taskstate.Dispatched(st) && st.GetAttempt() == ref.GetAttempt() && st.GetLockedByAgent() == conn.agentID {
@@ -139,6 +149,7 @@ func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reev
 			}
 		}
 	}
+	return nil
 }
 
 // publishAgent records the agent in etcd under the instance lease; it
