@@ -10,7 +10,13 @@ GRPCURL_VERSION            := v1.9.4
 ETCD_VERSION               := v3.7.3
 TOXIPROXY_VERSION          := v2.12.0
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos
+# The OpenTelemetry Collector of `make e2e-otel`, built by the collector
+# builder from internal/telemetry/otelcol/builder.yaml (components pinned
+# there to the same release). Bump both together, and the binary's name.
+OTELCOL_VERSION            := v0.162.0
+OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
+
+.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster
 
 all: build
 
@@ -31,6 +37,20 @@ $(TOOLS)/buf: Makefile
 $(TOOLS)/grpcurl-$(GRPCURL_VERSION):
 	GOBIN=$(TOOLS) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@touch $@
+
+# Built once (about 2.5 minutes), then reused while the file exists.
+# A private build directory next to the binary: the rename is atomic, so an
+# interrupted build never leaves a partial binary that looks installed.
+$(OTELCOL):
+	GOBIN=$(TOOLS) go install go.opentelemetry.io/collector/cmd/builder@$(OTELCOL_VERSION)
+	d=$$(mktemp -d $(TOOLS)/otelcol-build.XXXXXX) && \
+	$(TOOLS)/builder --config internal/telemetry/otelcol/builder.yaml --output-path $$d && \
+	mv $$d/otelcol-reeve $@ && rm -rf $$d
+
+# End-to-end tracing: a real collector receives the spans of `reeve dev
+# --demo` and the CLI; the test checks the traces of two demo tasks.
+e2e-otel: $(OTELCOL) build
+	REEVE_E2E_OTELCOL=$(OTELCOL) REEVE_E2E_REEVE=$(CURDIR)/bin/reeve go test -count=1 -timeout 5m -run TestCollectorReceivesTaskTraces ./internal/telemetry/otelcol/
 
 # The official etcd server and etcdctl, built from their Go modules in a
 # scratch module: `go install` refuses them (their go.mod has replace
@@ -79,6 +99,13 @@ run: build
 cluster: build etcd
 	./bin/reeve cluster $(ARGS)
 
+# The chaos suite on a local cluster: 2,000 tasks under process kills and
+# network faults, then the invariant check (see docs/reliability.md). ARGS
+# passes flags, e.g. make chaos ARGS='--seed 42 --tasks 500'. A short run
+# (300 tasks, under a minute) is part of `make test` (make test-cluster).
+chaos: build etcd toxiproxy
+	./bin/reeve chaos --json chaos-report.json $(ARGS)
+
 vet:
 	go vet ./...
 
@@ -99,16 +126,25 @@ fuzz:
 		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-test: check-generate check-fmt lint vet etcd toxiproxy
-	REEVE_REQUIRE_BINARIES=1 go test -race -count=1 -timeout 15m ./...
+test: check-generate check-fmt lint vet
+	go test -race -count=1 -timeout 15m ./...
+	$(MAKE) test-cluster
 	$(MAKE) fuzz
 	$(MAKE) e2e
 
+# Tests that start real clusters of separate processes (internal/cluster,
+# and the short chaos run of internal/chaos: about 2 minutes in all). A
+# step of its own, so that their load does not disturb timing-sensitive tests
+# of other packages.
+test-cluster: etcd toxiproxy
+	REEVE_CLUSTER_TESTS=1 REEVE_REQUIRE_BINARIES=1 go test -race -count=1 -timeout 10m ./internal/cluster/... ./internal/chaos/...
+
 # End-to-end checks against real processes (about 45s once the tools are
 # installed): the README's grpcurl examples against reeve dev, the Node
-# example client and agent against reeve dev, and the conformance suite
-# against the Node agent and the Go SDK agent.
-e2e: e2e-grpcurl e2e-node e2e-conformance
+# example client and agent against reeve dev, the conformance suite
+# against the Node agent and the Go SDK agent, and traces through a real
+# OpenTelemetry Collector (about 10s; 2.5 minutes more to build it once).
+e2e: e2e-grpcurl e2e-node e2e-conformance e2e-otel
 
 e2e-grpcurl: build $(TOOLS)/grpcurl-$(GRPCURL_VERSION)
 	GRPCURL=$(TOOLS)/grpcurl scripts/e2e/grpcurl.sh
@@ -130,10 +166,3 @@ node-example:
 # Results in bench-results/<time>/. SOAK=180s and SUSTAIN=60s set run lengths.
 bench: build
 	./scripts/bench.sh
-
-# The chaos suite on a local cluster: 2,000 tasks under process kills and
-# network faults, then the invariant check (see docs/reliability.md). ARGS
-# passes flags, e.g. make chaos ARGS='--seed 42 --tasks 500'. A short run
-# (300 tasks, about 1.5 minutes) is part of `make test` (internal/chaos).
-chaos: build etcd toxiproxy
-	./bin/reeve chaos --json chaos-report.json $(ARGS)

@@ -49,7 +49,9 @@ type execution struct {
 }
 
 // New returns an agent for the schedulers at addresses (host:port); it
-// connects to one at a time, moving to the next on failure or drain.
+// connects to one at a time, starting at a random one (so agents given the
+// same list spread over the schedulers) and moving to the next on failure
+// or drain.
 func New(addresses []string, opts ...Option) (*Agent, error) {
 	if len(addresses) == 0 {
 		return nil, errors.New("agentsdk: at least one scheduler address is required")
@@ -178,9 +180,11 @@ func (a *Agent) start(as *reevev1.StepAssignment) {
 		Attempt: int(ref.GetAttempt()), IdempotencyKey: as.GetIdempotencyKey(), CompleteBy: completeBy,
 		Compensation: as.GetCompensation(), assignment: as, agent: a,
 	}
+	ctx, span := a.startSpan(ctx, as)
 	a.wg.Go(func() {
 		defer cancel()
 		out, err := invoke(ctx, h, step)
+		endSpan(span, err)
 		a.finish(ex, out, err)
 	})
 }

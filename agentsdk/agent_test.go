@@ -256,14 +256,26 @@ func TestDrainMovesAgentToNextScheduler(t *testing.T) {
 	runAgent(t, a)
 	submit(t, s2.Client(t), "d1", spec("x", "work", time.Minute))
 	<-started
-	go s1.Stop() // sends Drain, waits for the agent to leave
-	close(release)
-	final := testenv.WaitTask(t, s2.Client(t), "default", "d1", wait)
-	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
-		t.Fatalf("task %v", final.GetState())
+	// The agent starts at a random address: drain whichever scheduler
+	// dispatched the step, and watch through the other.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	running, err := s2.Client(t).GetTask(ctx, &reevev1.GetTaskRequest{Namespace: "default", TaskId: "d1"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	submit(t, s2.Client(t), "d2", spec("x", "work", time.Minute))
-	if final := testenv.WaitTask(t, s2.Client(t), "default", "d2", wait); final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+	from, other := s1, s2
+	if running.GetTask().GetSteps()[0].GetLockedByScheduler() == s2.ID() {
+		from, other = s2, s1
+	}
+	go from.Stop() // sends Drain, waits for the agent to leave
+	close(release)
+	final := testenv.WaitTask(t, other.Client(t), "default", "d1", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || final.GetSteps()[0].GetAttempt() != 1 {
+		t.Fatalf("task %v at attempt %d, want SUCCEEDED on attempt 1 (the result delivered through the other scheduler)", final.GetState(), final.GetSteps()[0].GetAttempt())
+	}
+	submit(t, other.Client(t), "d2", spec("x", "work", time.Minute))
+	if final := testenv.WaitTask(t, other.Client(t), "default", "d2", wait); final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
 		t.Fatalf("task after drain %v", final.GetState())
 	}
 }
@@ -316,7 +328,7 @@ func TestHeartbeatKeepsLongStepAlive(t *testing.T) {
 	env.StartSupervisor([]*testenv.Scheduler{s})
 	a := newAgent(t, []string{s.Addr})
 	a.Handle("long", func(ctx context.Context, st *agentsdk.Step) (any, error) {
-		for range 10 { // 1s of work, five heartbeat timeouts
+		for range 15 { // 1.5s of work, three heartbeat timeouts
 			if err := st.Heartbeat(ctx); err != nil {
 				return nil, err
 			}
@@ -327,7 +339,8 @@ func TestHeartbeatKeepsLongStepAlive(t *testing.T) {
 	runAgent(t, a)
 	c := s.Client(t)
 	long := spec("x", "long", time.Minute)
-	long.HeartbeatTimeout = durationpb.New(200 * time.Millisecond)
+	// Wide enough that a loaded machine running -race does not miss a beat.
+	long.HeartbeatTimeout = durationpb.New(500 * time.Millisecond)
 	submit(t, c, "hb", long)
 	final := testenv.WaitTask(t, c, "default", "hb", wait)
 	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || final.GetSteps()[0].GetAttempt() != 1 {

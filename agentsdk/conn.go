@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/telemetry"
 )
 
 // errDrained ends a session because the scheduler asked the agent to move.
@@ -25,10 +27,14 @@ const stableAfter = 10 * time.Second
 
 // connectLoop keeps one stream open, to one address at a time, until ctx
 // ends. It returns nil then, or the fatal error of a refused registration.
+// It starts at a random address, so that a fleet of agents given the same
+// list spreads over the schedulers, and moves to the next one in the list
+// after a failure or a drain.
 func (a *Agent) connectLoop(ctx context.Context) error {
 	failures := 0
+	start := rand.IntN(len(a.addrs))
 	for i := 0; ctx.Err() == nil; i++ {
-		addr := a.addrs[i%len(a.addrs)]
+		addr := a.addrs[(start+i)%len(a.addrs)]
 		began := time.Now()
 		err := a.session(ctx, addr)
 		switch {
@@ -80,7 +86,8 @@ func backoff(minWait, maxWait time.Duration, failures int) time.Duration {
 // session runs one stream: register, then a receive loop (here) and a send
 // loop (the only caller of Send) until the stream ends.
 func (a *Agent) session(ctx context.Context, addr string) error {
-	cc, err := grpc.NewClient(addr, a.opts.dialOptions()...)
+	cc, err := grpc.NewClient(addr, append(a.opts.dialOptions(),
+		telemetry.ClientHandler(otelgrpc.WithTracerProvider(a.opts.tracer), otelgrpc.WithMeterProvider(a.opts.meter)))...)
 	if err != nil {
 		return err
 	}
@@ -105,8 +112,10 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 
 	out := make(chan *reevev1.ConnectRequest, a.opts.maxConcurrent*2+64)
 	sendErr := make(chan error, 1)
+	sendCtx, stopSend := context.WithCancel(sctx)
+	defer stopSend()
 	var wg sync.WaitGroup
-	wg.Go(func() { sendErr <- sendLoop(sctx, stream, out) })
+	wg.Go(func() { sendErr <- sendLoop(sendCtx, stream, out) })
 	a.attach(out)
 	defer func() {
 		a.detach(out)
@@ -137,7 +146,14 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 			a.acked(msg.ResultAck)
 		case *reevev1.ConnectResponse_Drain:
 			a.detach(out)
-			_ = stream.CloseSend()
+			// CloseSend must not run concurrently with Send: stop the send
+			// loop first (a Send stuck on flow control is cut by cancel).
+			stopSend()
+			select {
+			case <-sendErr:
+				_ = stream.CloseSend()
+			case <-time.After(time.Second):
+			}
 			return errDrained
 		}
 	}

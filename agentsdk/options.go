@@ -9,6 +9,9 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -26,6 +29,8 @@ type options struct {
 	backoffMin      time.Duration
 	backoffMax      time.Duration
 	shutdownTimeout time.Duration
+	tracer          trace.TracerProvider
+	meter           metric.MeterProvider
 }
 
 func defaultOptions() options {
@@ -38,6 +43,8 @@ func defaultOptions() options {
 		backoffMin:      100 * time.Millisecond,
 		backoffMax:      5 * time.Second,
 		shutdownTimeout: 30 * time.Second,
+		tracer:          otel.GetTracerProvider(),
+		meter:           otel.GetMeterProvider(),
 		dialOpts: []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
@@ -107,3 +114,13 @@ func WithReconnectBackoff(minWait, maxWait time.Duration) Option {
 // running steps to finish and their results to be delivered; default 30s.
 // Steps still running then have their ctx canceled.
 func WithShutdownTimeout(d time.Duration) Option { return func(o *options) { o.shutdownTimeout = d } }
+
+// WithTracerProvider sets where the agent's spans go; default the global
+// provider (a no-op unless the program set one up). Each execution gets a
+// span, reeve.step.execute, child of the scheduler's span for the attempt
+// (from the assignment's trace context); handlers get it in their ctx.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+
+// WithMeterProvider sets where the agent's gRPC metrics go; default the
+// global provider.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.meter = mp } }

@@ -22,7 +22,10 @@ func (s *Server) claim(ctx context.Context, e *storev1.ReadyEntry, agentID strin
 		return nil, err
 	}
 	t := after.GetTask()
-	return assignment(t, taskstate.FindStep(t, e.GetStep())), nil
+	st := taskstate.FindStep(t, e.GetStep())
+	a := assignment(t, st)
+	s.tel.claimed(after, st, a, s.opts.id, agentID, s.opts.clock.Now())
+	return a, nil
 }
 
 // assignment builds what an agent needs to run the step's current execution.

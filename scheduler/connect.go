@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
@@ -36,10 +38,16 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	conn := newAgentConn(uuid.NewString(), reg)
 	log := s.log.With("agent_id", conn.agentID, "session_id", conn.sessionID)
 
-	s.adoptRunning(stream.Context(), conn, reg.GetRunning())
+	if err := s.adoptRunning(stream.Context(), conn, reg.GetRunning()); err != nil {
+		// Without knowing which of its attempts are current, the agent's
+		// free capacity is unknown: assignments beyond it would be dropped
+		// by the agent and wait for their complete-by. It reconnects.
+		return statusErr(err)
+	}
 	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: &reevev1.Registered{
 		SessionId: conn.sessionID, SchedulerId: s.opts.id,
 	}}})
+	s.tel.seeNamespace(conn.ns)
 	s.disp.addAgent(conn)
 	rev := s.publishAgent(stream.Context(), conn)
 	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max)
@@ -96,6 +104,11 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 			go func() {
 				defer s.work.Done()
 				ack := s.handleResult(conn, msg.Result)
+				if !ack.GetAccepted() && s.base.Err() != nil {
+					// Stopped before it could be judged: no answer, so that
+					// the agent keeps the result and delivers it elsewhere.
+					return
+				}
 				conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: ack}})
 			}()
 		case *reevev1.ConnectRequest_AssignmentAck:
@@ -115,20 +128,28 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 
 // adoptRunning counts the attempts an agent still runs from an earlier
 // connection against its capacity, if they are still current.
-func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reevev1.StepRef) {
+func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reevev1.StepRef) error {
 	for _, ref := range refs {
 		if ref.GetNamespace() != conn.ns {
 			continue
 		}
 		v, err := s.store.GetTask(ctx, ref.GetNamespace(), ref.GetTaskId())
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted by retention: not running
+		}
 		if err != nil {
-			continue
+			return fmt.Errorf("register.running: check %s/%s: %w", ref.GetTaskId(), ref.GetStep(), err)
 		}
 		st := taskstate.FindStep(v.Record.GetTask(), ref.GetStep())
 		if taskstate.Dispatched(st) && st.GetAttempt() == ref.GetAttempt() && st.GetLockedByAgent() == conn.agentID {
 			conn.running[refKey(ref)] = st.GetCompleteBy().AsTime()
+			// Liveness is watched on the stream the agent is on now.
+			if hb := taskstate.Spec(v.Record.GetTask(), ref.GetStep()).GetHeartbeatTimeout(); hb != nil {
+				conn.beats[refKey(ref)] = &beat{ref: ref, timeout: hb.AsDuration(), last: s.opts.clock.Now()}
+			}
 		}
 	}
+	return nil
 }
 
 // publishAgent records the agent in etcd under the instance lease; it

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/testenv"
@@ -197,5 +198,50 @@ func TestTerminalTasksAreRemovedAfterRetention(t *testing.T) {
 	list, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{State: reevev1.TaskState_TASK_STATE_SUCCEEDED})
 	if err != nil || len(list.GetTasks()) != 0 {
 		t.Fatalf("state index still lists the removed task: %v %v", list, err)
+	}
+}
+
+// An agent that reconnects listing a running attempt while the scheduler
+// cannot read etcd is refused with UNAVAILABLE (and retries), rather than
+// registered with that attempt uncounted: the scheduler would think it had
+// room and send work the agent must drop, leaving steps to wait for their
+// complete-by. Once etcd is back the same registration counts the attempt.
+func TestRegistrationWithRunningAttemptsNeedsEtcd(t *testing.T) {
+	env, s, c := newEnv(t)
+	first := testenv.ConnectRaw(t, s.Addr, register("a1", 1, "t"))
+	long := step("x", "t")
+	long.Timeout = durationpb.New(time.Minute) // outlasts the etcd outage below
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "held", Workflow: inline(long)})
+	held := first.NextAssignment(wait).GetRef()
+	first.Close()
+
+	reg := register("a1", 1, "t")
+	reg.Running = []*reevev1.StepRef{held}
+	env.Etcd.Stop()
+	if _, err := testenv.TryConnectRaw(t, s.Addr, reg); status.Code(err) != codes.Unavailable {
+		t.Fatalf("register listing a running attempt with etcd down: %v, want Unavailable", err)
+	}
+	env.Etcd.Restart()
+
+	var again *testenv.RawAgent
+	for deadline := time.Now().Add(wait); again == nil; {
+		a, err := testenv.TryConnectRaw(t, s.Addr, reg)
+		switch {
+		case err == nil:
+			again = a
+		case status.Code(err) != codes.Unavailable || time.Now().After(deadline):
+			t.Fatalf("register after etcd returned: %v", err)
+		default:
+			time.Sleep(100 * time.Millisecond) // polling etcd's recovery, bounded by the deadline
+		}
+	}
+	// The held attempt fills the agent's one slot: a second task waits.
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "waits", Workflow: inline(step("x", "t"))})
+	if m, ok := again.Recv(time.Second); ok && m.GetAssignment() != nil {
+		t.Fatalf("assignment %v sent to an agent with no room", m.GetAssignment().GetRef())
+	}
+	again.Succeed(held, nil)
+	if next := again.NextAssignment(wait); next.GetRef().GetTaskId() != "waits" {
+		t.Fatalf("after the held attempt finished got %v, want task waits", next.GetRef())
 	}
 }

@@ -233,12 +233,12 @@ func TestHostileInputIsRefusedOnEveryRPC(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
-			before := dataKeys(t, env.Etcd.Client())
+			before := testenv.DataKeys(t, env.Etcd.Client())
 			err := tc.call(ctx)
 			if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.field) {
 				t.Fatalf("got %v, want %v naming %q", err, tc.code, tc.field)
 			}
-			if after := dataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
+			if after := testenv.DataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
 				t.Fatalf("etcd data changed from %v to %v: the refused call wrote something", before, after)
 			}
 		})
@@ -276,7 +276,7 @@ func TestHostileResultsAreRefusedAndChangeNothing(t *testing.T) {
 		{"NaN output", &reevev1.StepResult{Ref: ref, Output: structpb.NewNumberValue(math.Inf(1))}, codes.InvalidArgument, "output"},
 		{"error message over 4 KiB", &reevev1.StepResult{Ref: ref, Error: &reevev1.StepError{Message: strings.Repeat("e", 5000)}}, codes.InvalidArgument, "error.message"},
 	}
-	before := dataKeys(t, env.Etcd.Client())
+	before := testenv.DataKeys(t, env.Etcd.Client())
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			agent.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: tc.res}})
@@ -286,7 +286,7 @@ func TestHostileResultsAreRefusedAndChangeNothing(t *testing.T) {
 			}
 		})
 	}
-	if after := dataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
+	if after := testenv.DataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
 		t.Fatalf("refused results changed etcd: %v -> %v", before, after)
 	}
 	// The genuine result is still accepted afterwards.

@@ -24,12 +24,12 @@ func TestSubmitRateIsLimitedPerClient(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	before := dataKeys(t, env.Etcd.Client())
+	before := testenv.DataKeys(t, env.Etcd.Client())
 	_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(step("x", "t"))})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "submit rate") {
 		t.Fatalf("third submission: %v, want RESOURCE_EXHAUSTED about the submit rate", err)
 	}
-	if after := dataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
+	if after := testenv.DataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
 		t.Fatalf("refused submission changed etcd")
 	}
 	// Reads are not limited.
@@ -49,13 +49,19 @@ func TestActiveTasksPerNamespaceAreCapped(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	before := dataKeys(t, env.Etcd.Client())
+	before := testenv.DataKeys(t, env.Etcd.Client())
 	_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Namespace: "a", TaskId: "a3", Workflow: inline(step("x", "t"))})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), `"a" has 2 active tasks`) {
 		t.Fatalf("third active task: %v, want RESOURCE_EXHAUSTED naming the namespace", err)
 	}
-	if after := dataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
+	if after := testenv.DataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
 		t.Fatalf("refused submission changed etcd")
+	}
+
+	// An idempotent resubmission of an existing task still gets it back.
+	again, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Namespace: "a", TaskId: "a2", Workflow: inline(step("x", "t"))})
+	if err != nil || again.GetCreated() || again.GetTask().GetId() != "a2" {
+		t.Fatalf("resubmission at the limit: %v, %v; want the existing task", again, err)
 	}
 
 	// Once a task ends, a new one is admitted (after the count's refresh).

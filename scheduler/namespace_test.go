@@ -35,7 +35,7 @@ func TestNamespacesAreIsolatedFromEachOthersAgents(t *testing.T) {
 
 	// A result naming b's step, sent on a's stream by an agent with the
 	// holder's id, is refused and changes nothing.
-	before := dataKeys(t, env.Etcd.Client())
+	before := testenv.DataKeys(t, env.Etcd.Client())
 	ack := agentA.Succeed(as.GetRef(), map[string]any{"forged": true})
 	if ack.GetAccepted() || ack.GetCode() != int32(codes.PermissionDenied) {
 		t.Fatalf("cross-namespace result ack %v, want refused with PERMISSION_DENIED", ack)
@@ -45,7 +45,7 @@ func TestNamespacesAreIsolatedFromEachOthersAgents(t *testing.T) {
 	if ack := agentA.Succeed(forged, nil); ack.GetAccepted() {
 		t.Fatalf("result for a rewritten ref accepted: %v", ack)
 	}
-	if after := dataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
+	if after := testenv.DataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
 		t.Fatalf("refused results changed etcd: %v -> %v", before, after)
 	}
 

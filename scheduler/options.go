@@ -8,6 +8,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 type options struct {
@@ -26,6 +29,8 @@ type options struct {
 	submitRate         float64
 	submitBurst        int
 	maxActiveTasks     int
+	tracer             trace.TracerProvider
+	meter              metric.MeterProvider
 }
 
 func defaultOptions() options {
@@ -43,6 +48,8 @@ func defaultOptions() options {
 		scheduleToStart:    time.Hour,
 		spaceSoftLimit:     0.8,
 		spaceCheckInterval: 5 * time.Second,
+		tracer:             otel.GetTracerProvider(),
+		meter:              otel.GetMeterProvider(),
 	}
 }
 
@@ -77,6 +84,15 @@ func WithDrainTimeout(d time.Duration) Option { return func(o *options) { o.drai
 // WithClaimConcurrency bounds the claims in flight; default 256. Claims in
 // flight together share etcd transactions (group commit in the store).
 func WithClaimConcurrency(n int) Option { return func(o *options) { o.claimConcurrency = n } }
+
+// WithTracerProvider sets where the scheduler's spans go; default the
+// global provider (a no-op unless telemetry is set up). Build it with
+// telemetry.IDGenerator so that attempt spans get their derived ids.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+
+// WithMeterProvider sets where the scheduler's metrics go; default the
+// global provider.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.meter = mp } }
 
 // WithDefaultScheduleToStart sets the schedule-to-start timeout of steps
 // whose step and workflow set none: a submitted task's workflow snapshot

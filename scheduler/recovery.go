@@ -60,8 +60,9 @@ func (s *Server) recover(ctx context.Context, req recoveryRequest, stepRequired 
 	if err != nil {
 		return nil, err
 	}
+	s.tel.ended1(before.GetTask(), after.GetTask())
 	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
-	s.log.Info("recovery applied", "task_id", req.GetTaskId(), "step", req.GetStep(), "attempt", req.GetAttempt(), "actor", actor, "task_state", after.GetTask().GetState())
+	s.log.InfoContext(ctx, "recovery applied", "task_id", req.GetTaskId(), "step", req.GetStep(), "attempt", req.GetAttempt(), "actor", actor, "task_state", after.GetTask().GetState())
 	return after.GetTask(), nil
 }
 

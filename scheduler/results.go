@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -58,7 +59,8 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		return taskstate.Complete(t, ref, conn.agentID, res.GetOutput(), now)
 	}
 
-	before, after, err := s.updateUntil(s.resultDeadline(conn, ref), ref, apply)
+	beforeRec, afterRec, err := s.updateUntil(s.resultDeadline(conn, ref), ref, apply)
+	before, after := beforeRec.GetTask(), afterRec.GetTask()
 	s.disp.releaseRef(conn.agentID, ref)
 	if err != nil {
 		if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
@@ -68,6 +70,7 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		log.Warn("record result", "err", err)
 		return reject(err)
 	}
+	s.tel.resulted(beforeRec, afterRec, ref, res, conn.agentID, s.opts.clock.Now())
 	s.disp.revoke(taskstate.Revoked(before, after, ref), "task "+after.GetState().String())
 	ack.Accepted = true
 	return ack
@@ -75,14 +78,14 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 
 // updateUntil retries an update while etcd is unavailable, until deadline:
 // a result that arrived in time is not lost to a short etcd outage.
-func (s *Server) updateUntil(deadline time.Time, ref *reevev1.StepRef, fn func(*reevev1.Task) error) (before, after *reevev1.Task, err error) {
+func (s *Server) updateUntil(deadline time.Time, ref *reevev1.StepRef, fn func(*reevev1.Task) error) (before, after *storev1.TaskRecord, err error) {
 	ctx, cancel := context.WithDeadline(s.base, deadline)
 	defer cancel()
 	wait := 100 * time.Millisecond
 	for {
 		b, a, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), fn)
 		if err == nil {
-			return b.GetTask(), a.GetTask(), nil
+			return b, a, nil
 		}
 		if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrConflict) {
 			return nil, nil, err

@@ -38,6 +38,7 @@ type Server struct {
 	store *store.Store
 	log   *slog.Logger
 	disp  *dispatcher
+	tel   *instruments
 	adm   *admission
 	space *spaceGuard
 
@@ -61,12 +62,13 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	base, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts:       o,
-		store:      store.New(c, store.WithPrefix(o.prefix)),
+		store:      store.New(c, store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter)),
 		log:        o.log.With("scheduler_id", o.id),
 		base:       base,
 		cancelBase: cancel,
 	}
 	s.disp = newDispatcher(s)
+	s.tel = newInstruments(s)
 	s.adm = newAdmission(s)
 	s.space = &spaceGuard{s: s}
 	return s

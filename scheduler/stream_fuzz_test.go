@@ -44,7 +44,7 @@ func FuzzAgentStream(f *testing.F) {
 	submit(f, c, &reevev1.SubmitTaskRequest{TaskId: "held", Workflow: inline(step("x", "t"))})
 	holder.NextAssignment(wait)
 	etcd := env.Etcd.Client()
-	held := dataKeys(f, etcd)
+	held := testenv.DataKeys(f, etcd)
 	cc := testenv.Dial(f, s.Addr)
 
 	var stream reevev1.AgentService_ConnectClient
@@ -111,7 +111,7 @@ func FuzzAgentStream(f *testing.F) {
 		case <-deadline:
 			t.Fatalf("no answer within %v after %v", wait, m)
 		}
-		if now := dataKeys(t, etcd); !maps.Equal(held, now) {
+		if now := testenv.DataKeys(t, etcd); !maps.Equal(held, now) {
 			t.Fatalf("message %v changed etcd", m)
 		}
 	})

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -142,35 +141,16 @@ func TestInvalidRequestsAreRefusedAndStoreNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
-			before := dataKeys(t, etcd)
+			before := testenv.DataKeys(t, etcd)
 			err := tc.call(ctx)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.field) {
 				t.Fatalf("got %v, want InvalidArgument naming %q", err, tc.field)
 			}
-			if after := dataKeys(t, etcd); !maps.Equal(before, after) {
+			if after := testenv.DataKeys(t, etcd); !maps.Equal(before, after) {
 				t.Fatalf("etcd data changed from %v to %v: the refused request wrote something", before, after)
 			}
 		})
 	}
-}
-
-// dataKeys returns every Reeve key but the liveness records of schedulers and agents,
-// with its mod revision: any write a request makes changes it.
-func dataKeys(t testing.TB, c *clientv3.Client) map[string]int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	resp, err := c.Get(ctx, "/reeve/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, kv := range resp.Kvs {
-		if k := string(kv.Key); !strings.HasPrefix(k, "/reeve/schedulers/") && !strings.HasPrefix(k, "/reeve/agents/") {
-			out[string(kv.Key)] = kv.ModRevision
-		}
-	}
-	return out
 }
 
 func TestListTasksFiltersByStateAndPages(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +17,7 @@ import (
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
@@ -38,6 +40,11 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	req = proto.Clone(req).(*reevev1.SubmitTaskRequest)
 	req.Namespace = workflow.Namespace(req.GetNamespace())
 	if err := s.adm.allowActive(ctx, req.GetNamespace()); err != nil {
+		// Idempotency wins over the limit: a retried submission of a task
+		// that exists gets it back.
+		if t := s.sameSubmission(ctx, req); t != nil {
+			return &reevev1.SubmitTaskResponse{Task: t}, nil
+		}
 		return nil, statusErr(err)
 	}
 	generated := req.GetTaskId() == ""
@@ -59,9 +66,12 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	if err != nil {
 		return nil, statusErr(err)
 	}
+	ctx, span := s.tel.startSubmit(ctx, req)
+	defer span.End()
 	rec := &storev1.TaskRecord{
 		Task:          taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), s.opts.clock.Now()),
 		RequestDigest: digest,
+		TraceContext:  telemetry.Inject(ctx),
 	}
 	existing, created, err := s.store.CreateTask(ctx, rec)
 	if err != nil {
@@ -72,9 +82,27 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	}
 	if created {
 		s.adm.created(req.GetNamespace())
-		s.log.Info("task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
+		s.tel.submitted.Add(ctx, 1, metric.WithAttributes(telemetry.KeyNamespace.String(req.GetNamespace())))
+		s.log.InfoContext(ctx, "task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
 	}
 	return &reevev1.SubmitTaskResponse{Task: existing.GetTask(), Created: created}, nil
+}
+
+// sameSubmission returns the task req already created (same client-chosen
+// id, same request), or nil.
+func (s *Server) sameSubmission(ctx context.Context, req *reevev1.SubmitTaskRequest) *reevev1.Task {
+	if req.GetTaskId() == "" {
+		return nil
+	}
+	digest, err := requestDigest(req)
+	if err != nil {
+		return nil
+	}
+	v, err := s.store.GetTask(ctx, req.GetNamespace(), req.GetTaskId())
+	if err != nil || string(v.Record.GetRequestDigest()) != string(digest) {
+		return nil
+	}
+	return v.Record.GetTask()
 }
 
 // resolveWorkflow returns the workflow a submission runs, as the snapshot the
@@ -184,6 +212,7 @@ func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest)
 	if err != nil {
 		return nil, statusErr(err)
 	}
+	s.tel.ended1(before.GetTask(), after.GetTask())
 	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "task canceled")
 	return &reevev1.CancelTaskResponse{Task: after.GetTask()}, nil
 }

@@ -8,6 +8,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 type options struct {
@@ -18,6 +21,8 @@ type options struct {
 	batch      int
 	log        *slog.Logger
 	clock      clockwork.Clock
+	tracer     trace.TracerProvider
+	meter      metric.MeterProvider
 }
 
 func defaultOptions() options {
@@ -30,6 +35,8 @@ func defaultOptions() options {
 		batch:      1000,
 		log:        slog.Default(),
 		clock:      clockwork.NewRealClock(),
+		tracer:     otel.GetTracerProvider(),
+		meter:      otel.GetMeterProvider(),
 	}
 }
 
@@ -61,3 +68,11 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithClock sets the clock, for tests; default the real clock.
 func WithClock(c clockwork.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithTracerProvider sets where the supervisor's decision spans go; default
+// the global provider (a no-op unless telemetry is set up).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+
+// WithMeterProvider sets where the supervisor's metrics go; default the
+// global provider.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.meter = mp } }

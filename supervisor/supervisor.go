@@ -23,6 +23,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -30,6 +31,7 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/telemetry"
 )
 
 // Supervisor campaigns for leadership and, while leading, recovers expired
@@ -41,6 +43,7 @@ type Supervisor struct {
 	schedulers []reevev1.SupervisorServiceClient
 	log        *slog.Logger
 	leading    atomic.Bool
+	tel        *instruments
 	next       atomic.Uint32 // scheduler to try first
 }
 
@@ -57,13 +60,15 @@ func New(cli *clientv3.Client, schedulers []reevev1.SupervisorServiceClient, opt
 	if o.tick <= 0 || o.batch <= 0 || o.sessionTTL < 1 {
 		return nil, errors.New("supervisor: tick, batch and session TTL must be positive")
 	}
-	return &Supervisor{
+	s := &Supervisor{
 		opts:       o,
 		cli:        cli,
-		store:      store.New(cli, store.WithPrefix(o.prefix)),
+		store:      store.New(cli, store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter)),
 		schedulers: schedulers,
 		log:        o.log.With("supervisor_id", o.id),
-	}, nil
+	}
+	s.tel = newInstruments(s)
+	return s, nil
 }
 
 // ID returns the supervisor's id.
@@ -150,7 +155,7 @@ func (s *Supervisor) Tick(ctx context.Context, fence *reevev1.Fence) bool {
 
 // recover decides what to do with one expired execution and asks a
 // scheduler to do it.
-func (s *Supervisor) recover(ctx context.Context, d store.Deadline, fence *reevev1.Fence) error {
+func (s *Supervisor) recover(ctx context.Context, d store.Deadline, fence *reevev1.Fence) (err error) {
 	v, err := s.store.GetTask(ctx, d.Namespace, d.TaskID)
 	if err != nil {
 		return err
@@ -162,6 +167,8 @@ func (s *Supervisor) recover(ctx context.Context, d store.Deadline, fence *reeve
 	}
 	action, delay := taskstate.Decide(t, st)
 	log := s.log.With("task_id", d.TaskID, "step", d.Step, "attempt", d.Attempt, "action", action.String())
+	ctx, span := s.tel.startDecision(ctx, v.Record, st, d, action, delay)
+	defer func() { endDecision(span, err) }()
 	err = s.call(ctx, func(ctx context.Context, c reevev1.SupervisorServiceClient) error {
 		var err error
 		switch action {
@@ -175,7 +182,8 @@ func (s *Supervisor) recover(ctx context.Context, d store.Deadline, fence *reeve
 		return err
 	})
 	if err == nil {
-		log.Info("recovered expired step", "delay", delay)
+		s.tel.recoveries.Add(ctx, 1, metric.WithAttributes(telemetry.KeyAction.String(action.String())))
+		log.InfoContext(ctx, "recovered expired step", "delay", delay)
 	}
 	return err
 }

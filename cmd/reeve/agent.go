@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -19,7 +21,7 @@ import (
 	"github.com/reeve-org/reeve/internal/demo"
 )
 
-func newAgentCmd() *cobra.Command {
+func newAgentCmd(g *globals) *cobra.Command {
 	var (
 		schedulers        []string
 		id, sideEffects   string
@@ -41,6 +43,10 @@ registered twice).
   --demo    the demo workflows of 'reeve dev --demo' (demo.orders, ...)
   --chaos   the chaos suite's workflows; every side effect is appended to
             --side-effects (one JSON line per execution, see docs/reliability.md)
+
+With the TLS flags (--tls-ca, --tls-cert, --tls-key, --token) it connects
+like the client commands; registering workflows then needs the admin role,
+and when refused the agent assumes an admin registered them and serves.
 
 Stop it with SIGTERM or Ctrl-C: it finishes running steps first.`,
 		Args: cobra.NoArgs,
@@ -78,12 +84,23 @@ Stop it with SIGTERM or Ctrl-C: it finishes running steps first.`,
 				defer logFile.Close() // after Run: handlers are done
 				register = func(a *agentsdk.Agent) { chaos.Register(a, logFile) }
 			}
-			addrs := rotate(schedulers, id)
-			if err := registerWorkflows(ctx, log, addrs, workflows, registerTimeout); err != nil {
+			tlsCfg, err := g.sec.tlsConfig()
+			if err != nil {
 				return err
 			}
-			agent, err := agentsdk.New(addrs, agentsdk.WithAgentID(id), agentsdk.WithLogger(log.With("agent_id", id)),
-				agentsdk.WithMaxConcurrentSteps(maxConcurrent), agentsdk.WithReconnectBackoff(50*time.Millisecond, 2*time.Second))
+			addrs := rotate(schedulers, id)
+			if err := registerWorkflows(ctx, log, g, addrs, workflows, registerTimeout); err != nil {
+				return err
+			}
+			opts := []agentsdk.Option{agentsdk.WithAgentID(id), agentsdk.WithLogger(log.With("agent_id", id)),
+				agentsdk.WithMaxConcurrentSteps(maxConcurrent), agentsdk.WithReconnectBackoff(50*time.Millisecond, 2*time.Second)}
+			if tlsCfg != nil {
+				opts = append(opts, agentsdk.WithTLS(tlsCfg))
+			}
+			if g.sec.token != "" {
+				opts = append(opts, agentsdk.WithToken(g.sec.token))
+			}
+			agent, err := agentsdk.New(addrs, opts...)
 			if err != nil {
 				return err
 			}
@@ -93,6 +110,7 @@ Stop it with SIGTERM or Ctrl-C: it finishes running steps first.`,
 	}
 	cmd.Flags().StringSliceVar(&schedulers, "schedulers", envList("REEVE_SCHEDULERS"), "scheduler addresses, comma-separated (env REEVE_SCHEDULERS)")
 	cmd.Flags().StringVar(&id, "id", "", "agent id, unique per process and kept across restarts of it (default <hostname>-<pid>)")
+	// --tls, --tls-ca, --tls-cert, --tls-key and --token are the global client flags.
 	cmd.Flags().BoolVar(&withDemo, "demo", false, "serve the demo workflows")
 	cmd.Flags().BoolVar(&asChaos, "chaos", false, "serve the chaos suite's workflows")
 	cmd.Flags().StringVar(&sideEffects, "side-effects", "", "append-only side-effect log (with --chaos)")
@@ -112,12 +130,14 @@ func rotate(addrs []string, id string) []string {
 }
 
 // registerWorkflows registers ws through any scheduler of addrs, retrying
-// unavailable ones until timeout.
-func registerWorkflows(ctx context.Context, log *slog.Logger, addrs []string, ws []*reevev1.Workflow, timeout time.Duration) error {
+// unavailable ones until timeout. Without the right to (role checks on, not
+// an admin) it leaves registration to an admin.
+func registerWorkflows(ctx context.Context, log *slog.Logger, g *globals, addrs []string, ws []*reevev1.Workflow, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	g := &globals{address: joinAddrs(addrs)}
-	c, closeConn, err := g.dial()
+	to := *g // the global TLS and token flags, these addresses
+	to.address = joinAddrs(addrs)
+	c, closeConn, err := to.dial()
 	if err != nil {
 		return err
 	}
@@ -129,6 +149,10 @@ func registerWorkflows(ctx context.Context, log *slog.Logger, addrs []string, ws
 			rcancel()
 			if err == nil {
 				break
+			}
+			if status.Code(err) == codes.PermissionDenied {
+				log.Warn("not allowed to register workflows (admin role); serving those an admin registered", "err", err)
+				return nil
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("register workflow %s: %w", w.GetName(), errors.Join(err, ctx.Err()))

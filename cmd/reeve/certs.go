@@ -149,9 +149,14 @@ type devSec struct {
 // certificates under <data-dir>/certs, created on first use.
 func devSecurity(cmd *cobra.Command, g *globals, srv *serverSecurity, dataDir string, secure bool) (devSec, error) {
 	if !secure {
-		if g.sec.cert != "" || g.sec.key != "" || srv.clientCA != "" || srv.tokensFile != "" {
-			return devSec{}, usagef("reeve dev sets up TLS itself: use --secure")
+		for _, f := range []string{"tls-cert", "tls-key", "tls-client-ca", "tokens-file"} {
+			if cmd.Flags().Changed(f) {
+				return devSec{}, usagef("--%s: reeve dev sets up TLS itself: use --secure", f)
+			}
 		}
+		// The same settings from the environment (e.g. a shell set up as a
+		// client of a secure dev server) do not apply to a plaintext dev.
+		g.sec.cert, g.sec.key, srv.clientCA, srv.tokensFile = "", "", "", ""
 		return devSec{supervisorDial: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}, nil
 	}
 	dir, err := filepath.Abs(filepath.Join(dataDir, "certs"))

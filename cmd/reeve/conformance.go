@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,11 +20,11 @@ import (
 
 func newConformanceCmd(g *globals) *cobra.Command {
 	var (
-		listen, run    string
-		connectTimeout time.Duration
+		listen, run, agent string
+		connectTimeout     time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "conformance [flags] [-- AGENT-COMMAND [ARG...]]",
+		Use:   "conformance [flags] [--agent 'COMMAND LINE' | -- AGENT-COMMAND [ARG...]]",
 		Short: "Check that an agent, in any language, speaks the agent protocol correctly",
 		Long: `conformance plays the scheduler on --listen and drives the agent under test
 through the protocol's cases (docs/agent-protocol.md): assignment and result,
@@ -32,23 +33,34 @@ redelivery after a broken stream, drain and reconnect, heartbeats, graceful
 shutdown. The agent must handle the step type "` + conformance.StepType + `" as
 docs/agent-protocol.md describes.
 
-With AGENT-COMMAND the suite starts the agent itself, with REEVE_ADDRESS set to
-the suite's address, sends its output to stderr, and stops it at the end; the
-shutdown case (SIGTERM) runs only then. Without it, start the agent yourself
-against the printed address.
+With AGENT-COMMAND (or --agent, a command line run by sh) the suite starts
+the agent itself, with REEVE_ADDRESS set to the suite's address, sends its
+output to stderr, and stops it at the end; the shutdown case (SIGTERM) runs
+only then. Without either, start the agent yourself against the printed
+address.
 
 Prints one line per case (or the report as JSON with -o json) and exits 1 when
 a case failed.`,
 		Example: `  reeve conformance -- node examples/node/dist/agent.js
+  reeve conformance --agent 'cd examples/node && node dist/agent.js'
   reeve conformance -o json -- reeve conformance agent
   reeve conformance --listen 127.0.0.1:7450 --run 'drain|redelivery'`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case agent != "" && len(args) > 0:
+				return usagef("--agent and an agent command after -- are exclusive")
+			case agent != "":
+				args = shellAgent(agent)
+			}
 			cfg := conformance.Config{Listen: listen, ConnectTimeout: connectTimeout}
 			if run != "" {
 				re, err := regexp.Compile(run)
 				if err != nil {
 					return usagef("--run: %v", err)
+				}
+				if !slices.ContainsFunc(conformance.Cases(), re.MatchString) {
+					return usagef("--run: %q matches no case (cases: %s)", run, strings.Join(conformance.Cases(), ", "))
 				}
 				cfg.Run = re
 			}
@@ -87,9 +99,18 @@ a case failed.`,
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address the suite serves the agent protocol on; port 0 picks a free one")
 	cmd.Flags().StringVar(&run, "run", "", "run only the cases whose name matches this regular expression (cases: "+strings.Join(conformance.Cases(), ", ")+")")
+	cmd.Flags().StringVar(&agent, "agent", "", "the agent's command line, run by sh (instead of -- AGENT-COMMAND [ARG...])")
 	cmd.Flags().DurationVar(&connectTimeout, "connect-timeout", 60*time.Second, "how long to wait for the agent's first connection")
 	cmd.AddCommand(newConformanceAgentCmd(g))
 	return cmd
+}
+
+// shellAgent runs a command line in the background of a shell that passes
+// SIGTERM and SIGINT on to it and exits with its status: the shutdown case
+// then judges the agent, not the shell (which would die of the SIGTERM).
+func shellAgent(line string) []string {
+	return []string{"sh", "-c", "{ " + line + "\n} & p=$!; trap 'kill -TERM $p 2>/dev/null' TERM INT; " +
+		"wait $p; s=$?; if [ $s -gt 128 ]; then wait $p; s=$?; fi; exit $s"}
 }
 
 func printReport(cmd *cobra.Command, g *globals, rep *conformance.Report) error {

@@ -74,9 +74,23 @@ func TestConformanceAgentExits(t *testing.T) {
 	}
 }
 
+// --agent runs a command line through sh, like -- runs an argv.
+func TestConformanceAgentFlag(t *testing.T) {
+	code, out, errOut := reeve(t, "unused", "conformance", "--run", "^register$", "--agent", "echo from-sh-c >&2; exit 4")
+	if code != exitError || !strings.Contains(errOut, "from-sh-c") || !strings.Contains(out, "exited") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, _, errOut = reeve(t, "unused", "conformance", "--agent", "true", "--", "true")
+	if code != exitUsage || !strings.Contains(errOut, "exclusive") {
+		t.Fatalf("both --agent and --: exit %d: %s", code, errOut)
+	}
+}
+
 func TestConformanceBadRun(t *testing.T) {
-	code, _, errOut := reeve(t, "unused", "conformance", "--run", "(")
-	if code != exitUsage || !strings.Contains(errOut, "--run") {
-		t.Fatalf("exit %d: %s", code, errOut)
+	for _, run := range []string{"(", "^no-such-case$"} {
+		code, _, errOut := reeve(t, "unused", "conformance", "--run", run)
+		if code != exitUsage || !strings.Contains(errOut, "--run") {
+			t.Fatalf("--run %q: exit %d: %s", run, code, errOut)
+		}
 	}
 }

@@ -39,6 +39,7 @@ type globals struct {
 	namespace string
 	timeout   time.Duration
 	sec       clientSecurity
+	config    string
 	getenv    func(string) string
 }
 
@@ -76,6 +77,11 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if g.config != "" {
+				if err := applyConfig(cmd, g.config); err != nil {
+					return usagef("--config: %v", err)
+				}
+			}
 			if g.output != "table" && g.output != "json" {
 				return usagef("--output: want table or json, got %q", g.output)
 			}
@@ -88,6 +94,7 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVarP(&g.namespace, "namespace", "n", envOr(getenv, "REEVE_NAMESPACE", "default"), "namespace (env REEVE_NAMESPACE)")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of each request (not of --wait or watch)")
+	pf.StringVar(&g.config, "config", getenv("REEVE_CONFIG"), "YAML file of flag values (name: value) for this command; the command line wins over it, it wins over the environment (env REEVE_CONFIG)")
 	g.sec.register(root, getenv)
 
 	root.AddCommand(newTaskCmd(g), newWorkflowCmd(g), newAlertsCmd(g), newBenchCmd(g), newConformanceCmd(g))

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,7 +35,7 @@ func (c *clientSecurity) register(cmd *cobra.Command, getenv func(string) string
 	f := cmd.PersistentFlags()
 	f.BoolVar(&c.tls, "tls", envOr(getenv, "REEVE_TLS", "") == "1", "use TLS with the system's roots (implied by --tls-ca; env REEVE_TLS=1)")
 	f.StringVar(&c.ca, "tls-ca", getenv("REEVE_TLS_CA"), "CA certificate(s) the scheduler's certificate must chain to (env REEVE_TLS_CA)")
-	f.StringVar(&c.cert, "tls-cert", getenv("REEVE_TLS_CERT"), "this process's certificate: the client certificate, or for `scheduler`/`dev` the server certificate (env REEVE_TLS_CERT)")
+	f.StringVar(&c.cert, "tls-cert", getenv("REEVE_TLS_CERT"), "this process's certificate: the client certificate, or for the scheduler and dev commands the server certificate (env REEVE_TLS_CERT)")
 	f.StringVar(&c.key, "tls-key", getenv("REEVE_TLS_KEY"), "private key of --tls-cert (env REEVE_TLS_KEY)")
 	f.StringVar(&c.serverName, "tls-server-name", getenv("REEVE_TLS_SERVER_NAME"), "name to verify the scheduler's certificate against (default: the host of the address; env REEVE_TLS_SERVER_NAME)")
 	f.StringVar(&c.token, "token", getenv("REEVE_TOKEN"), "bearer token sent with every call; needs TLS (prefer env REEVE_TOKEN: flags show in ps)")
@@ -87,34 +91,69 @@ func (s *serverSecurity) register(cmd *cobra.Command, getenv func(string) string
 }
 
 // serverOptions returns the gRPC server options for TLS and authorization:
-// none for plaintext (the dev default).
-func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) ([]grpc.ServerOption, error) {
+// none for plaintext (the dev default). reload re-reads the certificate, key,
+// client CA and tokens file (on SIGHUP, see reloadOnHangup); nil for
+// plaintext.
+func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) (opts []grpc.ServerOption, reload func() error, err error) {
 	if c.cert == "" && c.key == "" {
 		if s.clientCA != "" || s.tokensFile != "" {
-			return nil, usagef("--tls-client-ca and --tokens-file need TLS: set --tls-cert and --tls-key")
+			return nil, nil, usagef("--tls-client-ca and --tokens-file need TLS: set --tls-cert and --tls-key")
 		}
 		log.Warn("serving plaintext gRPC without authentication: anyone who can reach the port can do anything (see docs/security.md)")
-		return nil, nil
+		return nil, nil, nil
 	}
 	var tokens auth.Tokens
 	if s.tokensFile != "" {
-		var err error
 		if tokens, err = auth.LoadTokens(s.tokensFile); err != nil {
-			return nil, usagef("--tokens-file: %v", err)
+			return nil, nil, usagef("--tokens-file: %v", err)
 		}
 	}
 	// Client certificates are required unless tokens are an alternative.
-	cfg, err := tlsconfig.Server(tlsconfig.Files{CA: s.clientCA, Cert: c.cert, Key: c.key}, s.clientCA != "" && tokens == nil)
+	tlsCfg, err := tlsconfig.NewReloadable(tlsconfig.Files{CA: s.clientCA, Cert: c.cert, Key: c.key}, s.clientCA != "" && s.tokensFile == "")
 	if err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
 	}
-	opts := []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))}
-	if s.clientCA == "" && tokens == nil {
+	opts = []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg.Config()))}
+	if s.clientCA == "" && s.tokensFile == "" {
 		log.Warn("serving TLS without authentication: set --tls-client-ca or --tokens-file (see docs/security.md)")
-		return opts, nil
+		return opts, tlsCfg.Reload, nil
 	}
-	a := auth.New(auth.Config{Certificates: s.clientCA != "", Tokens: tokens})
-	return append(opts, a.ServerOptions()...), nil
+	a := auth.New(auth.Config{Certificates: s.clientCA != "", Tokens: tokens, Log: log.With("component", "auth")})
+	reload = func() error {
+		if s.tokensFile != "" {
+			t, err := auth.LoadTokens(s.tokensFile)
+			if err != nil {
+				return err
+			}
+			a.SetTokens(t)
+		}
+		return tlsCfg.Reload()
+	}
+	return append(opts, a.ServerOptions()...), reload, nil
+}
+
+// reloadOnHangup calls reload on every SIGHUP until ctx ends.
+func reloadOnHangup(ctx context.Context, log *slog.Logger, reload func() error) {
+	if reload == nil {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := reload(); err != nil {
+					log.Error("reload certificates and tokens: keeping the previous ones", "err", err)
+				} else {
+					log.Info("reloaded certificates and tokens")
+				}
+			}
+		}
+	}()
 }
 
 // etcdSecurity are the flags of a connection to an external etcd.

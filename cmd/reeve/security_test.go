@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/auth"
+	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
@@ -88,11 +91,47 @@ func TestClientCommandsUseTLSAndRoles(t *testing.T) {
 	if code, _, errOut := reeveEnv(t, as("client"), "-n", "other", "task", "list"); code != exitError || !strings.Contains(errOut, `namespace "other"`) {
 		t.Fatalf("client listing another namespace: exit %d: %s", code, errOut)
 	}
+	// reeve agent with the agent certificate: its workflow registration is
+	// refused (admin only), so an admin registers them; it serves them.
+	for _, w := range demo.Workflows() {
+		if _, err := s.RegisterWorkflow(context.Background(), &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	actx, stopAgent := context.WithCancel(context.Background())
+	agentDone := make(chan int, 1)
+	go func() {
+		env := as("agent")
+		agentDone <- run(actx, []string{"agent", "--demo", "--schedulers", s.Addr, "--id", "demo-1", "--log-level", "error"}, io.Discard, io.Discard, func(k string) string { return env[k] })
+	}()
+	defer func() { stopAgent(); <-agentDone }()
+	code, out, errOut := reeveEnv(t, as("client"), "task", "submit", "--workflow", "demo.orders", "--input", `{"order_id":"o-1"}`, "--wait", "-o", "json")
+	if code != 0 || !strings.Contains(out, "TASK_STATE_SUCCEEDED") {
+		t.Fatalf("demo.orders served by reeve agent over mutual TLS: exit %d: %s %s", code, out, errOut)
+	}
 	if code, _, _ := reeveEnv(t, map[string]string{"REEVE_ADDRESS": s.Addr}, "task", "list"); code != exitError {
 		t.Fatalf("plaintext call to a TLS scheduler: exit %d, want 1", code)
 	}
 	if code, _, errOut := reeveEnv(t, map[string]string{"REEVE_ADDRESS": s.Addr, "REEVE_TOKEN": "x"}, "task", "list"); code != exitUsage || !strings.Contains(errOut, "--token") {
 		t.Fatalf("token without TLS: exit %d (%s), want a usage error", code, errOut)
+	}
+
+	// The same settings from a config file; the command line wins over it.
+	cfg := filepath.Join(t.TempDir(), "reeve.yaml")
+	if err := os.WriteFile(cfg, []byte("address: "+s.Addr+"\ntls-ca: "+p("ca.pem")+"\ntls-cert: "+p("client.pem")+"\ntls-key: "+p("client-key.pem")+"\nnamespace: other\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := reeveEnv(t, nil, "--config", cfg, "-n", "default", "task", "list"); code != 0 {
+		t.Fatalf("task list with --config: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := reeveEnv(t, map[string]string{"REEVE_CONFIG": cfg}, "task", "list"); code != exitError || !strings.Contains(errOut, `namespace "other"`) {
+		t.Fatalf("namespace from the config file: exit %d: %s", code, errOut)
+	}
+	if err := os.WriteFile(cfg, []byte("tls-cerd: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := reeveEnv(t, nil, "--config", cfg, "task", "list"); code != exitUsage || !strings.Contains(errOut, "tls-cerd") {
+		t.Fatalf("typo in the config file: exit %d: %s", code, errOut)
 	}
 }
 
@@ -134,5 +173,12 @@ func TestEtcdFlagsConnectWithClientCertificates(t *testing.T) {
 	}
 	if err := (&etcdSecurity{username: "u"}).apply(nil); err == nil {
 		t.Fatalf("a username without a password was accepted")
+	}
+}
+
+func TestDevRefusesTLSFlagsWithoutSecure(t *testing.T) {
+	code, _, errOut := reeveEnv(t, nil, "dev", "--data-dir", t.TempDir(), "--tls-cert", "x.pem")
+	if code != exitUsage || !strings.Contains(errOut, "--secure") {
+		t.Fatalf("dev --tls-cert: exit %d (%s), want a usage error pointing to --secure", code, errOut)
 	}
 }

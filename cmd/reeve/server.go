@@ -25,13 +25,14 @@ import (
 	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
 
 // serverCommands are the commands that run Reeve's processes.
 func serverCommands(g *globals) []*cobra.Command {
-	return []*cobra.Command{newDevCmd(g), newSchedulerCmd(g), newSupervisorCmd(g), newAgentCmd(), newClusterCmd(), newChaosCmd()}
+	return []*cobra.Command{newDevCmd(g), newSchedulerCmd(g), newSupervisorCmd(g), newAgentCmd(g), newClusterCmd(), newChaosCmd()}
 }
 
 // logFlags are the logging flags every server command has.
@@ -48,11 +49,12 @@ func (f *logFlags) logger(cmd *cobra.Command) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
+	// Records logged with a span's context carry trace_id and span_id.
 	switch f.format {
 	case "text":
-		return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewTextHandler(cmd.ErrOrStderr(), opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(cmd.ErrOrStderr(), opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format: want text or json, got %q", f.format)
 }
@@ -63,6 +65,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		withDemo, secure            bool
 		tick                        time.Duration
 		logs                        logFlags
+		tel                         telemetryFlags
 		prof                        pprofFlag
 		srvSec                      serverSecurity
 		lim                         limitFlags
@@ -85,6 +88,11 @@ port with client certificates, and prints the environment a client needs.`,
 			if err != nil {
 				return usageError{err}
 			}
+			flush, err := tel.start(cmd.Context(), log, "reeve-dev")
+			if err != nil {
+				return err
+			}
+			defer flush()
 			degOpts, err := deg.options()
 			if err != nil {
 				return err
@@ -93,12 +101,13 @@ port with client certificates, and prints the environment a client needs.`,
 			if err != nil {
 				return err
 			}
-			gopts, err := srvSec.serverOptions(&g.sec, log)
+			gopts, reload, err := srvSec.serverOptions(&g.sec, log)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			reloadOnHangup(ctx, log, reload)
 			_, stopProf, err := prof.start(ctx, log)
 			if err != nil {
 				return err
@@ -143,6 +152,7 @@ port with client certificates, and prints the environment a client needs.`,
 	lim.register(cmd)
 	deg.register(cmd)
 	logs.register(cmd)
+	tel.register(cmd)
 	prof.register(cmd)
 	return cmd
 }
@@ -153,7 +163,7 @@ func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client
 	var clients []reevev1.SupervisorServiceClient
 	var conns []*grpc.ClientConn
 	for _, a := range addrs {
-		cc, err := grpc.NewClient(a, dial...)
+		cc, err := grpc.NewClient(a, append(dial, telemetry.ClientHandler())...)
 		if err != nil {
 			return fmt.Errorf("scheduler address %q: %w", a, err)
 		}
@@ -200,6 +210,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		listen, id, prefix string
 		retention          time.Duration
 		logs               logFlags
+		tel                telemetryFlags
 		prof               pprofFlag
 		srvSec             serverSecurity
 		etcdSec            etcdSecurity
@@ -218,10 +229,15 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if err != nil {
 				return usageError{err}
 			}
+			flush, err := tel.start(cmd.Context(), log, "reeve-scheduler")
+			if err != nil {
+				return err
+			}
+			defer flush()
 			if len(endpoints) == 0 {
 				return usagef("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")
 			}
-			gopts, err := srvSec.serverOptions(&g.sec, log)
+			gopts, reload, err := srvSec.serverOptions(&g.sec, log)
 			if err != nil {
 				return err
 			}
@@ -232,6 +248,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			defer cli.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			reloadOnHangup(ctx, log, reload)
 			_, stopProf, err := prof.start(ctx, log)
 			if err != nil {
 				return err
@@ -262,6 +279,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	lim.register(cmd)
 	deg.register(cmd)
 	logs.register(cmd)
+	tel.register(cmd)
 	prof.register(cmd)
 	return cmd
 }
@@ -273,6 +291,7 @@ func newSupervisorCmd(g *globals) *cobra.Command {
 		tick                  time.Duration
 		ttl                   int
 		logs                  logFlags
+		tel                   telemetryFlags
 		etcdSec               etcdSecurity
 	)
 	cmd := &cobra.Command{
@@ -288,6 +307,11 @@ fail it and raise an operator alert. Run two or more for availability.`,
 			if err != nil {
 				return usageError{err}
 			}
+			flush, err := tel.start(cmd.Context(), log, "reeve-supervisor")
+			if err != nil {
+				return err
+			}
+			defer flush()
 			if len(endpoints) == 0 {
 				return usagef("--etcd-endpoints: required (or REEVE_ETCD_ENDPOINTS)")
 			}
@@ -324,6 +348,7 @@ fail it and raise an operator alert. Run two or more for availability.`,
 	cmd.Flags().IntVar(&ttl, "session-ttl", 10, "seconds before a dead leader's leadership lapses")
 	etcdSec.register(cmd, g.getenv)
 	logs.register(cmd)
+	tel.register(cmd)
 	return cmd
 }
 
@@ -358,11 +383,15 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen s
 		return err
 	}
 	srv := scheduler.New(cli, opts...)
-	g := grpc.NewServer(append(scheduler.ServerOptions(), gopts...)...)
+	g := grpc.NewServer(append(append(scheduler.ServerOptions(), telemetry.ServerHandler()), gopts...)...)
 	srv.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
+	healthCtx, stopHealth := context.WithCancel(context.Background())
+	healthDone := make(chan struct{})
+	go func() { defer close(healthDone); srv.ReportHealth(healthCtx, hs, time.Second) }()
+	defer func() { stopHealth(); <-healthDone }()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.Serve(lis) }()
@@ -385,6 +414,8 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen s
 		log.Error("grpc server stopped", "err", err)
 	}
 	log.Info("shutting down")
+	stopHealth()
+	<-healthDone
 	hs.Shutdown()
 	stopApp() // demo agents and the like first
 	stopRun()

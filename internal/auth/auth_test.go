@@ -113,26 +113,6 @@ func inline(ns string) *reevev1.SubmitTaskRequest {
 	}}}
 }
 
-// dataKeys returns every Reeve key but the schedulers' and agents' liveness
-// records, with its mod revision: any write a request makes changes it.
-func dataKeys(t *testing.T, c *clientv3.Client) map[string]int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	resp, err := c.Get(ctx, "/reeve/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, kv := range resp.Kvs {
-		k := string(kv.Key)
-		if !strings.HasPrefix(k, "/reeve/schedulers/") && !strings.HasPrefix(k, "/reeve/agents/") {
-			out[k] = kv.ModRevision
-		}
-	}
-	return out
-}
-
 func TestCallsWithoutRightsAreRefusedAndChangeNothing(t *testing.T) {
 	e := newSecureEnv(t)
 	// A task in namespace a, submitted by its client, for the calls below.
@@ -247,12 +227,12 @@ func TestCallsWithoutRightsAreRefusedAndChangeNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
-			before := dataKeys(t, e.etcd)
+			before := testenv.DataKeys(t, e.etcd)
 			err := tc.call(ctx)
 			if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.msg) {
 				t.Fatalf("got %v, want %v with a message containing %q", err, tc.code, tc.msg)
 			}
-			if after := dataKeys(t, e.etcd); !maps.Equal(before, after) {
+			if after := testenv.DataKeys(t, e.etcd); !maps.Equal(before, after) {
 				t.Fatalf("etcd data changed from %v to %v: the refused call wrote something", before, after)
 			}
 		})
@@ -314,11 +294,11 @@ func TestCertificateOfAnotherCAIsRefused(t *testing.T) {
 	c := reevev1.NewSchedulerServiceClient(testenv.DialWith(t, e.s.Addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg))))
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	before := dataKeys(t, e.etcd)
+	before := testenv.DataKeys(t, e.etcd)
 	if _, err := c.SubmitTask(ctx, inline("a")); status.Code(err) != codes.Unavailable {
 		t.Fatalf("self-made admin certificate: %v, want the TLS handshake refused", err)
 	}
-	if after := dataKeys(t, e.etcd); !maps.Equal(before, after) {
+	if after := testenv.DataKeys(t, e.etcd); !maps.Equal(before, after) {
 		t.Fatalf("etcd changed")
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,16 +27,28 @@ type Config struct {
 	// Tokens are the accepted bearer tokens. Tokens are accepted over TLS
 	// only.
 	Tokens Tokens
+	// Log, when set, records every refused call (method, caller, peer
+	// address, code) at warn level, for security monitoring. Default none.
+	Log *slog.Logger
 }
 
 // Authorizer authenticates and authorizes every call through its
 // interceptors. It is safe for concurrent use.
 type Authorizer struct {
-	cfg Config
+	cfg    Config
+	tokens atomic.Pointer[Tokens]
 }
 
 // New returns an Authorizer.
-func New(cfg Config) *Authorizer { return &Authorizer{cfg: cfg} }
+func New(cfg Config) *Authorizer {
+	a := &Authorizer{cfg: cfg}
+	a.SetTokens(cfg.Tokens)
+	return a
+}
+
+// SetTokens replaces the accepted tokens (after the tokens file changed);
+// calls in flight finish with the old set.
+func (a *Authorizer) SetTokens(t Tokens) { a.tokens.Store(&t) }
 
 // ServerOptions returns the interceptors to pass to grpc.NewServer.
 func (a *Authorizer) ServerOptions() []grpc.ServerOption {
@@ -152,7 +166,7 @@ func (a *Authorizer) authenticate(ctx context.Context) (*Principal, error) {
 		if !isTLS {
 			return nil, status.Error(codes.Unauthenticated, "authorization: bearer tokens are accepted over TLS only")
 		}
-		if p := a.cfg.Tokens[sha256.Sum256([]byte(tok))]; p != nil {
+		if p := (*a.tokens.Load())[sha256.Sum256([]byte(tok))]; p != nil {
 			return p, nil
 		}
 		return nil, status.Error(codes.Unauthenticated, "authorization: unknown token")
@@ -196,23 +210,40 @@ func (a *Authorizer) admit(ctx context.Context, method string) (*Principal, rule
 		return nil, r, err
 	}
 	if !known {
-		return nil, r, status.Errorf(codes.PermissionDenied, "%s: method not allowed", method)
+		return p, r, status.Errorf(codes.PermissionDenied, "%s: method not allowed", method)
 	}
 	if !r.any && !p.hasRole(r.roles) {
-		return nil, r, status.Errorf(codes.PermissionDenied, "%s: %s has none of the roles %s", method, p.Name, fmt.Sprint(r.roles))
+		return p, r, status.Errorf(codes.PermissionDenied, "%s: %s has none of the roles %s", method, p.Name, fmt.Sprint(r.roles))
 	}
 	return p, r, nil
+}
+
+// refused logs a refused call and returns err.
+func (a *Authorizer) refused(ctx context.Context, method string, p *Principal, err error) error {
+	if a.cfg.Log == nil {
+		return err
+	}
+	caller, addr := "", ""
+	if p != nil {
+		caller = p.Name
+	}
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		addr = pr.Addr.String()
+	}
+	st := status.Convert(err)
+	a.cfg.Log.Warn("call refused", "method", method, "caller", caller, "peer", addr, "code", st.Code().String(), "reason", st.Message())
+	return err
 }
 
 // Unary is the unary server interceptor.
 func (a *Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	p, r, err := a.admit(ctx, info.FullMethod)
 	if err != nil {
-		return nil, err
+		return nil, a.refused(ctx, info.FullMethod, p, err)
 	}
 	if r.check != nil {
 		if err := r.check(p, req); err != nil {
-			return nil, err
+			return nil, a.refused(ctx, info.FullMethod, p, err)
 		}
 	}
 	if p != nil {
@@ -227,12 +258,12 @@ func (a *Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerI
 func (a *Authorizer) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	p, r, err := a.admit(ss.Context(), info.FullMethod)
 	if err != nil {
-		return err
+		return a.refused(ss.Context(), info.FullMethod, p, err)
 	}
 	if p == nil {
 		return handler(srv, ss)
 	}
-	return handler(srv, &checkedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), principalKey{}, p), p: p, check: r.check})
+	return handler(srv, &checkedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), principalKey{}, p), p: p, check: r.check, a: a, method: info.FullMethod})
 }
 
 type checkedStream struct {
@@ -241,6 +272,8 @@ type checkedStream struct {
 	p       *Principal
 	check   func(*Principal, any) error
 	checked bool
+	a       *Authorizer
+	method  string
 }
 
 func (s *checkedStream) Context() context.Context { return s.ctx }
@@ -251,7 +284,9 @@ func (s *checkedStream) RecvMsg(m any) error {
 	}
 	if !s.checked && s.check != nil {
 		s.checked = true
-		return s.check(s.p, m)
+		if err := s.check(s.p, m); err != nil {
+			return s.a.refused(s.ctx, s.method, s.p, err)
+		}
 	}
 	return nil
 }

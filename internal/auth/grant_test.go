@@ -1,9 +1,19 @@
 package auth_test
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/auth"
 )
 
@@ -75,5 +85,60 @@ func TestParseTokensRefusesWeakOrBrokenEntries(t *testing.T) {
 	}
 	if _, err := auth.ParseTokens(b); err != nil {
 		t.Fatalf("generated tokens file: %v", err)
+	}
+}
+
+func TestSetTokensReplacesTheAcceptedTokens(t *testing.T) {
+	old, err := auth.ParseTokens([]byte(`tokens: [{name: old, token: old-token-0123456789, grants: ["reeve://client/a"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := auth.ParseTokens([]byte(`tokens: [{name: new, token: new-token-0123456789, grants: ["reeve://client/a"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := auth.New(auth.Config{Tokens: old})
+	call := func(tok string) error {
+		ctx := metadata.NewIncomingContext(peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{}}), metadata.Pairs("authorization", "Bearer "+tok))
+		_, err := a.Unary(ctx, &reevev1.GetTaskRequest{Namespace: "a", TaskId: "t"}, &grpc.UnaryServerInfo{FullMethod: reevev1.SchedulerService_GetTask_FullMethodName},
+			func(context.Context, any) (any, error) { return nil, nil })
+		return err
+	}
+	if err := call("old-token-0123456789"); err != nil {
+		t.Fatalf("old token before the reload: %v", err)
+	}
+	a.SetTokens(next)
+	if err := call("old-token-0123456789"); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("old token after the reload: %v, want Unauthenticated", err)
+	}
+	if err := call("new-token-0123456789"); err != nil {
+		t.Fatalf("new token after the reload: %v", err)
+	}
+}
+
+func TestTokenOverPlaintextIsRefused(t *testing.T) {
+	tokens, err := auth.ParseTokens([]byte(`tokens: [{name: ci, token: plain-token-0123456789, grants: ["reeve://admin/*"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := auth.New(auth.Config{Tokens: tokens})
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer plain-token-0123456789"))
+	_, err = a.Unary(ctx, &reevev1.GetTaskRequest{TaskId: "t"}, &grpc.UnaryServerInfo{FullMethod: reevev1.SchedulerService_GetTask_FullMethodName},
+		func(context.Context, any) (any, error) { return nil, nil })
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "TLS only") {
+		t.Fatalf("token without TLS: %v, want Unauthenticated", err)
+	}
+}
+
+func TestRefusedCallsAreLogged(t *testing.T) {
+	var buf strings.Builder
+	a := auth.New(auth.Config{Certificates: true, Log: slog.New(slog.NewTextHandler(&buf, nil))})
+	_, err := a.Unary(context.Background(), &reevev1.GetTaskRequest{TaskId: "t"}, &grpc.UnaryServerInfo{FullMethod: reevev1.SchedulerService_GetTask_FullMethodName},
+		func(context.Context, any) (any, error) { return nil, nil })
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("anonymous call: %v", err)
+	}
+	if !strings.Contains(buf.String(), "call refused") || !strings.Contains(buf.String(), "GetTask") || !strings.Contains(buf.String(), "Unauthenticated") {
+		t.Fatalf("log %q does not record the refusal", buf.String())
 	}
 }

@@ -129,9 +129,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cli.Close()
 
 	rep := &Report{Seed: cfg.Seed, Tasks: cfg.Tasks, Faults: map[string]int{}}
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	plan := planTasks(rng, cfg)
-	inj := newInjector(c, rand.New(rand.NewPCG(cfg.Seed^0x5bd1e995, cfg.Seed)), cfg.FaultEvery, logf)
+	plan := planTasks(planRNG(cfg.Seed), cfg)
+	inj := newInjector(c, faultRNG(cfg.Seed), cfg.FaultEvery, logf)
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -176,6 +175,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	return rep, nil
 }
+
+// planRNG and faultRNG are the two independent streams a seed gives: the
+// tasks' designed behaviour and the fault schedule.
+func planRNG(seed uint64) *rand.Rand  { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
+func faultRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed^0x5bd1e995, seed)) }
 
 func seconds(d time.Duration) float64 {
 	return float64(d.Round(10*time.Millisecond)) / float64(time.Second)

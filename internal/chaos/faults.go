@@ -47,49 +47,63 @@ func newInjector(c *cluster.Cluster, rng *rand.Rand, every time.Duration, logf f
 		undos: map[int]*undo{}, down: map[*cluster.Process]bool{}, counts: map[string]int{}}
 }
 
+// decision is one fault of the schedule, drawn from the rng before the
+// injector looks at the cluster, so that the schedule depends on the seed
+// alone (whether a kill is skipped by a limit depends on timing).
+type decision struct {
+	wait   time.Duration // after the previous fault
+	kind   int           // [0, 100): which fault, see inject
+	pick   int           // which process or proxy; toxic stream by parity
+	dur    time.Duration // until undone
+	toxic  int           // [0, 4): latency, reset_peer, timeout, bandwidth
+	amount int           // [0, 1000): the toxic's strength
+	tag    int           // toxic name suffix
+}
+
+// nextDecision draws the next fault of the schedule.
+func nextDecision(rng *rand.Rand, every time.Duration) decision {
+	return decision{
+		wait:   time.Duration(float64(every) * (0.5 + rng.Float64())),
+		kind:   rng.IntN(100),
+		pick:   rng.IntN(1 << 20),
+		dur:    500*time.Millisecond + time.Duration(rng.Int64N(int64(4500*time.Millisecond))),
+		toxic:  rng.IntN(4),
+		amount: rng.IntN(1000),
+		tag:    rng.IntN(1 << 30),
+	}
+}
+
 // run injects faults until stop is called or ctx ends.
 func (in *injector) run(ctx context.Context) {
 	for {
-		wait := time.Duration(float64(in.every) * (0.5 + in.rng.Float64()))
+		d := nextDecision(in.rng, in.every)
 		select {
 		case <-ctx.Done():
 			return
 		case <-in.quit:
 			return
-		case <-time.After(wait):
+		case <-time.After(d.wait):
 		}
-		in.inject(ctx)
+		in.inject(ctx, d)
 	}
 }
 
 func (in *injector) stop() { in.quitOnce.Do(func() { close(in.quit) }) }
 
-// between returns a random duration in [lo, hi).
-func (in *injector) between(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(in.rng.Int64N(int64(hi-lo)))
-}
-
-func (in *injector) inject(ctx context.Context) {
-	// Draw every random number up front so that the schedule does not
-	// depend on which faults the limits allow.
-	kind := in.rng.IntN(100)
-	pick := in.rng.IntN(1 << 20)
-	dur := in.between(500*time.Millisecond, 5*time.Second)
-	toxic := in.rng.IntN(4)
-	amount := in.rng.IntN(1000)
+func (in *injector) inject(ctx context.Context, d decision) {
 	switch {
-	case kind < 15:
-		in.kill("kill scheduler", in.c.Schedulers, pick, dur)
-	case kind < 27:
-		in.kill("kill supervisor", in.c.Supervisors, pick, dur)
-	case kind < 45:
-		in.kill("kill agent", in.c.Agents, pick, dur)
-	case kind < 57:
-		in.kill("kill etcd member", in.c.Etcd, pick, dur+time.Second)
-	case kind < 80:
-		in.network(ctx, in.c.SchedulerProxies, "agent→scheduler", pick, toxic, amount, dur)
+	case d.kind < 15:
+		in.kill("kill scheduler", in.c.Schedulers, d.pick, d.dur)
+	case d.kind < 27:
+		in.kill("kill supervisor", in.c.Supervisors, d.pick, d.dur)
+	case d.kind < 45:
+		in.kill("kill agent", in.c.Agents, d.pick, d.dur)
+	case d.kind < 57:
+		in.kill("kill etcd member", in.c.Etcd, d.pick, d.dur+time.Second)
+	case d.kind < 80:
+		in.network(ctx, in.c.SchedulerProxies, "agent→scheduler", d)
 	default:
-		in.network(ctx, in.c.EtcdProxies, "component→etcd", pick, toxic, amount, dur)
+		in.network(ctx, in.c.EtcdProxies, "component→etcd", d)
 	}
 }
 
@@ -131,7 +145,8 @@ func (in *injector) kill(what string, group []*cluster.Process, pick int, d time
 }
 
 // network adds a toxic to one proxy of the link for d.
-func (in *injector) network(ctx context.Context, proxies []string, link string, pick, toxic, amount int, d time.Duration) {
+func (in *injector) network(ctx context.Context, proxies []string, link string, dec decision) {
+	pick, toxic, amount, d := dec.pick, dec.toxic, dec.amount, dec.dur
 	proxy := proxies[pick%len(proxies)]
 	tx := cluster.Toxic{Toxicity: 1, Stream: "downstream"}
 	if pick%2 == 1 {
@@ -151,7 +166,7 @@ func (in *injector) network(ctx context.Context, proxies []string, link string, 
 		tx.Type = "bandwidth"
 		tx.Attributes = map[string]int{"rate": 8 + amount/16} // KB/s
 	}
-	tx.Name = fmt.Sprintf("%s-%s-%d", tx.Type, tx.Stream, in.rng.IntN(1<<30))
+	tx.Name = fmt.Sprintf("%s-%s-%d", tx.Type, tx.Stream, dec.tag)
 	if err := in.c.Proxy.AddToxic(ctx, proxy, tx); err != nil {
 		in.fail("add toxic %s on %s: %v", tx.Name, proxy, err)
 		return

@@ -291,9 +291,9 @@ func caseHeartbeat(d *driver, c *caseRun) error {
 	if err := d.ready(c); err != nil {
 		return err
 	}
-	const timeout = time.Second
+	const timeout = 1500 * time.Millisecond
 	sent := time.Now()
-	ex, err := d.assign(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 2500}, heartbeat: timeout, completeBy: sent.Add(30 * time.Second)})
+	ex, err := d.assign(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 3000}, heartbeat: timeout, completeBy: sent.Add(30 * time.Second)})
 	if err != nil {
 		return err
 	}

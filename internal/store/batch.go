@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -185,7 +186,9 @@ func (c *committer) commit(batch []*writeReq) (retry []*writeReq) {
 	// The batch serves many callers: it has its own deadline, and a deadline
 	// it runs out of means etcd is unavailable (etcdErr sees no caller's
 	// context ending).
-	ctx, cancel := c.s.opCtx(context.Background())
+	// It ends with the etcd client too (Ctx is canceled by Close), so that a
+	// batch in flight when its process shuts down does not linger.
+	ctx, cancel := c.s.opCtx(c.s.c.Ctx())
 	defer cancel()
 	if err := c.s.resolve(ctx, batch); err != nil {
 		for _, r := range batch {
@@ -338,6 +341,7 @@ func (s *Store) commitTxn(ctx context.Context, writes []*writeReq) (retry []*wri
 	)
 	s.txns.Add(1)
 	s.taskWrites.Add(int64(len(writes)))
+	defer s.metrics.observe(ctx, len(writes), time.Now())
 	if len(writes) == 1 {
 		r := writes[0]
 		var resp *clientv3.TxnResponse
@@ -427,6 +431,7 @@ func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (
 		r.done <- writeRes{err: err}
 		return false
 	}
+	s.metrics.lostCompare(r.cached)
 	s.cache.put(r.key, fresh.Revision, string(kvs[0].Value), fresh.Record)
 	r.tries++
 	if r.tries >= maxUpdateRetries {

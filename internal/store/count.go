@@ -34,3 +34,16 @@ func (s *Store) CountActive(ctx context.Context, ns string) (int64, error) {
 	}
 	return n, nil
 }
+
+// CountTasks counts the tasks of a namespace in one state through the state
+// index (a count-only range: etcd walks the index keys of that state only).
+func (s *Store) CountTasks(ctx context.Context, ns string, state reevev1.TaskState) (int64, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	prefix := s.k.stateOf(ns, state.String())
+	resp, err := s.c.Get(octx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithCountOnly(), clientv3.WithSerializable())
+	if err != nil {
+		return 0, etcdErr(ctx, "count tasks", err)
+	}
+	return resp.Count, nil
+}

@@ -14,6 +14,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 )
@@ -60,6 +61,8 @@ type Store struct {
 	commits                            *committer
 	cache                              *recordCache
 	txns, taskWrites                   atomic.Int64
+	meters                             metric.MeterProvider
+	metrics                            storeMetrics
 }
 
 // Option configures a Store.
@@ -106,6 +109,7 @@ func New(c *clientv3.Client, opts ...Option) *Store {
 	}
 	s.commits = newCommitter(s, s.maxBatch, s.maxCommitters, s.maxQueued)
 	s.cache = newRecordCache(s.cacheSize)
+	s.metrics = newStoreMetrics(s.meters)
 	return s
 }
 

@@ -6,8 +6,10 @@
 // Step life cycle (forward):
 //
 //	PENDING (waiting for dependencies)
-//	  -> PENDING, queued (ready_time set; not_before for backoff)
+//	  -> PENDING, queued (ready_time set; not_before for backoff;
+//	     schedule_to_start_deadline when the step has a schedule-to-start timeout)
 //	  -> RUNNING (claimed: locked_by, complete_by)
+//	     or, past schedule_to_start_deadline, expired like a dispatched attempt
 //	  -> SUCCEEDED | PENDING queued with attempt+1 (retry) | FAILED | CANCELED
 //	PENDING -> SKIPPED when the task ends before the step ran.
 //

@@ -5,7 +5,7 @@
 //	srv, err := tlsconfig.Server(tlsconfig.Files{Cert: "server.pem", Key: "server-key.pem", CA: "ca.pem"}, true)
 //	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(srv)))
 //
-// Certificates are read once: rotating them needs a restart.
+// Server configurations can be reloaded from their files (see Reloadable).
 package tlsconfig
 
 import (
@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 )
 
 // Files names PEM files. Which are required depends on the use.
@@ -94,4 +95,42 @@ func loadPool(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("tlsconfig: CA %s: no PEM certificate found", path)
 	}
 	return pool, nil
+}
+
+// Reloadable is a server TLS configuration whose certificate, key and client
+// CA can be re-read from their files while the server runs (certificate
+// rotation): new handshakes use the new files, established connections keep
+// theirs.
+type Reloadable struct {
+	f       Files
+	require bool
+	cur     atomic.Pointer[tls.Config]
+}
+
+// NewReloadable loads a server configuration as Server does.
+func NewReloadable(f Files, requireClientCert bool) (*Reloadable, error) {
+	r := &Reloadable{f: f, require: requireClientCert}
+	if err := r.Reload(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Reload re-reads the files; on error the previous configuration stays.
+func (r *Reloadable) Reload() error {
+	c, err := Server(r.f, r.require)
+	if err != nil {
+		return err
+	}
+	r.cur.Store(c)
+	return nil
+}
+
+// Config returns the configuration to serve with: each handshake uses the
+// files as last (re)loaded.
+func (r *Reloadable) Config() *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.cur.Load(), nil },
+	}
 }

@@ -106,7 +106,8 @@ type Workflow struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Schedule-to-start timeout for steps that do not set their own. When
 	// unset, a task's snapshot gets the scheduler's default
-	// (--schedule-to-start-timeout, none unless configured).
+	// (--schedule-to-start-timeout: 1h unless configured; a scheduler set to 0
+	// leaves it unset, and queued steps then wait without limit).
 	DefaultScheduleToStartTimeout *durationpb.Duration `protobuf:"bytes,9,opt,name=default_schedule_to_start_timeout,json=defaultScheduleToStartTimeout,proto3" json:"default_schedule_to_start_timeout,omitempty"`
 	unknownFields                 protoimpl.UnknownFields
 	sizeCache                     protoimpl.SizeCache
@@ -238,8 +239,9 @@ type StepSpec struct {
 	// applies the step's policy as for an expired attempt (error code
 	// "schedule_to_start_timeout": retried while attempts remain, unless that
 	// code is listed in non_retryable_error_codes, then escalated). Between
-	// 100ms and 24h; the workflow's default when unset; no limit when neither
-	// is set (the step waits until an agent of its type connects).
+	// 100ms and 24h; the workflow's default when unset (which the scheduler
+	// fills at submission, 1h by default); no limit when neither is set (the
+	// step waits until an agent of its type connects).
 	ScheduleToStartTimeout *durationpb.Duration `protobuf:"bytes,11,opt,name=schedule_to_start_timeout,json=scheduleToStartTimeout,proto3" json:"schedule_to_start_timeout,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache

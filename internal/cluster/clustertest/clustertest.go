@@ -34,20 +34,41 @@ func Tool(t testing.TB, name string) string {
 
 var (
 	buildOnce sync.Once
+	buildDir  string
 	reevePath string
 	buildErr  error
 	buildOut  []byte
 )
 
-// Reeve builds the reeve command once per test binary and returns its path.
+// Main runs the tests and removes the reeve binary built for them. Call it
+// from TestMain: os.Exit(clustertest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	return code
+}
+
+// Reeve builds the reeve command once per test binary and returns its path;
+// Main removes it.
+// Tests of real clusters start many processes and load the machine, which
+// would disturb timing-sensitive tests of other packages running in
+// parallel: they run only with REEVE_CLUSTER_TESTS=1, which `make test`
+// sets in a step of its own (`make test-cluster`). Otherwise Reeve skips
+// the test.
 func Reeve(t testing.TB) string {
 	t.Helper()
+	if os.Getenv("REEVE_CLUSTER_TESTS") != "1" {
+		t.Skip("starts a real cluster: set REEVE_CLUSTER_TESTS=1 (make test-cluster)")
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "reeve-bin-")
 		if err != nil {
 			buildErr = err
 			return
 		}
+		buildDir = dir
 		reevePath = filepath.Join(dir, "reeve")
 		cmd := exec.Command("go", "build", "-o", reevePath, "./cmd/reeve")
 		cmd.Dir = root()

@@ -33,6 +33,10 @@ type TaskRecord struct {
 	// SHA-256 of the deterministic encoding of the SubmitTaskRequest, to tell
 	// an idempotent resubmission from a conflicting one.
 	RequestDigest []byte `protobuf:"bytes,2,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
+	// W3C trace context (traceparent, tracestate) of the span that submitted
+	// the task: every span of the task joins this trace, also after a
+	// scheduler restart. Empty when the task was submitted without tracing.
+	TraceContext  map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -77,6 +81,13 @@ func (x *TaskRecord) GetTask() *v1.Task {
 func (x *TaskRecord) GetRequestDigest() []byte {
 	if x != nil {
 		return x.RequestDigest
+	}
+	return nil
+}
+
+func (x *TaskRecord) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -273,11 +284,15 @@ var File_reeve_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1areeve/store/v1/store.proto\x12\x0ereeve.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"W\n" +
+	"\x1areeve/store/v1/store.proto\x12\x0ereeve.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\xeb\x01\n" +
 	"\n" +
 	"TaskRecord\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12%\n" +
-	"\x0erequest_digest\x18\x02 \x01(\fR\rrequestDigest\"\xe4\x01\n" +
+	"\x0erequest_digest\x18\x02 \x01(\fR\rrequestDigest\x12Q\n" +
+	"\rtrace_context\x18\x03 \x03(\v2,.reeve.store.v1.TaskRecord.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x01\n" +
 	"\n" +
 	"ReadyEntry\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
@@ -311,23 +326,25 @@ func file_reeve_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_reeve_store_v1_store_proto_rawDescData
 }
 
-var file_reeve_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_reeve_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_reeve_store_v1_store_proto_goTypes = []any{
 	(*TaskRecord)(nil),            // 0: reeve.store.v1.TaskRecord
 	(*ReadyEntry)(nil),            // 1: reeve.store.v1.ReadyEntry
 	(*AgentRecord)(nil),           // 2: reeve.store.v1.AgentRecord
-	(*v1.Task)(nil),               // 3: reeve.v1.Task
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	nil,                           // 3: reeve.store.v1.TaskRecord.TraceContextEntry
+	(*v1.Task)(nil),               // 4: reeve.v1.Task
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_reeve_store_v1_store_proto_depIdxs = []int32{
-	3, // 0: reeve.store.v1.TaskRecord.task:type_name -> reeve.v1.Task
-	4, // 1: reeve.store.v1.ReadyEntry.not_before:type_name -> google.protobuf.Timestamp
-	4, // 2: reeve.store.v1.AgentRecord.connect_time:type_name -> google.protobuf.Timestamp
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4, // 0: reeve.store.v1.TaskRecord.task:type_name -> reeve.v1.Task
+	3, // 1: reeve.store.v1.TaskRecord.trace_context:type_name -> reeve.store.v1.TaskRecord.TraceContextEntry
+	5, // 2: reeve.store.v1.ReadyEntry.not_before:type_name -> google.protobuf.Timestamp
+	5, // 3: reeve.store.v1.AgentRecord.connect_time:type_name -> google.protobuf.Timestamp
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_reeve_store_v1_store_proto_init() }
@@ -341,7 +358,7 @@ func file_reeve_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_store_v1_store_proto_rawDesc), len(file_reeve_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

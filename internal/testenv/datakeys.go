@@ -1,0 +1,31 @@
+package testenv
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// DataKeys returns every key under the default prefix /reeve/ but the
+// liveness records of schedulers and agents, with its mod revision: any
+// write a request makes changes it, so comparing two calls shows whether a
+// refused request changed anything.
+func DataKeys(t testing.TB, c *clientv3.Client) map[string]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, "/reeve/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, kv := range resp.Kvs {
+		if k := string(kv.Key); !strings.HasPrefix(k, "/reeve/schedulers/") && !strings.HasPrefix(k, "/reeve/agents/") {
+			out[k] = kv.ModRevision
+		}
+	}
+	return out
+}

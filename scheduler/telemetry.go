@@ -1,0 +1,266 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/telemetry"
+)
+
+// instruments are the scheduler's spans and metrics (docs/observability.md).
+type instruments struct {
+	tracer    trace.Tracer
+	submitted metric.Int64Counter
+	ended     map[reevev1.TaskState]metric.Int64Counter
+	queueWait metric.Float64Histogram
+	runTime   metric.Float64Histogram
+
+	mu         sync.Mutex
+	namespaces map[string]bool // namespaces whose task counts are reported
+}
+
+var durationBuckets = metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+func newInstruments(s *Server) *instruments {
+	m := s.opts.meter.Meter(telemetry.ScopeName + "/scheduler")
+	in := &instruments{
+		tracer:     s.opts.tracer.Tracer(telemetry.ScopeName + "/scheduler"),
+		ended:      map[reevev1.TaskState]metric.Int64Counter{},
+		namespaces: map[string]bool{"default": true},
+	}
+	in.submitted, _ = m.Int64Counter("reeve.tasks.submitted", metric.WithDescription("Tasks created by SubmitTask (idempotent resubmissions not counted)"))
+	for st, name := range map[reevev1.TaskState]string{
+		reevev1.TaskState_TASK_STATE_SUCCEEDED:   "reeve.tasks.completed",
+		reevev1.TaskState_TASK_STATE_FAILED:      "reeve.tasks.failed",
+		reevev1.TaskState_TASK_STATE_COMPENSATED: "reeve.tasks.compensated",
+		reevev1.TaskState_TASK_STATE_CANCELED:    "reeve.tasks.canceled",
+	} {
+		in.ended[st], _ = m.Int64Counter(name, metric.WithDescription("Tasks that ended "+st.String()))
+	}
+	in.queueWait, _ = m.Float64Histogram("reeve.step.queue_wait", metric.WithUnit("s"), durationBuckets,
+		metric.WithDescription("Time from an attempt being due (ready, backoff over) to its claim for an agent"))
+	in.runTime, _ = m.Float64Histogram("reeve.step.run_time", metric.WithUnit("s"), durationBuckets,
+		metric.WithDescription("Time from an attempt's dispatch to its recorded result"))
+
+	inFlight, _ := m.Int64ObservableGauge("reeve.steps.in_flight",
+		metric.WithDescription("Attempts dispatched by this scheduler and not yet reported (sum over schedulers)"))
+	agents, _ := m.Int64ObservableGauge("reeve.agents.connected",
+		metric.WithDescription("Agent streams connected to this scheduler, by step type (sum over schedulers)"))
+	tasks, _ := m.Int64ObservableGauge("reeve.tasks",
+		metric.WithDescription("Tasks in a non-terminal state, read from etcd's state index (every scheduler reports the same value)"))
+	_, _ = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		running, byType := s.disp.load()
+		o.ObserveInt64(inFlight, int64(running))
+		for k, n := range byType {
+			o.ObserveInt64(agents, int64(n), metric.WithAttributes(telemetry.KeyNamespace.String(k.ns), telemetry.KeyStepType.String(k.typ)))
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		for _, ns := range in.knownNamespaces() {
+			for _, st := range activeStates {
+				n, err := s.store.CountTasks(cctx, ns, st)
+				if err != nil {
+					return nil // etcd unavailable: no sample rather than a wrong one
+				}
+				o.ObserveInt64(tasks, n, metric.WithAttributes(telemetry.KeyNamespace.String(ns), telemetry.KeyTaskState.String(st.String())))
+			}
+		}
+		return nil
+	}, inFlight, agents, tasks)
+	return in
+}
+
+// activeStates are the task states reported by the reeve.tasks gauge; the
+// terminal ones are counters (their index grows with retention).
+var activeStates = []reevev1.TaskState{
+	reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING, reevev1.TaskState_TASK_STATE_COMPENSATING,
+}
+
+func (in *instruments) seeNamespace(ns string) {
+	in.mu.Lock()
+	in.namespaces[ns] = true
+	in.mu.Unlock()
+}
+
+func (in *instruments) knownNamespaces() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]string, 0, len(in.namespaces))
+	for ns := range in.namespaces {
+		out = append(out, ns)
+	}
+	return out
+}
+
+// load counts in-flight attempts and connected agents by (namespace, type).
+func (d *dispatcher) load() (running int, byType map[queueKey]int) {
+	d.lock()
+	defer d.unlock()
+	byType = map[queueKey]int{}
+	for _, c := range d.agents.all() {
+		running += len(c.running)
+		for _, typ := range c.types {
+			byType[queueKey{c.ns, typ}]++
+		}
+	}
+	return running, byType
+}
+
+// startSubmit starts the span whose context the task record keeps: every
+// later span of the task is in its trace.
+func (in *instruments) startSubmit(ctx context.Context, req *reevev1.SubmitTaskRequest) (context.Context, trace.Span) {
+	in.seeNamespace(req.GetNamespace())
+	return in.tracer.Start(ctx, telemetry.SpanSubmit, trace.WithAttributes(
+		telemetry.KeyNamespace.String(req.GetNamespace()), telemetry.KeyTaskID.String(req.GetTaskId())))
+}
+
+// taskContext is the context of the task's trace, restored from its record.
+func taskContext(rec *storev1.TaskRecord) context.Context {
+	return telemetry.Extract(context.Background(), rec.GetTraceContext())
+}
+
+func stepAttrs(t *reevev1.Task, st *reevev1.Step) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		telemetry.KeyNamespace.String(t.GetNamespace()), telemetry.KeyTaskID.String(t.GetId()),
+		telemetry.KeyWorkflow.String(t.GetWorkflow().GetName()),
+		telemetry.KeyStep.String(st.GetName()), telemetry.KeyStepType.String(taskstate.ExecutionType(t, st)),
+		telemetry.KeyAttempt.Int(int(st.GetAttempt())), telemetry.KeyCompensation.Bool(taskstate.Compensating(st)),
+	}
+}
+
+// claimed records the attempt span of a claimed execution (from when it was
+// due to its claim: the queue wait), linked to the step's previous attempt,
+// and puts its context in the assignment for the agent's span.
+func (in *instruments) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *reevev1.StepAssignment, schedulerID, agentID string, now time.Time) {
+	t := rec.GetTask()
+	due := st.GetReadyTime().AsTime()
+	if nb := st.GetNotBefore(); nb != nil && nb.AsTime().After(due) {
+		due = nb.AsTime()
+	}
+	if st.GetReadyTime() == nil || due.After(now) {
+		due = now
+	}
+	wait := now.Sub(due)
+	attrs := stepAttrs(t, st)
+	in.queueWait.Record(context.Background(), wait.Seconds(), metric.WithAttributes(attrs[0], attrs[4], attrs[6]))
+
+	ctx := taskContext(rec)
+	task := trace.SpanContextFromContext(ctx)
+	if !task.IsValid() {
+		return
+	}
+	self := telemetry.AttemptSpanContext(task, t.GetNamespace(), t.GetId(), st.GetName(), st.GetAttempt())
+	opts := []trace.SpanStartOption{
+		trace.WithTimestamp(due),
+		trace.WithAttributes(attrs...),
+		trace.WithAttributes(telemetry.KeyAgentID.String(agentID), telemetry.KeySchedulerID.String(schedulerID), telemetry.KeyQueueWait.Int64(wait.Milliseconds())),
+	}
+	if st.GetAttempt() > 1 {
+		prev := telemetry.AttemptSpanContext(task, t.GetNamespace(), t.GetId(), st.GetName(), st.GetAttempt()-1)
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: prev, Attributes: []attribute.KeyValue{attribute.String("reeve.link", "previous_attempt")}}))
+	}
+	ctx, span := in.tracer.Start(telemetry.WithSpanID(ctx, self.SpanID()), telemetry.SpanAttempt, opts...)
+	span.AddEvent("claimed", trace.WithTimestamp(now))
+	a.TraceContext = telemetry.Inject(ctx)
+	span.End(trace.WithTimestamp(now))
+}
+
+// resulted records how a result changed the task: a span under the
+// attempt's span, the attempt's run time and the task's end.
+func (in *instruments) resulted(before, after *storev1.TaskRecord, ref *reevev1.StepRef, res *reevev1.StepResult, agentID string, now time.Time) {
+	bt, at := before.GetTask(), after.GetTask()
+	st := taskstate.FindStep(at, ref.GetStep())
+	attrs := stepAttrs(bt, taskstate.FindStep(bt, ref.GetStep()))
+	if dispatched, ok := dispatchTime(bt, ref); ok {
+		in.runTime.Record(context.Background(), now.Sub(dispatched).Seconds(), metric.WithAttributes(attrs[0], attrs[4], attrs[6],
+			telemetry.KeyOutcome.String(outcomeOf(res))))
+	}
+	in.ended1(bt, at)
+
+	task := trace.SpanContextFromContext(taskContext(after))
+	if !task.IsValid() {
+		return
+	}
+	parent := telemetry.AttemptSpanContext(task, ref.GetNamespace(), ref.GetTaskId(), ref.GetStep(), ref.GetAttempt())
+	_, span := in.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), telemetry.SpanResult,
+		trace.WithTimestamp(now), trace.WithAttributes(attrs...),
+		trace.WithAttributes(telemetry.KeyAgentID.String(agentID), telemetry.KeyOutcome.String(decisionOf(bt, at, st, ref)),
+			telemetry.KeyTaskState.String(at.GetState().String())))
+	if e := res.GetError(); e != nil {
+		span.SetAttributes(telemetry.KeyErrorCode.String(e.GetCode()))
+		span.SetStatus(codes.Error, e.GetMessage())
+	}
+	if d := retryDelay(st); st.GetAttempt() > ref.GetAttempt() && d > 0 {
+		span.SetAttributes(telemetry.KeyDelay.Int64(d.Milliseconds()))
+	}
+	span.End(trace.WithTimestamp(now))
+}
+
+// ended1 counts a task that this change ended.
+func (in *instruments) ended1(before, after *reevev1.Task) {
+	if before == nil || after == nil || taskstate.TerminalTask(before.GetState()) || !taskstate.TerminalTask(after.GetState()) {
+		return
+	}
+	if c := in.ended[after.GetState()]; c != nil {
+		c.Add(context.Background(), 1, metric.WithAttributes(telemetry.KeyNamespace.String(after.GetNamespace())))
+	}
+}
+
+func outcomeOf(res *reevev1.StepResult) string {
+	if res.GetError() != nil {
+		return "failed"
+	}
+	return "succeeded"
+}
+
+// decisionOf names what a result led to: succeeded, retry or backoff (a
+// new attempt is queued, now or later), compensate (the task compensates),
+// fail (the task failed) or failed (the step failed, the task goes on).
+func decisionOf(before, after *reevev1.Task, st *reevev1.Step, ref *reevev1.StepRef) string {
+	switch {
+	case st.GetAttempt() > ref.GetAttempt():
+		if retryDelay(st) > 0 {
+			return "backoff"
+		}
+		return "retry"
+	case st.GetState() == reevev1.StepState_STEP_STATE_SUCCEEDED || st.GetState() == reevev1.StepState_STEP_STATE_COMPENSATED:
+		return "succeeded"
+	case after.GetState() == reevev1.TaskState_TASK_STATE_COMPENSATING && before.GetState() != after.GetState():
+		return "compensate"
+	case after.GetState() == reevev1.TaskState_TASK_STATE_FAILED:
+		return "fail"
+	}
+	return "failed"
+}
+
+// retryDelay is the backoff a queued step waits before its next attempt:
+// from when it became ready to its not-before.
+func retryDelay(st *reevev1.Step) time.Duration {
+	if st.GetNotBefore() == nil || st.GetReadyTime() == nil {
+		return 0
+	}
+	return st.GetNotBefore().AsTime().Sub(st.GetReadyTime().AsTime())
+}
+
+// dispatchTime finds when the attempt ref was dispatched, in the task's
+// history (bounded by taskstate.MaxHistory).
+func dispatchTime(t *reevev1.Task, ref *reevev1.StepRef) (time.Time, bool) {
+	h := t.GetHistory()
+	for i := len(h) - 1; i >= 0; i-- {
+		e := h[i]
+		if e.GetStep() == ref.GetStep() && e.GetAttempt() == ref.GetAttempt() &&
+			(e.GetKind() == "step.dispatched" || e.GetKind() == "compensation.dispatched") {
+			return e.GetTime().AsTime(), true
+		}
+	}
+	return time.Time{}, false
+}

@@ -1,0 +1,86 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/telemetry"
+)
+
+// instruments are the supervisor's spans and metrics.
+type instruments struct {
+	tracer     trace.Tracer
+	id         string
+	recoveries metric.Int64Counter
+}
+
+func newInstruments(s *Supervisor) *instruments {
+	m := s.opts.meter.Meter(telemetry.ScopeName + "/supervisor")
+	in := &instruments{tracer: s.opts.tracer.Tracer(telemetry.ScopeName + "/supervisor"), id: s.opts.id}
+	in.recoveries, _ = m.Int64Counter("reeve.supervisor.recoveries",
+		metric.WithDescription("Expired executions recovered by the leading supervisor, by action (retry, compensate, fail)"))
+	overdue, _ := m.Float64ObservableGauge("reeve.steps.overdue.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("How long ago the oldest still-dispatched execution passed its complete-by; 0 when none did (the 'nothing stuck' signal)"))
+	_, _ = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		now := s.opts.clock.Now()
+		// A range of the deadline index bounded by now: it costs what is
+		// overdue, not what is running.
+		oldest, err := s.store.ExpiredDeadlines(cctx, now, 1)
+		if err != nil {
+			return nil // etcd unavailable: no sample rather than a wrong one
+		}
+		age := 0.0
+		if len(oldest) > 0 {
+			age = now.Sub(oldest[0].CompleteBy).Seconds()
+		}
+		o.ObserveFloat64(overdue, age)
+		return nil
+	}, overdue)
+	return in
+}
+
+// startDecision starts the span of a recovery decision in the task's trace,
+// linked to the span of the expired attempt.
+func (in *instruments) startDecision(ctx context.Context, rec *storev1.TaskRecord, st *reevev1.Step, d store.Deadline,
+	action taskstate.Action, delay time.Duration) (context.Context, trace.Span) {
+	t := rec.GetTask()
+	task := trace.SpanContextFromContext(telemetry.Extract(context.Background(), rec.GetTraceContext()))
+	attrs := []attribute.KeyValue{
+		telemetry.KeyNamespace.String(d.Namespace), telemetry.KeyTaskID.String(d.TaskID),
+		telemetry.KeyWorkflow.String(t.GetWorkflow().GetName()),
+		telemetry.KeyStep.String(d.Step), telemetry.KeyStepType.String(taskstate.ExecutionType(t, st)),
+		telemetry.KeyAttempt.Int(int(d.Attempt)), telemetry.KeyCompensation.Bool(taskstate.Compensating(st)),
+		telemetry.KeyAction.String(action.String()), telemetry.KeySupervisorID.String(in.id),
+		telemetry.KeyAgentID.String(st.GetLockedByAgent()),
+	}
+	if action == taskstate.ActionRetry {
+		attrs = append(attrs, telemetry.KeyDelay.Int64(delay.Milliseconds()))
+	}
+	opts := []trace.SpanStartOption{trace.WithAttributes(attrs...)}
+	if task.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, task)
+		expired := telemetry.AttemptSpanContext(task, d.Namespace, d.TaskID, d.Step, d.Attempt)
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: expired, Attributes: []attribute.KeyValue{attribute.String("reeve.link", "expired_attempt")}}))
+	}
+	ctx, span := in.tracer.Start(ctx, telemetry.SpanDecision, opts...)
+	span.AddEvent("complete_by passed", trace.WithTimestamp(d.CompleteBy))
+	return ctx, span
+}
+
+func endDecision(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
