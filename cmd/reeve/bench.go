@@ -33,6 +33,9 @@ stops by itself after --tasks or --max-duration.`,
 			if !cfg.Embedded {
 				cfg.Address = g.address
 			}
+			if d := cfg.Duration + 2*time.Minute; cfg.Duration > 0 && cfg.MaxDuration < d && !cmd.Flags().Changed("max-duration") {
+				cfg.MaxDuration = d // room for a sustained run to drain
+			}
 			if err := checkBenchFlags(cfg, rawEtcd); err != nil {
 				return err
 			}
@@ -118,7 +121,7 @@ stops by itself after --tasks or --max-duration.`,
 	f.DurationVar(&cfg.Work, "work", 0, "how long each agent handler holds its step (0: no-op)")
 	f.DurationVar(&cfg.Retention, "retention", 0, "embedded: retention of terminal tasks (default 72h)")
 	f.IntVar(&rawEtcd, "raw-etcd", 0, "instead, run this many raw etcd transactions shaped like a task transition (--concurrency clients, embedded etcd)")
-	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened")
+	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened (--duration + 2m when that is longer and the flag is not given)")
 	prof.register(cmd)
 	return cmd
 }
@@ -149,6 +152,8 @@ func checkBenchFlags(cfg bench.Config, rawEtcd int) error {
 		return usagef("--server-pid: only for a running target (the embedded figures are this process's)")
 	case cfg.MaxDuration <= 0:
 		return usagef("--max-duration: want a positive duration, got %s", cfg.MaxDuration)
+	case cfg.MaxDuration < cfg.Duration:
+		return usagef("--max-duration: %s would cut the --duration %s run short", cfg.MaxDuration, cfg.Duration)
 	case rawEtcd < 0:
 		return usagef("--raw-etcd: want a positive transaction count, got %d", rawEtcd)
 	case !cfg.Embedded && rawEtcd == 0 && len(cfg.EtcdEndpoints) == 0:
