@@ -84,7 +84,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--duration", "-1s"},
 		{"bench", "--embedded", "--server-pid", "1"},
 		{"bench", "--embedded", "--duration", "10m", "--max-duration", "1m"}, // would cut the run short
-		{"bench", "--address", "127.0.0.1:1"}, // a running target needs its etcd endpoints
+		{"bench", "--address", "127.0.0.1:1"},                                // a running target needs its etcd endpoints
 	} {
 		var out, errOut bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
