@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -63,6 +65,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 	if st, ok := status.FromError(err); ok {
 		fmt.Fprintf(stderr, "reeve: %s (%s)\n", st.Message(), st.Code())
+		if hint := transportHint(st); hint != "" {
+			fmt.Fprintf(stderr, "reeve: hint: %s\n", hint)
+		}
 		return exitError
 	}
 	fmt.Fprintf(stderr, "reeve: %v\n", err)
@@ -142,4 +147,19 @@ func envOr(getenv func(string) string, key, def string) string {
 // requestCtx bounds one unary request by --timeout.
 func (g *globals) requestCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, g.timeout)
+}
+
+// transportHint explains the transport errors that a plaintext client
+// talking to a TLS scheduler, or the reverse, gets from gRPC.
+func transportHint(st *status.Status) string {
+	if st.Code() != codes.Unavailable {
+		return ""
+	}
+	switch msg := st.Message(); {
+	case strings.Contains(msg, "server preface"):
+		return "the scheduler may serve TLS: set --tls-ca (REEVE_TLS_CA) and, for mutual TLS, --tls-cert/--tls-key (see docs/security.md)"
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "the scheduler serves plaintext: drop --tls, --tls-ca, --tls-cert and --tls-key"
+	}
+	return ""
 }

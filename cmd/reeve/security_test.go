@@ -109,8 +109,8 @@ func TestClientCommandsUseTLSAndRoles(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "TASK_STATE_SUCCEEDED") {
 		t.Fatalf("demo.orders served by reeve agent over mutual TLS: exit %d: %s %s", code, out, errOut)
 	}
-	if code, _, _ := reeveEnv(t, map[string]string{"REEVE_ADDRESS": s.Addr}, "task", "list"); code != exitError {
-		t.Fatalf("plaintext call to a TLS scheduler: exit %d, want 1", code)
+	if code, _, errOut := reeveEnv(t, map[string]string{"REEVE_ADDRESS": s.Addr}, "task", "list"); code != exitError || !strings.Contains(errOut, "hint: the scheduler may serve TLS") {
+		t.Fatalf("plaintext call to a TLS scheduler: exit %d (%s), want 1 with a hint", code, errOut)
 	}
 	if code, _, errOut := reeveEnv(t, map[string]string{"REEVE_ADDRESS": s.Addr, "REEVE_TOKEN": "x"}, "task", "list"); code != exitUsage || !strings.Contains(errOut, "--token") {
 		t.Fatalf("token without TLS: exit %d (%s), want a usage error", code, errOut)
