@@ -68,16 +68,13 @@ func caseAssignment(d *driver, c *caseRun) error {
 	if err := d.ready(c); err != nil {
 		return err
 	}
-	ex, err := d.assign(assignment{
+	ex, err := d.assignAcked(assignment{
 		cfg:        StepConfig{Mode: ModeEcho, Deps: []string{"prev"}},
 		input:      map[string]any{"order_id": "c-1", "items": []any{1.5, "two", true, nil}},
 		deps:       map[string]any{"prev": map[string]any{"charge_id": "ch-1"}, "unused": "not echoed"},
 		completeBy: time.Now().Add(30 * time.Second),
 	})
 	if err != nil {
-		return err
-	}
-	if err := d.waitAck(ex, ackTimeout); err != nil {
 		return err
 	}
 	r, err := d.waitResult(ex, resultTimeout)
@@ -93,14 +90,11 @@ func caseErrorResult(d *driver, c *caseRun) error {
 		return err
 	}
 	want := &reevev1.StepError{Code: "conformance_failed", Message: "asked to fail", NonRetryable: true}
-	ex, err := d.assign(assignment{
+	ex, err := d.assignAcked(assignment{
 		cfg:        StepConfig{Mode: ModeFail, Error: &StepError{Code: want.GetCode(), Message: want.GetMessage(), NonRetryable: true}},
 		completeBy: time.Now().Add(30 * time.Second),
 	})
 	if err != nil {
-		return err
-	}
-	if err := d.waitAck(ex, ackTimeout); err != nil {
 		return err
 	}
 	r, err := d.waitResult(ex, resultTimeout)
@@ -145,11 +139,8 @@ func caseCancel(d *driver, c *caseRun) error {
 		return err
 	}
 	start := time.Now()
-	ex, err := d.assign(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 1500}, completeBy: start.Add(30 * time.Second)})
+	ex, err := d.assignAcked(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 1500}, completeBy: start.Add(30 * time.Second)})
 	if err != nil {
-		return err
-	}
-	if err := d.waitAck(ex, ackTimeout); err != nil {
 		return err
 	}
 	ex.forbid = "it was canceled by CancelStep"
@@ -178,11 +169,8 @@ func caseStaleAttempt(d *driver, c *caseRun) error {
 	if err := d.quiet(time.Until(start.Add(600 * time.Millisecond))); err != nil {
 		return c.fatalf("stream: %v", err)
 	}
-	second, err := d.assign(assignment{attempt: 2, cfg: StepConfig{Mode: ModeEcho}, input: "retry", completeBy: time.Now().Add(30 * time.Second)})
+	second, err := d.assignAcked(assignment{attempt: 2, cfg: StepConfig{Mode: ModeEcho}, input: "retry", completeBy: time.Now().Add(30 * time.Second)})
 	if err != nil {
-		return err
-	}
-	if err := d.waitAck(second, ackTimeout); err != nil {
 		return err
 	}
 	r, err := d.waitResult(second, resultTimeout)
@@ -200,11 +188,8 @@ func caseRefusedResult(d *driver, c *caseRun) error {
 	if err := d.ready(c); err != nil {
 		return err
 	}
-	ex, err := d.assign(assignment{cfg: StepConfig{Mode: ModeEcho}, policy: ackRefuse, completeBy: time.Now().Add(30 * time.Second)})
+	ex, err := d.assignAcked(assignment{cfg: StepConfig{Mode: ModeEcho}, policy: ackRefuse, completeBy: time.Now().Add(30 * time.Second)})
 	if err != nil {
-		return err
-	}
-	if err := d.waitAck(ex, ackTimeout); err != nil {
 		return err
 	}
 	if _, err := d.waitResult(ex, resultTimeout); err != nil {
@@ -219,11 +204,8 @@ func caseRedelivery(d *driver, c *caseRun) error {
 	if err := d.ready(c); err != nil {
 		return err
 	}
-	ex, err := d.assign(assignment{cfg: StepConfig{Mode: ModeEcho}, input: map[string]any{"n": 1}, policy: ackWithhold, completeBy: time.Now().Add(30 * time.Second)})
+	ex, err := d.assignAcked(assignment{cfg: StepConfig{Mode: ModeEcho}, input: map[string]any{"n": 1}, policy: ackWithhold, completeBy: time.Now().Add(30 * time.Second)})
 	if err != nil {
-		return err
-	}
-	if err := d.waitAck(ex, ackTimeout); err != nil {
 		return err
 	}
 	first, err := d.waitResult(ex, resultTimeout)
@@ -253,11 +235,8 @@ func caseDrain(d *driver, c *caseRun) error {
 	if err := d.ready(c); err != nil {
 		return err
 	}
-	ex, err := d.assign(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 1000}, completeBy: time.Now().Add(30 * time.Second)})
+	ex, err := d.assignAcked(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 1000}, completeBy: time.Now().Add(30 * time.Second)})
 	if err != nil {
-		return err
-	}
-	if err := d.waitAck(ex, ackTimeout); err != nil {
 		return err
 	}
 	if err := d.send(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Drain{Drain: &reevev1.Drain{Reason: "conformance: scheduler going away"}}}); err != nil {
@@ -293,11 +272,8 @@ func caseHeartbeat(d *driver, c *caseRun) error {
 	}
 	const timeout = 1500 * time.Millisecond
 	sent := time.Now()
-	ex, err := d.assign(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 3000}, heartbeat: timeout, completeBy: sent.Add(30 * time.Second)})
+	ex, err := d.assignAcked(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 3000}, heartbeat: timeout, completeBy: sent.Add(30 * time.Second)})
 	if err != nil {
-		return err
-	}
-	if err := d.waitAck(ex, ackTimeout); err != nil {
 		return err
 	}
 	r, err := d.waitResult(ex, resultTimeout)
@@ -329,11 +305,8 @@ func caseShutdown(d *driver, c *caseRun) error {
 	if err := d.ready(c); err != nil {
 		return err
 	}
-	ex, err := d.assign(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 1000}, completeBy: time.Now().Add(30 * time.Second)})
+	ex, err := d.assignAcked(assignment{cfg: StepConfig{Mode: ModeSleep, SleepMS: 1000}, completeBy: time.Now().Add(30 * time.Second)})
 	if err != nil {
-		return err
-	}
-	if err := d.waitAck(ex, ackTimeout); err != nil {
 		return err
 	}
 	d.proc.Stop()

@@ -347,6 +347,18 @@ func (d *driver) assign(a assignment) (*execution, error) {
 	return ex, nil
 }
 
+// assignAcked sends an assignment and waits for its AssignmentAck.
+func (d *driver) assignAcked(a assignment) (*execution, error) {
+	ex, err := d.assign(a)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.waitAck(ex, ackTimeout); err != nil {
+		return nil, err
+	}
+	return ex, nil
+}
+
 // waitAck waits for the assignment's AssignmentAck.
 func (d *driver) waitAck(ex *execution, timeout time.Duration) error {
 	if ex.acked {
