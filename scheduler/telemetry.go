@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,11 +96,7 @@ func (in *instruments) seeNamespace(ns string) {
 func (in *instruments) knownNamespaces() []string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	out := make([]string, 0, len(in.namespaces))
-	for ns := range in.namespaces {
-		out = append(out, ns)
-	}
-	return out
+	return slices.Collect(maps.Keys(in.namespaces))
 }
 
 // load counts in-flight attempts and connected agents by (namespace, type).

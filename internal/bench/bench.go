@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -420,11 +421,7 @@ func newCompletions() *completions {
 func (c *completions) waitingIDs() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ids := make([]string, 0, len(c.waiting))
-	for id := range c.waiting {
-		ids = append(ids, id)
-	}
-	return ids
+	return slices.Collect(maps.Keys(c.waiting))
 }
 
 func (c *completions) expect(id string) <-chan struct{} {
