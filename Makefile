@@ -87,8 +87,14 @@ check-generate: generate
 	@git diff --exit-code --stat -- gen || (echo "gen/ is stale: run 'make generate' and commit" >&2; exit 1)
 	@test -z "$$(git status --porcelain -- gen)" || (git status --porcelain -- gen; echo "gen/ has untracked files: run 'make generate' and commit" >&2; exit 1)
 
+# What `reeve version` prints (internal/version): GOFLAGS has -buildvcs=false
+# here, so the commit comes through the linker, not the build information.
+REEVE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REEVE_COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+REEVE_LDFLAGS := -X github.com/reeve-org/reeve/internal/version.version=$(REEVE_VERSION) -X github.com/reeve-org/reeve/internal/version.commit=$(REEVE_COMMIT)
+
 build:
-	go build -o bin/reeve ./cmd/reeve
+	go build -ldflags '$(REEVE_LDFLAGS)' -o bin/reeve ./cmd/reeve
 
 run: build
 	./bin/reeve dev --demo
