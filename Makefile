@@ -96,6 +96,22 @@ REEVE_LDFLAGS := -X github.com/reeve-org/reeve/internal/version.version=$(REEVE_
 build:
 	go build -ldflags '$(REEVE_LDFLAGS)' -o bin/reeve ./cmd/reeve
 
+# The container image without a container engine: a static linux binary in
+# an OCI layout archive built by deploy/image (go-containerregistry, a module
+# of its own), on an empty base; times from the commit, so the same commit
+# gives the same image. Load it with `docker load -i bin/reeve-image.tar`.
+IMAGE_ARCH ?= $(shell go env GOARCH)
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags '$(REEVE_LDFLAGS)' -o bin/reeve-linux-$(IMAGE_ARCH) ./cmd/reeve
+	cd deploy/image && SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct) go run . --binary $(CURDIR)/bin/reeve-linux-$(IMAGE_ARCH) --arch $(IMAGE_ARCH) \
+		--out $(CURDIR)/bin/reeve-image.tar --version $(REEVE_VERSION) --revision $(REEVE_COMMIT)
+	@echo "wrote bin/reeve-image.tar (reeve:$(REEVE_VERSION)); load it with: docker load -i bin/reeve-image.tar"
+
+# Opens the archive `make image` wrote and checks it (deploy/image/image_test.go).
+test-image: image
+	cd deploy/image && REEVE_IMAGE=$(CURDIR)/bin/reeve-image.tar REEVE_IMAGE_VERSION=$(REEVE_VERSION) REEVE_IMAGE_REVISION=$(REEVE_COMMIT) \
+		go test -race -count=1 -timeout 5m ./...
+
 run: build
 	./bin/reeve dev --demo
 
