@@ -20,12 +20,20 @@ func (f *healthFlag) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.listen, "health-listen", "", "address of a plaintext listener serving only the gRPC health service (grpc.health.v1), for Kubernetes probes when --listen serves TLS; off when empty")
 }
 
+// livenessService is a health service name that is SERVING from start to
+// shutdown whatever etcd does: for liveness probes. The overall status ("")
+// of a scheduler is NOT_SERVING while etcd has no quorum, which should take
+// it out of load balancing (readiness) but not restart it: a restart does
+// not mend etcd, and restarting every scheduler at once would.
+const livenessService = "liveness"
+
 // serveHealth serves hs on listen (nothing when listen is empty) until stop
-// is called.
+// is called, with livenessService SERVING.
 func serveHealth(log *slog.Logger, listen string, hs *health.Server) (stop func(), err error) {
 	if listen == "" {
 		return func() {}, nil
 	}
+	hs.SetServingStatus(livenessService, healthpb.HealthCheckResponse_SERVING)
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("--health-listen: %w", err)

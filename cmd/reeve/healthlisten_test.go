@@ -17,7 +17,7 @@ import (
 
 // waitHealth polls the gRPC health service at addr until it reports want,
 // or fails the test after a generous bound.
-func waitHealth(t *testing.T, addr string, want healthpb.HealthCheckResponse_ServingStatus) {
+func waitHealth(t *testing.T, addr, service string, want healthpb.HealthCheckResponse_ServingStatus) {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -29,7 +29,7 @@ func waitHealth(t *testing.T, addr string, want healthpb.HealthCheckResponse_Ser
 	var last string
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 		cancel()
 		if err == nil && resp.GetStatus() == want {
 			return
@@ -64,7 +64,8 @@ func TestHealthListen(t *testing.T) {
 			go func() {
 				done <- run(ctx, append(tc.args, "--health-listen", health), &out, &errOut, func(string) string { return "" })
 			}()
-			waitHealth(t, health, healthpb.HealthCheckResponse_SERVING)
+			waitHealth(t, health, "", healthpb.HealthCheckResponse_SERVING)
+			waitHealth(t, health, "liveness", healthpb.HealthCheckResponse_SERVING)
 			cancel()
 			select {
 			case code := <-done:
@@ -96,6 +97,33 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// While etcd is down a scheduler is not ready ("" NOT_SERVING: no traffic)
+// but alive ("liveness" SERVING: no restart, which would not mend etcd).
+func TestHealthListenEtcdDownNotReadyButAlive(t *testing.T) {
+	m := etcdtest.New(t)
+	health := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"scheduler", "--etcd-endpoints", m.Endpoints()[0], "--listen", "127.0.0.1:0", "--health-listen", health}, &out, &errOut, func(string) string { return "" })
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("scheduler did not stop within 30s")
+		}
+	}()
+	waitHealth(t, health, "", healthpb.HealthCheckResponse_SERVING)
+	m.Stop()
+	waitHealth(t, health, "", healthpb.HealthCheckResponse_NOT_SERVING)
+	waitHealth(t, health, "liveness", healthpb.HealthCheckResponse_SERVING)
+	m.Restart()
+	waitHealth(t, health, "", healthpb.HealthCheckResponse_SERVING)
 }
 
 func TestHealthListenBadAddress(t *testing.T) {
