@@ -9,6 +9,7 @@ BUF_VERSION                := v1.75.0
 GRPCURL_VERSION            := v1.9.4
 ETCD_VERSION               := v3.7.3
 TOXIPROXY_VERSION          := v2.12.0
+HELM_VERSION               := v3.19.0
 
 # The OpenTelemetry Collector of `make e2e-otel`, built by the collector
 # builder from internal/telemetry/otelcol/builder.yaml (components pinned
@@ -19,6 +20,8 @@ OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 .PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster
 
 all: build
+
+.PHONY: image test-image helm test-helm test-deploy
 
 # Pinned tools, installed once into .tools/bin (skipped when the version matches).
 tools: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/buf
@@ -107,6 +110,28 @@ image:
 		--out $(CURDIR)/bin/reeve-image.tar --version $(REEVE_VERSION) --revision $(REEVE_COMMIT)
 	@echo "wrote bin/reeve-image.tar (reeve:$(REEVE_VERSION)); load it with: docker load -i bin/reeve-image.tar"
 
+# The Helm chart (deploy/helm/reeve) without a cluster: helm lint and
+# helm template for each value set, then a Go test (deploy/helm/test, a module
+# of its own so k8s.io/api stays out of go.mod) decoding every rendered
+# document strictly into the Kubernetes API types and checking the chart's
+# promises (probes, non-root, read-only root, replicas, PDBs).
+HELM_VALUE_SETS := "" deploy/helm/reeve/ci/secure-values.yaml deploy/helm/reeve/ci/external-etcd-values.yaml
+helm: $(TOOLS)/helm-$(HELM_VERSION)
+$(TOOLS)/helm-$(HELM_VERSION):
+	GOBIN=$(TOOLS) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@touch $@
+test-helm: helm build
+	@set -e; for f in $(HELM_VALUE_SETS); do \
+		echo "helm lint/template deploy/helm/reeve $${f:+-f $$f}"; \
+		$(TOOLS)/helm lint --strict deploy/helm/reeve $${f:+-f $$f} >/dev/null; \
+		$(TOOLS)/helm template reeve deploy/helm/reeve $${f:+-f $$f} >/dev/null; \
+	done
+	cd deploy/helm/test && HELM=$(TOOLS)/helm REEVE_BIN=$(CURDIR)/bin/reeve go test -race -count=1 -timeout 5m ./...
+
+# What deploys Reeve: the image and the Helm chart (about 1 minute once the
+# tools are installed).
+test-deploy: test-image test-helm
+
 # Opens the archive `make image` wrote and checks it (deploy/image/image_test.go).
 test-image: image
 	cd deploy/image && REEVE_IMAGE=$(CURDIR)/bin/reeve-image.tar REEVE_IMAGE_VERSION=$(REEVE_VERSION) REEVE_IMAGE_REVISION=$(REEVE_COMMIT) \
@@ -153,6 +178,7 @@ test: check-generate check-fmt lint vet
 	$(MAKE) test-cluster
 	$(MAKE) fuzz
 	$(MAKE) e2e
+	$(MAKE) test-deploy
 
 # Tests that start real clusters of separate processes (internal/cluster,
 # and the short chaos run of internal/chaos: about 2 minutes in all). A
