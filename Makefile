@@ -21,7 +21,7 @@ OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 
 all: build
 
-.PHONY: image test-image helm test-helm test-deploy
+.PHONY: image test-image helm test-helm test-deploy python-example e2e-python
 
 # Pinned tools, installed once into .tools/bin (skipped when the version matches).
 tools: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/buf
@@ -192,7 +192,7 @@ test-cluster: etcd toxiproxy
 # example client and agent against reeve dev, the conformance suite
 # against the Node agent and the Go SDK agent, and traces through a real
 # OpenTelemetry Collector (about 10s; 2.5 minutes more to build it once).
-e2e: e2e-grpcurl e2e-node e2e-conformance e2e-otel
+e2e: e2e-grpcurl e2e-node e2e-conformance e2e-otel e2e-python
 
 e2e-grpcurl: build $(TOOLS)/grpcurl-$(GRPCURL_VERSION)
 	GRPCURL=$(TOOLS)/grpcurl scripts/e2e/grpcurl.sh
@@ -209,6 +209,27 @@ node-example:
 	@command -v node >/dev/null || { echo "node 20 or later is required (apt-get install nodejs)" >&2; exit 1; }
 	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { echo "node 20 or later is required, found $$(node --version)" >&2; exit 1; }
 	cd examples/node && npm ci --ignore-scripts --no-audit --no-fund && npm run build
+
+# The Python example: Debian's grpcio, grpc_tools and protobuf (the Python
+# package index is not reachable; apt-get installs them when missing, as
+# root), stubs generated from proto/ into examples/python/gen (git-ignored,
+# regenerated every time so they never go stale). Debian's /usr/bin/python3,
+# not a pyenv python without these packages. grpc_tools' bundled protoc is
+# old: its well-known types come from -I <grpc_tools>/_proto.
+PYTHON := /usr/bin/python3
+python-example:
+	@$(PYTHON) -c 'import grpc, grpc_tools, google.protobuf' 2>/dev/null || \
+		{ echo "installing python3-grpcio python3-grpc-tools python3-protobuf (apt-get)"; \
+		  apt-get install -y -q python3-grpcio python3-grpc-tools python3-protobuf >/dev/null || \
+		  { apt-get update -q >/dev/null && apt-get install -y -q python3-grpcio python3-grpc-tools python3-protobuf >/dev/null; }; }
+	rm -rf examples/python/gen && mkdir -p examples/python/gen
+	$(PYTHON) -m grpc_tools.protoc -I proto -I "$$($(PYTHON) -c 'import grpc_tools, os; print(os.path.dirname(grpc_tools.__file__))')/_proto" \
+		--python_out=examples/python/gen --grpc_python_out=examples/python/gen proto/reeve/v1/*.proto
+
+# The Python client and agent against reeve dev (plaintext and mutual TLS),
+# then `reeve conformance` against the Python agent (about 25 s).
+e2e-python: build python-example
+	PYTHON=$(PYTHON) scripts/e2e/python.sh
 
 # Reproduces docs/benchmarks.md (about 12 minutes; not part of `make test`).
 # Results in bench-results/<time>/. SOAK=180s and SUSTAIN=60s set run lengths.
