@@ -9,6 +9,7 @@ BUF_VERSION                := v1.75.0
 GRPCURL_VERSION            := v1.9.4
 ETCD_VERSION               := v3.7.3
 TOXIPROXY_VERSION          := v2.12.0
+HELM_VERSION               := v3.19.0
 
 # The OpenTelemetry Collector of `make e2e-otel`, built by the collector
 # builder from internal/telemetry/otelcol/builder.yaml (components pinned
@@ -19,6 +20,8 @@ OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 .PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster
 
 all: build
+
+.PHONY: image test-image helm test-helm test-deploy python-example e2e-python
 
 # Pinned tools, installed once into .tools/bin (skipped when the version matches).
 tools: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/buf
@@ -87,8 +90,52 @@ check-generate: generate
 	@git diff --exit-code --stat -- gen || (echo "gen/ is stale: run 'make generate' and commit" >&2; exit 1)
 	@test -z "$$(git status --porcelain -- gen)" || (git status --porcelain -- gen; echo "gen/ has untracked files: run 'make generate' and commit" >&2; exit 1)
 
+# What `reeve version` prints (internal/version): GOFLAGS has -buildvcs=false
+# here, so the commit comes through the linker, not the build information.
+REEVE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REEVE_COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+REEVE_LDFLAGS := -X github.com/reeve-org/reeve/internal/version.version=$(REEVE_VERSION) -X github.com/reeve-org/reeve/internal/version.commit=$(REEVE_COMMIT)
+
 build:
-	go build -o bin/reeve ./cmd/reeve
+	go build -ldflags '$(REEVE_LDFLAGS)' -o bin/reeve ./cmd/reeve
+
+# The container image without a container engine: a static linux binary in
+# an OCI layout archive built by deploy/image (go-containerregistry, a module
+# of its own), on an empty base; times from the commit, so the same commit
+# gives the same image. Load it with `docker load -i bin/reeve-image.tar`.
+IMAGE_ARCH ?= $(shell go env GOARCH)
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags '$(REEVE_LDFLAGS)' -o bin/reeve-linux-$(IMAGE_ARCH) ./cmd/reeve
+	cd deploy/image && SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct) go run . --binary $(CURDIR)/bin/reeve-linux-$(IMAGE_ARCH) --arch $(IMAGE_ARCH) \
+		--out $(CURDIR)/bin/reeve-image.tar --version $(REEVE_VERSION) --revision $(REEVE_COMMIT)
+	@echo "wrote bin/reeve-image.tar (reeve:$(REEVE_VERSION)); load it with: docker load -i bin/reeve-image.tar"
+
+# The Helm chart (deploy/helm/reeve) without a cluster: helm lint and
+# helm template for each value set, then a Go test (deploy/helm/test, a module
+# of its own so k8s.io/api stays out of go.mod) decoding every rendered
+# document strictly into the Kubernetes API types and checking the chart's
+# promises (probes, non-root, read-only root, replicas, PDBs).
+HELM_VALUE_SETS := "" deploy/helm/reeve/ci/secure-values.yaml deploy/helm/reeve/ci/external-etcd-values.yaml
+helm: $(TOOLS)/helm-$(HELM_VERSION)
+$(TOOLS)/helm-$(HELM_VERSION):
+	GOBIN=$(TOOLS) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@touch $@
+test-helm: helm build
+	@set -e; for f in $(HELM_VALUE_SETS); do \
+		echo "helm lint/template deploy/helm/reeve $${f:+-f $$f}"; \
+		$(TOOLS)/helm lint --strict deploy/helm/reeve $${f:+-f $$f} >/dev/null; \
+		$(TOOLS)/helm template reeve deploy/helm/reeve $${f:+-f $$f} >/dev/null; \
+	done
+	cd deploy/helm/test && HELM=$(TOOLS)/helm REEVE_BIN=$(CURDIR)/bin/reeve go test -race -count=1 -timeout 5m ./...
+
+# What deploys Reeve: the image and the Helm chart (about 1 minute once the
+# tools are installed).
+test-deploy: test-image test-helm
+
+# Opens the archive `make image` wrote and checks it (deploy/image/image_test.go).
+test-image: image
+	cd deploy/image && REEVE_IMAGE=$(CURDIR)/bin/reeve-image.tar REEVE_IMAGE_VERSION=$(REEVE_VERSION) REEVE_IMAGE_REVISION=$(REEVE_COMMIT) \
+		go test -race -count=1 -timeout 5m ./...
 
 run: build
 	./bin/reeve dev --demo
@@ -137,6 +184,7 @@ test: check-generate check-fmt lint vet
 	$(MAKE) test-cluster
 	$(MAKE) fuzz
 	$(MAKE) e2e
+	$(MAKE) test-deploy
 
 # Tests that start real clusters of separate processes (internal/cluster,
 # and the short chaos run of internal/chaos: about 2 minutes in all). A
@@ -150,7 +198,7 @@ test-cluster: etcd toxiproxy
 # example client and agent against reeve dev, the conformance suite
 # against the Node agent and the Go SDK agent, and traces through a real
 # OpenTelemetry Collector (about 10s; 2.5 minutes more to build it once).
-e2e: e2e-grpcurl e2e-node e2e-conformance e2e-otel
+e2e: e2e-grpcurl e2e-node e2e-conformance e2e-otel e2e-python
 
 e2e-grpcurl: build $(TOOLS)/grpcurl-$(GRPCURL_VERSION)
 	GRPCURL=$(TOOLS)/grpcurl scripts/e2e/grpcurl.sh
@@ -167,6 +215,27 @@ node-example:
 	@command -v node >/dev/null || { echo "node 20 or later is required (apt-get install nodejs)" >&2; exit 1; }
 	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { echo "node 20 or later is required, found $$(node --version)" >&2; exit 1; }
 	cd examples/node && npm ci --ignore-scripts --no-audit --no-fund && npm run build
+
+# The Python example: Debian's grpcio, grpc_tools and protobuf (the Python
+# package index is not reachable; apt-get installs them when missing, as
+# root), stubs generated from proto/ into examples/python/gen (git-ignored,
+# regenerated every time so they never go stale). Debian's /usr/bin/python3,
+# not a pyenv python without these packages. grpc_tools' bundled protoc is
+# old: its well-known types come from -I <grpc_tools>/_proto.
+PYTHON := /usr/bin/python3
+python-example:
+	@$(PYTHON) -c 'import grpc, grpc_tools, google.protobuf' 2>/dev/null || \
+		{ echo "installing python3-grpcio python3-grpc-tools python3-protobuf (apt-get)"; \
+		  apt-get install -y -q python3-grpcio python3-grpc-tools python3-protobuf >/dev/null || \
+		  { apt-get update -q >/dev/null && apt-get install -y -q python3-grpcio python3-grpc-tools python3-protobuf >/dev/null; }; }
+	rm -rf examples/python/gen && mkdir -p examples/python/gen
+	$(PYTHON) -m grpc_tools.protoc -I proto -I "$$($(PYTHON) -c 'import grpc_tools, os; print(os.path.dirname(grpc_tools.__file__))')/_proto" \
+		--python_out=examples/python/gen --grpc_python_out=examples/python/gen proto/reeve/v1/*.proto
+
+# The Python client and agent against reeve dev (plaintext and mutual TLS),
+# then `reeve conformance` against the Python agent (about 25 s).
+e2e-python: build python-example
+	PYTHON=$(PYTHON) scripts/e2e/python.sh
 
 # Reproduces docs/benchmarks.md (about 12 minutes; not part of `make test`).
 # Results in bench-results/<time>/. SOAK=180s and SUSTAIN=60s set run lengths.

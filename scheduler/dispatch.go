@@ -23,7 +23,8 @@ type readyItem struct {
 	entry    *storev1.ReadyEntry
 	elem     *list.Element // in its queue while due and not being claimed
 	due      time.Time
-	heapIdx  int // in the delayed heap while not due; -1 otherwise
+	queuedAt time.Time // when it last entered its queue (reeve.steps.queued.oldest_age)
+	heapIdx  int       // in the delayed heap while not due; -1 otherwise
 	claiming bool
 }
 
@@ -151,6 +152,7 @@ func (d *dispatcher) enqueue(it *readyItem) {
 		q = list.New()
 		d.queues[k] = q
 	}
+	it.queuedAt = d.s.opts.clock.Now()
 	it.elem = q.PushBack(it)
 }
 

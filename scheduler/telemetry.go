@@ -59,14 +59,42 @@ func newInstruments(s *Server) *instruments {
 		metric.WithDescription("Agent streams connected to this scheduler, by step type (sum over schedulers)"))
 	tasks, _ := m.Int64ObservableGauge("reeve.tasks",
 		metric.WithDescription("Tasks in a non-terminal state, read from etcd's state index (every scheduler reports the same value)"))
+	queued, _ := m.Int64ObservableGauge("reeve.steps.queued",
+		metric.WithDescription("Steps due and waiting for an agent, by namespace and step type, from this scheduler's view of the ready queue (every scheduler sees the whole queue: aggregate with max)"))
+	queuedAge, _ := m.Float64ObservableGauge("reeve.steps.queued.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest step waiting for an agent has waited, by namespace and step type, since it became due or this scheduler learned of it (aggregate with max)"))
+	dbSize, _ := m.Int64ObservableGauge("reeve.etcd.db.size", metric.WithUnit("By"),
+		metric.WithDescription("Size of etcd's database file (its high-water mark), of the fullest member"))
+	dbInUse, _ := m.Int64ObservableGauge("reeve.etcd.db.size_in_use", metric.WithUnit("By"),
+		metric.WithDescription("Part of etcd's database in use (what compaction and retention shrink), of the fullest member"))
+	dbQuota, _ := m.Int64ObservableGauge("reeve.etcd.db.quota", metric.WithUnit("By"),
+		metric.WithDescription("etcd's backend quota: at it etcd refuses writes (NOSPACE)"))
 	_, _ = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		running, byType := s.disp.load()
 		o.ObserveInt64(inFlight, int64(running))
 		for k, n := range byType {
 			o.ObserveInt64(agents, int64(n), metric.WithAttributes(telemetry.KeyNamespace.String(k.ns), telemetry.KeyStepType.String(k.typ)))
 		}
+		for k, q := range s.disp.queueStats() {
+			attrs := metric.WithAttributes(telemetry.KeyNamespace.String(k.ns), telemetry.KeyStepType.String(k.typ))
+			o.ObserveInt64(queued, int64(q.n), attrs)
+			o.ObserveFloat64(queuedAge, q.oldest.Seconds(), attrs)
+		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
+		// The space guard's last reading when it runs, else one status
+		// request per member.
+		sp := s.space.last.Load()
+		if sp == nil {
+			if fresh, err := s.store.Space(cctx); err == nil {
+				sp = &fresh
+			}
+		}
+		if sp != nil {
+			o.ObserveInt64(dbSize, sp.Size)
+			o.ObserveInt64(dbInUse, sp.InUse)
+			o.ObserveInt64(dbQuota, sp.Quota)
+		}
 		for _, ns := range in.knownNamespaces() {
 			for _, st := range activeStates {
 				n, err := s.store.CountTasks(cctx, ns, st)
@@ -77,7 +105,7 @@ func newInstruments(s *Server) *instruments {
 			}
 		}
 		return nil
-	}, inFlight, agents, tasks)
+	}, inFlight, agents, tasks, queued, queuedAge, dbSize, dbInUse, dbQuota)
 	return in
 }
 
@@ -97,6 +125,35 @@ func (in *instruments) knownNamespaces() []string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return slices.Collect(maps.Keys(in.namespaces))
+}
+
+// queueStat is one queue's length and how long its oldest item waited.
+type queueStat struct {
+	n      int
+	oldest time.Duration
+}
+
+// queueStats returns, for every queue with due steps or connected agents,
+// how many steps wait and the wait of the oldest. A queue is FIFO by the
+// time its items were queued, so the front is the oldest: O(queues).
+func (d *dispatcher) queueStats() map[queueKey]queueStat {
+	d.lock()
+	defer d.unlock()
+	now := d.s.opts.clock.Now()
+	out := map[queueKey]queueStat{}
+	for _, c := range d.agents.all() {
+		for _, typ := range c.types {
+			out[queueKey{c.ns, typ}] = queueStat{}
+		}
+	}
+	for k, q := range d.queues {
+		st := queueStat{n: q.Len()}
+		if f := q.Front(); f != nil {
+			st.oldest = max(now.Sub(f.Value.(*readyItem).queuedAt), 0)
+		}
+		out[k] = st
+	}
+	return out
 }
 
 // load counts in-flight attempts and connected agents by (namespace, type).
@@ -209,8 +266,19 @@ func (in *instruments) ended1(before, after *reevev1.Task) {
 		return
 	}
 	if c := in.ended[after.GetState()]; c != nil {
-		c.Add(context.Background(), 1, metric.WithAttributes(telemetry.KeyNamespace.String(after.GetNamespace())))
+		c.Add(context.Background(), 1, metric.WithAttributes(telemetry.KeyNamespace.String(after.GetNamespace()),
+			telemetry.KeyWorkflow.String(workflowLabel(after))))
 	}
+}
+
+// workflowLabel is the task's workflow name as a metric attribute:
+// "(inline)" for a workflow submitted with the task. Names are bounded by
+// the registered workflows.
+func workflowLabel(t *reevev1.Task) string {
+	if n := t.GetWorkflow().GetName(); n != "" {
+		return n
+	}
+	return "(inline)"
 }
 
 func outcomeOf(res *reevev1.StepResult) string {

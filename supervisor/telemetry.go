@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -15,6 +16,9 @@ import (
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/telemetry"
 )
+
+// overdueCountCap bounds the keys read per collection for reeve.steps.overdue.
+const overdueCountCap = 1000
 
 // instruments are the supervisor's spans and metrics.
 type instruments struct {
@@ -30,23 +34,33 @@ func newInstruments(s *Supervisor) *instruments {
 		metric.WithDescription("Expired executions recovered by the leading supervisor, by action (retry, compensate, fail)"))
 	overdue, _ := m.Float64ObservableGauge("reeve.steps.overdue.oldest_age", metric.WithUnit("s"),
 		metric.WithDescription("How long ago the oldest still-dispatched execution passed its complete-by; 0 when none did (the 'nothing stuck' signal)"))
+	overdueN, _ := m.Int64ObservableGauge("reeve.steps.overdue",
+		metric.WithDescription(fmt.Sprintf("Executions whose complete-by (or schedule-to-start deadline) passed and that no supervisor recovered yet, counted up to %d", overdueCountCap)))
+	leader, _ := m.Int64ObservableGauge("reeve.supervisor.leader",
+		metric.WithDescription("1 while this supervisor leads (acts on expired steps), else 0; the sum over supervisors should be 1"))
 	_, _ = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if s.Leading() {
+			o.ObserveInt64(leader, 1)
+		} else {
+			o.ObserveInt64(leader, 0)
+		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		now := s.opts.clock.Now()
-		// A range of the deadline index bounded by now: it costs what is
-		// overdue, not what is running.
-		oldest, err := s.store.ExpiredDeadlines(cctx, now, 1)
+		// A keys-only range of the deadline index bounded by now: it costs
+		// what is overdue (at most overdueCountCap keys), not what is running.
+		expired, err := s.store.ExpiredDeadlines(cctx, now, overdueCountCap)
 		if err != nil {
 			return nil // etcd unavailable: no sample rather than a wrong one
 		}
 		age := 0.0
-		if len(oldest) > 0 {
-			age = now.Sub(oldest[0].CompleteBy).Seconds()
+		if len(expired) > 0 {
+			age = now.Sub(expired[0].CompleteBy).Seconds()
 		}
 		o.ObserveFloat64(overdue, age)
+		o.ObserveInt64(overdueN, int64(len(expired)))
 		return nil
-	}, overdue)
+	}, overdue, overdueN, leader)
 	return in
 }
 

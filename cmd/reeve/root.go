@@ -104,7 +104,7 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 
 	root.AddCommand(newTaskCmd(g), newWorkflowCmd(g), newAlertsCmd(g), newBenchCmd(g), newConformanceCmd(g))
 	root.AddCommand(serverCommands(g)...)
-	root.AddCommand(newCertsCmd())
+	root.AddCommand(newCertsCmd(), newVersionCmd(g))
 	// Unknown subcommands and bad argument counts are usage errors.
 	walk(root, func(c *cobra.Command) {
 		if c.Args == nil && !c.Runnable() {

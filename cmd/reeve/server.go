@@ -127,7 +127,7 @@ port with client certificates, and prints the environment a client needs.`,
 			defer etcd.Close()
 			cli := etcd.Client()
 
-			return serve(ctx, log, cli, listen, gopts, func(ctx context.Context, srv *scheduler.Server, addr string) error {
+			return serve(ctx, log, cli, listen, "", gopts, func(ctx context.Context, srv *scheduler.Server, addr string) error {
 				fmt.Fprintf(cmd.OutOrStdout(), "reeve dev: scheduler and supervisor on %s (%s), etcd on %s, data in %s\n", addr, describe(gopts), strings.Join(etcd.Endpoints(), ","), dataDir)
 				if secure {
 					dev.printEnv(cmd.OutOrStdout(), addr)
@@ -216,6 +216,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		etcdSec            etcdSecurity
 		lim                limitFlags
 		deg                degradedFlags
+		hf                 healthFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -263,7 +264,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if id != "" {
 				opts = append(opts, scheduler.WithID(id))
 			}
-			return serve(ctx, log, cli, listen, gopts, func(_ context.Context, _ *scheduler.Server, addr string) error {
+			return serve(ctx, log, cli, listen, hf.listen, gopts, func(_ context.Context, _ *scheduler.Server, addr string) error {
 				log.Info("scheduler listening", "address", addr, "security", describe(gopts))
 				return nil
 			}, opts...)
@@ -281,6 +282,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	logs.register(cmd)
 	tel.register(cmd)
 	prof.register(cmd)
+	hf.register(cmd)
 	return cmd
 }
 
@@ -293,6 +295,7 @@ func newSupervisorCmd(g *globals) *cobra.Command {
 		logs                  logFlags
 		tel                   telemetryFlags
 		etcdSec               etcdSecurity
+		hf                    healthFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "supervisor",
@@ -336,7 +339,17 @@ fail it and raise an operator alert. Run two or more for availability.`,
 			if err := startSupervisor(ctx, log, cli, schedulers, dial, opts...); err != nil {
 				return err
 			}
+			// Healthy while the process runs: a supervisor that cannot reach
+			// etcd or the schedulers is not fixed by a restart, and its
+			// leadership lapses on its own (--session-ttl).
+			hs := health.NewServer()
+			stopHealth, err := serveHealth(log, hf.listen, hs)
+			if err != nil {
+				return err
+			}
+			defer stopHealth()
 			<-ctx.Done()
+			hs.Shutdown()
 			return nil
 		},
 	}
@@ -349,6 +362,7 @@ fail it and raise an operator alert. Run two or more for availability.`,
 	etcdSec.register(cmd, g.getenv)
 	logs.register(cmd)
 	tel.register(cmd)
+	hf.register(cmd)
 	return cmd
 }
 
@@ -375,8 +389,9 @@ func envList(key string) []string {
 // serve runs a scheduler on listen until ctx ends, then shuts down in order:
 // health reports NOT_SERVING, the scheduler drains its agents, the gRPC
 // server stops gracefully (forcefully after 10s). started runs once the
-// server listens.
-func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen string, gopts []grpc.ServerOption,
+// server listens. healthListen, when not empty, serves the same health
+// status in plaintext (--health-listen).
+func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen, healthListen string, gopts []grpc.ServerOption,
 	started func(context.Context, *scheduler.Server, string) error, opts ...scheduler.Option) error {
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
@@ -392,6 +407,11 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen s
 	healthDone := make(chan struct{})
 	go func() { defer close(healthDone); srv.ReportHealth(healthCtx, hs, time.Second) }()
 	defer func() { stopHealth(); <-healthDone }()
+	stopHealthListener, err := serveHealth(log, healthListen, hs)
+	if err != nil {
+		return err
+	}
+	defer stopHealthListener()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.Serve(lis) }()

@@ -90,10 +90,41 @@ func TestPrometheusMetrics(t *testing.T) {
 		{`reeve_steps_overdue_oldest_age_seconds`, eq(0)},
 		{`reeve_etcd_txn_duration_seconds_count{reeve_etcd_operation="write_tasks"`, atLeast(3)},
 		{`reeve_etcd_txn_conflicts_total{reeve_etcd_conflict_cause="concurrent_writer"`, atLeast(0)},
+		// What the Grafana dashboard (deploy/grafana) shows besides the above.
+		{`reeve_tasks_completed_total{reeve_workflow_name="m"`, eq(1)},
+		{`reeve_tasks_compensated_total{reeve_workflow_name="m"`, eq(1)},
+		{`reeve_supervisor_leader`, eq(1)},
+		{`reeve_steps_overdue`, eq(0)},
+		{`reeve_steps_queued{reeve_namespace="default",reeve_step_type="pay"`, eq(0)},
+		{`reeve_steps_queued_oldest_age_seconds{reeve_namespace="default",reeve_step_type="pay"`, eq(0)},
+		{`reeve_etcd_db_size_bytes`, atLeast(1)},
+		{`reeve_etcd_db_size_in_use_bytes`, atLeast(1)},
+		{`reeve_etcd_db_quota_bytes`, atLeast(1)},
 	} {
 		if v := value(body, c.series); !c.want(v) {
 			t.Errorf("%s: %v", c.series, v)
 		}
+	}
+
+	// A step no agent serves waits in its queue: the queue depth and the age
+	// of its oldest step show it, per step type.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	_, err = tr.client.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: "stuck",
+		Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{Name: "m",
+			Steps: []*reevev1.StepSpec{{Name: "a", Type: "nobody-serves-this", Timeout: durationpb.New(10 * time.Second)}}}}})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stuck = `{reeve_namespace="default",reeve_step_type="nobody-serves-this"`
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		body = scrape(t, web.URL)
+		if (value(body, `reeve_steps_queued`+stuck) == 1 && value(body, `reeve_steps_queued_oldest_age_seconds`+stuck) > 0.2) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n, age := value(body, `reeve_steps_queued`+stuck), value(body, `reeve_steps_queued_oldest_age_seconds`+stuck); n != 1 || age <= 0.2 {
+		t.Errorf("a step nobody serves: queued %v (want 1), oldest age %vs (want > 0.2)", n, age)
 	}
 	if t.Failed() {
 		var ours []string

@@ -24,6 +24,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
+
+	"github.com/reeve-org/reeve/internal/version"
 )
 
 // Config is what Setup needs besides the environment.
@@ -114,7 +116,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return t, nil
 	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName(cfg.Service)),
+		resource.WithAttributes(semconv.ServiceName(cfg.Service), semconv.ServiceVersion(version.Get().Version)),
 		resource.WithFromEnv(), resource.WithTelemetrySDK(), resource.WithHost())
 	if err != nil && res == nil {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
