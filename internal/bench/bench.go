@@ -159,10 +159,10 @@ type Report struct {
 	// (runtime/metrics /cpu/classes), and GCCycles how many GC cycles ran.
 	// Embedded mode only: then they cover etcd, the scheduler and the load
 	// generator, which share the process.
-	AllocsPerTask     float64 `json:"allocs_per_task,omitempty"`
-	AllocBytesPerTask float64 `json:"alloc_bytes_per_task,omitempty"`
+	AllocsPerTask     float64  `json:"allocs_per_task,omitempty"`
+	AllocBytesPerTask float64  `json:"alloc_bytes_per_task,omitempty"`
 	GCCPUFraction     *float64 `json:"gc_cpu_fraction,omitempty"` // set in embedded mode, even when 0
-	GCCycles          int     `json:"gc_cycles,omitempty"`
+	GCCycles          int      `json:"gc_cycles,omitempty"`
 }
 
 // target is a scheduler to load, and how to observe its etcd.
