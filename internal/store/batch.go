@@ -58,6 +58,7 @@ type writeReq struct {
 	current  bool                      // cur is known current: read linearizably, or returned by a failed compare
 	fresh    bool                      // look cur up with a linearizable read
 	tries    int                       // commits that lost a race
+	queuedAt time.Time                 // when it was queued (the commit window counts from it)
 	answered bool                      // its result was sent
 	done     chan writeRes             // receives exactly one result
 	next     *storev1.TaskRecord       // set while committing
@@ -87,6 +88,7 @@ type committer struct {
 	updates, creates []*writeReq
 	inflight         map[string]bool // task keys in a batch being committed
 	active           int             // committer goroutines running
+	window           commitWindow    // the adaptive commit window (window.go)
 }
 
 func newCommitter(s *Store, maxBatch, maxCommitters, maxQueued int) *committer {
@@ -105,12 +107,14 @@ func (c *committer) do(r *writeReq) writeRes {
 		c.mu.Unlock()
 		return writeRes{err: fmt.Errorf("create task: %d writes waiting for etcd: %w", n, ErrOverloaded)}
 	}
+	c.arrive(r)
 	if r.create != nil {
 		c.creates = append(c.creates, r)
 	} else {
 		c.updates = append(c.updates, r)
 	}
-	start := c.active < c.maxCommitters
+	// A committer holding the window for company takes this write too.
+	start := c.active < c.maxCommitters && !c.window.holding
 	if start {
 		c.active++
 	}
@@ -130,6 +134,7 @@ func (c *committer) do(r *writeReq) writeRes {
 func (c *committer) run() {
 	for {
 		c.mu.Lock()
+		c.holdWindow()
 		batch := c.take()
 		if len(batch) == 0 {
 			c.active--
