@@ -18,6 +18,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		cfg     bench.Config
 		rawEtcd int
 		prof    pprofFlag
+		gcf     gcFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout]",
@@ -39,6 +40,9 @@ stops by itself after --tasks or --max-duration.`,
 				cfg.MaxDuration = d // room for a sustained run to drain
 			}
 			if err := checkBenchFlags(cfg, rawEtcd); err != nil {
+				return err
+			}
+			if _, _, err := gcf.apply(cmd); err != nil {
 				return err
 			}
 			// Profiles of an embedded run cover etcd, the scheduler and the
@@ -130,6 +134,7 @@ stops by itself after --tasks or --max-duration.`,
 	f.IntVar(&rawEtcd, "raw-etcd", 0, "instead, run this many raw etcd transactions shaped like a task transition (--concurrency clients, embedded etcd)")
 	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened (--duration + 2m when that is longer and the flag is not given)")
 	prof.register(cmd)
+	gcf.register(cmd, g.getenv, 400)
 	return cmd
 }
 

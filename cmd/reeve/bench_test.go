@@ -130,6 +130,10 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--server-pid", "1"},
 		{"bench", "--embedded", "--duration", "10m", "--max-duration", "1m"}, // would cut the run short
 		{"bench", "--address", "127.0.0.1:1"},                                // a running target needs its etcd endpoints
+		{"bench", "--embedded", "--memory-limit", "1KiB"},                    // below 16MiB
+		{"bench", "--embedded", "--memory-limit", "lots"},
+		{"bench", "--embedded", "--gc-percent", "-2"},
+		{"bench", "--embedded", "--gc-percent", "-1", "--memory-limit", "off"}, // no collection at all
 	} {
 		var out, errOut bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -70,6 +70,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		srvSec                      serverSecurity
 		lim                         limitFlags
 		deg                         degradedFlags
+		gcf                         gcFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -88,6 +89,11 @@ port with client certificates, and prints the environment a client needs.`,
 			if err != nil {
 				return usageError{err}
 			}
+			memLimit, gcPercent, err := gcf.apply(cmd)
+			if err != nil {
+				return err
+			}
+			log.Debug("go runtime", "memory_limit_bytes", memLimit, "gc_percent", gcPercent)
 			flush, err := tel.start(cmd.Context(), log, "reeve-dev")
 			if err != nil {
 				return err
@@ -154,6 +160,7 @@ port with client certificates, and prints the environment a client needs.`,
 	logs.register(cmd)
 	tel.register(cmd)
 	prof.register(cmd)
+	gcf.register(cmd, g.getenv, 400)
 	return cmd
 }
 
@@ -216,6 +223,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		etcdSec            etcdSecurity
 		lim                limitFlags
 		deg                degradedFlags
+		gcf                gcFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -229,6 +237,11 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if err != nil {
 				return usageError{err}
 			}
+			memLimit, gcPercent, err := gcf.apply(cmd)
+			if err != nil {
+				return err
+			}
+			log.Debug("go runtime", "memory_limit_bytes", memLimit, "gc_percent", gcPercent)
 			flush, err := tel.start(cmd.Context(), log, "reeve-scheduler")
 			if err != nil {
 				return err
@@ -281,6 +294,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	logs.register(cmd)
 	tel.register(cmd)
 	prof.register(cmd)
+	gcf.register(cmd, g.getenv, 100)
 	return cmd
 }
 
