@@ -107,14 +107,15 @@ func (c *committer) do(r *writeReq) writeRes {
 		c.mu.Unlock()
 		return writeRes{err: fmt.Errorf("create task: %d writes waiting for etcd: %w", n, ErrOverloaded)}
 	}
-	c.arrive(r)
 	if r.create != nil {
 		c.creates = append(c.creates, r)
 	} else {
 		c.updates = append(c.updates, r)
 	}
-	// A committer holding the window for company takes this write too.
-	start := c.active < c.maxCommitters && !c.window.holding
+	// A committer holding the window for company takes this write too,
+	// unless it overslept (a loaded machine wakes it late).
+	overdue := c.arrive(r)
+	start := c.active < c.maxCommitters && (!c.window.holding || overdue)
 	if start {
 		c.active++
 	}

@@ -72,21 +72,39 @@ type commitWindow struct {
 // once.
 func (c *committer) windowFull() int { return max(2, c.maxBatch/4) }
 
-// arrive notes r's arrival, and wakes a committer holding the window once
-// the queue (with r) holds a good batch. c.mu is held.
-func (c *committer) arrive(r *writeReq) {
-	if c.window.length <= 0 {
-		return
+// arrive notes the arrival of r, just queued. It wakes a committer holding
+// the window once the queue holds a good batch, and reports whether the
+// holder overslept: the oldest queued write has waited longer than the
+// window, so another committer should cut the batch now. c.mu is held.
+func (c *committer) arrive(r *writeReq) (overdue bool) {
+	w := &c.window
+	if w.length <= 0 {
+		return false
 	}
 	now := time.Now()
 	r.queuedAt = now
-	c.window.arr.add(now, c.window.length)
-	if c.window.holding && len(c.updates)+len(c.creates)+1 >= c.windowFull() {
+	w.arr.add(now, w.length)
+	if !w.holding {
+		return false
+	}
+	if len(c.updates)+len(c.creates) >= c.windowFull() {
 		select {
-		case c.window.wake <- struct{}{}:
+		case w.wake <- struct{}{}:
 		default:
 		}
 	}
+	return now.Sub(c.oldestQueued()) > w.length
+}
+
+// oldestQueued is when the oldest queued write was queued. c.mu is held.
+func (c *committer) oldestQueued() time.Time {
+	var oldest time.Time
+	for _, q := range [][]*writeReq{c.updates, c.creates} {
+		if len(q) > 0 && (oldest.IsZero() || q[0].queuedAt.Before(oldest)) {
+			oldest = q[0].queuedAt
+		}
+	}
+	return oldest
 }
 
 // holdWindow waits, when holdFor says so, for more writes to join the batch
@@ -101,13 +119,7 @@ func (c *committer) holdWindow() {
 	if queued == 0 {
 		return
 	}
-	oldest := time.Time{}
-	for _, q := range [][]*writeReq{c.updates, c.creates} {
-		if len(q) > 0 && (oldest.IsZero() || q[0].queuedAt.Before(oldest)) {
-			oldest = q[0].queuedAt
-		}
-	}
-	d := holdFor(time.Now(), oldest, queued, c.windowFull(), w.arr.gap, w.length)
+	d := holdFor(time.Now(), c.oldestQueued(), queued, c.windowFull(), w.arr.gap, w.length)
 	if d <= 0 {
 		return
 	}
