@@ -18,7 +18,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		cfg     bench.Config
 		rawEtcd int
 		prof    pprofFlag
-		gcf     gcFlags
+		gcf     perfFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout]",
@@ -44,6 +44,10 @@ stops by itself after --tasks or --max-duration.`,
 			}
 			if _, _, err := gcf.apply(cmd); err != nil {
 				return err
+			}
+			cfg.CommitWindow = gcf.window
+			if gcf.window == 0 {
+				cfg.CommitWindow = -1 // off
 			}
 			// Profiles of an embedded run cover etcd, the scheduler and the
 			// load generator: they share this process.

@@ -133,6 +133,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--memory-limit", "1KiB"},                    // below 16MiB
 		{"bench", "--embedded", "--memory-limit", "lots"},
 		{"bench", "--embedded", "--gc-percent", "-2"},
+		{"bench", "--embedded", "--commit-window", "-1ms"},
 		{"bench", "--embedded", "--gc-percent", "-1", "--memory-limit", "off"}, // no collection at all
 	} {
 		var out, errOut bytes.Buffer

@@ -6,14 +6,18 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/cobra"
+
+	"github.com/reeve-org/reeve/scheduler"
 )
 
-// gcFlags are the garbage-collector flags of the commands that run Reeve's
+// perfFlags are the efficiency flags of the commands that run Reeve's
 // processes (dev, scheduler, bench): a soft memory limit for the Go runtime
-// (debug.SetMemoryLimit) and the GC percentage (debug.SetGCPercent).
+// (debug.SetMemoryLimit), the GC percentage (debug.SetGCPercent) and the
+// store's commit window.
 //
 // A task allocates ~150 KB in a `reeve dev` process (etcd, scheduler and
 // agents together), so with Go's default (GOGC=100, no limit) a process
@@ -21,9 +25,10 @@ import (
 // of its CPU in the GC. A higher GC percentage lets the heap grow further
 // between collections while it is small, and the memory limit makes the GC
 // work harder instead of growing the heap past it. See docs/limits.md.
-type gcFlags struct {
+type perfFlags struct {
 	limit   string
 	percent int
+	window  time.Duration
 	getenv  func(string) string
 }
 
@@ -35,7 +40,7 @@ const (
 
 // register adds the flags, with defPercent the command's default
 // --gc-percent.
-func (f *gcFlags) register(cmd *cobra.Command, getenv func(string) string, defPercent int) {
+func (f *perfFlags) register(cmd *cobra.Command, getenv func(string) string, defPercent int) {
 	f.getenv = getenv
 	cmd.Flags().StringVar(&f.limit, "memory-limit", getenv("REEVE_MEMORY_LIMIT"),
 		"soft memory limit of the Go runtime, e.g. 512MiB or 2GiB, or off (env REEVE_MEMORY_LIMIT); default: GOMEMLIMIT when set, else 90% of the container's (cgroup) memory limit, else 1GiB")
@@ -45,12 +50,22 @@ func (f *gcFlags) register(cmd *cobra.Command, getenv func(string) string, defPe
 	}
 	cmd.Flags().IntVar(&f.percent, "gc-percent", def,
 		"GC percentage: heap growth over the live heap that triggers a collection, -1 for none below the memory limit (env REEVE_GC_PERCENT); GOGC when set and the flag is not given")
+	cmd.Flags().DurationVar(&f.window, "commit-window", time.Millisecond,
+		"adaptive commit window: while task writes arrive less than this apart, a small batch waits up to this long for company in one etcd transaction; 0 turns it off")
+}
+
+// schedulerOptions are the scheduler options the flags set.
+func (f *perfFlags) schedulerOptions() []scheduler.Option {
+	return []scheduler.Option{scheduler.WithCommitWindow(f.window)}
 }
 
 // apply sets the runtime's memory limit and GC percentage from the flags.
 // An explicit flag (or REEVE_ variable) wins over GOMEMLIMIT and GOGC,
 // which win over the defaults. It returns what it set, for the log.
-func (f *gcFlags) apply(cmd *cobra.Command) (limit int64, percent int, err error) {
+func (f *perfFlags) apply(cmd *cobra.Command) (limit int64, percent int, err error) {
+	if f.window < 0 {
+		return 0, 0, usagef("--commit-window: want 0 (off) or a positive duration, got %s", f.window)
+	}
 	limit, err = f.memoryLimit(cmd.Flags().Changed("memory-limit") || f.getenv("REEVE_MEMORY_LIMIT") != "")
 	if err != nil {
 		return 0, 0, usagef("--memory-limit: %v", err)
@@ -73,7 +88,7 @@ func (f *gcFlags) apply(cmd *cobra.Command) (limit int64, percent int, err error
 }
 
 // memoryLimit resolves --memory-limit; math.MaxInt64 means none.
-func (f *gcFlags) memoryLimit(explicit bool) (int64, error) {
+func (f *perfFlags) memoryLimit(explicit bool) (int64, error) {
 	if explicit || f.limit != "" {
 		if strings.EqualFold(f.limit, "off") {
 			return math.MaxInt64, nil

@@ -70,7 +70,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		srvSec                      serverSecurity
 		lim                         limitFlags
 		deg                         degradedFlags
-		gcf                         gcFlags
+		gcf                         perfFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -145,7 +145,7 @@ port with client certificates, and prints the environment a client needs.`,
 					return nil
 				}
 				return startDemo(ctx, log, srv, addr, dev.agentOpts...)
-			}, append(append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...), degOpts...)...)
+			}, append(append(append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...), degOpts...), gcf.schedulerOptions()...)...)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "./.reeve", "directory for the embedded etcd's data")
@@ -223,7 +223,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		etcdSec            etcdSecurity
 		lim                limitFlags
 		deg                degradedFlags
-		gcf                gcFlags
+		gcf                perfFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -271,7 +271,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if err != nil {
 				return err
 			}
-			opts := append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...)
+			opts := append(append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...), gcf.schedulerOptions()...)
 			opts = append(opts, degOpts...)
 			if id != "" {
 				opts = append(opts, scheduler.WithID(id))

@@ -66,6 +66,9 @@ type Config struct {
 	AgentConcurrency int
 	// Work is how long each agent handler holds its step; default 0 (no-op).
 	Work time.Duration
+	// CommitWindow of the embedded scheduler's store (scheduler.WithCommitWindow);
+	// 0 takes the default (1ms), a negative value turns it off.
+	CommitWindow time.Duration
 	// Retention of terminal tasks in the embedded scheduler; default 72h.
 	Retention time.Duration
 	// MaxDuration bounds the run; default 5m.
