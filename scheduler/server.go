@@ -62,7 +62,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	base, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts:       o,
-		store:      store.New(c, store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter)),
+		store:      store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter)}, o.storeOpts...)...),
 		log:        o.log.With("scheduler_id", o.id),
 		base:       base,
 		cancelBase: cancel,

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		cfg     bench.Config
 		rawEtcd int
 		prof    pprofFlag
+		gcf     perfFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout]",
@@ -24,9 +26,10 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Long: `bench submits --tasks tasks of a no-op workflow (closed loop with --concurrency
 tasks in flight, or open loop at --rate tasks/s), serves them with --agents no-op
 agent connections, and reports completed tasks/s, submit-to-completed latency
-percentiles, queue wait, dispatch latency and etcd writes (raft entries) per
-task. --embedded runs etcd (fsync on) and a scheduler in this process; its CPU
-and peak RSS figures cover the whole process, load generator included. The run
+percentiles (for the whole run and for each 5 s window), queue wait, dispatch
+latency and etcd writes (raft entries) per task. --embedded runs etcd (fsync on) and a scheduler in this process; its CPU
+and peak RSS figures, allocations per task and GC share cover the whole
+process, load generator included. The run
 stops by itself after --tasks or --max-duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -38,6 +41,13 @@ stops by itself after --tasks or --max-duration.`,
 			}
 			if err := checkBenchFlags(cfg, rawEtcd); err != nil {
 				return err
+			}
+			if _, _, err := gcf.apply(cmd); err != nil {
+				return err
+			}
+			cfg.CommitWindow = gcf.window
+			if gcf.window == 0 {
+				cfg.CommitWindow = -1 // off
 			}
 			// Profiles of an embedded run cover etcd, the scheduler and the
 			// load generator: they share this process.
@@ -96,7 +106,12 @@ stops by itself after --tasks or --max-duration.`,
 			if rep.Mode == "embedded" {
 				fmt.Fprintf(tw, "process CPU\t%.1f s (%.0f µs per task)\n", rep.ProcessCPUSec, rep.ProcessCPUSec/float64(max(1, rep.Completed))*1e6)
 				fmt.Fprintf(tw, "process peak RSS\t%.0f MB\n", rep.ProcessPeakRSSMB)
+				fmt.Fprintf(tw, "allocations per task\t%.0f (%.0f bytes)\n", rep.AllocsPerTask, rep.AllocBytesPerTask)
+				if rep.GCCPUFraction != nil {
+					fmt.Fprintf(tw, "GC\t%.1f %% of Go CPU, %d cycles\n", *rep.GCCPUFraction*100, rep.GCCycles)
+				}
 			}
+			printWindows(tw, rep.Windows)
 			if cfg.ServerPID > 0 {
 				fmt.Fprintf(tw, "server CPU\t%.1f s (%.0f µs per task)\n", rep.ServerCPUSec, rep.ServerCPUSec/float64(max(1, rep.Completed))*1e6)
 				fmt.Fprintf(tw, "server peak RSS\t%.0f MB\n", rep.ServerPeakRSSMB)
@@ -123,7 +138,24 @@ stops by itself after --tasks or --max-duration.`,
 	f.IntVar(&rawEtcd, "raw-etcd", 0, "instead, run this many raw etcd transactions shaped like a task transition (--concurrency clients, embedded etcd)")
 	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened (--duration + 2m when that is longer and the flag is not given)")
 	prof.register(cmd)
+	gcf.register(cmd, g.getenv, 400)
 	return cmd
+}
+
+// printWindows prints the p99 of each 5 s window, several to a line.
+func printWindows(w io.Writer, wins []bench.Window) {
+	const perLine = 6
+	for i := 0; i < len(wins); i += perLine {
+		label := ""
+		if i == 0 {
+			label = "p99 per 5 s"
+		}
+		line := ""
+		for _, win := range wins[i:min(len(wins), i+perLine)] {
+			line += fmt.Sprintf("  %3.0fs %.1f ms (%d)", win.StartSec, win.P99Ms, win.Completed)
+		}
+		fmt.Fprintf(w, "%s\t%s\n", label, line[2:])
+	}
 }
 
 // checkBenchFlags refuses flag values the run cannot honour, as usage errors

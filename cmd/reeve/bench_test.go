@@ -67,6 +67,51 @@ func TestContractBenchJSON(t *testing.T) {
 	if txns := rep["etcd_txns_per_task"].(float64); txns <= 0.1 || txns > 4 {
 		t.Errorf("etcd_txns_per_task %v; want in (0.1, 4]", txns)
 	}
+	// Issue 15: allocations per task and the GC's share of the CPU (the
+	// embedded process's), and the latency per 5 s window.
+	if a, ok := rep["allocs_per_task"].(float64); !ok || a < 10 {
+		t.Errorf("allocs_per_task %v; want a count of at least 10 (a task allocates)", rep["allocs_per_task"])
+	}
+	if b, ok := rep["alloc_bytes_per_task"].(float64); !ok || b < 1000 {
+		t.Errorf("alloc_bytes_per_task %v; want at least 1000", rep["alloc_bytes_per_task"])
+	}
+	if f, ok := rep["gc_cpu_fraction"].(float64); !ok || f < 0 || f >= 1 {
+		t.Errorf("gc_cpu_fraction %v; want a fraction in [0, 1)", rep["gc_cpu_fraction"])
+	}
+	checkWindows(t, rep)
+}
+
+// checkWindows checks the `windows` array: consecutive 5 s windows from 0
+// whose completions add up to the run's, each with ordered percentiles.
+func checkWindows(t *testing.T, rep map[string]any) {
+	t.Helper()
+	wins, ok := rep["windows"].([]any)
+	if !ok || len(wins) == 0 {
+		t.Fatalf("windows %v; want a non-empty array", rep["windows"])
+	}
+	total := 0.0
+	for i, w := range wins {
+		win, ok := w.(map[string]any)
+		if !ok {
+			t.Fatalf("windows[%d] = %v; want an object", i, w)
+		}
+		for _, f := range []string{"start_sec", "completed", "p50_ms", "p99_ms", "max_ms"} {
+			if _, ok := win[f].(float64); !ok {
+				t.Fatalf("windows[%d].%s missing or not a number: %v", i, f, win)
+			}
+		}
+		if win["start_sec"] != float64(5*i) {
+			t.Errorf("windows[%d].start_sec = %v; want %d", i, win["start_sec"], 5*i)
+		}
+		n := win["completed"].(float64)
+		total += n
+		if p50, p99, mx := win["p50_ms"].(float64), win["p99_ms"].(float64), win["max_ms"].(float64); n > 0 && (p50 <= 0 || p50 > p99 || p99 > mx || mx > rep["max_ms"].(float64)) {
+			t.Errorf("windows[%d] percentiles out of order or above the run's max: %v", i, win)
+		}
+	}
+	if total != rep["completed"].(float64) {
+		t.Errorf("windows hold %v completions; the run completed %v", total, rep["completed"])
+	}
 }
 
 func TestBenchFanout(t *testing.T) {
@@ -85,6 +130,11 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--server-pid", "1"},
 		{"bench", "--embedded", "--duration", "10m", "--max-duration", "1m"}, // would cut the run short
 		{"bench", "--address", "127.0.0.1:1"},                                // a running target needs its etcd endpoints
+		{"bench", "--embedded", "--memory-limit", "1KiB"},                    // below 16MiB
+		{"bench", "--embedded", "--memory-limit", "lots"},
+		{"bench", "--embedded", "--gc-percent", "-2"},
+		{"bench", "--embedded", "--commit-window", "-1ms"},
+		{"bench", "--embedded", "--gc-percent", "-1", "--memory-limit", "off"}, // no collection at all
 	} {
 		var out, errOut bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -101,5 +151,14 @@ func TestBenchDurationBoundsOpenLoop(t *testing.T) {
 	rep := benchJSON(t, "--embedded", "--tasks", "1000000", "--rate", "200", "--duration", "1s", "-o", "json")
 	if c := rep["completed"].(float64); c < 100 || c > 260 || rep["failed"] != 0.0 {
 		t.Fatalf("completed %v (failed %v) in a 1s run at 200/s", c, rep["failed"])
+	}
+}
+
+// A run longer than a window reports one window per 5 s, in order.
+func TestBenchWindowsSpanTheRun(t *testing.T) {
+	rep := benchJSON(t, "--embedded", "--tasks", "1000000", "--rate", "100", "--duration", "11s", "-o", "json")
+	checkWindows(t, rep)
+	if n := len(rep["windows"].([]any)); n < 3 {
+		t.Errorf("%d windows in an 11 s run; want at least 3 (0 s, 5 s, 10 s)", n)
 	}
 }

@@ -70,6 +70,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		srvSec                      serverSecurity
 		lim                         limitFlags
 		deg                         degradedFlags
+		gcf                         perfFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -88,6 +89,11 @@ port with client certificates, and prints the environment a client needs.`,
 			if err != nil {
 				return usageError{err}
 			}
+			memLimit, gcPercent, err := gcf.apply(cmd)
+			if err != nil {
+				return err
+			}
+			log.Debug("go runtime", "memory_limit_bytes", memLimit, "gc_percent", gcPercent)
 			flush, err := tel.start(cmd.Context(), log, "reeve-dev")
 			if err != nil {
 				return err
@@ -139,7 +145,7 @@ port with client certificates, and prints the environment a client needs.`,
 					return nil
 				}
 				return startDemo(ctx, log, srv, addr, dev.agentOpts...)
-			}, append(append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...), degOpts...)...)
+			}, append(append(append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...), degOpts...), gcf.schedulerOptions()...)...)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "./.reeve", "directory for the embedded etcd's data")
@@ -154,6 +160,7 @@ port with client certificates, and prints the environment a client needs.`,
 	logs.register(cmd)
 	tel.register(cmd)
 	prof.register(cmd)
+	gcf.register(cmd, g.getenv, 400)
 	return cmd
 }
 
@@ -217,6 +224,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		lim                limitFlags
 		deg                degradedFlags
 		hf                 healthFlag
+		gcf                perfFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -230,6 +238,11 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if err != nil {
 				return usageError{err}
 			}
+			memLimit, gcPercent, err := gcf.apply(cmd)
+			if err != nil {
+				return err
+			}
+			log.Debug("go runtime", "memory_limit_bytes", memLimit, "gc_percent", gcPercent)
 			flush, err := tel.start(cmd.Context(), log, "reeve-scheduler")
 			if err != nil {
 				return err
@@ -259,7 +272,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if err != nil {
 				return err
 			}
-			opts := append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...)
+			opts := append(append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...), gcf.schedulerOptions()...)
 			opts = append(opts, degOpts...)
 			if id != "" {
 				opts = append(opts, scheduler.WithID(id))
@@ -283,6 +296,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	tel.register(cmd)
 	prof.register(cmd)
 	hf.register(cmd)
+	gcf.register(cmd, g.getenv, 100)
 	return cmd
 }
 

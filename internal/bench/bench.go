@@ -66,6 +66,9 @@ type Config struct {
 	AgentConcurrency int
 	// Work is how long each agent handler holds its step; default 0 (no-op).
 	Work time.Duration
+	// CommitWindow of the embedded scheduler's store (scheduler.WithCommitWindow);
+	// 0 takes the default (1ms), a negative value turns it off.
+	CommitWindow time.Duration
 	// Retention of terminal tasks in the embedded scheduler; default 72h.
 	Retention time.Duration
 	// MaxDuration bounds the run; default 5m.
@@ -149,6 +152,20 @@ type Report struct {
 	ProcessPeakRSSMB float64   `json:"process_peak_rss_mb,omitempty"`
 	ServerCPUSec     float64   `json:"server_cpu_sec,omitempty"`
 	ServerPeakRSSMB  float64   `json:"server_peak_rss_mb,omitempty"`
+	// Windows gives the latency of the tasks completed in each 5 s of the
+	// run, in order, empty windows included.
+	Windows []Window `json:"windows"`
+	// AllocsPerTask and AllocBytesPerTask are the Go heap allocations of
+	// this process during the load (runtime.MemStats Mallocs and TotalAlloc
+	// deltas) per completed task; GCCPUFraction is the share of the Go
+	// CPU time of the process the runtime spent in garbage collection
+	// (runtime/metrics /cpu/classes), and GCCycles how many GC cycles ran.
+	// Embedded mode only: then they cover etcd, the scheduler and the load
+	// generator, which share the process.
+	AllocsPerTask     float64  `json:"allocs_per_task,omitempty"`
+	AllocBytesPerTask float64  `json:"alloc_bytes_per_task,omitempty"`
+	GCCPUFraction     *float64 `json:"gc_cpu_fraction,omitempty"` // set in embedded mode, even when 0
+	GCCycles          int      `json:"gc_cycles,omitempty"`
 }
 
 // target is a scheduler to load, and how to observe its etcd.
@@ -218,9 +235,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	stopSampling := db.start()
 	srv := &procSampler{pid: cfg.ServerPID}
 	stopServer := srv.start()
+	rt0 := sampleRuntime()
 	start := time.Now()
-	latencies, errs, firstErr := load(ctx, cfg, client, wf.GetName(), done)
+	wins := newWindows(start)
+	latencies, errs, firstErr := load(ctx, cfg, client, wf.GetName(), done, wins)
 	elapsed := time.Since(start)
+	rt1 := sampleRuntime()
 	stopSampling()
 	stopServer()
 	if len(latencies) == 0 && firstErr != nil {
@@ -252,9 +272,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.FirstError = firstErr.Error()
 	}
 	rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs = percentiles(latencies)
+	rep.Windows = wins.report()
 	if cfg.Embedded {
 		rep.ProcessCPUSec = cpu
 		rep.ProcessPeakRSSMB = peakRSSMB()
+		var gc float64
+		rep.AllocsPerTask, rep.AllocBytesPerTask, gc, rep.GCCycles = runtimeDelta(rt0, rt1, len(latencies))
+		rep.GCCPUFraction = &gc
 	}
 	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB = db.report()
 	rep.ServerCPUSec, rep.ServerPeakRSSMB = srv.report()
@@ -287,7 +311,7 @@ func workflow(cfg Config) *reevev1.Workflow {
 
 // load submits cfg.Tasks tasks, closed or open loop, and returns the
 // submit-to-completed latency of each completed task.
-func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf string, done *completions) (latencies []time.Duration, errs int, firstErr error) {
+func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf string, done *completions, wins *windows) (latencies []time.Duration, errs int, firstErr error) {
 	var (
 		mu   sync.Mutex
 		next atomic.Int64
@@ -317,7 +341,9 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 			}
 			return
 		}
-		latencies = append(latencies, time.Since(began))
+		lat := time.Since(began)
+		latencies = append(latencies, lat)
+		wins.add(lat)
 	}
 	if cfg.Rate > 0 {
 		// Submission i is due at start + i/rate; a late loop catches up at

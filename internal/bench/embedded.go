@@ -38,6 +38,9 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 		return nil, err
 	}
 	opts := []scheduler.Option{scheduler.WithLogger(cfg.Log)}
+	if cfg.CommitWindow != 0 {
+		opts = append(opts, scheduler.WithCommitWindow(max(cfg.CommitWindow, 0)))
+	}
 	if cfg.Retention > 0 {
 		opts = append(opts, scheduler.WithRetention(cfg.Retention), scheduler.WithSweepInterval(min(time.Minute, cfg.Retention)))
 	}

@@ -58,6 +58,7 @@ type writeReq struct {
 	current  bool                      // cur is known current: read linearizably, or returned by a failed compare
 	fresh    bool                      // look cur up with a linearizable read
 	tries    int                       // commits that lost a race
+	queuedAt time.Time                 // when it was queued (the commit window counts from it)
 	answered bool                      // its result was sent
 	done     chan writeRes             // receives exactly one result
 	next     *storev1.TaskRecord       // set while committing
@@ -87,6 +88,7 @@ type committer struct {
 	updates, creates []*writeReq
 	inflight         map[string]bool // task keys in a batch being committed
 	active           int             // committer goroutines running
+	window           commitWindow    // the adaptive commit window (window.go)
 }
 
 func newCommitter(s *Store, maxBatch, maxCommitters, maxQueued int) *committer {
@@ -110,7 +112,10 @@ func (c *committer) do(r *writeReq) writeRes {
 	} else {
 		c.updates = append(c.updates, r)
 	}
-	start := c.active < c.maxCommitters
+	// A committer holding the window for company takes this write too,
+	// unless it overslept (a loaded machine wakes it late).
+	overdue := c.arrive(r)
+	start := c.active < c.maxCommitters && (!c.window.holding || overdue)
 	if start {
 		c.active++
 	}
@@ -130,6 +135,7 @@ func (c *committer) do(r *writeReq) writeRes {
 func (c *committer) run() {
 	for {
 		c.mu.Lock()
+		c.holdWindow()
 		batch := c.take()
 		if len(batch) == 0 {
 			c.active--

@@ -58,6 +58,7 @@ type Store struct {
 
 	maxBatch, maxCommitters, cacheSize int
 	maxQueued                          int
+	commitWindow                       time.Duration
 	commits                            *committer
 	cache                              *recordCache
 	txns, taskWrites                   atomic.Int64
@@ -88,6 +89,16 @@ func WithGroupCommit(maxBatch, maxCommitters int) Option {
 	}
 }
 
+// WithCommitWindow sets the adaptive commit window (see window.go); default
+// 1ms, 0 turns it off. When task writes arrive less than d apart, a
+// committer about to cut a batch of fewer than a quarter of the batch size
+// (WithGroupCommit) waits until its oldest write has waited d, or until the
+// batch fills to that quarter, so that the writes share one etcd
+// transaction. An idle store, or one with a queue, commits at once.
+func WithCommitWindow(d time.Duration) Option {
+	return func(s *Store) { s.commitWindow = max(d, 0) }
+}
+
 // WithMaxQueuedWrites refuses new tasks (ErrOverloaded) while n task writes
 // wait for a commit; default 10,000, 0 never refuses. Updates of existing
 // tasks (claims, results, recovery) always queue: they drain the backlog.
@@ -103,11 +114,13 @@ func WithRecordCache(n int) Option { return func(s *Store) { s.cacheSize = max(n
 // New returns a Store using c. The caller keeps ownership of c.
 func New(c *clientv3.Client, opts ...Option) *Store {
 	s := &Store{c: c, k: keys{prefix: "/reeve/"}, opTimeout: 5 * time.Second,
-		maxBatch: defaultMaxBatch, maxCommitters: defaultMaxCommitters, cacheSize: 10000, maxQueued: 10000}
+		maxBatch: defaultMaxBatch, maxCommitters: defaultMaxCommitters, cacheSize: 10000, maxQueued: 10000,
+		commitWindow: defaultCommitWindow}
 	for _, o := range opts {
 		o(s)
 	}
 	s.commits = newCommitter(s, s.maxBatch, s.maxCommitters, s.maxQueued)
+	s.commits.window.length = s.commitWindow
 	s.cache = newRecordCache(s.cacheSize)
 	s.metrics = newStoreMetrics(s.meters)
 	return s
