@@ -170,3 +170,26 @@ func (s *Server) readyTime(ctx context.Context, ns, taskID, step string) *timest
 	}
 	return nil
 }
+
+// backfillIndexes writes the created indexes of tasks stored by an older
+// Reeve (once per store; see store.BackfillCreatedIndexes), retrying while
+// etcd is unavailable.
+func (s *Server) backfillIndexes(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		n, err := s.store.BackfillCreatedIndexes(ctx)
+		if err == nil {
+			if n > 0 {
+				s.log.Info("created indexes backfilled", "tasks", n)
+			}
+			return
+		}
+		s.log.Warn("backfill created indexes", "err", err, "attempt", attempt)
+		t := s.opts.clock.NewTimer(min(time.Duration(attempt+1)*time.Second, 30*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+		}
+	}
+}

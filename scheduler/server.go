@@ -115,6 +115,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { s.disp.run(runCtx) })
 	wg.Go(func() { s.space.watch(runCtx) })
 	wg.Go(func() { s.publishLoads(runCtx) })
+	wg.Go(func() { s.backfillIndexes(runCtx) })
 	<-ctx.Done()
 	stop()
 	wg.Wait()
