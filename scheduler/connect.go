@@ -35,7 +35,7 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 		return statusErr(err)
 	}
 	reg.Namespace = workflow.Namespace(reg.GetNamespace())
-	conn := newAgentConn(uuid.NewString(), reg)
+	conn := newAgentConn(uuid.NewString(), reg, s.opts.sendQueueBytes)
 	log := s.log.With("agent_id", conn.agentID, "session_id", conn.sessionID)
 
 	if err := s.adoptRunning(stream.Context(), conn, reg.GetRunning()); err != nil {
@@ -79,8 +79,10 @@ func sendLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) error 
 		select {
 		case <-conn.done:
 			return nil
-		case m := <-conn.out:
-			if err := stream.Send(m); err != nil {
+		case q := <-conn.out:
+			err := stream.Send(q.m)
+			conn.outBytes.Add(-q.size)
+			if err != nil {
 				return err
 			}
 		}
@@ -112,8 +114,9 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 				conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: ack}})
 			}()
 		case *reevev1.ConnectRequest_AssignmentAck:
-			// Delivery is confirmed; nothing to record (the deadline covers
-			// an assignment that is never acked).
+			// The agent took the attempt: it is no longer at risk of being
+			// taken back, and an agent marked stuck gets work again.
+			s.disp.acked(conn, msg.AssignmentAck.GetRef())
 		case *reevev1.ConnectRequest_Heartbeat:
 			s.disp.heartbeat(conn, msg.Heartbeat.GetRefs())
 		case *reevev1.ConnectRequest_Drain:
@@ -194,6 +197,18 @@ func (d *dispatcher) heartbeat(c *agentConn, refs []*reevev1.StepRef) {
 		if b := c.beats[refKey(r)]; b != nil {
 			b.last = now
 		}
+	}
+}
+
+// acked records an AssignmentAck.
+func (d *dispatcher) acked(c *agentConn, ref *reevev1.StepRef) {
+	d.lock()
+	defer d.unlock()
+	delete(c.unacked, refKey(ref))
+	if c.stuck {
+		c.stuck = false
+		d.s.log.Info("agent acknowledges assignments again", "agent_id", c.agentID, "session_id", c.sessionID)
+		d.poke()
 	}
 }
 

@@ -29,6 +29,8 @@ type options struct {
 	submitRate         float64
 	submitBurst        int
 	maxActiveTasks     int
+	ackTimeout         time.Duration
+	sendQueueBytes     int64
 	tracer             trace.TracerProvider
 	meter              metric.MeterProvider
 }
@@ -48,6 +50,8 @@ func defaultOptions() options {
 		scheduleToStart:    time.Hour,
 		spaceSoftLimit:     0.8,
 		spaceCheckInterval: 5 * time.Second,
+		ackTimeout:         5 * time.Second,
+		sendQueueBytes:     16 << 20,
 		tracer:             otel.GetTracerProvider(),
 		meter:              otel.GetMeterProvider(),
 	}
@@ -134,3 +138,20 @@ func WithSpaceSoftLimit(fraction float64) Option {
 func WithSpaceCheckInterval(d time.Duration) Option {
 	return func(o *options) { o.spaceCheckInterval = d }
 }
+
+// WithAckTimeout sets how long an agent may leave an assignment
+// unacknowledged (AssignmentAck); default 5s. Past it the attempt is taken
+// back — it never started, so it is queued again at once for another agent
+// and does not count against the step's retry limit — and the agent is
+// marked stuck: it gets no work but a single probe assignment every 30s
+// until it acknowledges one. The Go SDK acks on receipt, so the default
+// leaves a loaded machine a wide margin; raise it for agents behind slow
+// links.
+func WithAckTimeout(d time.Duration) Option { return func(o *options) { o.ackTimeout = d } }
+
+// WithSendQueueBytes bounds the encoded bytes queued for one agent stream
+// and not yet handed to gRPC; default 16 MiB. An agent whose queue is full
+// gets no new assignments; one that cannot be queued is taken back at once
+// (queued again for another agent). A single message larger than the bound
+// is still admitted into an empty queue.
+func WithSendQueueBytes(n int64) Option { return func(o *options) { o.sendQueueBytes = n } }

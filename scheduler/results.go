@@ -142,3 +142,19 @@ func (s *Server) expireNow(ref *reevev1.StepRef) {
 		s.log.Warn("expire attempt after missed heartbeat", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
 	}
 }
+
+// takeBack queues again an attempt dispatched to agentID that the agent
+// never got or never acknowledged (taskstate.Unacknowledged): it never
+// started, so the next attempt is ready at once and no failure is counted.
+// Nothing changes when the attempt is not (or no longer) the step's current
+// one held by agentID, e.g. when the claim that would have dispatched it
+// never committed. Retried while etcd is unavailable, for a bounded time;
+// the attempt's complete-by covers a take-back that never lands.
+func (s *Server) takeBack(ref *reevev1.StepRef, agentID, reason string) {
+	_, _, err := s.updateUntil(time.Now().Add(claimTimeout), ref, func(t *reevev1.Task) error {
+		return taskstate.Unacknowledged(t, ref.GetStep(), ref.GetAttempt(), agentID, reason, "scheduler/"+s.opts.id, s.opts.clock.Now())
+	})
+	if err != nil && !errors.Is(err, taskstate.ErrStale) && !errors.Is(err, taskstate.ErrTerminal) && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn("take back undelivered attempt", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "err", err)
+	}
+}
