@@ -53,13 +53,18 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max)
 
 	sendErr := make(chan error, 1)
+	var unsent *reevev1.ConnectResponse
 	var wg sync.WaitGroup
-	wg.Go(func() { sendErr <- sendLoop(stream, conn) })
+	wg.Go(func() {
+		var err error
+		unsent, err = sendLoop(stream, conn)
+		sendErr <- err
+	})
 	err = s.recvLoop(stream, conn)
 
 	s.disp.removeAgent(conn)
-	close(conn.done)
 	wg.Wait()
+	s.disp.takeBackUnsent(conn, unsent)
 	if rev > 0 {
 		cctx, cancel := context.WithTimeout(s.base, 2*time.Second)
 		if derr := s.store.DeleteAgent(cctx, conn.ns, conn.agentID, rev); derr != nil {
@@ -74,16 +79,18 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	return err
 }
 
-func sendLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) error {
+// sendLoop sends conn's queued messages until the stream ends; it returns
+// the message a failed Send did not deliver, if any.
+func sendLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) (*reevev1.ConnectResponse, error) {
 	for {
 		select {
 		case <-conn.done:
-			return nil
+			return nil, nil
 		case q := <-conn.out:
 			err := stream.Send(q.m)
 			conn.outBytes.Add(-q.size)
 			if err != nil {
-				return err
+				return q.m, err
 			}
 		}
 	}
@@ -182,10 +189,40 @@ func (d *dispatcher) addAgent(c *agentConn) {
 	d.poke()
 }
 
+// removeAgent forgets a stream that ended and stops its send loop. Under
+// the lock, so that no assignment is queued on it afterwards (claims queue
+// theirs under the lock too, after checking done).
 func (d *dispatcher) removeAgent(c *agentConn) {
 	d.lock()
 	d.agents.remove(c)
+	close(c.done)
 	d.unlock()
+}
+
+// takeBackUnsent takes back the assignments that never left the ended
+// stream c: still queued, or the one whose Send failed. The agent never got
+// them; without this they would stay RUNNING, locked to it, until their
+// complete-by.
+func (d *dispatcher) takeBackUnsent(c *agentConn, failed *reevev1.ConnectResponse) {
+	pending := []*reevev1.ConnectResponse{failed}
+	for more := true; more; {
+		select {
+		case q := <-c.out:
+			c.outBytes.Add(-q.size)
+			pending = append(pending, q.m)
+		default:
+			more = false
+		}
+	}
+	d.lock()
+	defer d.unlock()
+	for _, m := range pending {
+		a := m.GetAssignment()
+		if a == nil {
+			continue
+		}
+		d.takeBack(a.GetRef(), c.agentID, "assignment not delivered: the agent's stream ended")
+	}
 }
 
 // heartbeat records liveness in memory only: beats cost no etcd write.

@@ -96,10 +96,14 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 }
 
 // Run dispatches work until ctx ends, then shuts down in order:
-//  1. stop dispatching new attempts;
+//  1. stop dispatching new attempts (claims in flight finish: they run on
+//     the server's lifetime context);
 //  2. send Drain to every agent and wait (up to the drain timeout) for them
-//     to close their streams, so running steps report through other schedulers;
-//  3. wait for results in flight to be recorded;
+//     to close their streams, so running steps report through other
+//     schedulers; an attempt claimed after its agent was told to drain, or
+//     left unsent when its stream ended, is taken back (queued again at
+//     once), never left locked to an agent that did not get it;
+//  3. wait for results, claims and take-backs in flight to be recorded;
 //  4. revoke the instance lease.
 //
 // It returns nil after a shutdown, or the first fatal error.
