@@ -23,7 +23,7 @@ import (
 // Connect serves one agent stream: a receive loop (this goroutine) and one
 // send loop, the only caller of stream.Send. See docs/agent-protocol.md.
 func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
-	first, err := stream.Recv()
+	first, err := s.awaitRegister(stream)
 	if err != nil {
 		return err
 	}
@@ -81,6 +81,36 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 
 // sendLoop sends conn's queued messages until the stream ends; it returns
 // the message a failed Send did not deliver, if any.
+// awaitRegister returns the stream's first message. Streams waiting for it
+// are capped (RESOURCE_EXHAUSTED past the cap) and each waits at most the
+// register timeout (then DEADLINE_EXCEEDED): a client that opens streams
+// and never registers cannot hold them, or the server's memory, for ever.
+func (s *Server) awaitRegister(stream reevev1.AgentService_ConnectServer) (*reevev1.ConnectRequest, error) {
+	if n := s.unregistered.Add(1); n > int64(s.opts.maxUnregistered) {
+		s.unregistered.Add(-1)
+		return nil, status.Errorf(codes.ResourceExhausted, "register: %d streams are already waiting to register (limit %d); retry later", n-1, s.opts.maxUnregistered)
+	}
+	defer s.unregistered.Add(-1)
+	type received struct {
+		m   *reevev1.ConnectRequest
+		err error
+	}
+	got := make(chan received, 1)
+	// Ends when the handler returns at the latest: gRPC then ends the stream.
+	go func() {
+		m, err := stream.Recv()
+		got <- received{m, err}
+	}()
+	timer := time.NewTimer(s.opts.registerTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-got:
+		return r.m, r.err
+	case <-timer.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "register: the first message of a stream must be register, and none arrived within %s", s.opts.registerTimeout)
+	}
+}
+
 func sendLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) (*reevev1.ConnectResponse, error) {
 	for {
 		select {

@@ -30,6 +30,8 @@ type options struct {
 	submitBurst        int
 	maxActiveTasks     int
 	ackTimeout         time.Duration
+	registerTimeout    time.Duration
+	maxUnregistered    int
 	sendQueueBytes     int64
 	tracer             trace.TracerProvider
 	meter              metric.MeterProvider
@@ -51,6 +53,8 @@ func defaultOptions() options {
 		spaceSoftLimit:     0.8,
 		spaceCheckInterval: 5 * time.Second,
 		ackTimeout:         5 * time.Second,
+		registerTimeout:    10 * time.Second,
+		maxUnregistered:    1000,
 		sendQueueBytes:     16 << 20,
 		tracer:             otel.GetTracerProvider(),
 		meter:              otel.GetMeterProvider(),
@@ -155,3 +159,13 @@ func WithAckTimeout(d time.Duration) Option { return func(o *options) { o.ackTim
 // (queued again for another agent). A single message larger than the bound
 // is still admitted into an empty queue.
 func WithSendQueueBytes(n int64) Option { return func(o *options) { o.sendQueueBytes = n } }
+
+// WithRegisterTimeout bounds how long a new AgentService.Connect stream may
+// wait before its first message, Register; default 10s. Past it the stream
+// ends with DEADLINE_EXCEEDED.
+func WithRegisterTimeout(d time.Duration) Option { return func(o *options) { o.registerTimeout = d } }
+
+// WithMaxUnregisteredStreams caps the Connect streams that have not sent
+// Register yet; default 1000. Past it a new stream ends at once with
+// RESOURCE_EXHAUSTED (and a RetryInfo detail).
+func WithMaxUnregisteredStreams(n int) Option { return func(o *options) { o.maxUnregistered = n } }

@@ -37,6 +37,18 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		ack.Code, ack.Message = int32(st.Code()), st.Message()
 		return ack
 	}
+	if n := proto.Size(res.GetOutput()); n > workflow.MaxOutputBytes && workflow.ValidateStepRef("result.ref", ref) == nil {
+		// Refused on its own, and the step fails for good: the same output
+		// would be too large on every attempt.
+		failed := s.handleResult(conn, &reevev1.StepResult{Ref: ref, Error: &reevev1.StepError{
+			Code: "output_too_large", NonRetryable: true,
+			Message: fmt.Sprintf("output of %d bytes is over the %d-byte limit", n, workflow.MaxOutputBytes),
+		}})
+		if !failed.GetAccepted() {
+			return failed
+		}
+		return reject(status.Errorf(codes.InvalidArgument, "result.output: %d bytes is over the %d-byte limit; the step failed with the non-retryable code output_too_large", n, workflow.MaxOutputBytes))
+	}
 	if err := workflow.ValidateStepResult(res); err != nil {
 		return reject(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -48,6 +49,8 @@ type Server struct {
 	cancelBase context.CancelFunc
 	work       sync.WaitGroup // result handlers and claims
 
+	unregistered atomic.Int64 // agent streams waiting for their Register
+
 	mu    sync.Mutex
 	lease clientv3.LeaseID // current instance lease, 0 while etcd is unreachable
 }
@@ -77,14 +80,43 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 // ID returns the scheduler instance id.
 func (s *Server) ID() string { return s.opts.id }
 
-// ServerOptions are the gRPC server options a scheduler needs: keepalive
-// enforcement that admits the SDK's pings (every 30s, also without active
-// streams) and server pings that find dead agent connections within 40s.
-// Pass them to grpc.NewServer along with your own.
-func ServerOptions() []grpc.ServerOption {
+// ServerOptions are the gRPC server options a scheduler needs, with the
+// default limits (DefaultGRPCLimits): keepalive enforcement that admits the
+// SDK's pings (every 30s, also without active streams), server pings that
+// find dead agent connections within 40s, and explicit bounds on messages,
+// headers and streams. Pass them to grpc.NewServer along with your own.
+func ServerOptions() []grpc.ServerOption { return ServerOptionsWith(DefaultGRPCLimits()) }
+
+// GRPCLimits are the gRPC server's bounds (see docs/limits.md).
+type GRPCLimits struct {
+	// MaxRecvMsgBytes bounds one received message; larger ones fail the
+	// call (or end the stream) with RESOURCE_EXHAUSTED before any handler
+	// sees them. Default 8 MiB: room for a result several times the 64 KiB
+	// output limit, so that an oversized result is refused on its own
+	// instead of ending the agent's stream.
+	MaxRecvMsgBytes int
+	// MaxHeaderListBytes bounds the headers (metadata) of one request;
+	// default 64 KiB. gRPC's own default is 16 MiB.
+	MaxHeaderListBytes uint32
+	// MaxConcurrentStreams bounds the calls in flight on one connection
+	// (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): clients queue further calls
+	// until one ends. Default 1000; gRPC's own default is unlimited.
+	MaxConcurrentStreams uint32
+}
+
+// DefaultGRPCLimits returns the default GRPCLimits.
+func DefaultGRPCLimits() GRPCLimits {
+	return GRPCLimits{MaxRecvMsgBytes: 8 << 20, MaxHeaderListBytes: 64 << 10, MaxConcurrentStreams: 1000}
+}
+
+// ServerOptionsWith is ServerOptions with the given limits.
+func ServerOptionsWith(l GRPCLimits) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),
+		grpc.MaxHeaderListSize(l.MaxHeaderListBytes),
+		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
 	}
 }
 
