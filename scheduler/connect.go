@@ -88,7 +88,7 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 func (s *Server) awaitRegister(stream reevev1.AgentService_ConnectServer) (*reevev1.ConnectRequest, error) {
 	if n := s.unregistered.Add(1); n > int64(s.opts.maxUnregistered) {
 		s.unregistered.Add(-1)
-		return nil, status.Errorf(codes.ResourceExhausted, "register: %d streams are already waiting to register (limit %d); retry later", n-1, s.opts.maxUnregistered)
+		return nil, statusErr(status.Errorf(codes.ResourceExhausted, "register: %d streams are already waiting to register (limit %d); retry later", n-1, s.opts.maxUnregistered))
 	}
 	defer s.unregistered.Add(-1)
 	type received struct {
