@@ -84,7 +84,11 @@ func (s *Server) ID() string { return s.opts.id }
 // default limits (DefaultGRPCLimits): keepalive enforcement that admits the
 // SDK's pings (every 30s, also without active streams), server pings that
 // find dead agent connections within 40s, and explicit bounds on messages,
-// headers and streams. Pass them to grpc.NewServer along with your own.
+// headers and streams, and requests that fail protobuf decoding answered
+// INVALID_ARGUMENT rather than gRPC's INTERNAL (a codec and two
+// interceptors, chained first: keep the options together, and do not
+// replace the server codec). Pass them to grpc.NewServer along with your
+// own.
 func ServerOptions() []grpc.ServerOption { return ServerOptionsWith(DefaultGRPCLimits()) }
 
 // GRPCLimits are the gRPC server's bounds (see docs/limits.md).
@@ -111,13 +115,13 @@ func DefaultGRPCLimits() GRPCLimits {
 
 // ServerOptionsWith is ServerOptions with the given limits.
 func ServerOptionsWith(l GRPCLimits) []grpc.ServerOption {
-	return []grpc.ServerOption{
+	return append(decodeOptions(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),
 		grpc.MaxHeaderListSize(l.MaxHeaderListBytes),
 		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
-	}
+	)
 }
 
 // Register registers the scheduler's services on g.
