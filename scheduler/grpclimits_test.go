@@ -109,3 +109,35 @@ func TestGRPCLimits(t *testing.T) {
 		}
 	}
 }
+
+// One client address holds at most the configured connections; a further
+// one is closed at once, and gets in when another closes.
+func TestConnectionsPerPeerAreCapped(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("", scheduler.WithMaxConnectionsPerPeer(2))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	call := func(cc *grpc.ClientConn, timeout time.Duration) error {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		_, err := reevev1.NewSchedulerServiceClient(cc).ListTasks(cctx, &reevev1.ListTasksRequest{})
+		return err
+	}
+	first, second := testenv.Dial(t, s.Addr), testenv.Dial(t, s.Addr)
+	for _, cc := range []*grpc.ClientConn{first, second} {
+		if err := call(cc, wait); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third := testenv.Dial(t, s.Addr)
+	if err := call(third, time.Second); err == nil {
+		t.Fatal("a third connection from the same address was served, want it closed")
+	}
+	_ = first.Close()
+	deadline := time.Now().Add(wait)
+	for call(third, time.Second) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the third connection never got in after the first closed")
+		}
+	}
+}

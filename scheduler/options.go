@@ -32,6 +32,7 @@ type options struct {
 	ackTimeout         time.Duration
 	registerTimeout    time.Duration
 	maxUnregistered    int
+	maxConnsPerPeer    int
 	sendQueueBytes     int64
 	tracer             trace.TracerProvider
 	meter              metric.MeterProvider
@@ -55,6 +56,7 @@ func defaultOptions() options {
 		ackTimeout:         5 * time.Second,
 		registerTimeout:    10 * time.Second,
 		maxUnregistered:    1000,
+		maxConnsPerPeer:    1000,
 		sendQueueBytes:     16 << 20,
 		tracer:             otel.GetTracerProvider(),
 		meter:              otel.GetMeterProvider(),
@@ -169,3 +171,11 @@ func WithRegisterTimeout(d time.Duration) Option { return func(o *options) { o.r
 // Register yet; default 1000. Past it a new stream ends at once with
 // RESOURCE_EXHAUSTED (and a RetryInfo detail).
 func WithMaxUnregisteredStreams(n int) Option { return func(o *options) { o.maxUnregistered = n } }
+
+// WithMaxConnectionsPerPeer caps the connections one remote IP address may
+// hold open on the listener returned by Server.Listener; default 1000 (room
+// for a fleet of agents behind one NAT address); 0: no cap. Past it a new
+// connection is closed at once. Behind a load balancer that does not keep
+// client addresses every connection comes from its address: set 0 there and
+// cap at the balancer.
+func WithMaxConnectionsPerPeer(n int) Option { return func(o *options) { o.maxConnsPerPeer = n } }

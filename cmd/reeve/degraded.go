@@ -17,6 +17,7 @@ type degradedFlags struct {
 	quotaSoftLimit  float64
 	ackTimeout      time.Duration
 	sendQueueBytes  int64
+	connsPerPeer    int
 }
 
 func (d *degradedFlags) register(cmd *cobra.Command) {
@@ -29,6 +30,8 @@ func (d *degradedFlags) register(cmd *cobra.Command) {
 		"an assignment an agent does not acknowledge within it is queued again for another agent (no failure counted) and the agent gets no work until it acknowledges one")
 	f.Int64Var(&d.sendQueueBytes, "send-queue-bytes", 16<<20,
 		"encoded bytes queued for one agent stream; an agent whose queue is full gets no new work")
+	f.IntVar(&d.connsPerPeer, "max-connections-per-peer", 1000,
+		"connections one client IP address may hold open; further ones are closed at once; 0: no cap (behind a load balancer that hides client addresses)")
 }
 
 // options validates the flags and returns the scheduler options they imply.
@@ -42,9 +45,12 @@ func (d *degradedFlags) options() ([]scheduler.Option, error) {
 	if v := d.ackTimeout; v < 100*time.Millisecond || v > time.Hour {
 		return nil, usagef("--ack-timeout: %v is outside [100ms, 1h]", v)
 	}
+	if d.connsPerPeer < 0 {
+		return nil, usagef("--max-connections-per-peer: %d is negative (0: no cap)", d.connsPerPeer)
+	}
 	if v := d.sendQueueBytes; v < 64<<10 {
 		return nil, usagef("--send-queue-bytes: %d is below 65536", v)
 	}
 	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit),
-		scheduler.WithAckTimeout(d.ackTimeout), scheduler.WithSendQueueBytes(d.sendQueueBytes)}, nil
+		scheduler.WithAckTimeout(d.ackTimeout), scheduler.WithSendQueueBytes(d.sendQueueBytes), scheduler.WithMaxConnectionsPerPeer(d.connsPerPeer)}, nil
 }
