@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
@@ -228,18 +230,29 @@ func (a *Agent) finish(ex *execution, out any, herr error) {
 	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: res}})
 }
 
+// maxErrorMessage is the scheduler's bound of a step error's message, in
+// bytes.
+const maxErrorMessage = 4096
+
 func stepError(err error) *reevev1.StepError {
-	se := &reevev1.StepError{Message: truncate(err.Error(), 4096), NonRetryable: IsPermanent(err)}
+	se := &reevev1.StepError{Message: truncate(err.Error(), maxErrorMessage), NonRetryable: IsPermanent(err)}
 	var e *Error
 	if errors.As(err, &e) {
-		se.Code = e.Code
+		se.Code = strings.ToValidUTF8(e.Code, "\uFFFD")
 	}
 	return se
 }
 
+// truncate returns s as valid UTF-8 (invalid bytes replaced by U+FFFD: gRPC
+// refuses to send a string that is not) in at most n bytes, cut on a
+// character boundary.
 func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

@@ -3,9 +3,11 @@ package agentsdk_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
@@ -345,5 +347,27 @@ func TestHeartbeatKeepsLongStepAlive(t *testing.T) {
 	final := testenv.WaitTask(t, c, "default", "hb", wait)
 	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || final.GetSteps()[0].GetAttempt() != 1 {
 		t.Fatalf("task %v at attempt %d, want SUCCEEDED on attempt 1", final.GetState(), final.GetSteps()[0].GetAttempt())
+	}
+}
+
+// A long non-ASCII error message is cut on a character boundary: cut in the
+// middle of one, gRPC refuses to send it, the stream breaks and the result
+// is never delivered.
+func TestLongNonASCIIErrorIsDelivered(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	a := newAgent(t, []string{s.Addr})
+	msg := "\xff" + strings.Repeat("é", 3000) // 6,001 bytes, the first invalid UTF-8
+	a.Handle("fails", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		return nil, agentsdk.Permanent(errors.New(msg))
+	})
+	runAgent(t, a)
+	c := s.Client(t)
+	submit(t, c, "utf8", spec("x", "fails", 10*time.Second))
+	final := testenv.WaitTask(t, c, "default", "utf8", wait)
+	got := final.GetSteps()[0].GetLastError().GetMessage()
+	if final.GetState() != reevev1.TaskState_TASK_STATE_FAILED || !utf8.ValidString(got) || len(got) > 4096 || !strings.HasPrefix(strings.ToValidUTF8(msg, "\uFFFD"), got) || len(got) < 4090 {
+		t.Fatalf("task %v, error message of %d bytes (valid UTF-8: %v), want FAILED with the message's first 4096 bytes cut on a character boundary",
+			final.GetState(), len(got), utf8.ValidString(got))
 	}
 }

@@ -53,6 +53,9 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 		}
 		failures++
 		wait := backoff(a.opts.backoffMin, a.opts.backoffMax, failures)
+		if d, ok := RetryDelay(err); ok && d > wait {
+			wait = d + time.Duration(rand.Int64N(int64(d)/5+1)) // as the scheduler asked, jittered
+		}
 		a.opts.log.Warn("stream ended; reconnecting", "address", addr, "err", err, "in", wait)
 		t := time.NewTimer(wait)
 		select {

@@ -2,7 +2,10 @@ package scheduler
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
@@ -16,16 +19,39 @@ type agentConn struct {
 	types     []string
 	max       int
 
-	reserved int                  // claims in flight for this agent
-	running  map[string]time.Time // attempts it runs (refKey) -> complete-by
-	beats    map[string]*beat     // attempts with a heartbeat timeout (refKey)
-	draining bool                 // the agent asked for no more work
+	reserved int                    // claims in flight for this agent
+	running  map[string]time.Time   // attempts it runs (refKey) -> complete-by
+	unacked  map[string]*pendingAck // sent, not yet acknowledged (refKey)
+	beats    map[string]*beat       // attempts with a heartbeat timeout (refKey)
+	draining bool                   // the agent asked for no more work
+	// stuck: an assignment went unacknowledged past the ack timeout. The
+	// agent gets no work but one probe assignment at probeAt; an ack
+	// clears it.
+	stuck   bool
+	probeAt time.Time
+	// full: an assignment did not fit the send queue. The agent gets no
+	// work until the queue has drained to half its bound.
+	full bool
 
-	out  chan *reevev1.ConnectResponse // drained by the stream's send loop
-	done chan struct{}                 // closed when the stream ends
+	out      chan queued // drained by the stream's send loop
+	outBytes atomic.Int64
+	maxBytes int64         // bound of outBytes
+	done     chan struct{} // closed when the stream ends
 }
 
-func newAgentConn(sessionID string, r *reevev1.Register) *agentConn {
+// queued is a message waiting for the send loop, with its encoded size.
+type queued struct {
+	m    *reevev1.ConnectResponse
+	size int64
+}
+
+// pendingAck is an assignment the agent has not acknowledged yet.
+type pendingAck struct {
+	ref  *reevev1.StepRef
+	sent time.Time
+}
+
+func newAgentConn(sessionID string, r *reevev1.Register, maxBytes int64) *agentConn {
 	return &agentConn{
 		sessionID: sessionID,
 		agentID:   r.GetAgentId(),
@@ -33,14 +59,16 @@ func newAgentConn(sessionID string, r *reevev1.Register) *agentConn {
 		types:     r.GetStepTypes(),
 		max:       int(r.GetMaxConcurrentSteps()),
 		running:   map[string]time.Time{},
+		unacked:   map[string]*pendingAck{},
 		beats:     map[string]*beat{},
 		// At most max assignments are outstanding, at most max result acks
 		// (one per running step's result) and at most max cancels (one per
 		// running step): with room for all three an assignment is never
-		// dropped because the stream's reader is slow (a dropped one waits
-		// for the supervisor).
-		out:  make(chan *reevev1.ConnectResponse, 3*int(r.GetMaxConcurrentSteps())+64),
-		done: make(chan struct{}),
+		// dropped because the stream's reader is slow (a dropped one is
+		// taken back). Bytes are bounded separately by maxBytes.
+		out:      make(chan queued, 3*int(r.GetMaxConcurrentSteps())+64),
+		maxBytes: maxBytes,
+		done:     make(chan struct{}),
 	}
 }
 
@@ -51,25 +79,53 @@ func (c *agentConn) free() int {
 	return c.max - c.reserved - len(c.running)
 }
 
-// enqueue hands a message to the send loop without blocking the caller; a
-// stream too slow to take it is as good as gone, and the attempt's deadline
-// covers what it misses.
+// eligible reports whether the agent may be given one more assignment now.
+func (c *agentConn) eligible(now time.Time) bool {
+	if c.full && c.outBytes.Load() < c.maxBytes/2 {
+		c.full = false
+	}
+	if c.free() <= 0 || c.full || c.outBytes.Load() >= c.maxBytes {
+		return false
+	}
+	return !c.stuck || (!now.Before(c.probeAt) && len(c.unacked) == 0 && c.reserved == 0)
+}
+
+// load is what dispatch balances: assignments in flight to the agent and
+// not yet acknowledged.
+func (c *agentConn) load() int { return c.reserved + len(c.unacked) }
+
+// enqueue hands a message to the send loop without blocking the caller. It
+// refuses (false) when the stream ended, or its queue is full in messages or
+// in bytes (one message is always admitted into an empty queue): a stream
+// too slow to take it is as good as gone.
 func (c *agentConn) enqueue(m *reevev1.ConnectResponse) bool {
 	select {
 	case <-c.done:
 		return false
 	default:
 	}
+	size := int64(proto.Size(m))
+	if n := c.outBytes.Add(size); n > c.maxBytes && n != size {
+		c.outBytes.Add(-size)
+		return false
+	}
 	select {
-	case c.out <- m:
+	case c.out <- queued{m: m, size: size}:
 		return true
 	default:
+		c.outBytes.Add(-size)
 		return false
 	}
 }
 
+// sendAssignment queues an assignment; when it does not fit, the agent is
+// marked full. Called with the dispatcher's lock held.
 func (c *agentConn) sendAssignment(a *reevev1.StepAssignment) bool {
-	return c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Assignment{Assignment: a}})
+	if c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Assignment{Assignment: a}}) {
+		return true
+	}
+	c.full = true
+	return false
 }
 
 // beat is the in-memory liveness of one attempt with a heartbeat timeout.
@@ -104,10 +160,11 @@ func refKey(r *reevev1.StepRef) string {
 type agentSet struct {
 	byQueue map[queueKey][]*agentConn
 	byAgent map[string][]*agentConn // agent id -> its streams (normally one)
+	next    map[queueKey]int        // round-robin position in byQueue
 }
 
 func newAgentSet() agentSet {
-	return agentSet{byQueue: map[queueKey][]*agentConn{}, byAgent: map[string][]*agentConn{}}
+	return agentSet{byQueue: map[queueKey][]*agentConn{}, byAgent: map[string][]*agentConn{}, next: map[queueKey]int{}}
 }
 
 func (s *agentSet) add(c *agentConn) {
@@ -124,6 +181,7 @@ func (s *agentSet) remove(c *agentConn) {
 		s.byQueue[k] = without(s.byQueue[k], c)
 		if len(s.byQueue[k]) == 0 {
 			delete(s.byQueue, k)
+			delete(s.next, k)
 		}
 	}
 	s.byAgent[c.agentID] = without(s.byAgent[c.agentID], c)
@@ -132,15 +190,55 @@ func (s *agentSet) remove(c *agentConn) {
 	}
 }
 
-// pick returns the agent serving k with the most free capacity, or nil.
-func (s *agentSet) pick(k queueKey) *agentConn {
+// pick returns the agent serving k that may take an assignment now with
+// the fewest assignments in flight and unacknowledged (an agent that stopped
+// reading collects none of them once it is marked stuck), round-robin among
+// equals; or nil.
+func (s *agentSet) pick(k queueKey, now time.Time) *agentConn {
+	cs := s.byQueue[k]
+	start := s.next[k]
 	var best *agentConn
-	for _, c := range s.byQueue[k] {
-		if c.free() > 0 && (best == nil || c.free() > best.free()) {
-			best = c
+	bestIdx := 0
+	for i := range cs {
+		idx := (start + i) % len(cs)
+		c := cs[idx]
+		if c.eligible(now) && (best == nil || c.load() < best.load()) {
+			best, bestIdx = c, idx
 		}
 	}
+	if best != nil {
+		s.next[k] = bestIdx + 1
+	}
 	return best
+}
+
+// overdue is an assignment its agent did not acknowledge in time.
+type overdue struct {
+	conn *agentConn
+	ref  *reevev1.StepRef
+}
+
+// overdueAcks returns, and forgets, the assignments unacknowledged for
+// longer than timeout; their agents are marked stuck until they
+// acknowledge again (probed every probe interval).
+func (s *agentSet) overdueAcks(now time.Time, timeout, probe time.Duration) []overdue {
+	var out []overdue
+	for _, conns := range s.byAgent {
+		for _, c := range conns {
+			for k, p := range c.unacked {
+				if now.Sub(p.sent) <= timeout {
+					continue
+				}
+				out = append(out, overdue{conn: c, ref: p.ref})
+				delete(c.unacked, k)
+				delete(c.running, k)
+				delete(c.beats, k)
+				c.stuck = true
+				c.probeAt = now.Add(probe)
+			}
+		}
+	}
+	return out
 }
 
 // releaseExpired drops running attempts past their complete-by and reports
@@ -152,6 +250,7 @@ func (s *agentSet) releaseExpired(now time.Time) bool {
 			for k, by := range c.running {
 				if now.After(by) {
 					delete(c.running, k)
+					delete(c.unacked, k)
 					delete(c.beats, k)
 					freed = true
 				}
@@ -170,6 +269,7 @@ func (s *agentSet) release(agentID string, ref *reevev1.StepRef) bool {
 			delete(c.running, k)
 			freed = true
 		}
+		delete(c.unacked, k)
 		delete(c.beats, k)
 	}
 	return freed

@@ -23,7 +23,7 @@ import (
 // Connect serves one agent stream: a receive loop (this goroutine) and one
 // send loop, the only caller of stream.Send. See docs/agent-protocol.md.
 func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
-	first, err := stream.Recv()
+	first, err := s.awaitRegister(stream)
 	if err != nil {
 		return err
 	}
@@ -35,7 +35,7 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 		return statusErr(err)
 	}
 	reg.Namespace = workflow.Namespace(reg.GetNamespace())
-	conn := newAgentConn(uuid.NewString(), reg)
+	conn := newAgentConn(uuid.NewString(), reg, s.opts.sendQueueBytes)
 	log := s.log.With("agent_id", conn.agentID, "session_id", conn.sessionID)
 
 	if err := s.adoptRunning(stream.Context(), conn, reg.GetRunning()); err != nil {
@@ -53,13 +53,18 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max)
 
 	sendErr := make(chan error, 1)
+	var unsent *reevev1.ConnectResponse
 	var wg sync.WaitGroup
-	wg.Go(func() { sendErr <- sendLoop(stream, conn) })
+	wg.Go(func() {
+		var err error
+		unsent, err = sendLoop(stream, conn)
+		sendErr <- err
+	})
 	err = s.recvLoop(stream, conn)
 
 	s.disp.removeAgent(conn)
-	close(conn.done)
 	wg.Wait()
+	s.disp.takeBackUnsent(conn, unsent)
 	// By session, not by rev alone: when the stream connected before the
 	// scheduler had a lease (rev 0), republishAgents wrote the record later.
 	{
@@ -76,14 +81,48 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	return err
 }
 
-func sendLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) error {
+// sendLoop sends conn's queued messages until the stream ends; it returns
+// the message a failed Send did not deliver, if any.
+// awaitRegister returns the stream's first message. Streams waiting for it
+// are capped (RESOURCE_EXHAUSTED past the cap) and each waits at most the
+// register timeout (then DEADLINE_EXCEEDED): a client that opens streams
+// and never registers cannot hold them, or the server's memory, for ever.
+func (s *Server) awaitRegister(stream reevev1.AgentService_ConnectServer) (*reevev1.ConnectRequest, error) {
+	if n := s.unregistered.Add(1); n > int64(s.opts.maxUnregistered) {
+		s.unregistered.Add(-1)
+		return nil, statusErr(status.Errorf(codes.ResourceExhausted, "register: %d streams are already waiting to register (limit %d); retry later", n-1, s.opts.maxUnregistered))
+	}
+	defer s.unregistered.Add(-1)
+	type received struct {
+		m   *reevev1.ConnectRequest
+		err error
+	}
+	got := make(chan received, 1)
+	// Ends when the handler returns at the latest: gRPC then ends the stream.
+	go func() {
+		m, err := stream.Recv()
+		got <- received{m, err}
+	}()
+	timer := time.NewTimer(s.opts.registerTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-got:
+		return r.m, r.err
+	case <-timer.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "register: the first message of a stream must be register, and none arrived within %s", s.opts.registerTimeout)
+	}
+}
+
+func sendLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) (*reevev1.ConnectResponse, error) {
 	for {
 		select {
 		case <-conn.done:
-			return nil
-		case m := <-conn.out:
-			if err := stream.Send(m); err != nil {
-				return err
+			return nil, nil
+		case q := <-conn.out:
+			err := stream.Send(q.m)
+			conn.outBytes.Add(-q.size)
+			if err != nil {
+				return q.m, err
 			}
 		}
 	}
@@ -114,8 +153,9 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 				conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: ack}})
 			}()
 		case *reevev1.ConnectRequest_AssignmentAck:
-			// Delivery is confirmed; nothing to record (the deadline covers
-			// an assignment that is never acked).
+			// The agent took the attempt: it is no longer at risk of being
+			// taken back, and an agent marked stuck gets work again.
+			s.disp.acked(conn, msg.AssignmentAck.GetRef())
 		case *reevev1.ConnectRequest_Heartbeat:
 			s.disp.heartbeat(conn, msg.Heartbeat.GetRefs())
 		case *reevev1.ConnectRequest_Drain:
@@ -181,10 +221,40 @@ func (d *dispatcher) addAgent(c *agentConn) {
 	d.poke()
 }
 
+// removeAgent forgets a stream that ended and stops its send loop. Under
+// the lock, so that no assignment is queued on it afterwards (claims queue
+// theirs under the lock too, after checking done).
 func (d *dispatcher) removeAgent(c *agentConn) {
 	d.lock()
 	d.agents.remove(c)
+	close(c.done)
 	d.unlock()
+}
+
+// takeBackUnsent takes back the assignments that never left the ended
+// stream c: still queued, or the one whose Send failed. The agent never got
+// them; without this they would stay RUNNING, locked to it, until their
+// complete-by.
+func (d *dispatcher) takeBackUnsent(c *agentConn, failed *reevev1.ConnectResponse) {
+	pending := []*reevev1.ConnectResponse{failed}
+	for more := true; more; {
+		select {
+		case q := <-c.out:
+			c.outBytes.Add(-q.size)
+			pending = append(pending, q.m)
+		default:
+			more = false
+		}
+	}
+	d.lock()
+	defer d.unlock()
+	for _, m := range pending {
+		a := m.GetAssignment()
+		if a == nil {
+			continue
+		}
+		d.takeBack(a.GetRef(), c.agentID, "assignment not delivered: the agent's stream ended")
+	}
 }
 
 // heartbeat records liveness in memory only: beats cost no etcd write.
@@ -196,6 +266,18 @@ func (d *dispatcher) heartbeat(c *agentConn, refs []*reevev1.StepRef) {
 		if b := c.beats[refKey(r)]; b != nil {
 			b.last = now
 		}
+	}
+}
+
+// acked records an AssignmentAck.
+func (d *dispatcher) acked(c *agentConn, ref *reevev1.StepRef) {
+	d.lock()
+	defer d.unlock()
+	delete(c.unacked, refKey(ref))
+	if c.stuck {
+		c.stuck = false
+		d.s.log.Info("agent acknowledges assignments again", "agent_id", c.agentID, "session_id", c.sessionID)
+		d.poke()
 	}
 }
 

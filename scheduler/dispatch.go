@@ -5,10 +5,12 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
@@ -105,7 +107,7 @@ func (d *dispatcher) run(ctx context.Context) {
 		case <-tick.Chan():
 			d.releaseExpired()
 		}
-		d.match(ctx)
+		d.match()
 	}
 }
 
@@ -183,7 +185,7 @@ func (d *dispatcher) nextDue() (time.Time, bool) {
 
 // match promotes due items and starts a claim for every queued item that an
 // agent has room for.
-func (d *dispatcher) match(ctx context.Context) {
+func (d *dispatcher) match() {
 	d.lock()
 	defer d.unlock()
 	now := d.s.opts.clock.Now()
@@ -192,7 +194,7 @@ func (d *dispatcher) match(ctx context.Context) {
 	}
 	for k, q := range d.queues {
 		for q.Len() > 0 {
-			conn := d.agents.pick(k)
+			conn := d.agents.pick(k, now)
 			if conn == nil {
 				break
 			}
@@ -206,7 +208,7 @@ func (d *dispatcher) match(ctx context.Context) {
 			it.claiming = true
 			conn.reserved++
 			d.s.work.Add(1)
-			go d.claim(ctx, it, conn)
+			go d.claim(it, conn)
 		}
 		if q.Len() == 0 {
 			delete(d.queues, k)
@@ -214,12 +216,29 @@ func (d *dispatcher) match(ctx context.Context) {
 	}
 }
 
+// claimTimeout bounds one claim transaction.
+const claimTimeout = 10 * time.Second
+
 // claim runs the claim transaction for it on behalf of conn and sends the
-// assignment when it wins.
-func (d *dispatcher) claim(ctx context.Context, it *readyItem, conn *agentConn) {
+// assignment when it wins. It runs on the server's lifetime context, not the
+// dispatcher's: a shutdown that stops dispatching must not cut off a claim
+// whose write may already be committing. Whatever the claim's outcome, the
+// step either reaches the agent's send queue or is taken back (queued again
+// at once): never RUNNING locked to an agent that did not get it.
+func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 	defer d.s.work.Done()
 	defer func() { <-d.sem; d.poke() }()
+	ctx, cancel := context.WithTimeout(d.s.base, claimTimeout)
 	a, err := d.s.claim(ctx, it.entry, conn.agentID)
+	cancel()
+	ref := &reevev1.StepRef{Namespace: it.entry.GetNamespace(), TaskId: it.entry.GetTaskId(), Step: it.entry.GetStep(), Attempt: it.entry.GetAttempt()}
+	if err != nil && !errors.Is(err, taskstate.ErrNotDue) && !isLostClaim(err) {
+		// The outcome is unknown (the write may have committed after the
+		// call gave up): take the attempt back if it did. Done here, in
+		// the claim's slot, so that an etcd outage cannot pile them up.
+		d.s.log.Warn("claim step", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
+		d.s.takeBack(ref, conn.agentID, "claim outcome unknown: "+err.Error())
+	}
 
 	d.lock()
 	defer d.unlock()
@@ -229,21 +248,20 @@ func (d *dispatcher) claim(ctx context.Context, it *readyItem, conn *agentConn) 
 		if cur := d.items[it.key]; cur == it {
 			delete(d.items, it.key)
 		}
-		if !conn.sendAssignment(a) {
-			// The stream ended, or its reader is too far behind: the agent
-			// will not run this attempt. Expire it now so that the
-			// supervisor retries it at its next tick, not at complete-by.
-			d.s.log.Warn("assignment not delivered: agent stream gone or not reading", "task_id", it.entry.GetTaskId(), "step", it.entry.GetStep(), "attempt", it.entry.GetAttempt(), "agent_id", conn.agentID)
-			d.s.work.Add(1)
-			go func() {
-				defer d.s.work.Done()
-				d.s.expireNow(a.GetRef())
-			}()
+		// An agent that is draining (it asked, or this scheduler is
+		// shutting down and sent Drain) would find the assignment behind
+		// the Drain message: take it back rather than send it.
+		if conn.draining || !conn.sendAssignment(a) {
+			d.s.log.Warn("assignment not delivered: agent draining, stream gone or not reading; taking it back", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
+			d.takeBack(a.GetRef(), conn.agentID, "assignment could not be delivered to agent "+conn.agentID)
 			return
 		}
-		conn.running[refKey(a.GetRef())] = a.GetCompleteBy().AsTime()
+		k := refKey(a.GetRef())
+		now := d.s.opts.clock.Now()
+		conn.running[k] = a.GetCompleteBy().AsTime()
+		conn.unacked[k] = &pendingAck{ref: a.GetRef(), sent: now}
 		if hb := a.GetHeartbeatTimeout(); hb != nil {
-			conn.beats[refKey(a.GetRef())] = &beat{ref: a.GetRef(), timeout: hb.AsDuration(), last: d.s.opts.clock.Now()}
+			conn.beats[k] = &beat{ref: a.GetRef(), timeout: hb.AsDuration(), last: now}
 		}
 	case errors.Is(err, taskstate.ErrNotDue):
 		it.claiming = false
@@ -255,7 +273,7 @@ func (d *dispatcher) claim(ctx context.Context, it *readyItem, conn *agentConn) 
 			delete(d.items, it.key)
 		}
 	default:
-		d.s.log.Warn("claim step", "task_id", it.entry.GetTaskId(), "step", it.entry.GetStep(), "attempt", it.entry.GetAttempt(), "err", err)
+		// Taken back above if it had committed; else try again shortly.
 		if cur := d.items[it.key]; cur == it {
 			it.claiming = false
 			it.due = d.s.opts.clock.Now().Add(200 * time.Millisecond)
@@ -264,14 +282,29 @@ func (d *dispatcher) claim(ctx context.Context, it *readyItem, conn *agentConn) 
 	}
 }
 
+// takeBack queues again, in the background, an attempt dispatched to
+// agentID that the agent never got or never acknowledged.
+func (d *dispatcher) takeBack(ref *reevev1.StepRef, agentID, reason string) {
+	d.s.work.Add(1)
+	go func() {
+		defer d.s.work.Done()
+		d.s.takeBack(ref, agentID, reason)
+	}()
+}
+
 func isLostClaim(err error) bool {
 	return errors.Is(err, taskstate.ErrNotQueued) || errors.Is(err, taskstate.ErrTerminal) ||
 		errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound)
 }
 
+// stuckProbeInterval is how often an agent marked stuck gets one probe
+// assignment.
+const stuckProbeInterval = 30 * time.Second
+
 // releaseExpired frees agent capacity held by attempts whose complete-by
-// passed (by the protocol their agents have stopped working on them), and
-// expires attempts whose agent missed a heartbeat.
+// passed (by the protocol their agents have stopped working on them),
+// expires attempts whose agent missed a heartbeat, and takes back
+// assignments left unacknowledged past the ack timeout.
 func (d *dispatcher) releaseExpired() {
 	d.lock()
 	now := d.s.opts.clock.Now()
@@ -279,6 +312,17 @@ func (d *dispatcher) releaseExpired() {
 		d.poke()
 	}
 	missed := d.agents.missedBeats(now)
+	late := d.agents.overdueAcks(now, d.s.opts.ackTimeout, stuckProbeInterval)
+	for _, o := range late {
+		d.s.log.Warn("assignment not acknowledged in time: taking it back; the agent gets no more work until it acknowledges",
+			"task_id", o.ref.GetTaskId(), "step", o.ref.GetStep(), "attempt", o.ref.GetAttempt(), "agent_id", o.conn.agentID, "ack_timeout", d.s.opts.ackTimeout)
+		// Should the agent read it after all, it must not run it.
+		o.conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Cancel{Cancel: &reevev1.CancelStep{Ref: o.ref, Reason: "not acknowledged in time"}}})
+		d.takeBack(o.ref, o.conn.agentID, fmt.Sprintf("agent %s did not acknowledge the assignment within %s", o.conn.agentID, d.s.opts.ackTimeout))
+	}
+	if len(late) > 0 {
+		d.poke()
+	}
 	d.unlock()
 	for _, b := range missed {
 		d.s.work.Add(1)

@@ -32,6 +32,11 @@ type options struct {
 	submitRate         float64
 	submitBurst        int
 	maxActiveTasks     int
+	ackTimeout         time.Duration
+	registerTimeout    time.Duration
+	maxUnregistered    int
+	maxConnsPerPeer    int
+	sendQueueBytes     int64
 	tracer             trace.TracerProvider
 	meter              metric.MeterProvider
 	maxLists           int
@@ -53,6 +58,11 @@ func defaultOptions() options {
 		scheduleToStart:    time.Hour,
 		spaceSoftLimit:     0.8,
 		spaceCheckInterval: 5 * time.Second,
+		ackTimeout:         5 * time.Second,
+		registerTimeout:    10 * time.Second,
+		maxUnregistered:    1000,
+		maxConnsPerPeer:    1000,
+		sendQueueBytes:     16 << 20,
 		tracer:             otel.GetTracerProvider(),
 		meter:              otel.GetMeterProvider(),
 		maxLists:           8,
@@ -163,3 +173,37 @@ func WithMaxConcurrentLists(n int) Option { return func(o *options) { o.maxLists
 // always holds at least one task, however large). Default 2 MiB, half of
 // gRPC's default 4 MiB receive limit.
 func WithListBytes(n int) Option { return func(o *options) { o.listBytes = n } }
+// WithAckTimeout sets how long an agent may leave an assignment
+// unacknowledged (AssignmentAck); default 5s. Past it the attempt is taken
+// back — it never started, so it is queued again at once for another agent
+// and does not count against the step's retry limit — and the agent is
+// marked stuck: it gets no work but a single probe assignment every 30s
+// until it acknowledges one. The Go SDK acks on receipt, so the default
+// leaves a loaded machine a wide margin; raise it for agents behind slow
+// links.
+func WithAckTimeout(d time.Duration) Option { return func(o *options) { o.ackTimeout = d } }
+
+// WithSendQueueBytes bounds the encoded bytes queued for one agent stream
+// and not yet handed to gRPC; default 16 MiB. An agent whose queue is full
+// gets no new assignments; one that cannot be queued is taken back at once
+// (queued again for another agent). A single message larger than the bound
+// is still admitted into an empty queue.
+func WithSendQueueBytes(n int64) Option { return func(o *options) { o.sendQueueBytes = n } }
+
+// WithRegisterTimeout bounds how long a new AgentService.Connect stream may
+// wait before its first message, Register; default 10s. Past it the stream
+// ends with DEADLINE_EXCEEDED.
+func WithRegisterTimeout(d time.Duration) Option { return func(o *options) { o.registerTimeout = d } }
+
+// WithMaxUnregisteredStreams caps the Connect streams that have not sent
+// Register yet; default 1000. Past it a new stream ends at once with
+// RESOURCE_EXHAUSTED (and a RetryInfo detail).
+func WithMaxUnregisteredStreams(n int) Option { return func(o *options) { o.maxUnregistered = n } }
+
+// WithMaxConnectionsPerPeer caps the connections one remote IP address may
+// hold open on the listener returned by Server.Listener; default 1000 (room
+// for a fleet of agents behind one NAT address); 0: no cap. Past it a new
+// connection is closed at once. Behind a load balancer that does not keep
+// client addresses every connection comes from its address: set 0 there and
+// cap at the balancer.
+func WithMaxConnectionsPerPeer(n int) Option { return func(o *options) { o.maxConnsPerPeer = n } }

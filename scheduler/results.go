@@ -37,6 +37,18 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		ack.Code, ack.Message = int32(st.Code()), st.Message()
 		return ack
 	}
+	if n := proto.Size(res.GetOutput()); n > workflow.MaxOutputBytes && workflow.ValidateStepRef("result.ref", ref) == nil {
+		// Refused on its own, and the step fails for good: the same output
+		// would be too large on every attempt.
+		failed := s.handleResult(conn, &reevev1.StepResult{Ref: ref, Error: &reevev1.StepError{
+			Code: "output_too_large", NonRetryable: true,
+			Message: fmt.Sprintf("output of %d bytes is over the %d-byte limit", n, workflow.MaxOutputBytes),
+		}})
+		if !failed.GetAccepted() {
+			return failed
+		}
+		return reject(status.Errorf(codes.InvalidArgument, "result.output: %d bytes is over the %d-byte limit; the step failed with the non-retryable code output_too_large", n, workflow.MaxOutputBytes))
+	}
 	if err := workflow.ValidateStepResult(res); err != nil {
 		return reject(err)
 	}
@@ -140,5 +152,21 @@ func (s *Server) expireNow(ref *reevev1.StepRef) {
 	})
 	if err != nil && !errors.Is(err, taskstate.ErrStale) {
 		s.log.Warn("expire attempt after missed heartbeat", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
+	}
+}
+
+// takeBack queues again an attempt dispatched to agentID that the agent
+// never got or never acknowledged (taskstate.Unacknowledged): it never
+// started, so the next attempt is ready at once and no failure is counted.
+// Nothing changes when the attempt is not (or no longer) the step's current
+// one held by agentID, e.g. when the claim that would have dispatched it
+// never committed. Retried while etcd is unavailable, for a bounded time;
+// the attempt's complete-by covers a take-back that never lands.
+func (s *Server) takeBack(ref *reevev1.StepRef, agentID, reason string) {
+	_, _, err := s.updateUntil(time.Now().Add(claimTimeout), ref, func(t *reevev1.Task) error {
+		return taskstate.Unacknowledged(t, ref.GetStep(), ref.GetAttempt(), agentID, reason, "scheduler/"+s.opts.id, s.opts.clock.Now())
+	})
+	if err != nil && !errors.Is(err, taskstate.ErrStale) && !errors.Is(err, taskstate.ErrTerminal) && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn("take back undelivered attempt", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "err", err)
 	}
 }

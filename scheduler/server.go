@@ -16,6 +16,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -49,6 +50,8 @@ type Server struct {
 	cancelBase context.CancelFunc
 	work       sync.WaitGroup // result handlers and claims
 
+	unregistered atomic.Int64 // agent streams waiting for their Register
+
 	mu    sync.Mutex
 	lease clientv3.LeaseID // current instance lease, 0 while etcd is unreachable
 }
@@ -79,15 +82,48 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 // ID returns the scheduler instance id.
 func (s *Server) ID() string { return s.opts.id }
 
-// ServerOptions are the gRPC server options a scheduler needs: keepalive
-// enforcement that admits the SDK's pings (every 30s, also without active
-// streams) and server pings that find dead agent connections within 40s.
-// Pass them to grpc.NewServer along with your own.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+// ServerOptions are the gRPC server options a scheduler needs, with the
+// default limits (DefaultGRPCLimits): keepalive enforcement that admits the
+// SDK's pings (every 30s, also without active streams), server pings that
+// find dead agent connections within 40s, and explicit bounds on messages,
+// headers and streams, and requests that fail protobuf decoding answered
+// INVALID_ARGUMENT rather than gRPC's INTERNAL (a codec and two
+// interceptors, chained first: keep the options together, and do not
+// replace the server codec). Pass them to grpc.NewServer along with your
+// own.
+func ServerOptions() []grpc.ServerOption { return ServerOptionsWith(DefaultGRPCLimits()) }
+
+// GRPCLimits are the gRPC server's bounds (see docs/limits.md).
+type GRPCLimits struct {
+	// MaxRecvMsgBytes bounds one received message; larger ones fail the
+	// call (or end the stream) with RESOURCE_EXHAUSTED before any handler
+	// sees them. Default 8 MiB: room for a result several times the 64 KiB
+	// output limit, so that an oversized result is refused on its own
+	// instead of ending the agent's stream.
+	MaxRecvMsgBytes int
+	// MaxHeaderListBytes bounds the headers (metadata) of one request;
+	// default 64 KiB. gRPC's own default is 16 MiB.
+	MaxHeaderListBytes uint32
+	// MaxConcurrentStreams bounds the calls in flight on one connection
+	// (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): clients queue further calls
+	// until one ends. Default 1000; gRPC's own default is unlimited.
+	MaxConcurrentStreams uint32
+}
+
+// DefaultGRPCLimits returns the default GRPCLimits.
+func DefaultGRPCLimits() GRPCLimits {
+	return GRPCLimits{MaxRecvMsgBytes: 8 << 20, MaxHeaderListBytes: 64 << 10, MaxConcurrentStreams: 1000}
+}
+
+// ServerOptionsWith is ServerOptions with the given limits.
+func ServerOptionsWith(l GRPCLimits) []grpc.ServerOption {
+	return append(decodeOptions(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	}
+		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),
+		grpc.MaxHeaderListSize(l.MaxHeaderListBytes),
+		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
+	)
 }
 
 // Register registers the scheduler's services on g.
@@ -98,10 +134,14 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 }
 
 // Run dispatches work until ctx ends, then shuts down in order:
-//  1. stop dispatching new attempts;
+//  1. stop dispatching new attempts (claims in flight finish: they run on
+//     the server's lifetime context);
 //  2. send Drain to every agent and wait (up to the drain timeout) for them
-//     to close their streams, so running steps report through other schedulers;
-//  3. wait for results in flight to be recorded;
+//     to close their streams, so running steps report through other
+//     schedulers; an attempt claimed after its agent was told to drain, or
+//     left unsent when its stream ended, is taken back (queued again at
+//     once), never left locked to an agent that did not get it;
+//  3. wait for results, claims and take-backs in flight to be recorded;
 //  4. revoke the instance lease.
 //
 // It returns nil after a shutdown, or the first fatal error.

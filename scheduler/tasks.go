@@ -29,10 +29,10 @@ const (
 // SubmitTask implements SchedulerService.
 func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.SubmitTaskResponse, error) {
 	if err := s.adm.allowSubmit(ctx); err != nil {
-		return nil, err
+		return nil, statusErr(err)
 	}
 	if err := s.space.allow(); err != nil {
-		return nil, err
+		return nil, statusErr(err)
 	}
 	if err := workflow.ValidateSubmit(req); err != nil {
 		return nil, statusErr(err)

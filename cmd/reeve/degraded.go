@@ -15,6 +15,9 @@ import (
 type degradedFlags struct {
 	scheduleToStart time.Duration
 	quotaSoftLimit  float64
+	ackTimeout      time.Duration
+	sendQueueBytes  int64
+	connsPerPeer    int
 }
 
 func (d *degradedFlags) register(cmd *cobra.Command) {
@@ -23,6 +26,12 @@ func (d *degradedFlags) register(cmd *cobra.Command) {
 		"schedule-to-start timeout of steps whose workflow sets none: a queued step no agent claims within it is handed to the supervisor's policy; 0: wait for an agent indefinitely")
 	f.Float64Var(&d.quotaSoftLimit, "quota-soft-limit", 0.8,
 		"refuse new tasks (RESOURCE_EXHAUSTED) while etcd's database in use reaches this fraction of its quota; running tasks continue; 0: off")
+	f.DurationVar(&d.ackTimeout, "ack-timeout", 5*time.Second,
+		"an assignment an agent does not acknowledge within it is queued again for another agent (no failure counted) and the agent gets no work until it acknowledges one")
+	f.Int64Var(&d.sendQueueBytes, "send-queue-bytes", 16<<20,
+		"encoded bytes queued for one agent stream; an agent whose queue is full gets no new work")
+	f.IntVar(&d.connsPerPeer, "max-connections-per-peer", 1000,
+		"connections one client IP address may hold open; further ones are closed at once; 0: no cap (behind a load balancer that hides client addresses)")
 }
 
 // options validates the flags and returns the scheduler options they imply.
@@ -33,5 +42,15 @@ func (d *degradedFlags) options() ([]scheduler.Option, error) {
 	if v := d.quotaSoftLimit; v < 0 || v > 1 {
 		return nil, usagef("--quota-soft-limit: %v is outside [0, 1] (0: off)", v)
 	}
-	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit)}, nil
+	if v := d.ackTimeout; v < 100*time.Millisecond || v > time.Hour {
+		return nil, usagef("--ack-timeout: %v is outside [100ms, 1h]", v)
+	}
+	if d.connsPerPeer < 0 {
+		return nil, usagef("--max-connections-per-peer: %d is negative (0: no cap)", d.connsPerPeer)
+	}
+	if v := d.sendQueueBytes; v < 64<<10 {
+		return nil, usagef("--send-queue-bytes: %d is below 65536", v)
+	}
+	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit),
+		scheduler.WithAckTimeout(d.ackTimeout), scheduler.WithSendQueueBytes(d.sendQueueBytes), scheduler.WithMaxConnectionsPerPeer(d.connsPerPeer)}, nil
 }

@@ -42,7 +42,7 @@ func (g *globals) connect() (*grpc.ClientConn, error) {
 		target = r.Scheme() + ":///schedulers"
 		opts = append(opts, grpc.WithResolvers(r), grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))
 	}
-	cc, err := grpc.NewClient(target, append(opts, telemetry.ClientHandler())...)
+	cc, err := grpc.NewClient(target, append(opts, telemetry.ClientHandler(), grpc.WithChainUnaryInterceptor(retryRefusals))...)
 	if err != nil {
 		return nil, fmt.Errorf("--address %q: %w", g.address, err)
 	}

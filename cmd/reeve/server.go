@@ -412,6 +412,7 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen, 
 		return err
 	}
 	srv := scheduler.New(cli, opts...)
+	lis = srv.Listener(lis)
 	g := grpc.NewServer(append(append(scheduler.ServerOptions(), telemetry.ServerHandler()), gopts...)...)
 	srv.Register(g)
 	hs := health.NewServer()

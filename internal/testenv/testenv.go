@@ -77,7 +77,7 @@ func (e *Env) StartSchedulerGRPC(addr string, gopts []grpc.ServerOption, opts ..
 	srv.Register(g)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Scheduler{Server: srv, Addr: lis.Addr().String(), grpc: g, client: cli, cancel: cancel, done: make(chan struct{})}
-	go func() { _ = g.Serve(lis) }()
+	go func() { _ = g.Serve(srv.Listener(lis)) }()
 	go func() {
 		defer close(s.done)
 		if err := srv.Run(ctx); err != nil {

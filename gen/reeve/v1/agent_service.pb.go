@@ -142,8 +142,13 @@ type ConnectRequest_Heartbeat struct {
 }
 
 type ConnectRequest_Drain struct {
-	// The agent is shutting down: send it no new assignments. Its running
-	// steps may still report results.
+	// The agent is shutting down (e.g. SIGTERM): the scheduler sends it no
+	// new assignments (one already on the wire is still the agent's to run
+	// or let expire). The agent then finishes its running executions (each
+	// bounded by its complete_by, all by a shutdown timeout), delivers their
+	// results, waits for their ResultAcks, closes the stream and exits. If
+	// the stream breaks meanwhile, it reconnects and sends Drain again after
+	// Registered.
 	Drain *Drain `protobuf:"bytes,5,opt,name=drain,proto3,oneof"`
 }
 
@@ -299,8 +304,14 @@ type Register struct {
 	StepTypes []string `protobuf:"bytes,3,rep,name=step_types,json=stepTypes,proto3" json:"step_types,omitempty"`
 	// Steps the agent runs at once (1-10000); the scheduler never exceeds it.
 	MaxConcurrentSteps int32 `protobuf:"varint,4,opt,name=max_concurrent_steps,json=maxConcurrentSteps,proto3" json:"max_concurrent_steps,omitempty"`
-	// Attempts the agent is still running from an earlier connection; they
-	// count against max_concurrent_steps.
+	// After a reconnect: every execution the agent still runs, and every
+	// execution whose StepResult it holds without a ResultAck yet, from an
+	// earlier stream (all before their complete_by; empty on a fresh
+	// process). The still-current ones count against max_concurrent_steps
+	// until their result is answered or their complete_by passes. After
+	// Registered the agent MUST send the unacknowledged results again: results
+	// are idempotent (a duplicate is refused with FAILED_PRECONDITION and
+	// changes nothing), so resending after a doubt is always safe.
 	Running       []*StepRef `protobuf:"bytes,5,rep,name=running,proto3" json:"running,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -495,25 +506,39 @@ func (x *Registered) GetSchedulerId() string {
 	return ""
 }
 
-// StepAssignment asks the agent to run one attempt of a step.
+// StepAssignment asks the agent to run one execution. Answer it at once with
+// AssignmentAck (see there), then run it. An assignment for an execution the
+// agent already has (running, or with a result awaiting its ack) is a
+// duplicate: ignore it.
 type StepAssignment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
 	Type  string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	// The same for every attempt of this step: pass it to remote services.
+	// The same for every attempt of this step ("namespace/task_id/step"): pass
+	// it to remote services so that a retry does not repeat a side effect. A
+	// compensation has its own key, the step's key + ":compensate", the same
+	// for every attempt of the compensation.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// The task's input.
 	Input *structpb.Value `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
 	// The step's static configuration.
 	Config *structpb.Value `protobuf:"bytes,5,opt,name=config,proto3" json:"config,omitempty"`
-	// Outputs of the steps this one depends on, by step name.
+	// Outputs of the steps this one depends on, by step name. For a
+	// compensation: the output of the step being undone, under that step's
+	// own name.
 	DependencyOutputs map[string]*structpb.Value `protobuf:"bytes,6,rep,name=dependency_outputs,json=dependencyOutputs,proto3" json:"dependency_outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Past this time the attempt has failed: the agent must stop and report
-	// nothing for it.
+	// Past this time the execution has failed: the agent must stop working on
+	// it and MUST NOT report anything for it, not even an error, not even
+	// after a reconnect. The supervisor then retries, compensates or fails the
+	// step, and the next attempt may already run elsewhere.
 	CompleteBy *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=complete_by,json=completeBy,proto3" json:"complete_by,omitempty"`
 	// W3C trace context (traceparent, tracestate) of the attempt.
 	TraceContext map[string]string `protobuf:"bytes,8,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Heartbeat at least this often when set.
+	// When set, send Heartbeat for this execution so that no gap between the
+	// assignment, the heartbeats and the result exceeds it (the Go SDK beats
+	// every min(1s, heartbeat_timeout/3)). A missed heartbeat moves the
+	// execution's complete_by to now: the supervisor recovers it like any
+	// expired execution, and its late result is refused.
 	HeartbeatTimeout *durationpb.Duration `protobuf:"bytes,9,opt,name=heartbeat_timeout,json=heartbeatTimeout,proto3" json:"heartbeat_timeout,omitempty"`
 	// True when this attempt undoes the step (a compensation).
 	Compensation  bool `protobuf:"varint,10,opt,name=compensation,proto3" json:"compensation,omitempty"`
@@ -621,7 +646,15 @@ func (x *StepAssignment) GetCompensation() bool {
 	return false
 }
 
-// AssignmentAck tells the scheduler the agent accepted an assignment.
+// AssignmentAck tells the scheduler the agent took an assignment. Send it at
+// once on receipt, before running the step: the ack is what makes the
+// execution the agent's. An assignment not acknowledged within the
+// scheduler's ack timeout (default 5 seconds) is taken back: the scheduler
+// sends CancelStep for it and queues the next attempt for any agent (the
+// unacknowledged attempt never started, so it does not count against the
+// retry limit), and the agent gets no new work but a probe every 30 seconds
+// until it acknowledges one. An assignment the agent cannot take (unknown
+// type, over capacity) is dropped without an ack.
 type AssignmentAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ref           *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -666,14 +699,21 @@ func (x *AssignmentAck) GetRef() *StepRef {
 	return nil
 }
 
-// StepResult reports the outcome of one attempt; exactly one of output or
-// error is meaningful.
+// StepResult reports the outcome of one execution, sent once, only before
+// its complete_by. The agent keeps it until its ResultAck; if the stream
+// ends first, it lists the execution in Register.running on the next stream
+// and sends the result again there.
 type StepResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	// Output of a successful attempt; at most 64 KiB encoded.
+	// Output of a successful execution: any JSON value, at most 64 KiB
+	// encoded. A larger one is refused (INVALID_ARGUMENT) and fails the step
+	// for good with the non-retryable code "output_too_large".
 	Output *structpb.Value `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
-	// Set when the attempt failed.
+	// Set when the execution failed (output is then ignored): message at most
+	// 4 KiB of valid UTF-8, code at most 63 characters and matched against
+	// the retry policy's non_retryable_error_codes, non_retryable escalates at
+	// once.
 	Error         *StepError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -730,14 +770,36 @@ func (x *StepResult) GetError() *StepError {
 	return nil
 }
 
-// ResultAck answers a StepResult.
+// ResultAck answers a StepResult. Whatever it says, the agent then forgets
+// the result and never sends it again:
+//
+//	accepted  code                        meaning
+//	true      0                           the result changed the step (an
+//	                                      output that would push the task
+//	                                      record over 1 MiB still fails the
+//	                                      step with "output_too_large")
+//	false     9 FAILED_PRECONDITION       stale: not the current attempt, no
+//	                                      longer dispatched, another agent's,
+//	                                      a duplicate, the task ended or was
+//	                                      deleted; nothing changed
+//	false     3 INVALID_ARGUMENT          malformed; message names the field
+//	                                      (an output over 64 KiB also fails
+//	                                      the step with "output_too_large")
+//	false     7 PERMISSION_DENIED         ref.namespace is not the agent's
+//	false     14 UNAVAILABLE, 8, 10, 13   not recorded (etcd unreachable
+//	                                      until complete_by, out of space, a
+//	                                      conflict, an internal error); the
+//	                                      supervisor recovers the step after
+//	                                      its complete_by
+//
+// A scheduler that stops before it could judge a result does not answer it:
+// the agent keeps it and delivers it after reconnecting.
 type ResultAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
 	// True when the result changed the step's state.
 	Accepted bool `protobuf:"varint,2,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	// When not accepted: a google.rpc.Code (e.g. 9 FAILED_PRECONDITION for a
-	// stale attempt) and why.
+	// When not accepted: a google.rpc.Code (table above) and why.
 	Code          int32  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
 	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -802,7 +864,9 @@ func (x *ResultAck) GetMessage() string {
 	return ""
 }
 
-// Heartbeat keeps long-running attempts alive.
+// Heartbeat says the agent still works on the listed executions (those
+// with a heartbeat_timeout; others are ignored). Liveness is kept in memory
+// by the scheduler the agent is connected to: heartbeats cost no etcd write.
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Refs          []*StepRef             `protobuf:"bytes,1,rep,name=refs,proto3" json:"refs,omitempty"`
@@ -847,7 +911,12 @@ func (x *Heartbeat) GetRefs() []*StepRef {
 	return nil
 }
 
-// CancelStep tells the agent to stop an attempt and report nothing for it.
+// CancelStep tells the agent to stop an execution and report nothing for it
+// (and drop a result it still holds for it): the task was canceled, failed
+// or is compensating, the supervisor recovered the execution, or its
+// assignment was not acknowledged in time. Unknown executions: ignore it.
+// Only agents connected to the scheduler that takes the execution away are
+// told; others stop at complete_by, and their late results are refused.
 type CancelStep struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ref           *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -900,10 +969,14 @@ func (x *CancelStep) GetReason() string {
 	return ""
 }
 
-// Drain, from the scheduler, asks the agent to take no new work on this
-// stream: the agent reconnects (to another scheduler when it has several
-// addresses) and reports the results of running steps there. From the agent,
-// it asks the scheduler to send no more assignments.
+// Drain, from the scheduler (it is shutting down): the agent MUST close its
+// side of the stream without sending more results on it and connect again
+// at once, without backoff (to the next scheduler address when it has
+// several); running executions go on, are listed in Register.running and
+// report on the new stream. The scheduler sends nothing after Drain (an
+// assignment claimed later is taken back, not sent) and waits up to its
+// drain timeout (10 seconds) for its agents to leave. From the agent: see
+// ConnectRequest.drain.
 type Drain struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`

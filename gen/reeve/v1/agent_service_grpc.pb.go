@@ -26,13 +26,38 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// AgentService is how agents receive work. The protocol is described in
-// docs/agent-protocol.md.
+// AgentService is how agents receive work. The essentials are below; the
+// full protocol, with the conformance suite that checks an implementation,
+// is docs/agent-protocol.md.
+//
+// Words: an execution is one attempt of one step of one task, named by a
+// StepRef (namespace, task_id, step, attempt). Attempt numbers only grow, so
+// a StepRef never names two executions; every message about an execution
+// carries it unchanged.
 type AgentServiceClient interface {
-	// Connect is one bidirectional stream per agent connection. The agent's
-	// first message must be Register; the scheduler answers Registered, then
-	// sends StepAssignment, CancelStep and Drain as needed. The agent acks each
-	// assignment, reports each attempt's StepResult, and gets a ResultAck.
+	// Connect is one bidirectional stream per agent connection:
+	//
+	//	agent -> Register{agent_id, step_types, max_concurrent_steps, running}
+	//	      <- Registered{session_id, scheduler_id}
+	//	      <- StepAssignment{ref, ...}     (never more than max_concurrent_steps outstanding)
+	//	agent -> AssignmentAck{ref}           (at once, before running the step)
+	//	agent -> Heartbeat{refs}              (steps with heartbeat_timeout)
+	//	agent -> StepResult{ref, output|error} (only before complete_by)
+	//	      <- ResultAck{ref, accepted, code, message}
+	//	      <- CancelStep{ref} / Drain{reason}
+	//
+	// Register must be the first message and arrive within 10 seconds, else
+	// the stream ends with DEADLINE_EXCEEDED; a malformed Register ends it with
+	// INVALID_ARGUMENT naming the field (fatal: do not retry it unchanged), as
+	// do UNAUTHENTICATED and PERMISSION_DENIED in secure mode. Any other end of
+	// the stream (UNAVAILABLE, RESOURCE_EXHAUSTED, CANCELED, a reset) means:
+	// reconnect with jittered exponential backoff, honouring a
+	// google.rpc.RetryInfo detail when the status carries one. Running
+	// executions go on across a reconnect.
+	//
+	// Read the stream continuously and never block the reader on step work:
+	// the scheduler bounds what it queues per stream (messages and bytes) and
+	// takes back assignments that do not fit or are not acknowledged in time.
 	Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConnectRequest, ConnectResponse], error)
 }
 
@@ -61,13 +86,38 @@ type AgentService_ConnectClient = grpc.BidiStreamingClient[ConnectRequest, Conne
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
 //
-// AgentService is how agents receive work. The protocol is described in
-// docs/agent-protocol.md.
+// AgentService is how agents receive work. The essentials are below; the
+// full protocol, with the conformance suite that checks an implementation,
+// is docs/agent-protocol.md.
+//
+// Words: an execution is one attempt of one step of one task, named by a
+// StepRef (namespace, task_id, step, attempt). Attempt numbers only grow, so
+// a StepRef never names two executions; every message about an execution
+// carries it unchanged.
 type AgentServiceServer interface {
-	// Connect is one bidirectional stream per agent connection. The agent's
-	// first message must be Register; the scheduler answers Registered, then
-	// sends StepAssignment, CancelStep and Drain as needed. The agent acks each
-	// assignment, reports each attempt's StepResult, and gets a ResultAck.
+	// Connect is one bidirectional stream per agent connection:
+	//
+	//	agent -> Register{agent_id, step_types, max_concurrent_steps, running}
+	//	      <- Registered{session_id, scheduler_id}
+	//	      <- StepAssignment{ref, ...}     (never more than max_concurrent_steps outstanding)
+	//	agent -> AssignmentAck{ref}           (at once, before running the step)
+	//	agent -> Heartbeat{refs}              (steps with heartbeat_timeout)
+	//	agent -> StepResult{ref, output|error} (only before complete_by)
+	//	      <- ResultAck{ref, accepted, code, message}
+	//	      <- CancelStep{ref} / Drain{reason}
+	//
+	// Register must be the first message and arrive within 10 seconds, else
+	// the stream ends with DEADLINE_EXCEEDED; a malformed Register ends it with
+	// INVALID_ARGUMENT naming the field (fatal: do not retry it unchanged), as
+	// do UNAUTHENTICATED and PERMISSION_DENIED in secure mode. Any other end of
+	// the stream (UNAVAILABLE, RESOURCE_EXHAUSTED, CANCELED, a reset) means:
+	// reconnect with jittered exponential backoff, honouring a
+	// google.rpc.RetryInfo detail when the status carries one. Running
+	// executions go on across a reconnect.
+	//
+	// Read the stream continuously and never block the reader on step work:
+	// the scheduler bounds what it queues per stream (messages and bytes) and
+	// takes back assignments that do not fit or are not acknowledged in time.
 	Connect(grpc.BidiStreamingServer[ConnectRequest, ConnectResponse]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }

@@ -352,8 +352,15 @@ type Step struct {
 	// schedule-to-start timeout: if no agent claimed it by then, the supervisor
 	// applies the step's policy. Unset otherwise.
 	ScheduleToStartDeadline *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=schedule_to_start_deadline,json=scheduleToStartDeadline,proto3" json:"schedule_to_start_deadline,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// Attempts taken back because their agent never acknowledged the
+	// assignment (AssignmentAck) within the scheduler's ack timeout: they
+	// never started, so they do not count in failure_count. Past 10 of them,
+	// a further unacknowledged attempt counts as a failure (code
+	// "not_acknowledged"), so a step no agent ever takes cannot cycle for
+	// ever.
+	UnacknowledgedAttempts int32 `protobuf:"varint,18,opt,name=unacknowledged_attempts,json=unacknowledgedAttempts,proto3" json:"unacknowledged_attempts,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
@@ -503,6 +510,13 @@ func (x *Step) GetScheduleToStartDeadline() *timestamppb.Timestamp {
 		return x.ScheduleToStartDeadline
 	}
 	return nil
+}
+
+func (x *Step) GetUnacknowledgedAttempts() int32 {
+	if x != nil {
+		return x.UnacknowledgedAttempts
+	}
+	return 0
 }
 
 // StepError is an error reported by an agent, or by the system for a step.
@@ -677,7 +691,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x120\n" +
 	"\ahistory\x18\v \x03(\v2\x16.reeve.v1.HistoryEventR\ahistory\x12'\n" +
-	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\"\x9f\x06\n" +
+	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\"\xd8\x06\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
@@ -701,7 +715,8 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"last_error\x18\x0e \x01(\v2\x13.reeve.v1.StepErrorR\tlastError\x12'\n" +
 	"\x0fidempotency_key\x18\x0f \x01(\tR\x0eidempotencyKey\x12\"\n" +
 	"\fcompensation\x18\x10 \x01(\bR\fcompensation\x12W\n" +
-	"\x1aschedule_to_start_deadline\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x17scheduleToStartDeadline\"^\n" +
+	"\x1aschedule_to_start_deadline\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x17scheduleToStartDeadline\x127\n" +
+	"\x17unacknowledged_attempts\x18\x12 \x01(\x05R\x16unacknowledgedAttempts\"^\n" +
 	"\tStepError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +
