@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -21,6 +22,61 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// TaskView says how much of a task a list or watch returns.
+type TaskView int32
+
+const (
+	// The same as TASK_VIEW_BASIC.
+	TaskView_TASK_VIEW_UNSPECIFIED TaskView = 0
+	// Everything but the task's input, its history and its steps' outputs
+	// (the fields that make a task large); history_dropped still counts the
+	// dropped events only.
+	TaskView_TASK_VIEW_BASIC TaskView = 1
+	// The whole task, as GetTask returns it.
+	TaskView_TASK_VIEW_FULL TaskView = 2
+)
+
+// Enum value maps for TaskView.
+var (
+	TaskView_name = map[int32]string{
+		0: "TASK_VIEW_UNSPECIFIED",
+		1: "TASK_VIEW_BASIC",
+		2: "TASK_VIEW_FULL",
+	}
+	TaskView_value = map[string]int32{
+		"TASK_VIEW_UNSPECIFIED": 0,
+		"TASK_VIEW_BASIC":       1,
+		"TASK_VIEW_FULL":        2,
+	}
+)
+
+func (x TaskView) Enum() *TaskView {
+	p := new(TaskView)
+	*p = x
+	return p
+}
+
+func (x TaskView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskView) Descriptor() protoreflect.EnumDescriptor {
+	return file_reeve_v1_scheduler_service_proto_enumTypes[0].Descriptor()
+}
+
+func (TaskView) Type() protoreflect.EnumType {
+	return &file_reeve_v1_scheduler_service_proto_enumTypes[0]
+}
+
+func (x TaskView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskView.Descriptor instead.
+func (TaskView) EnumDescriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
+}
 
 type SubmitTaskRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -343,8 +399,20 @@ type ListTasksRequest struct {
 	State TaskState `protobuf:"varint,2,opt,name=state,proto3,enum=reeve.v1.TaskState" json:"state,omitempty"`
 	// At most this many tasks (default 100, at most 1000).
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// From a previous response's next_page_token.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// From a previous response's next_page_token, with the same filters;
+	// a token that this API did not issue for these filters is
+	// INVALID_ARGUMENT.
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only tasks of this workflow (exact name).
+	Workflow string `protobuf:"bytes,5,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// Only tasks created at or after this time.
+	CreatedAfter *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	// Only tasks created before this time.
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
+	// Only tasks whose id starts with this prefix.
+	TaskIdPrefix string `protobuf:"bytes,8,opt,name=task_id_prefix,json=taskIdPrefix,proto3" json:"task_id_prefix,omitempty"`
+	// How much of each task to return; TASK_VIEW_BASIC when unspecified.
+	View          TaskView `protobuf:"varint,9,opt,name=view,proto3,enum=reeve.v1.TaskView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,11 +475,50 @@ func (x *ListTasksRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListTasksRequest) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *ListTasksRequest) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
+func (x *ListTasksRequest) GetTaskIdPrefix() string {
+	if x != nil {
+		return x.TaskIdPrefix
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetView() TaskView {
+	if x != nil {
+		return x.View
+	}
+	return TaskView_TASK_VIEW_UNSPECIFIED
+}
+
 type ListTasksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Tasks []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Newest first.
+	Tasks []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// Empty when there are no more tasks.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The etcd revision the page was read at: WatchTasks from it sees every
+	// change after this page.
+	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,6 +567,653 @@ func (x *ListTasksResponse) GetNextPageToken() string {
 	return ""
 }
 
+func (x *ListTasksResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type CountTasksRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Only tasks of this workflow (exact name); all when empty.
+	Workflow      string `protobuf:"bytes,2,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountTasksRequest) Reset() {
+	*x = CountTasksRequest{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountTasksRequest) ProtoMessage() {}
+
+func (x *CountTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountTasksRequest.ProtoReflect.Descriptor instead.
+func (*CountTasksRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CountTasksRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CountTasksRequest) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+type CountTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Number of tasks per state, keyed by TaskState name
+	// (e.g. "TASK_STATE_RUNNING"); states without tasks are present with 0.
+	ByState map[string]int64 `protobuf:"bytes,1,rep,name=by_state,json=byState,proto3" json:"by_state,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The etcd revision the counts were read at.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountTasksResponse) Reset() {
+	*x = CountTasksResponse{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountTasksResponse) ProtoMessage() {}
+
+func (x *CountTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountTasksResponse.ProtoReflect.Descriptor instead.
+func (*CountTasksResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CountTasksResponse) GetByState() map[string]int64 {
+	if x != nil {
+		return x.ByState
+	}
+	return nil
+}
+
+func (x *CountTasksResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type WatchTasksRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Changes after this revision (ListTasksResponse.revision); 0 means
+	// changes from now on.
+	StartRevision int64 `protobuf:"varint,2,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
+	// How much of each task to send; TASK_VIEW_BASIC when unspecified.
+	View          TaskView `protobuf:"varint,3,opt,name=view,proto3,enum=reeve.v1.TaskView" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksRequest) Reset() {
+	*x = WatchTasksRequest{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksRequest) ProtoMessage() {}
+
+func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
+func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WatchTasksRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WatchTasksRequest) GetStartRevision() int64 {
+	if x != nil {
+		return x.StartRevision
+	}
+	return 0
+}
+
+func (x *WatchTasksRequest) GetView() TaskView {
+	if x != nil {
+		return x.View
+	}
+	return TaskView_TASK_VIEW_UNSPECIFIED
+}
+
+type WatchTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*WatchTasksResponse_Changed
+	//	*WatchTasksResponse_Reset_
+	Event         isWatchTasksResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksResponse) Reset() {
+	*x = WatchTasksResponse{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksResponse) ProtoMessage() {}
+
+func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
+func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchTasksResponse) GetEvent() isWatchTasksResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *WatchTasksResponse) GetChanged() *TaskChanged {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTasksResponse_Changed); ok {
+			return x.Changed
+		}
+	}
+	return nil
+}
+
+func (x *WatchTasksResponse) GetReset_() *WatchReset {
+	if x != nil {
+		if x, ok := x.Event.(*WatchTasksResponse_Reset_); ok {
+			return x.Reset_
+		}
+	}
+	return nil
+}
+
+type isWatchTasksResponse_Event interface {
+	isWatchTasksResponse_Event()
+}
+
+type WatchTasksResponse_Changed struct {
+	Changed *TaskChanged `protobuf:"bytes,1,opt,name=changed,proto3,oneof"`
+}
+
+type WatchTasksResponse_Reset_ struct {
+	Reset_ *WatchReset `protobuf:"bytes,2,opt,name=reset,proto3,oneof"`
+}
+
+func (*WatchTasksResponse_Changed) isWatchTasksResponse_Event() {}
+
+func (*WatchTasksResponse_Reset_) isWatchTasksResponse_Event() {}
+
+// TaskChanged is one write of a task record.
+type TaskChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task after the change; for a deleted task (removed after its
+	// retention) only namespace and id are set.
+	Task    *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Deleted bool  `protobuf:"varint,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// The etcd revision of the change; resume a watch after it.
+	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskChanged) Reset() {
+	*x = TaskChanged{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskChanged) ProtoMessage() {}
+
+func (x *TaskChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskChanged.ProtoReflect.Descriptor instead.
+func (*TaskChanged) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TaskChanged) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskChanged) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *TaskChanged) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// WatchReset says changes were missed: the revisions the watch would resume
+// from were compacted. List again; the changes after revision follow.
+type WatchReset struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchReset) Reset() {
+	*x = WatchReset{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchReset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchReset) ProtoMessage() {}
+
+func (x *WatchReset) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchReset.ProtoReflect.Descriptor instead.
+func (*WatchReset) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WatchReset) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type ListAgentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Agents and queues of this namespace ("default" when empty).
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentsRequest) Reset() {
+	*x = ListAgentsRequest{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentsRequest) ProtoMessage() {}
+
+func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
+func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListAgentsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type ListAgentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every agent of the namespace connected to a scheduler of the cluster, by id.
+	Agents []*AgentInfo `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
+	// One entry per step type that a connected agent serves or that has
+	// queued steps, by step type.
+	Queues        []*QueueInfo `protobuf:"bytes,2,rep,name=queues,proto3" json:"queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAgentsResponse) Reset() {
+	*x = ListAgentsResponse{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAgentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAgentsResponse) ProtoMessage() {}
+
+func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
+func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
+	if x != nil {
+		return x.Agents
+	}
+	return nil
+}
+
+func (x *ListAgentsResponse) GetQueues() []*QueueInfo {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+// AgentInfo is one connected agent.
+type AgentInfo struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AgentId   string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Step types it registered for.
+	StepTypes          []string `protobuf:"bytes,3,rep,name=step_types,json=stepTypes,proto3" json:"step_types,omitempty"`
+	MaxConcurrentSteps int32    `protobuf:"varint,4,opt,name=max_concurrent_steps,json=maxConcurrentSteps,proto3" json:"max_concurrent_steps,omitempty"`
+	// Steps assigned to it and not finished, as last reported by its
+	// scheduler (refreshed at most every few seconds; see docs/cli.md).
+	InFlight int32 `protobuf:"varint,5,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Free capacity: max_concurrent_steps - in_flight, at the same time.
+	Credits        int32                  `protobuf:"varint,6,opt,name=credits,proto3" json:"credits,omitempty"`
+	ConnectedSince *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=connected_since,json=connectedSince,proto3" json:"connected_since,omitempty"`
+	// The scheduler instance the agent's stream is connected to.
+	SchedulerId   string `protobuf:"bytes,8,opt,name=scheduler_id,json=schedulerId,proto3" json:"scheduler_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentInfo) Reset() {
+	*x = AgentInfo{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentInfo) ProtoMessage() {}
+
+func (x *AgentInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
+func (*AgentInfo) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AgentInfo) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *AgentInfo) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AgentInfo) GetStepTypes() []string {
+	if x != nil {
+		return x.StepTypes
+	}
+	return nil
+}
+
+func (x *AgentInfo) GetMaxConcurrentSteps() int32 {
+	if x != nil {
+		return x.MaxConcurrentSteps
+	}
+	return 0
+}
+
+func (x *AgentInfo) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *AgentInfo) GetCredits() int32 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
+}
+
+func (x *AgentInfo) GetConnectedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ConnectedSince
+	}
+	return nil
+}
+
+func (x *AgentInfo) GetSchedulerId() string {
+	if x != nil {
+		return x.SchedulerId
+	}
+	return ""
+}
+
+// QueueInfo is the ready queue of one step type.
+type QueueInfo struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	StepType  string                 `protobuf:"bytes,2,opt,name=step_type,json=stepType,proto3" json:"step_type,omitempty"`
+	// Steps ready to dispatch and not dispatched.
+	Depth int64 `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	// When the longest-waiting of them became ready; unset when depth is 0.
+	OldestReadyTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=oldest_ready_time,json=oldestReadyTime,proto3" json:"oldest_ready_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *QueueInfo) Reset() {
+	*x = QueueInfo{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueInfo) ProtoMessage() {}
+
+func (x *QueueInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
+func (*QueueInfo) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *QueueInfo) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *QueueInfo) GetStepType() string {
+	if x != nil {
+		return x.StepType
+	}
+	return ""
+}
+
+func (x *QueueInfo) GetDepth() int64 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *QueueInfo) GetOldestReadyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestReadyTime
+	}
+	return nil
+}
+
 type WatchTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -470,7 +1224,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +1236,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +1249,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{7}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchTaskRequest) GetNamespace() string {
@@ -521,7 +1275,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +1287,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +1300,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{8}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchTaskResponse) GetTask() *Task {
@@ -568,7 +1322,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +1334,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +1347,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelTaskRequest) GetNamespace() string {
@@ -626,7 +1380,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +1392,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +1405,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -670,7 +1424,7 @@ type RegisterWorkflowRequest struct {
 
 func (x *RegisterWorkflowRequest) Reset() {
 	*x = RegisterWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +1436,7 @@ func (x *RegisterWorkflowRequest) String() string {
 func (*RegisterWorkflowRequest) ProtoMessage() {}
 
 func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +1449,7 @@ func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterWorkflowRequest) GetWorkflow() *Workflow {
@@ -716,7 +1470,7 @@ type RegisterWorkflowResponse struct {
 
 func (x *RegisterWorkflowResponse) Reset() {
 	*x = RegisterWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +1482,7 @@ func (x *RegisterWorkflowResponse) String() string {
 func (*RegisterWorkflowResponse) ProtoMessage() {}
 
 func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +1495,7 @@ func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterWorkflowResponse) GetWorkflow() *Workflow {
@@ -770,7 +1524,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +1536,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +1549,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetWorkflowRequest) GetNamespace() string {
@@ -828,7 +1582,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1594,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1607,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -875,7 +1629,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1641,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1654,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListWorkflowsRequest) GetNamespace() string {
@@ -934,7 +1688,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1700,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1713,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -980,7 +1734,7 @@ var File_reeve_v1_scheduler_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\n" +
-	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xff\x01\n" +
+	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xff\x01\n" +
 	"\x11SubmitTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12:\n" +
@@ -999,16 +1753,66 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\"5\n" +
 	"\x0fGetTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\x97\x01\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\x85\x03\n" +
 	"\x10ListTasksRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.reeve.v1.TaskStateR\x05state\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"a\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12\x1a\n" +
+	"\bworkflow\x18\x05 \x01(\tR\bworkflow\x12?\n" +
+	"\rcreated_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12$\n" +
+	"\x0etask_id_prefix\x18\b \x01(\tR\ftaskIdPrefix\x12&\n" +
+	"\x04view\x18\t \x01(\x0e2\x12.reeve.v1.TaskViewR\x04view\"}\n" +
 	"\x11ListTasksResponse\x12$\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x0e.reeve.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"I\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"M\n" +
+	"\x11CountTasksRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bworkflow\x18\x02 \x01(\tR\bworkflow\"\xb2\x01\n" +
+	"\x12CountTasksResponse\x12D\n" +
+	"\bby_state\x18\x01 \x03(\v2).reeve.v1.CountTasksResponse.ByStateEntryR\abyState\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x1a:\n" +
+	"\fByStateEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x80\x01\n" +
+	"\x11WatchTasksRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
+	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\x12&\n" +
+	"\x04view\x18\x03 \x01(\x0e2\x12.reeve.v1.TaskViewR\x04view\"~\n" +
+	"\x12WatchTasksResponse\x121\n" +
+	"\achanged\x18\x01 \x01(\v2\x15.reeve.v1.TaskChangedH\x00R\achanged\x12,\n" +
+	"\x05reset\x18\x02 \x01(\v2\x14.reeve.v1.WatchResetH\x00R\x05resetB\a\n" +
+	"\x05event\"g\n" +
+	"\vTaskChanged\x12\"\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12\x18\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"(\n" +
+	"\n" +
+	"WatchReset\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"1\n" +
+	"\x11ListAgentsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"n\n" +
+	"\x12ListAgentsResponse\x12+\n" +
+	"\x06agents\x18\x01 \x03(\v2\x13.reeve.v1.AgentInfoR\x06agents\x12+\n" +
+	"\x06queues\x18\x02 \x03(\v2\x13.reeve.v1.QueueInfoR\x06queues\"\xb4\x02\n" +
+	"\tAgentInfo\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1d\n" +
+	"\n" +
+	"step_types\x18\x03 \x03(\tR\tstepTypes\x120\n" +
+	"\x14max_concurrent_steps\x18\x04 \x01(\x05R\x12maxConcurrentSteps\x12\x1b\n" +
+	"\tin_flight\x18\x05 \x01(\x05R\binFlight\x12\x18\n" +
+	"\acredits\x18\x06 \x01(\x05R\acredits\x12C\n" +
+	"\x0fconnected_since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0econnectedSince\x12!\n" +
+	"\fscheduler_id\x18\b \x01(\tR\vschedulerId\"\xa4\x01\n" +
+	"\tQueueInfo\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tstep_type\x18\x02 \x01(\tR\bstepType\x12\x14\n" +
+	"\x05depth\x18\x03 \x01(\x03R\x05depth\x12F\n" +
+	"\x11oldest_ready_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0foldestReadyTime\"I\n" +
 	"\x10WatchTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\"7\n" +
@@ -1038,18 +1842,28 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"q\n" +
 	"\x15ListWorkflowsResponse\x120\n" +
 	"\tworkflows\x18\x01 \x03(\v2\x12.reeve.v1.WorkflowR\tworkflows\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xeb\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*N\n" +
+	"\bTaskView\x12\x19\n" +
+	"\x15TASK_VIEW_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fTASK_VIEW_BASIC\x10\x01\x12\x12\n" +
+	"\x0eTASK_VIEW_FULL\x10\x022\xc8\x06\n" +
 	"\x10SchedulerService\x12G\n" +
 	"\n" +
 	"SubmitTask\x12\x1b.reeve.v1.SubmitTaskRequest\x1a\x1c.reeve.v1.SubmitTaskResponse\x12>\n" +
 	"\aGetTask\x12\x18.reeve.v1.GetTaskRequest\x1a\x19.reeve.v1.GetTaskResponse\x12D\n" +
-	"\tListTasks\x12\x1a.reeve.v1.ListTasksRequest\x1a\x1b.reeve.v1.ListTasksResponse\x12F\n" +
+	"\tListTasks\x12\x1a.reeve.v1.ListTasksRequest\x1a\x1b.reeve.v1.ListTasksResponse\x12G\n" +
+	"\n" +
+	"CountTasks\x12\x1b.reeve.v1.CountTasksRequest\x1a\x1c.reeve.v1.CountTasksResponse\x12I\n" +
+	"\n" +
+	"WatchTasks\x12\x1b.reeve.v1.WatchTasksRequest\x1a\x1c.reeve.v1.WatchTasksResponse0\x01\x12F\n" +
 	"\tWatchTask\x12\x1a.reeve.v1.WatchTaskRequest\x1a\x1b.reeve.v1.WatchTaskResponse0\x01\x12G\n" +
 	"\n" +
 	"CancelTask\x12\x1b.reeve.v1.CancelTaskRequest\x1a\x1c.reeve.v1.CancelTaskResponse\x12Y\n" +
 	"\x10RegisterWorkflow\x12!.reeve.v1.RegisterWorkflowRequest\x1a\".reeve.v1.RegisterWorkflowResponse\x12J\n" +
 	"\vGetWorkflow\x12\x1c.reeve.v1.GetWorkflowRequest\x1a\x1d.reeve.v1.GetWorkflowResponse\x12P\n" +
-	"\rListWorkflows\x12\x1e.reeve.v1.ListWorkflowsRequest\x1a\x1f.reeve.v1.ListWorkflowsResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
+	"\rListWorkflows\x12\x1e.reeve.v1.ListWorkflowsRequest\x1a\x1f.reeve.v1.ListWorkflowsResponse\x12G\n" +
+	"\n" +
+	"ListAgents\x12\x1b.reeve.v1.ListAgentsRequest\x1a\x1c.reeve.v1.ListAgentsResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
 
 var (
 	file_reeve_v1_scheduler_service_proto_rawDescOnce sync.Once
@@ -1063,65 +1877,97 @@ func file_reeve_v1_scheduler_service_proto_rawDescGZIP() []byte {
 	return file_reeve_v1_scheduler_service_proto_rawDescData
 }
 
-var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_reeve_v1_scheduler_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_reeve_v1_scheduler_service_proto_goTypes = []any{
-	(*SubmitTaskRequest)(nil),        // 0: reeve.v1.SubmitTaskRequest
-	(*WorkflowRef)(nil),              // 1: reeve.v1.WorkflowRef
-	(*SubmitTaskResponse)(nil),       // 2: reeve.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),           // 3: reeve.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),          // 4: reeve.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),         // 5: reeve.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 6: reeve.v1.ListTasksResponse
-	(*WatchTaskRequest)(nil),         // 7: reeve.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),        // 8: reeve.v1.WatchTaskResponse
-	(*CancelTaskRequest)(nil),        // 9: reeve.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),       // 10: reeve.v1.CancelTaskResponse
-	(*RegisterWorkflowRequest)(nil),  // 11: reeve.v1.RegisterWorkflowRequest
-	(*RegisterWorkflowResponse)(nil), // 12: reeve.v1.RegisterWorkflowResponse
-	(*GetWorkflowRequest)(nil),       // 13: reeve.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),      // 14: reeve.v1.GetWorkflowResponse
-	(*ListWorkflowsRequest)(nil),     // 15: reeve.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),    // 16: reeve.v1.ListWorkflowsResponse
-	(*Workflow)(nil),                 // 17: reeve.v1.Workflow
-	(*structpb.Value)(nil),           // 18: google.protobuf.Value
-	(*Task)(nil),                     // 19: reeve.v1.Task
-	(TaskState)(0),                   // 20: reeve.v1.TaskState
+	(TaskView)(0),                    // 0: reeve.v1.TaskView
+	(*SubmitTaskRequest)(nil),        // 1: reeve.v1.SubmitTaskRequest
+	(*WorkflowRef)(nil),              // 2: reeve.v1.WorkflowRef
+	(*SubmitTaskResponse)(nil),       // 3: reeve.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),           // 4: reeve.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),          // 5: reeve.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),         // 6: reeve.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 7: reeve.v1.ListTasksResponse
+	(*CountTasksRequest)(nil),        // 8: reeve.v1.CountTasksRequest
+	(*CountTasksResponse)(nil),       // 9: reeve.v1.CountTasksResponse
+	(*WatchTasksRequest)(nil),        // 10: reeve.v1.WatchTasksRequest
+	(*WatchTasksResponse)(nil),       // 11: reeve.v1.WatchTasksResponse
+	(*TaskChanged)(nil),              // 12: reeve.v1.TaskChanged
+	(*WatchReset)(nil),               // 13: reeve.v1.WatchReset
+	(*ListAgentsRequest)(nil),        // 14: reeve.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),       // 15: reeve.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                // 16: reeve.v1.AgentInfo
+	(*QueueInfo)(nil),                // 17: reeve.v1.QueueInfo
+	(*WatchTaskRequest)(nil),         // 18: reeve.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),        // 19: reeve.v1.WatchTaskResponse
+	(*CancelTaskRequest)(nil),        // 20: reeve.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),       // 21: reeve.v1.CancelTaskResponse
+	(*RegisterWorkflowRequest)(nil),  // 22: reeve.v1.RegisterWorkflowRequest
+	(*RegisterWorkflowResponse)(nil), // 23: reeve.v1.RegisterWorkflowResponse
+	(*GetWorkflowRequest)(nil),       // 24: reeve.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),      // 25: reeve.v1.GetWorkflowResponse
+	(*ListWorkflowsRequest)(nil),     // 26: reeve.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),    // 27: reeve.v1.ListWorkflowsResponse
+	nil,                              // 28: reeve.v1.CountTasksResponse.ByStateEntry
+	(*Workflow)(nil),                 // 29: reeve.v1.Workflow
+	(*structpb.Value)(nil),           // 30: google.protobuf.Value
+	(*Task)(nil),                     // 31: reeve.v1.Task
+	(TaskState)(0),                   // 32: reeve.v1.TaskState
+	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
-	1,  // 0: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
-	17, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
-	18, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
-	19, // 3: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
-	19, // 4: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
-	20, // 5: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
-	19, // 6: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
-	19, // 7: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	19, // 8: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	17, // 9: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	17, // 10: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	17, // 11: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	17, // 12: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	0,  // 13: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	3,  // 14: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	5,  // 15: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	7,  // 16: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	9,  // 17: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	11, // 18: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	13, // 19: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	15, // 20: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	2,  // 21: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	4,  // 22: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	6,  // 23: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	8,  // 24: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	10, // 25: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	12, // 26: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	14, // 27: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	16, // 28: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	2,  // 0: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
+	29, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
+	30, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
+	31, // 3: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
+	31, // 4: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
+	32, // 5: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
+	33, // 6: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	33, // 7: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	0,  // 8: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
+	31, // 9: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
+	28, // 10: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
+	0,  // 11: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
+	12, // 12: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
+	13, // 13: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
+	31, // 14: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	16, // 15: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
+	17, // 16: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
+	33, // 17: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	33, // 18: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	31, // 19: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	31, // 20: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	29, // 21: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	29, // 22: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	29, // 23: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	29, // 24: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	1,  // 25: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	4,  // 26: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	6,  // 27: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	8,  // 28: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	10, // 29: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	18, // 30: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	20, // 31: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	22, // 32: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	24, // 33: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	26, // 34: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	14, // 35: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	3,  // 36: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	5,  // 37: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	7,  // 38: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	9,  // 39: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	11, // 40: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	19, // 41: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	21, // 42: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	23, // 43: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	25, // 44: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	27, // 45: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	15, // 46: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	36, // [36:47] is the sub-list for method output_type
+	25, // [25:36] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }
@@ -1135,18 +1981,23 @@ func file_reeve_v1_scheduler_service_proto_init() {
 		(*SubmitTaskRequest_WorkflowRef)(nil),
 		(*SubmitTaskRequest_InlineWorkflow)(nil),
 	}
+	file_reeve_v1_scheduler_service_proto_msgTypes[10].OneofWrappers = []any{
+		(*WatchTasksResponse_Changed)(nil),
+		(*WatchTasksResponse_Reset_)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_scheduler_service_proto_rawDesc), len(file_reeve_v1_scheduler_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   17,
+			NumEnums:      1,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_reeve_v1_scheduler_service_proto_goTypes,
 		DependencyIndexes: file_reeve_v1_scheduler_service_proto_depIdxs,
+		EnumInfos:         file_reeve_v1_scheduler_service_proto_enumTypes,
 		MessageInfos:      file_reeve_v1_scheduler_service_proto_msgTypes,
 	}.Build()
 	File_reeve_v1_scheduler_service_proto = out.File

@@ -22,11 +22,14 @@ const (
 	SchedulerService_SubmitTask_FullMethodName       = "/reeve.v1.SchedulerService/SubmitTask"
 	SchedulerService_GetTask_FullMethodName          = "/reeve.v1.SchedulerService/GetTask"
 	SchedulerService_ListTasks_FullMethodName        = "/reeve.v1.SchedulerService/ListTasks"
+	SchedulerService_CountTasks_FullMethodName       = "/reeve.v1.SchedulerService/CountTasks"
+	SchedulerService_WatchTasks_FullMethodName       = "/reeve.v1.SchedulerService/WatchTasks"
 	SchedulerService_WatchTask_FullMethodName        = "/reeve.v1.SchedulerService/WatchTask"
 	SchedulerService_CancelTask_FullMethodName       = "/reeve.v1.SchedulerService/CancelTask"
 	SchedulerService_RegisterWorkflow_FullMethodName = "/reeve.v1.SchedulerService/RegisterWorkflow"
 	SchedulerService_GetWorkflow_FullMethodName      = "/reeve.v1.SchedulerService/GetWorkflow"
 	SchedulerService_ListWorkflows_FullMethodName    = "/reeve.v1.SchedulerService/ListWorkflows"
+	SchedulerService_ListAgents_FullMethodName       = "/reeve.v1.SchedulerService/ListAgents"
 )
 
 // SchedulerServiceClient is the client API for SchedulerService service.
@@ -42,9 +45,20 @@ type SchedulerServiceClient interface {
 	SubmitTask(ctx context.Context, in *SubmitTaskRequest, opts ...grpc.CallOption) (*SubmitTaskResponse, error)
 	// GetTask returns a task with its steps and history.
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error)
-	// ListTasks pages through a namespace's tasks, newest id last, optionally
-	// filtered by state.
+	// ListTasks pages through a namespace's tasks, newest first: by
+	// create_time descending, ties by task id descending. Every filter is
+	// served from an index (docs/architecture.md); a page ends at page_size
+	// tasks, at the response byte budget, or when the scan budget of one call
+	// is spent, whichever comes first, so a page may hold fewer tasks than
+	// asked for (even none) and still carry a next_page_token.
 	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
+	// CountTasks counts a namespace's tasks per state.
+	CountTasks(ctx context.Context, in *CountTasksRequest, opts ...grpc.CallOption) (*CountTasksResponse, error)
+	// WatchTasks streams every change of a namespace's tasks after
+	// start_revision. When the revisions after start_revision are no longer
+	// kept (etcd compacted them), the first event is a reset: the client lists
+	// again and the changes after the reset's revision follow.
+	WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTasksResponse], error)
 	// WatchTask streams the task on every change, starting with its current
 	// state, and ends after it reaches a terminal state.
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error)
@@ -58,6 +72,9 @@ type SchedulerServiceClient interface {
 	GetWorkflow(ctx context.Context, in *GetWorkflowRequest, opts ...grpc.CallOption) (*GetWorkflowResponse, error)
 	// ListWorkflows returns the latest version of every workflow of a namespace.
 	ListWorkflows(ctx context.Context, in *ListWorkflowsRequest, opts ...grpc.CallOption) (*ListWorkflowsResponse, error)
+	// ListAgents returns the agents connected to every scheduler of the
+	// cluster and, per step type, the ready queue.
+	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
 }
 
 type schedulerServiceClient struct {
@@ -98,9 +115,38 @@ func (c *schedulerServiceClient) ListTasks(ctx context.Context, in *ListTasksReq
 	return out, nil
 }
 
+func (c *schedulerServiceClient) CountTasks(ctx context.Context, in *CountTasksRequest, opts ...grpc.CallOption) (*CountTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountTasksResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_CountTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulerServiceClient) WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTasksResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SchedulerService_ServiceDesc.Streams[0], SchedulerService_WatchTasks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTasksRequest, WatchTasksResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SchedulerService_WatchTasksClient = grpc.ServerStreamingClient[WatchTasksResponse]
+
 func (c *schedulerServiceClient) WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SchedulerService_ServiceDesc.Streams[0], SchedulerService_WatchTask_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SchedulerService_ServiceDesc.Streams[1], SchedulerService_WatchTask_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +203,16 @@ func (c *schedulerServiceClient) ListWorkflows(ctx context.Context, in *ListWork
 	return out, nil
 }
 
+func (c *schedulerServiceClient) ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAgentsResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_ListAgents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchedulerServiceServer is the server API for SchedulerService service.
 // All implementations must embed UnimplementedSchedulerServiceServer
 // for forward compatibility.
@@ -170,9 +226,20 @@ type SchedulerServiceServer interface {
 	SubmitTask(context.Context, *SubmitTaskRequest) (*SubmitTaskResponse, error)
 	// GetTask returns a task with its steps and history.
 	GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error)
-	// ListTasks pages through a namespace's tasks, newest id last, optionally
-	// filtered by state.
+	// ListTasks pages through a namespace's tasks, newest first: by
+	// create_time descending, ties by task id descending. Every filter is
+	// served from an index (docs/architecture.md); a page ends at page_size
+	// tasks, at the response byte budget, or when the scan budget of one call
+	// is spent, whichever comes first, so a page may hold fewer tasks than
+	// asked for (even none) and still carry a next_page_token.
 	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
+	// CountTasks counts a namespace's tasks per state.
+	CountTasks(context.Context, *CountTasksRequest) (*CountTasksResponse, error)
+	// WatchTasks streams every change of a namespace's tasks after
+	// start_revision. When the revisions after start_revision are no longer
+	// kept (etcd compacted them), the first event is a reset: the client lists
+	// again and the changes after the reset's revision follow.
+	WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[WatchTasksResponse]) error
 	// WatchTask streams the task on every change, starting with its current
 	// state, and ends after it reaches a terminal state.
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error
@@ -186,6 +253,9 @@ type SchedulerServiceServer interface {
 	GetWorkflow(context.Context, *GetWorkflowRequest) (*GetWorkflowResponse, error)
 	// ListWorkflows returns the latest version of every workflow of a namespace.
 	ListWorkflows(context.Context, *ListWorkflowsRequest) (*ListWorkflowsResponse, error)
+	// ListAgents returns the agents connected to every scheduler of the
+	// cluster and, per step type, the ready queue.
+	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
 	mustEmbedUnimplementedSchedulerServiceServer()
 }
 
@@ -205,6 +275,12 @@ func (UnimplementedSchedulerServiceServer) GetTask(context.Context, *GetTaskRequ
 func (UnimplementedSchedulerServiceServer) ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTasks not implemented")
 }
+func (UnimplementedSchedulerServiceServer) CountTasks(context.Context, *CountTasksRequest) (*CountTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CountTasks not implemented")
+}
+func (UnimplementedSchedulerServiceServer) WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[WatchTasksResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchTasks not implemented")
+}
 func (UnimplementedSchedulerServiceServer) WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchTask not implemented")
 }
@@ -219,6 +295,9 @@ func (UnimplementedSchedulerServiceServer) GetWorkflow(context.Context, *GetWork
 }
 func (UnimplementedSchedulerServiceServer) ListWorkflows(context.Context, *ListWorkflowsRequest) (*ListWorkflowsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWorkflows not implemented")
+}
+func (UnimplementedSchedulerServiceServer) ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAgents not implemented")
 }
 func (UnimplementedSchedulerServiceServer) mustEmbedUnimplementedSchedulerServiceServer() {}
 func (UnimplementedSchedulerServiceServer) testEmbeddedByValue()                          {}
@@ -294,6 +373,35 @@ func _SchedulerService_ListTasks_Handler(srv interface{}, ctx context.Context, d
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _SchedulerService_CountTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CountTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).CountTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_CountTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).CountTasks(ctx, req.(*CountTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulerService_WatchTasks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTasksRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SchedulerServiceServer).WatchTasks(m, &grpc.GenericServerStream[WatchTasksRequest, WatchTasksResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SchedulerService_WatchTasksServer = grpc.ServerStreamingServer[WatchTasksResponse]
 
 func _SchedulerService_WatchTask_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchTaskRequest)
@@ -378,6 +486,24 @@ func _SchedulerService_ListWorkflows_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_ListAgents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAgentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).ListAgents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_ListAgents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).ListAgents(ctx, req.(*ListAgentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchedulerService_ServiceDesc is the grpc.ServiceDesc for SchedulerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -398,6 +524,10 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SchedulerService_ListTasks_Handler,
 		},
 		{
+			MethodName: "CountTasks",
+			Handler:    _SchedulerService_CountTasks_Handler,
+		},
+		{
 			MethodName: "CancelTask",
 			Handler:    _SchedulerService_CancelTask_Handler,
 		},
@@ -413,8 +543,17 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListWorkflows",
 			Handler:    _SchedulerService_ListWorkflows_Handler,
 		},
+		{
+			MethodName: "ListAgents",
+			Handler:    _SchedulerService_ListAgents_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchTasks",
+			Handler:       _SchedulerService_WatchTasks_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "WatchTask",
 			Handler:       _SchedulerService_WatchTask_Handler,
