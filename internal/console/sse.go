@@ -182,10 +182,10 @@ func idle(ctx context.Context, out *sse, tick *time.Ticker) {
 	}
 }
 
-// pollChanges sends a "changed" event whenever fingerprint returns a new
-// value, checking every pollEvery: the fallback for views without a watch.
-func pollChanges(ctx context.Context, out *sse, fingerprint func(context.Context) (string, error)) {
-	last := ""
+// pollChanges sends a "changed" event whenever fingerprint returns a value
+// other than last (what the page shows; "" for unknown), checking every
+// pollEvery: the fallback for views without a watch.
+func pollChanges(ctx context.Context, out *sse, last string, fingerprint func(context.Context) (string, error)) {
 	hb := time.NewTicker(heartbeat)
 	defer hb.Stop()
 	poll := time.NewTicker(pollEvery)

@@ -129,28 +129,6 @@ func (f taskFilter) FilterQuery() string { return f.query("", 1) }
 // WithState is the first page of the filter with another state.
 func (f taskFilter) WithState(s string) string { g := f; g.State = s; return g.query("", 1) }
 
-func (f taskFilter) request(pageSize int, page string) *reevev1.ListTasksRequest {
-	return &reevev1.ListTasksRequest{Namespace: f.NS, State: f.state, PageSize: int32(pageSize), PageToken: page}
-}
-
-// matches applies the filters the API does not take itself.
-func (f taskFilter) matches(t *reevev1.Task) bool {
-	if f.Workflow != "" && t.GetWorkflow().GetName() != f.Workflow {
-		return false
-	}
-	if f.Prefix != "" && !strings.HasPrefix(t.GetId(), f.Prefix) {
-		return false
-	}
-	ct := t.GetCreateTime().AsTime()
-	if !f.after.IsZero() && ct.Before(f.after) {
-		return false
-	}
-	if !f.before.IsZero() && !ct.Before(f.before) {
-		return false
-	}
-	return true
-}
-
 // taskRow is one line of the tasks list.
 type taskRow struct {
 	ID, NS, Workflow, State string
@@ -211,7 +189,8 @@ type tasksData struct {
 	Counts   []stateCount
 	States   []string
 	Error    string
-	Scanned  bool // filters applied by the console (see listTasks)
+	Rev      int64  // etcd revision the page was read at
+	FP       string // fingerprint of the rows (the polling fallback)
 	MaxBulk  int
 	FullPage bool
 }
@@ -243,12 +222,12 @@ func (s *Server) renderTasks(w http.ResponseWriter, r *http.Request, ss *session
 	d.pageData = s.page(r, ss, "Tasks", "tasks", f.NS)
 	ctx, cancel, opts := s.call(r, ss)
 	defer cancel()
-	tasks, next, scanned, err := s.listTasks(ctx, opts, f, f.Size, f.Page)
+	tasks, next, rev, err := s.listTasks(ctx, opts, f, f.Size, f.Page)
 	if err != nil {
 		s.apiError(w, r, ss, "list tasks", err)
 		return
 	}
-	d.Scanned = scanned
+	d.Rev, d.FP = rev, fingerprint(tasks)
 	now := s.now()
 	for _, t := range tasks {
 		d.Rows = append(d.Rows, s.row(t, now))

@@ -152,8 +152,9 @@ func timelineSVG(spans []span, markers []marker, t0, t1 time.Time) template.HTML
 		t1 = t0.Add(time.Second)
 	}
 	const (
-		labelW = 210
-		chartW = 760
+		labelW = 190
+		chartW = 640
+		rightW = 190 // room for the last bar's label
 		rowH   = 26
 		top    = 24
 	)
@@ -163,7 +164,7 @@ func timelineSVG(spans []span, markers []marker, t0, t1 time.Time) template.HTML
 		return labelW + float64(at.Sub(t0))/float64(t1.Sub(t0))*chartW
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="timeline" role="img" aria-label="timeline of step attempts" viewBox="0 0 %d %d" width="100%%" preserveAspectRatio="xMinYMin meet">`, labelW+chartW+20, h)
+	fmt.Fprintf(&b, `<svg class="timeline" role="img" aria-label="timeline of step attempts" viewBox="0 0 %d %d" preserveAspectRatio="xMinYMin meet">`, labelW+chartW+rightW, h)
 	// Time axis: five ticks.
 	for i := 0; i <= 4; i++ {
 		at := t0.Add(t1.Sub(t0) * time.Duration(i) / 4)
@@ -269,7 +270,7 @@ func dagSVG(w *reevev1.Workflow, states map[string]reevev1.StepState) template.H
 	wd := pad*2 + len(cols)*(nodeW+gapX) - gapX
 	ht := pad*2 + maxRows*(nodeH+gapY) - gapY
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="dag" role="img" aria-label="workflow graph" viewBox="0 0 %d %d" width="%d" style="max-width:100%%">`, wd, ht, wd)
+	fmt.Fprintf(&b, `<svg class="dag" role="img" aria-label="workflow graph" viewBox="0 0 %d %d" width="%d">`, wd, ht, wd)
 	b.WriteString(`<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0 0 L10 5 L0 10 z" class="arrowhead"/></marker></defs>`)
 	for _, n := range order {
 		for _, d := range spec[n].GetDependsOn() {
