@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // pageData is what the layout needs on every page.
@@ -23,6 +25,7 @@ type pageData struct {
 	NS       string
 	CSRF     string
 	Operator bool // the identity may use operator actions here
+	Known    bool // Operator was asked of the API
 	Secure   bool
 	ReadOnly bool
 }
@@ -32,7 +35,7 @@ func (s *Server) page(r *http.Request, ss *session, title, nav, ns string) pageD
 	if ss != nil {
 		p.CSRF = ss.csrf
 		if ns != "" {
-			p.Operator = s.mayOperate(r.Context(), ss, ns)
+			p.Operator, p.Known = s.mayOperate(r.Context(), ss, ns), true
 		}
 	}
 	return p
@@ -127,7 +130,7 @@ type errorData struct {
 }
 
 func (s *Server) renderError(w http.ResponseWriter, r *http.Request, ss *session, code int, heading, msg string) {
-	ns := r.URL.Query().Get("ns")
+	ns := workflow.Namespace(r.URL.Query().Get("ns"))
 	d := errorData{pageData: pageData{Title: heading, NS: ns, Secure: s.secure, ReadOnly: s.readOnly}, Heading: heading, Message: msg, Code: code}
 	if ss != nil {
 		d.CSRF = ss.csrf
