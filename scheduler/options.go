@@ -31,6 +31,8 @@ type options struct {
 	maxActiveTasks     int
 	tracer             trace.TracerProvider
 	meter              metric.MeterProvider
+	maxLists           int
+	listBytes          int
 }
 
 func defaultOptions() options {
@@ -50,6 +52,8 @@ func defaultOptions() options {
 		spaceCheckInterval: 5 * time.Second,
 		tracer:             otel.GetTracerProvider(),
 		meter:              otel.GetMeterProvider(),
+		maxLists:           8,
+		listBytes:          2 << 20,
 	}
 }
 
@@ -134,3 +138,15 @@ func WithSpaceSoftLimit(fraction float64) Option {
 func WithSpaceCheckInterval(d time.Duration) Option {
 	return func(o *options) { o.spaceCheckInterval = d }
 }
+
+// WithMaxConcurrentLists bounds the ListTasks calls one scheduler serves at
+// once; a call that finds no free slot within a second fails with
+// RESOURCE_EXHAUSTED. With the page byte budget (WithListBytes) it bounds
+// the memory lists take: about n × (budget + 16 records). Default 8.
+func WithMaxConcurrentLists(n int) Option { return func(o *options) { o.maxLists = n } }
+
+// WithListBytes sets the byte budget of one ListTasks page: a page ends
+// before the task that would take it past this many encoded bytes (a page
+// always holds at least one task, however large). Default 2 MiB, half of
+// gRPC's default 4 MiB receive limit.
+func WithListBytes(n int) Option { return func(o *options) { o.listBytes = n } }

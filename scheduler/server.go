@@ -41,6 +41,7 @@ type Server struct {
 	tel   *instruments
 	adm   *admission
 	space *spaceGuard
+	lists chan struct{} // one slot per ListTasks in progress (WithMaxConcurrentLists)
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -71,6 +72,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	s.tel = newInstruments(s)
 	s.adm = newAdmission(s)
 	s.space = &spaceGuard{s: s}
+	s.lists = make(chan struct{}, max(o.maxLists, 1))
 	return s
 }
 

@@ -184,8 +184,8 @@ func TestListTasksFiltersByStateAndPages(t *testing.T) {
 			break
 		}
 	}
-	if strings.Join(ids, ",") != "l1,l2,l3" {
-		t.Fatalf("paged ids %v, want l1,l2,l3", ids)
+	if strings.Join(ids, ",") != "l3,l2,l1" {
+		t.Fatalf("paged ids %v, want l3,l2,l1 (newest first)", ids)
 	}
 }
 

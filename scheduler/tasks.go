@@ -145,29 +145,6 @@ func (s *Server) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*ree
 	return &reevev1.GetTaskResponse{Task: v.Record.GetTask()}, nil
 }
 
-// ListTasks implements SchedulerService.
-func (s *Server) ListTasks(ctx context.Context, req *reevev1.ListTasksRequest) (*reevev1.ListTasksResponse, error) {
-	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
-		return nil, statusErr(err)
-	}
-	if _, ok := reevev1.TaskState_name[int32(req.GetState())]; !ok {
-		return nil, status.Errorf(codes.InvalidArgument, "state: unknown task state %d", req.GetState())
-	}
-	size, after, err := page(req.GetPageSize(), req.GetPageToken())
-	if err != nil {
-		return nil, statusErr(err)
-	}
-	tasks, more, err := s.store.ListTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetState(), after, size)
-	if err != nil {
-		return nil, statusErr(err)
-	}
-	resp := &reevev1.ListTasksResponse{Tasks: tasks}
-	if more {
-		resp.NextPageToken = pageToken(tasks[len(tasks)-1].GetId())
-	}
-	return resp, nil
-}
-
 // WatchTask implements SchedulerService.
 func (s *Server) WatchTask(req *reevev1.WatchTaskRequest, stream reevev1.SchedulerService_WatchTaskServer) error {
 	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())

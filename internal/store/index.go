@@ -18,6 +18,18 @@ func (k keys) indexKeys(rec *storev1.TaskRecord) map[string]string {
 	out := map[string]string{
 		k.stateOf(ns, t.GetState().String()) + id: "",
 	}
+	// The created indexes: one key per listing order (see keys.go). A record
+	// without a create time (none is written so) has none.
+	if ct := t.GetCreateTime(); ct != nil {
+		a := age(ct.AsTime())
+		st, wf := t.GetState().String(), t.GetWorkflow().GetName()
+		out[k.createdOf(ns, "", "")+a+"/"+id] = ""
+		out[k.createdOf(ns, "", st)+a+"/"+id] = ""
+		if wf != "" {
+			out[k.createdOf(ns, wf, "")+a+"/"+id] = ""
+			out[k.createdOf(ns, wf, st)+a+"/"+id] = ""
+		}
+	}
 	if taskstate.TerminalTask(t.GetState()) && t.GetEndTime() != nil {
 		out[k.ended(t.GetEndTime().AsTime(), ns, id)] = t.GetState().String()
 	}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -18,10 +20,23 @@ import (
 //	                                            at complete-by, queued ones at their schedule-to-start deadline
 //	states/<ns>/<TASK_STATE_X>/<task-id>        empty: tasks by state
 //	ended/<end-time:%020d>/<ns>/<task-id>       state name: terminal tasks by end time, for retention
+//	created/<ns>/<age>/<task-id>                empty: tasks newest first (see below)
+//	created-state/<ns>/<TASK_STATE_X>/<age>/<task-id>
+//	                                            empty: tasks of one state, newest first
+//	created-wf/<ns>/<workflow>/<age>/<task-id>  empty: tasks of one workflow, newest first
+//	created-wf-state/<ns>/<workflow>/<TASK_STATE_X>/<age>/<task-id>
+//	                                            empty: tasks of one workflow in one state, newest first
+//	meta/created-index                          empty: every task written before the created
+//	                                            indexes existed has them (see BackfillCreatedIndexes)
 //	alerts/<ns>/<alert-id>                      reeve.v1.Alert, written with the record when a task fails
 //	agents/<ns>/<agent-id>                      AgentRecord, under the scheduler's lease
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
 //	supervisor/election/...                     concurrency.Election of the supervisors
+//
+// <age> is math.MaxInt64 minus the task's create_time in unix ns, as %020d,
+// so that etcd's ascending key order is newest first: etcd sorts a range in
+// descending order only after reading all of it, while an ascending range
+// with a limit stops at the limit.
 //
 // Names and ids never contain "/" (internal/workflow validates them).
 type keys struct{ prefix string }
@@ -37,6 +52,39 @@ func (k keys) alerts(ns string) string      { return k.prefix + "alerts/" + ns +
 func (k keys) scheduler(id string) string   { return k.prefix + "schedulers/" + id }
 func (k keys) election() string             { return k.prefix + "supervisor/election" }
 func (k keys) stateOf(ns, st string) string { return k.prefix + "states/" + ns + "/" + st + "/" }
+
+func (k keys) createdMeta() string { return k.prefix + "meta/created-index" }
+
+// createdOf returns the prefix of the created index that serves a listing of
+// namespace ns, optionally of one workflow and one state ("" for any).
+func (k keys) createdOf(ns, wf, state string) string {
+	switch {
+	case wf != "" && state != "":
+		return k.prefix + "created-wf-state/" + ns + "/" + wf + "/" + state + "/"
+	case wf != "":
+		return k.prefix + "created-wf/" + ns + "/" + wf + "/"
+	case state != "":
+		return k.prefix + "created-state/" + ns + "/" + state + "/"
+	}
+	return k.prefix + "created/" + ns + "/"
+}
+
+// age orders creation times newest first (see the key layout).
+func age(created time.Time) string {
+	return fmt.Sprintf("%020d", int64(math.MaxInt64)-created.UnixNano())
+}
+
+// parseAge inverts age.
+func parseAge(s string) (time.Time, error) {
+	if len(s) != 20 {
+		return time.Time{}, fmt.Errorf("age %q: not 20 digits", s)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return time.Time{}, fmt.Errorf("age %q: not a non-negative integer", s)
+	}
+	return time.Unix(0, math.MaxInt64-n), nil
+}
 
 func (k keys) workflow(ns, name string, version int32) string {
 	return fmt.Sprintf("%s%s/%010d", k.workflows(ns), name, version)

@@ -1,0 +1,233 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// Defaults of TaskQuery's budgets.
+const (
+	// DefaultListBytes is the default byte budget of one page: well below
+	// gRPC's default 4 MiB receive limit, so any client can read a page.
+	DefaultListBytes = 2 << 20
+	// DefaultListScan is the default number of index keys one page examines
+	// when a task-id prefix filter skips some of them.
+	DefaultListScan = 10_000
+	// listFetchBatch is how many records one etcd transaction of a page
+	// reads: it bounds the memory of a page in flight beyond its budget.
+	listFetchBatch = 16
+)
+
+// TaskQuery selects a page of a namespace's tasks, newest first (create
+// time descending, ties by task id ascending). Workflow and State choose one
+// of the created indexes (see keys.go), the time bounds its range, and
+// IDPrefix filters the keys read; no filter reads records it does not return.
+type TaskQuery struct {
+	Namespace string
+	// State, when set, keeps tasks in that state.
+	State reevev1.TaskState
+	// Workflow, when set, keeps tasks of that workflow (exact name).
+	Workflow string
+	// CreatedAfter (inclusive) and CreatedBefore (exclusive) bound the
+	// create time when not zero.
+	CreatedAfter, CreatedBefore time.Time
+	// IDPrefix, when set, keeps tasks whose id starts with it.
+	IDPrefix string
+	// After continues a previous page: the position it returned.
+	After *ListPosition
+	// Limit is the most tasks a page holds (at least 1).
+	Limit int
+	// MaxBytes is the most encoded bytes of tasks (after Trim) a page holds,
+	// except that a page always holds its first task however large;
+	// DefaultListBytes when 0.
+	MaxBytes int
+	// MaxScan is the most index keys a page examines; DefaultListScan when 0.
+	// It only matters with IDPrefix.
+	MaxScan int
+	// Trim, when set, is applied to every task before it is counted against
+	// MaxBytes and returned (e.g. to drop inputs and outputs).
+	Trim func(*reevev1.Task)
+}
+
+// ListPosition is where a page ended: the create time and id of its last
+// task (or of the last index key it examined).
+type ListPosition struct {
+	Created time.Time
+	ID      string
+}
+
+// TaskPage is one page of a TaskQuery.
+type TaskPage struct {
+	Tasks []*reevev1.Task
+	// Next is where the next page starts; nil when no task remains.
+	Next *ListPosition
+	// Revision is the etcd revision the page was read at.
+	Revision int64
+}
+
+// QueryTasks returns one page of q from the created indexes. The page is one
+// consistent snapshot: the index and the records are read at one revision.
+// Its memory beyond the page itself is bounded by listFetchBatch records.
+func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
+	if q.Limit < 1 {
+		return TaskPage{}, errors.New("store: query tasks: limit must be positive")
+	}
+	maxBytes, maxScan := q.MaxBytes, q.MaxScan
+	if maxBytes <= 0 {
+		maxBytes = DefaultListBytes
+	}
+	if maxScan <= 0 {
+		maxScan = DefaultListScan
+	}
+	state := ""
+	if q.State != reevev1.TaskState_TASK_STATE_UNSPECIFIED {
+		state = q.State.String()
+	}
+	prefix := s.k.createdOf(q.Namespace, q.Workflow, state)
+	// Newest first: the range starts at created_before and ends after
+	// created_after (ages grow into the past).
+	start, end := prefix, prefixEnd(prefix)
+	if !q.CreatedBefore.IsZero() {
+		start = prefix + age(q.CreatedBefore.Add(-time.Nanosecond))
+	}
+	if !q.CreatedAfter.IsZero() {
+		end = prefix + age(q.CreatedAfter) + "0" // past every id of that age ("/" < "0")
+	}
+	if q.After != nil {
+		if from := prefix + age(q.After.Created) + "/" + q.After.ID + "\x00"; from > start {
+			start = from
+		}
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+
+	var (
+		page    TaskPage
+		ids     []ListPosition // matching keys not yet fetched
+		last    ListPosition   // the last key examined
+		scanned int
+		rev     int64
+		bytes   int
+	)
+	// fetch reads the records of ids at rev into the page until a budget is
+	// spent; full reports that.
+	fetch := func() (full bool, err error) {
+		for len(ids) > 0 {
+			n := min(len(ids), listFetchBatch, q.Limit-len(page.Tasks))
+			gets := make([]clientv3.Op, n)
+			for i, p := range ids[:n] {
+				gets[i] = clientv3.OpGet(s.k.task(q.Namespace, p.ID), clientv3.WithRev(rev))
+			}
+			resp, err := s.c.Txn(octx).Then(gets...).Commit()
+			if err != nil {
+				return false, etcdErr(ctx, "list tasks", err)
+			}
+			for _, r := range resp.Responses {
+				kvs := r.GetResponseRange().GetKvs()
+				if len(kvs) == 0 {
+					continue // not possible at one revision; skip rather than fail
+				}
+				v, err := unmarshalTask(kvs[0])
+				if err != nil {
+					return false, err
+				}
+				t := v.Record.GetTask()
+				if q.Trim != nil {
+					q.Trim(t)
+				}
+				size := proto.Size(t)
+				if len(page.Tasks) > 0 && bytes+size > maxBytes {
+					page.Next = prevOf(page.Tasks[len(page.Tasks)-1])
+					return true, nil
+				}
+				bytes += size
+				page.Tasks = append(page.Tasks, t)
+			}
+			ids = ids[n:]
+			if len(page.Tasks) == q.Limit {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+
+	for scanned < maxScan {
+		chunk := min(maxScan-scanned, max(q.Limit+1, 1000))
+		if q.IDPrefix == "" {
+			chunk = q.Limit - len(page.Tasks) + 1
+		}
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(chunk))}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.c.Get(octx, start, opts...)
+		if err != nil {
+			return TaskPage{}, etcdErr(ctx, "list tasks", err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+			page.Revision = rev
+		}
+		for _, kv := range resp.Kvs {
+			p, err := parseCreated(strings.TrimPrefix(string(kv.Key), prefix))
+			if err != nil {
+				return TaskPage{}, fmt.Errorf("store: created index key %q: %w", kv.Key, err)
+			}
+			scanned++
+			last = p
+			if strings.HasPrefix(p.ID, q.IDPrefix) {
+				ids = append(ids, p)
+			}
+			if len(page.Tasks)+len(ids) > q.Limit {
+				// One more match than the page holds: the page is full
+				// unless the byte budget cuts it first, and tasks remain.
+				ids = ids[:len(ids)-1]
+				if _, err := fetch(); err != nil {
+					return TaskPage{}, err
+				}
+				page.Next = prevOf(page.Tasks[len(page.Tasks)-1])
+				return page, nil
+			}
+		}
+		full, err := fetch()
+		if err != nil {
+			return TaskPage{}, err
+		}
+		if full {
+			return page, nil // cut by the byte budget, page.Next set
+		}
+		if !resp.More {
+			return page, nil // the range is exhausted
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	// The scan budget is spent: continue after the last key examined.
+	page.Next = &last
+	return page, nil
+}
+
+// prevOf is the position of a returned task.
+func prevOf(t *reevev1.Task) *ListPosition {
+	return &ListPosition{Created: t.GetCreateTime().AsTime(), ID: t.GetId()}
+}
+
+// parseCreated parses "<age>/<task-id>".
+func parseCreated(rest string) (ListPosition, error) {
+	a, id, ok := strings.Cut(rest, "/")
+	if !ok || id == "" {
+		return ListPosition{}, errors.New("not <age>/<task-id>")
+	}
+	created, err := parseAge(a)
+	if err != nil {
+		return ListPosition{}, err
+	}
+	return ListPosition{Created: created, ID: id}, nil
+}

@@ -1,0 +1,221 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+// listWait is how long a list waits for a free slot among the scheduler's
+// concurrent lists (WithMaxConcurrentLists) before RESOURCE_EXHAUSTED.
+const listWait = time.Second
+
+// ListTasks implements SchedulerService.
+func (s *Server) ListTasks(ctx context.Context, req *reevev1.ListTasksRequest) (*reevev1.ListTasksResponse, error) {
+	q, view, err := taskQuery(req)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	release, err := s.acquireList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	q.MaxBytes = s.opts.listBytes
+	q.Trim = trimmer(view)
+	page, err := s.store.QueryTasks(ctx, q)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	resp := &reevev1.ListTasksResponse{Tasks: page.Tasks, Revision: page.Revision}
+	if page.Next != nil {
+		resp.NextPageToken = encodeListToken(req, *page.Next)
+	}
+	return resp, nil
+}
+
+// acquireList takes one of the scheduler's list slots, waiting at most
+// listWait; release gives it back.
+func (s *Server) acquireList(ctx context.Context) (release func(), err error) {
+	t := time.NewTimer(listWait)
+	defer t.Stop()
+	select {
+	case s.lists <- struct{}{}:
+		return func() { <-s.lists }, nil
+	case <-t.C:
+		return nil, status.Errorf(codes.ResourceExhausted, "page_size: this scheduler already serves %d lists at once (the limit); retry with backoff or ask for smaller pages", cap(s.lists))
+	case <-ctx.Done():
+		return nil, statusErr(ctx.Err())
+	}
+}
+
+// taskQuery validates a ListTasksRequest and turns it into a store query.
+func taskQuery(req *reevev1.ListTasksRequest) (store.TaskQuery, reevev1.TaskView, error) {
+	var q store.TaskQuery
+	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
+		return q, 0, err
+	}
+	if _, ok := reevev1.TaskState_name[int32(req.GetState())]; !ok {
+		return q, 0, &workflow.FieldError{Field: "state", Reason: fmt.Sprintf("unknown task state %d", req.GetState())}
+	}
+	view, err := taskView("view", req.GetView())
+	if err != nil {
+		return q, 0, err
+	}
+	if wf := req.GetWorkflow(); wf != "" {
+		if err := workflow.ValidateName("workflow", wf); err != nil {
+			return q, 0, err
+		}
+	}
+	if p := req.GetTaskIdPrefix(); p != "" {
+		// A prefix of a valid id is itself a valid id.
+		if err := workflow.ValidateTaskID("task_id_prefix", p); err != nil {
+			return q, 0, err
+		}
+	}
+	for _, f := range []struct {
+		name string
+		ts   interface {
+			CheckValid() error
+			AsTime() time.Time
+		}
+		set bool
+	}{
+		{"created_after", req.GetCreatedAfter(), req.GetCreatedAfter() != nil},
+		{"created_before", req.GetCreatedBefore(), req.GetCreatedBefore() != nil},
+	} {
+		if !f.set {
+			continue
+		}
+		if err := f.ts.CheckValid(); err != nil {
+			return q, 0, &workflow.FieldError{Field: f.name, Reason: err.Error()}
+		}
+		if f.ts.AsTime().Before(time.Unix(0, 0)) {
+			return q, 0, &workflow.FieldError{Field: f.name, Reason: "before 1970"}
+		}
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return q, 0, err
+	}
+	q = store.TaskQuery{
+		Namespace: workflow.Namespace(req.GetNamespace()),
+		State:     req.GetState(),
+		Workflow:  req.GetWorkflow(),
+		IDPrefix:  req.GetTaskIdPrefix(),
+		Limit:     size,
+	}
+	if req.GetCreatedAfter() != nil {
+		q.CreatedAfter = req.GetCreatedAfter().AsTime()
+	}
+	if req.GetCreatedBefore() != nil {
+		q.CreatedBefore = req.GetCreatedBefore().AsTime()
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		pos, err := decodeListToken(req, tok)
+		if err != nil {
+			return q, 0, err
+		}
+		q.After = &pos
+	}
+	return q, view, nil
+}
+
+func taskView(field string, v reevev1.TaskView) (reevev1.TaskView, error) {
+	switch v {
+	case reevev1.TaskView_TASK_VIEW_UNSPECIFIED, reevev1.TaskView_TASK_VIEW_BASIC:
+		return reevev1.TaskView_TASK_VIEW_BASIC, nil
+	case reevev1.TaskView_TASK_VIEW_FULL:
+		return v, nil
+	}
+	return 0, &workflow.FieldError{Field: field, Reason: fmt.Sprintf("unknown task view %d", v)}
+}
+
+// trimmer returns what a view leaves out of a task, nil for the full view.
+func trimmer(view reevev1.TaskView) func(*reevev1.Task) {
+	if view == reevev1.TaskView_TASK_VIEW_FULL {
+		return nil
+	}
+	return basicView
+}
+
+// basicView drops what makes a task large: its input, history and step
+// outputs, and of its workflow snapshot everything but the name and
+// version. It changes t in place.
+func basicView(t *reevev1.Task) {
+	t.Input = nil
+	t.History = nil
+	if wf := t.GetWorkflow(); wf != nil {
+		t.Workflow = &reevev1.Workflow{Namespace: wf.GetNamespace(), Name: wf.GetName(), Version: wf.GetVersion()}
+	}
+	for _, st := range t.GetSteps() {
+		st.Output = nil
+	}
+}
+
+// pageSize validates a page size; 0 means the default.
+func pageSize(size int32) (int, error) {
+	switch {
+	case size < 0:
+		return 0, &workflow.FieldError{Field: "page_size", Reason: "must not be negative"}
+	case size > maxPageSize:
+		return 0, &workflow.FieldError{Field: "page_size", Reason: fmt.Sprintf("at most %d", maxPageSize)}
+	case size == 0:
+		return defaultPageSize, nil
+	}
+	return int(size), nil
+}
+
+// A list page token is base64url("t1:<create time, unix ns>:<filters>:<task id>"):
+// where the previous page ended and a fingerprint of the filters it was
+// issued for. Tokens are opaque to clients; one that does not parse, or
+// that was issued for other filters, is refused.
+const listTokenVersion = "t1"
+
+func listFilters(req *reevev1.ListTasksRequest) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%d\x00%s\x00%s\x00%v\x00%v", workflow.Namespace(req.GetNamespace()), req.GetState(),
+		req.GetWorkflow(), req.GetTaskIdPrefix(), req.GetCreatedAfter().AsTime().UnixNano(), req.GetCreatedBefore().AsTime().UnixNano())
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+func encodeListToken(req *reevev1.ListTasksRequest, p store.ListPosition) string {
+	raw := strings.Join([]string{listTokenVersion, strconv.FormatInt(p.Created.UnixNano(), 10), listFilters(req), p.ID}, ":")
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+func decodeListToken(req *reevev1.ListTasksRequest, tok string) (store.ListPosition, error) {
+	bad := func(why string) error {
+		return &workflow.FieldError{Field: "page_token", Reason: why + "; pass the next_page_token of a previous response with the same filters"}
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return store.ListPosition{}, bad("not a page token")
+	}
+	parts := strings.SplitN(string(raw), ":", 4)
+	if len(parts) != 4 || parts[0] != listTokenVersion {
+		return store.ListPosition{}, bad("not a page token")
+	}
+	nanos, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || nanos < 0 {
+		return store.ListPosition{}, bad("not a page token")
+	}
+	if workflow.ValidateTaskID("page_token", parts[3]) != nil {
+		return store.ListPosition{}, bad("not a page token")
+	}
+	if parts[2] != listFilters(req) {
+		return store.ListPosition{}, bad("issued for other filters")
+	}
+	return store.ListPosition{Created: time.Unix(0, nanos), ID: parts[3]}, nil
+}
