@@ -91,17 +91,21 @@ func shots(t *testing.T) string {
 	return t.TempDir()
 }
 
+// screenshot writes the whole page as <name>.png and what a laptop screen
+// shows first as <name>-top.png (the ones docs/console.md uses).
 func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
+	for file, shot := range map[string]chromedp.Action[[]byte]{name: chromedp.FullScreenshot(100), name + "-top": chromedp.CaptureScreenshot()} {
+		png, err := chromedp.Run(ctx, shot)
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", file, err)
+		}
+		p := filepath.Join(dir, file+".png")
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot %s", p)
 	}
-	p := filepath.Join(dir, name+".png")
-	if err := os.WriteFile(p, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot %s", p)
 }
 
 func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
@@ -224,6 +228,11 @@ func TestBrowserConsole(t *testing.T) {
 	screenshot(t, ctx, dir, "workflows")
 	run(t, ctx, "workflow", chromedp.Navigate(e.url+"/workflows/demo.orders"), chromedp.WaitVisible(chromedp.CSS("#policies")))
 	screenshot(t, ctx, dir, "workflow")
+	run(t, ctx, "agents", chromedp.Navigate(e.url+"/agents"), chromedp.WaitVisible(chromedp.CSS("#agents")))
+	if a := text(t, ctx, "#agents-body"); !strings.Contains(a, "demo-agent") && !strings.Contains(a, "does not serve ListAgents") {
+		t.Errorf("agents page: want demo-agent listed, got %q", a)
+	}
+	screenshot(t, ctx, dir, "agents")
 	run(t, ctx, "overview", chromedp.Navigate(e.url+"/overview"), chromedp.WaitVisible(chromedp.CSS("#ov-running")))
 	screenshot(t, ctx, dir, "overview")
 

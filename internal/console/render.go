@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
@@ -26,12 +28,13 @@ type pageData struct {
 	CSRF     string
 	Operator bool // the identity may use operator actions here
 	Known    bool // Operator was asked of the API
+	Now      time.Time
 	Secure   bool
 	ReadOnly bool
 }
 
 func (s *Server) page(r *http.Request, ss *session, title, nav, ns string) pageData {
-	p := pageData{Title: title, Nav: nav, NS: ns, Secure: s.secure, ReadOnly: s.readOnly}
+	p := pageData{Title: title, Nav: nav, NS: ns, Secure: s.secure, ReadOnly: s.readOnly, Now: s.now()}
 	if ss != nil {
 		p.CSRF = ss.csrf
 		if ns != "" {
@@ -52,7 +55,16 @@ func parseTemplates() (*template.Template, error) {
 		"add":       func(a, b int) int { return a + b },
 		"lower":     strings.ToLower,
 		"hasPrefix": strings.HasPrefix,
-		"list3":     func() []string { return []string{"task", "step", "compensation"} },
+		"served": func(agents []*reevev1.AgentInfo, stepType string) int {
+			n := 0
+			for _, a := range agents {
+				if slices.Contains(a.GetStepTypes(), stepType) {
+					n++
+				}
+			}
+			return n
+		},
+		"list3": func() []string { return []string{"task", "step", "compensation"} },
 	}).ParseFS(files, "templates/*.html")
 }
 

@@ -118,6 +118,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /alerts/{id}/ack", s.withSession(s.csrf(s.ackAlert)))
 	m.HandleFunc("GET /workflows", s.withSession(s.workflowsPage))
 	m.HandleFunc("GET /workflows/{name}", s.withSession(s.workflowPage))
+	m.HandleFunc("GET /agents", s.withSession(s.agentsPage))
 	m.HandleFunc("/", s.withSession(func(w http.ResponseWriter, r *http.Request, ss *session) {
 		s.renderError(w, r, ss, http.StatusNotFound, "Not found", "There is no page at "+r.URL.Path+".")
 	}))
