@@ -60,10 +60,12 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	s.disp.removeAgent(conn)
 	close(conn.done)
 	wg.Wait()
-	if rev > 0 {
+	// By session, not by rev alone: when the stream connected before the
+	// scheduler had a lease (rev 0), republishAgents wrote the record later.
+	{
 		cctx, cancel := context.WithTimeout(s.base, 2*time.Second)
-		if derr := s.store.DeleteAgent(cctx, conn.ns, conn.agentID, rev); derr != nil {
-			log.Debug("remove agent record", "err", derr)
+		if derr := s.store.DeleteAgentSession(cctx, conn.ns, conn.agentID, conn.sessionID); derr != nil {
+			log.Debug("remove agent record", "err", derr, "rev", rev)
 		}
 		cancel()
 	}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -218,4 +219,92 @@ func decodeListToken(req *reevev1.ListTasksRequest, tok string) (store.ListPosit
 		return store.ListPosition{}, bad("issued for other filters")
 	}
 	return store.ListPosition{Created: time.Unix(0, nanos), ID: parts[3]}, nil
+}
+
+// CountTasks implements SchedulerService.
+func (s *Server) CountTasks(ctx context.Context, req *reevev1.CountTasksRequest) (*reevev1.CountTasksResponse, error) {
+	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, statusErr(err)
+	}
+	if wf := req.GetWorkflow(); wf != "" {
+		if err := workflow.ValidateName("workflow", wf); err != nil {
+			return nil, statusErr(err)
+		}
+	}
+	counts, rev, err := s.store.CountTasksByState(ctx, workflow.Namespace(req.GetNamespace()), req.GetWorkflow())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	resp := &reevev1.CountTasksResponse{ByState: make(map[string]int64, len(counts)), Revision: rev}
+	for st, n := range counts {
+		resp.ByState[st.String()] = n
+	}
+	return resp, nil
+}
+
+// watchBuffer is how many task changes a WatchTasks stream holds for a
+// client that reads slower than tasks change; past it the stream ends with
+// RESOURCE_EXHAUSTED and the client resumes from its last revision.
+const watchBuffer = 1024
+
+// errSlowWatcher ends a WatchTasks stream whose client fell behind.
+var errSlowWatcher = errors.New("watch: client too slow")
+
+// WatchTasks implements SchedulerService. A reading goroutine follows etcd
+// and fills a bounded buffer; this goroutine alone sends.
+func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.SchedulerService_WatchTasksServer) error {
+	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
+		return statusErr(err)
+	}
+	if req.GetStartRevision() < 0 {
+		return statusErr(&workflow.FieldError{Field: "start_revision", Reason: "must not be negative"})
+	}
+	view, err := taskView("view", req.GetView())
+	if err != nil {
+		return statusErr(err)
+	}
+	trim := trimmer(view)
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	events := make(chan *reevev1.WatchTasksResponse, watchBuffer)
+	watchErr := make(chan error, 1)
+	var sent int64 // revision of the last change sent
+	go func() {
+		defer close(events)
+		watchErr <- s.store.WatchTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetStartRevision(), func(ev store.TaskEvent) error {
+			var m *reevev1.WatchTasksResponse
+			if ev.Task == nil {
+				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Reset_{Reset_: &reevev1.WatchReset{Revision: ev.Revision}}}
+			} else {
+				if trim != nil && !ev.Deleted {
+					trim(ev.Task)
+				}
+				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Changed{Changed: &reevev1.TaskChanged{Task: ev.Task, Deleted: ev.Deleted, Revision: ev.Revision}}}
+			}
+			select {
+			case events <- m:
+				return nil
+			default:
+				return errSlowWatcher
+			}
+		})
+	}()
+	for m := range events {
+		if err := stream.Send(m); err != nil {
+			return err
+		}
+		if c := m.GetChanged(); c != nil {
+			sent = c.GetRevision()
+		} else {
+			sent = m.GetReset_().GetRevision()
+		}
+	}
+	err = <-watchErr
+	switch {
+	case errors.Is(err, errSlowWatcher):
+		return status.Errorf(codes.ResourceExhausted, "start_revision: the client read changes slower than they happened (%d buffered); watch again from revision %d", watchBuffer, sent)
+	case stream.Context().Err() != nil:
+		return nil
+	}
+	return statusErr(err)
 }

@@ -330,3 +330,11 @@ func TestListTasksFilters(t *testing.T) {
 func schedulerListBytes(n int) []scheduler.Option {
 	return []scheduler.Option{scheduler.WithListBytes(n)}
 }
+
+// testenvConnect connects an agent of typ and waits for its first
+// assignment, so that one task is RUNNING.
+func testenvConnect(t *testing.T, addr, typ string) {
+	t.Helper()
+	agent := testenv.ConnectRaw(t, addr, register("counter", 1, typ))
+	agent.NextAssignment(wait)
+}

@@ -114,6 +114,8 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { s.sweep(runCtx) })
 	wg.Go(func() { s.disp.run(runCtx) })
 	wg.Go(func() { s.space.watch(runCtx) })
+	wg.Go(func() { s.publishLoads(runCtx) })
+	wg.Go(func() { s.backfillIndexes(runCtx) })
 	<-ctx.Done()
 	stop()
 	wg.Wait()

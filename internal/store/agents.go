@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 )
@@ -32,5 +36,120 @@ func (s *Store) DeleteAgent(ctx context.Context, ns, id string, rev int64) error
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	_, err := s.c.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+	return etcdErr(ctx, "delete agent", err)
+}
+
+// AgentLoad is what a scheduler last published about one agent stream's
+// work (see PutAgentLoad).
+type AgentLoad struct {
+	SessionID string
+	InFlight  int32
+}
+
+// PutAgentLoad records how many steps an agent stream runs, under lease
+// (the scheduler's session lease) like the agent record, for ListAgents on
+// other schedulers.
+func (s *Store) PutAgentLoad(ctx context.Context, ns, id string, load AgentLoad, lease clientv3.LeaseID) error {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	_, err := s.c.Put(octx, s.k.agentLoad(ns, id), fmt.Sprintf("%s %d", load.SessionID, load.InFlight), clientv3.WithLease(lease))
+	return etcdErr(ctx, "put agent load", err)
+}
+
+// DeleteAgentLoad removes an agent's load record if it is still the one of
+// session sessionID.
+func (s *Store) DeleteAgentLoad(ctx context.Context, ns, id, sessionID string) error {
+	key := s.k.agentLoad(ns, id)
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Get(octx, key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return etcdErr(ctx, "delete agent load", err)
+	}
+	if l, ok := parseAgentLoad(string(resp.Kvs[0].Value)); !ok || l.SessionID != sessionID {
+		return nil
+	}
+	_, err = s.c.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpDelete(key)).Commit()
+	return etcdErr(ctx, "delete agent load", err)
+}
+
+func parseAgentLoad(v string) (AgentLoad, bool) {
+	session, n, ok := strings.Cut(v, " ")
+	if !ok {
+		return AgentLoad{}, false
+	}
+	in, err := strconv.ParseInt(n, 10, 32)
+	if err != nil {
+		return AgentLoad{}, false
+	}
+	return AgentLoad{SessionID: session, InFlight: int32(in)}, true
+}
+
+// ConnectedAgent is one agent record with its load, when published.
+type ConnectedAgent struct {
+	Record *storev1.AgentRecord
+	// Load is the agent stream's last published load; ok false when none
+	// was published for this stream yet.
+	Load   AgentLoad
+	LoadOK bool
+}
+
+// maxListedAgents bounds ListAgents: a namespace with more connected agents
+// lists the first ones by id.
+const maxListedAgents = 10_000
+
+// ListAgents returns the agents connected to any scheduler in namespace ns,
+// by id, with their published loads: two ranges read at one revision.
+func (s *Store) ListAgents(ctx context.Context, ns string) ([]ConnectedAgent, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	ap, lp := s.k.agent(ns, ""), s.k.agentLoad(ns, "")
+	resp, err := s.c.Txn(octx).Then(
+		clientv3.OpGet(ap, clientv3.WithRange(prefixEnd(ap)), clientv3.WithLimit(maxListedAgents)),
+		clientv3.OpGet(lp, clientv3.WithRange(prefixEnd(lp)), clientv3.WithLimit(maxListedAgents)),
+	).Commit()
+	if err != nil {
+		return nil, etcdErr(ctx, "list agents", err)
+	}
+	loads := map[string]AgentLoad{}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		if l, ok := parseAgentLoad(string(kv.Value)); ok {
+			loads[strings.TrimPrefix(string(kv.Key), lp)] = l
+		}
+	}
+	var out []ConnectedAgent
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+		rec := &storev1.AgentRecord{}
+		if err := proto.Unmarshal(kv.Value, rec); err != nil {
+			return nil, fmt.Errorf("store: decode %s: %w", kv.Key, err)
+		}
+		a := ConnectedAgent{Record: rec}
+		if l, ok := loads[rec.GetAgentId()]; ok && l.SessionID == rec.GetSessionId() {
+			a.Load, a.LoadOK = l, true
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// DeleteAgentSession removes an agent record if it is still the one of
+// stream sessionID (a newer connection of the same agent keeps its record),
+// however often the record was written.
+func (s *Store) DeleteAgentSession(ctx context.Context, ns, id, sessionID string) error {
+	key := s.k.agent(ns, id)
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Get(octx, key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return etcdErr(ctx, "delete agent", err)
+	}
+	rec := &storev1.AgentRecord{}
+	if err := proto.Unmarshal(resp.Kvs[0].Value, rec); err != nil {
+		return fmt.Errorf("store: decode %s: %w", key, err)
+	}
+	if rec.GetSessionId() != sessionID {
+		return nil
+	}
+	_, err = s.c.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpDelete(key)).Commit()
 	return etcdErr(ctx, "delete agent", err)
 }

@@ -30,6 +30,8 @@ import (
 //	                                            indexes existed has them (see BackfillCreatedIndexes)
 //	alerts/<ns>/<alert-id>                      reeve.v1.Alert, written with the record when a task fails
 //	agents/<ns>/<agent-id>                      AgentRecord, under the scheduler's lease
+//	agent-load/<ns>/<agent-id>                  "<session-id> <in-flight>", under the scheduler's
+//	                                            lease, refreshed every few seconds while it changes
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
 //	supervisor/election/...                     concurrency.Election of the supervisors
 //
@@ -41,17 +43,18 @@ import (
 // Names and ids never contain "/" (internal/workflow validates them).
 type keys struct{ prefix string }
 
-func (k keys) task(ns, id string) string    { return k.prefix + "tasks/" + ns + "/" + id }
-func (k keys) tasksOf(ns string) string     { return k.prefix + "tasks/" + ns + "/" }
-func (k keys) workflows(ns string) string   { return k.prefix + "workflows/" + ns + "/" }
-func (k keys) readyPrefix() string          { return k.prefix + "ready/" }
-func (k keys) deadlinePrefix() string       { return k.prefix + "deadlines/" }
-func (k keys) endedPrefix() string          { return k.prefix + "ended/" }
-func (k keys) agent(ns, id string) string   { return k.prefix + "agents/" + ns + "/" + id }
-func (k keys) alerts(ns string) string      { return k.prefix + "alerts/" + ns + "/" }
-func (k keys) scheduler(id string) string   { return k.prefix + "schedulers/" + id }
-func (k keys) election() string             { return k.prefix + "supervisor/election" }
-func (k keys) stateOf(ns, st string) string { return k.prefix + "states/" + ns + "/" + st + "/" }
+func (k keys) task(ns, id string) string      { return k.prefix + "tasks/" + ns + "/" + id }
+func (k keys) tasksOf(ns string) string       { return k.prefix + "tasks/" + ns + "/" }
+func (k keys) workflows(ns string) string     { return k.prefix + "workflows/" + ns + "/" }
+func (k keys) readyPrefix() string            { return k.prefix + "ready/" }
+func (k keys) deadlinePrefix() string         { return k.prefix + "deadlines/" }
+func (k keys) endedPrefix() string            { return k.prefix + "ended/" }
+func (k keys) agent(ns, id string) string     { return k.prefix + "agents/" + ns + "/" + id }
+func (k keys) agentLoad(ns, id string) string { return k.prefix + "agent-load/" + ns + "/" + id }
+func (k keys) alerts(ns string) string        { return k.prefix + "alerts/" + ns + "/" }
+func (k keys) scheduler(id string) string     { return k.prefix + "schedulers/" + id }
+func (k keys) election() string               { return k.prefix + "supervisor/election" }
+func (k keys) stateOf(ns, st string) string   { return k.prefix + "states/" + ns + "/" + st + "/" }
 
 func (k keys) createdMeta() string { return k.prefix + "meta/created-index" }
 

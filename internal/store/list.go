@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -230,4 +231,132 @@ func parseCreated(rest string) (ListPosition, error) {
 		return ListPosition{}, err
 	}
 	return ListPosition{Created: created, ID: id}, nil
+}
+
+// CountTasksByState counts a namespace's tasks per state (of one workflow
+// when wf is not empty) in one transaction of count-only ranges over the
+// state indexes: etcd walks the index keys and returns no values. Every
+// state is in the map, 0 when it has no tasks.
+func (s *Store) CountTasksByState(ctx context.Context, ns, wf string) (counts map[reevev1.TaskState]int64, revision int64, err error) {
+	var (
+		ops    []clientv3.Op
+		states []reevev1.TaskState
+	)
+	for v := range reevev1.TaskState_name {
+		st := reevev1.TaskState(v)
+		if st == reevev1.TaskState_TASK_STATE_UNSPECIFIED {
+			continue
+		}
+		prefix := s.k.stateOf(ns, st.String())
+		if wf != "" {
+			prefix = s.k.createdOf(ns, wf, st.String())
+		}
+		ops = append(ops, clientv3.OpGet(prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithCountOnly()))
+		states = append(states, st)
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Txn(octx).Then(ops...).Commit()
+	if err != nil {
+		return nil, 0, etcdErr(ctx, "count tasks", err)
+	}
+	counts = make(map[reevev1.TaskState]int64, len(states))
+	for i, r := range resp.Responses {
+		counts[states[i]] = r.GetResponseRange().GetCount()
+	}
+	return counts, resp.Header.Revision, nil
+}
+
+// TaskEvent is one event of WatchTasks: a task record written or deleted
+// (Task set), or a reset (Task nil): changes after the requested revision
+// were compacted away, and the events that follow start after Revision.
+type TaskEvent struct {
+	// Task is the record after the change; for a deletion only its
+	// namespace and id are set. Nil for a reset.
+	Task     *reevev1.Task
+	Deleted  bool
+	Revision int64
+}
+
+// WatchTasks calls fn for every change of a task record of namespace ns
+// after revision after (from now when 0), in revision order, until ctx ends
+// or fn returns an error (returned as is). When the revisions to resume
+// from are compacted, fn gets one reset event and the changes after its
+// revision follow. A watch that etcd ends otherwise (leader loss, a
+// reconnect) resumes where it was without an event.
+func (s *Store) WatchTasks(ctx context.Context, ns string, after int64, fn func(TaskEvent) error) error {
+	prefix := s.k.tasksOf(ns)
+	current := func() (int64, error) {
+		octx, cancel := s.opCtx(ctx)
+		defer cancel()
+		resp, err := s.c.Get(octx, s.k.createdMeta(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, etcdErr(ctx, "watch tasks", err)
+		}
+		return resp.Header.Revision, nil
+	}
+	if after <= 0 {
+		rev, err := current()
+		if err != nil {
+			return err
+		}
+		after = rev
+	}
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := s.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(after+1))
+		compacted, err := func() (bool, error) {
+			for wr := range wch {
+				if wr.CompactRevision != 0 {
+					return true, nil
+				}
+				if wr.Err() != nil {
+					return false, nil
+				}
+				for _, ev := range wr.Events {
+					te := TaskEvent{Revision: ev.Kv.ModRevision}
+					if ev.Type == mvccpb.DELETE {
+						te.Deleted = true
+						te.Task = &reevev1.Task{Namespace: ns, Id: strings.TrimPrefix(string(ev.Kv.Key), prefix)}
+					} else {
+						v, err := unmarshalTask(ev.Kv)
+						if err != nil {
+							return false, err
+						}
+						te.Task = v.Record.GetTask()
+					}
+					if err := fn(te); err != nil {
+						return false, err
+					}
+					after = te.Revision
+				}
+			}
+			return false, nil
+		}()
+		cancel()
+		if err != nil {
+			return err
+		}
+		if !compacted {
+			// Ended by etcd (no leader, a reconnect): resume after a pause.
+			t := time.NewTimer(200 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		{
+			rev, err := current()
+			if err != nil {
+				return err
+			}
+			if err := fn(TaskEvent{Revision: rev}); err != nil {
+				return err
+			}
+			after = rev
+		}
+	}
+	return ctx.Err()
 }

@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// backfillPage is how many task records one backfill step reads and
+// guards in one transaction (nested, one compare per task).
+const backfillPage = 32
+
+// BackfillCreatedIndexes writes the created indexes (keys.go) of task
+// records written before they existed, once per store: it returns at once
+// when the meta/created-index marker is present, and sets it when every task
+// has them. Each task's keys are written in a transaction guarded by the
+// record's mod revision, so a concurrent update wins and the task is read
+// again. Records written since the indexes exist already have them; writing
+// them again is harmless. It reads every task record once, a page at a
+// time, and returns how many tasks it visited.
+func (s *Store) BackfillCreatedIndexes(ctx context.Context) (visited int, err error) {
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.c.Get(octx, s.k.createdMeta(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		return 0, etcdErr(ctx, "backfill created index", err)
+	}
+	if resp.Count > 0 {
+		return 0, nil
+	}
+	prefix := s.k.prefix + "tasks/"
+	start := prefix
+	for {
+		octx, cancel := s.opCtx(ctx)
+		page, err := s.c.Get(octx, start, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithLimit(backfillPage))
+		cancel()
+		if err != nil {
+			return visited, etcdErr(ctx, "backfill created index", err)
+		}
+		if len(page.Kvs) == 0 {
+			break
+		}
+		var nested []clientv3.Op
+		for _, kv := range page.Kvs {
+			v, err := unmarshalTask(kv)
+			if err != nil {
+				return visited, err
+			}
+			var puts []clientv3.Op
+			for key, val := range s.k.indexKeys(v.Record) {
+				if strings.HasPrefix(key, s.k.prefix+"created") {
+					puts = append(puts, clientv3.OpPut(key, val))
+				}
+			}
+			nested = append(nested, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}, puts, nil))
+		}
+		octx, cancel = s.opCtx(ctx)
+		tresp, err := s.c.Txn(octx).Then(nested...).Commit()
+		cancel()
+		if err != nil {
+			return visited, etcdErr(ctx, "backfill created index", err)
+		}
+		// A task updated since the page was read failed its compare: read
+		// the page again from it.
+		next := string(page.Kvs[len(page.Kvs)-1].Key) + "\x00"
+		for i, r := range tresp.Responses {
+			if !r.GetResponseTxn().GetSucceeded() {
+				next = string(page.Kvs[i].Key)
+				break
+			}
+			visited++
+		}
+		if next == string(page.Kvs[len(page.Kvs)-1].Key)+"\x00" && !page.More {
+			break
+		}
+		start = next
+	}
+	octx, cancel = s.opCtx(ctx)
+	defer cancel()
+	if _, err := s.c.Put(octx, s.k.createdMeta(), ""); err != nil {
+		return visited, etcdErr(ctx, "backfill created index", err)
+	}
+	return visited, nil
+}

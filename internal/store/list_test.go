@@ -1,0 +1,86 @@
+package store_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
+)
+
+// recordAt is a task record of workflow wf created at t0 + i ms.
+func recordAt(i int, wf string, state reevev1.TaskState) *storev1.TaskRecord {
+	rec := record(fmt.Sprintf("task-%06d", i))
+	rec.Task.Workflow.Name = wf
+	rec.Task.State = state
+	rec.Task.CreateTime = timestamppb.New(t0.Add(time.Duration(i) * time.Millisecond))
+	return rec
+}
+
+// Tasks written before the created indexes existed are listed once the
+// backfill ran, newest first, and the backfill runs once per store.
+func TestBackfillCreatedIndexesListsOldTasks(t *testing.T) {
+	s, c := newStore(t)
+	const n = 70 // more than one backfill page
+	for i := range n {
+		if _, _, err := s.CreateTask(ctx(t), recordAt(i, "wf", reevev1.TaskState_TASK_STATE_PENDING)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What a store written by an older Reeve looks like: no created keys.
+	for _, p := range []string{"created/", "created-state/", "created-wf/", "created-wf-state/"} {
+		if _, err := c.Delete(ctx(t), "/reeve/"+p, clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := store.TaskQuery{Namespace: "default", Limit: 1000}
+	if page, err := s.QueryTasks(ctx(t), q); err != nil || len(page.Tasks) != 0 {
+		t.Fatalf("before the backfill: %d tasks, %v; want none (the setup failed)", len(page.Tasks), err)
+	}
+	visited, err := s.BackfillCreatedIndexes(ctx(t))
+	if err != nil || visited != n {
+		t.Fatalf("backfill visited %d, %v; want %d", visited, err, n)
+	}
+	for _, q := range []store.TaskQuery{q, {Namespace: "default", Limit: 1000, Workflow: "wf", State: reevev1.TaskState_TASK_STATE_PENDING}} {
+		page, err := s.QueryTasks(ctx(t), q)
+		if err != nil || len(page.Tasks) != n || page.Tasks[0].GetId() != fmt.Sprintf("task-%06d", n-1) {
+			t.Fatalf("after the backfill, query %+v: %d tasks, %v; want %d, newest first", q, len(page.Tasks), err, n)
+		}
+	}
+	if visited, err := s.BackfillCreatedIndexes(ctx(t)); err != nil || visited != 0 {
+		t.Fatalf("second backfill visited %d, %v; want 0 (done once)", visited, err)
+	}
+}
+
+// A task's created keys go with its record: deleting it deletes them.
+func TestCreatedIndexesFollowTheRecord(t *testing.T) {
+	s, c := newStore(t)
+	if _, _, err := s.CreateTask(ctx(t), recordAt(1, "wf", reevev1.TaskState_TASK_STATE_PENDING)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.UpdateTask(ctx(t), "default", "task-000001", func(t *reevev1.Task) error {
+		t.State = reevev1.TaskState_TASK_STATE_RUNNING
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"/reeve/created-state/default/TASK_STATE_RUNNING/",
+		"/reeve/created-wf-state/default/wf/TASK_STATE_RUNNING/",
+	}
+	for _, p := range want {
+		if got := keys(t, c, p[len("/reeve/"):]); len(got) != 1 {
+			t.Errorf("keys under %s: %v, want the task's one", p, got)
+		}
+	}
+	for _, p := range []string{"created-state/default/TASK_STATE_PENDING/", "created-wf-state/default/wf/TASK_STATE_PENDING/"} {
+		if got := keys(t, c, p); len(got) != 0 {
+			t.Errorf("keys under %s: %v, want none after the state changed", p, got)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package scheduler
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+// loadInterval is how often a scheduler publishes its agents' in-flight
+// counts (only the ones that changed) for ListAgents on other schedulers.
+const loadInterval = 2 * time.Second
+
+// agentLoad is one local agent stream's counters at one moment.
+type agentLoad struct {
+	ns, id   string
+	inFlight int32
+}
+
+// localLoads snapshots the in-flight steps of this scheduler's agent
+// streams, by session id.
+func (s *Server) localLoads() map[string]agentLoad {
+	s.disp.lock()
+	defer s.disp.unlock()
+	out := map[string]agentLoad{}
+	for _, c := range s.disp.agents.all() {
+		out[c.sessionID] = agentLoad{ns: c.ns, id: c.agentID, inFlight: int32(c.reserved + len(c.running))}
+	}
+	return out
+}
+
+// publishLoads writes the in-flight count of every local agent stream
+// whose count changed, every loadInterval, under the scheduler's lease,
+// and removes those of streams that ended. It returns when ctx ends.
+func (s *Server) publishLoads(ctx context.Context) {
+	t := s.opts.clock.NewTicker(loadInterval)
+	defer t.Stop()
+	published := map[string]agentLoad{}
+	var lease int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		cur := s.currentLease()
+		if cur == 0 {
+			continue
+		}
+		if int64(cur) != lease { // a new session: the old records went with the old lease
+			lease, published = int64(cur), map[string]agentLoad{}
+		}
+		now := s.localLoads()
+		for session, l := range now {
+			if old, ok := published[session]; ok && old == l {
+				continue
+			}
+			if err := s.store.PutAgentLoad(ctx, l.ns, l.id, store.AgentLoad{SessionID: session, InFlight: l.inFlight}, cur); err != nil {
+				s.log.Debug("publish agent load", "agent_id", l.id, "err", err)
+				continue
+			}
+			published[session] = l
+		}
+		for session, l := range published {
+			if _, ok := now[session]; ok {
+				continue
+			}
+			if err := s.store.DeleteAgentLoad(ctx, l.ns, l.id, session); err != nil {
+				s.log.Debug("remove agent load", "agent_id", l.id, "err", err)
+				continue
+			}
+			delete(published, session)
+		}
+	}
+}
+
+// queueHead is one in-memory ready queue as ListAgents reports it.
+type queueHead struct {
+	typ          string
+	depth        int
+	taskID, step string
+}
+
+// queueHeads snapshots the ready queues of namespace ns: depth and the
+// step at the head (dispatched next).
+func (s *Server) queueHeads(ns string) []queueHead {
+	s.disp.lock()
+	defer s.disp.unlock()
+	var out []queueHead
+	for k, q := range s.disp.queues {
+		if k.ns != ns || q.Len() == 0 {
+			continue
+		}
+		h := queueHead{typ: k.typ, depth: q.Len()}
+		if it, ok := q.Front().Value.(*readyItem); ok {
+			h.taskID, h.step = it.entry.GetTaskId(), it.entry.GetStep()
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// ListAgents implements SchedulerService.
+func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest) (*reevev1.ListAgentsResponse, error) {
+	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, statusErr(err)
+	}
+	ns := workflow.Namespace(req.GetNamespace())
+	recs, err := s.store.ListAgents(ctx, ns)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	local := s.localLoads()
+	resp := &reevev1.ListAgentsResponse{}
+	queues := map[string]*reevev1.QueueInfo{}
+	for _, a := range recs {
+		r := a.Record
+		info := &reevev1.AgentInfo{
+			AgentId: r.GetAgentId(), Namespace: r.GetNamespace(), StepTypes: r.GetStepTypes(),
+			MaxConcurrentSteps: r.GetMaxConcurrentSteps(), ConnectedSince: r.GetConnectTime(), SchedulerId: r.GetSchedulerId(),
+		}
+		if l, ok := local[r.GetSessionId()]; ok && r.GetSchedulerId() == s.opts.id {
+			info.InFlight = l.inFlight
+		} else if a.LoadOK {
+			info.InFlight = a.Load.InFlight
+		}
+		info.Credits = max(info.GetMaxConcurrentSteps()-info.GetInFlight(), 0)
+		resp.Agents = append(resp.Agents, info)
+		for _, typ := range r.GetStepTypes() {
+			queues[typ] = &reevev1.QueueInfo{Namespace: ns, StepType: typ}
+		}
+	}
+	for _, h := range s.queueHeads(ns) {
+		q := &reevev1.QueueInfo{Namespace: ns, StepType: h.typ, Depth: int64(h.depth)}
+		if h.taskID != "" {
+			q.OldestReadyTime = s.readyTime(ctx, ns, h.taskID, h.step)
+		}
+		queues[h.typ] = q
+	}
+	for _, q := range queues {
+		resp.Queues = append(resp.Queues, q)
+	}
+	slices.SortFunc(resp.Agents, func(a, b *reevev1.AgentInfo) int { return strings.Compare(a.GetAgentId(), b.GetAgentId()) })
+	slices.SortFunc(resp.Queues, func(a, b *reevev1.QueueInfo) int { return strings.Compare(a.GetStepType(), b.GetStepType()) })
+	return resp, nil
+}
+
+// readyTime returns when a queued step became ready (its not-before when
+// later: a retry in backoff), or nil when it cannot be read.
+func (s *Server) readyTime(ctx context.Context, ns, taskID, step string) *timestamppb.Timestamp {
+	v, err := s.store.GetTask(ctx, ns, taskID)
+	if err != nil {
+		return nil
+	}
+	for _, st := range v.Record.GetTask().GetSteps() {
+		if st.GetName() != step {
+			continue
+		}
+		rt := st.GetReadyTime()
+		if nb := st.GetNotBefore(); nb != nil && (rt == nil || nb.AsTime().After(rt.AsTime())) {
+			rt = nb
+		}
+		return rt
+	}
+	return nil
+}
+
+// backfillIndexes writes the created indexes of tasks stored by an older
+// Reeve (once per store; see store.BackfillCreatedIndexes), retrying while
+// etcd is unavailable.
+func (s *Server) backfillIndexes(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		n, err := s.store.BackfillCreatedIndexes(ctx)
+		if err == nil {
+			if n > 0 {
+				s.log.Info("created indexes backfilled", "tasks", n)
+			}
+			return
+		}
+		s.log.Warn("backfill created indexes", "err", err, "attempt", attempt)
+		t := s.opts.clock.NewTimer(min(time.Duration(attempt+1)*time.Second, 30*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+		}
+	}
+}
