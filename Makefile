@@ -17,7 +17,7 @@ HELM_VERSION               := v3.19.0
 OTELCOL_VERSION            := v0.162.0
 OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster
+.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster e2e-console
 
 all: build
 
@@ -197,8 +197,9 @@ test-cluster: etcd toxiproxy
 # installed): the README's grpcurl examples against reeve dev, the Node
 # example client and agent against reeve dev, the conformance suite
 # against the Node agent and the Go SDK agent, and traces through a real
-# OpenTelemetry Collector (about 10s; 2.5 minutes more to build it once).
-e2e: e2e-grpcurl e2e-node e2e-conformance e2e-otel e2e-python
+# OpenTelemetry Collector (about 10s; 2.5 minutes more to build it once),
+# the Python example, and the web console in headless Chromium (about 20s).
+e2e: e2e-grpcurl e2e-node e2e-conformance e2e-otel e2e-python e2e-console
 
 e2e-grpcurl: build $(TOOLS)/grpcurl-$(GRPCURL_VERSION)
 	GRPCURL=$(TOOLS)/grpcurl scripts/e2e/grpcurl.sh
@@ -241,3 +242,10 @@ e2e-python: build python-example
 # Results in bench-results/<time>/. SOAK=180s and SUSTAIN=60s set run lengths.
 bench: build
 	./scripts/bench.sh
+
+# The web console in a real headless Chromium (Debian's chromium, installed
+# when missing): live pages, actions, escaping, secure mode. Screenshots go
+# to console-screenshots/ (see docs/console.md).
+e2e-console:
+	@command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; }
+	REEVE_REQUIRE_BROWSER=1 REEVE_CONSOLE_SCREENSHOTS=$(CURDIR)/console-screenshots go test -race -count=1 -timeout 10m -run 'TestBrowser' ./internal/console/

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -26,6 +27,7 @@ import (
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/telemetry"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
 	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
@@ -71,6 +73,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		lim                         limitFlags
 		deg                         degradedFlags
 		gcf                         perfFlags
+		con                         consoleFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -141,6 +144,9 @@ port with client certificates, and prints the environment a client needs.`,
 				if err := startSupervisor(ctx, log, cli, []string{addr}, dev.supervisorDial, supervisor.WithTick(tick)); err != nil {
 					return err
 				}
+				if err := dev.startConsole(ctx, log, cmd.OutOrStdout(), &con, &srvSec, addr); err != nil {
+					return err
+				}
 				if !withDemo {
 					return nil
 				}
@@ -161,6 +167,7 @@ port with client certificates, and prints the environment a client needs.`,
 	tel.register(cmd)
 	prof.register(cmd)
 	gcf.register(cmd, g.getenv, 400)
+	con.register(cmd, "127.0.0.1:8233")
 	return cmd
 }
 
@@ -225,6 +232,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		deg                degradedFlags
 		hf                 healthFlag
 		gcf                perfFlags
+		con                consoleFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -277,9 +285,21 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if id != "" {
 				opts = append(opts, scheduler.WithID(id))
 			}
-			return serve(ctx, log, cli, listen, hf.listen, gopts, func(_ context.Context, _ *scheduler.Server, addr string) error {
+			return serve(ctx, log, cli, listen, hf.listen, gopts, func(ctx context.Context, _ *scheduler.Server, addr string) error {
 				log.Info("scheduler listening", "address", addr, "security", describe(gopts))
-				return nil
+				if con.listen == "" {
+					return nil
+				}
+				var tlsCfg *tls.Config
+				if gopts != nil {
+					// The console calls this scheduler over TLS, verified
+					// with --tls-ca (else the system roots).
+					if tlsCfg, err = tlsconfig.Client(tlsconfig.Files{CA: g.sec.ca, Cert: g.sec.cert, Key: g.sec.key}, g.sec.serverName); err != nil {
+						return fmt.Errorf("console: %w", err)
+					}
+				}
+				_, err := startConsole(ctx, log, cmd.OutOrStdout(), con.listen, loopback(addr), tlsCfg, con.readOnly)
+				return err
 			}, opts...)
 		},
 	}
@@ -288,6 +308,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	cmd.Flags().StringVar(&id, "id", "", "scheduler instance id, unique among schedulers (default <hostname>-<random>)")
 	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix")
 	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept")
+	con.register(cmd, "")
 	srvSec.register(cmd, g.getenv)
 	etcdSec.register(cmd, g.getenv)
 	lim.register(cmd)

@@ -1,0 +1,241 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+// maxBulk bounds a bulk action: at most this many tasks per confirmation.
+const maxBulk = 500
+
+// maxReason is the API's limit on a reason (1 KiB).
+const maxReason = 1024
+
+var actionTitles = map[string]string{
+	"cancel":     "Cancel task",
+	"retry":      "Retry failed step",
+	"compensate": "Compensate task",
+}
+
+type confirmData struct {
+	pageData
+	Action, ActionTitle string
+	T                   *reevev1.Task
+	Step                string
+	Explain             string
+}
+
+// confirmTaskAction shows what an action will do and asks for a reason; the
+// form posts to the same URL.
+func (s *Server) confirmTaskAction(w http.ResponseWriter, r *http.Request, ss *session) {
+	action := r.PathValue("action")
+	title, ok := actionTitles[action]
+	if !ok {
+		s.renderError(w, r, ss, http.StatusNotFound, "Not found", "There is no page at "+r.URL.Path+".")
+		return
+	}
+	t, ok := s.getTask(w, r, ss)
+	if !ok {
+		return
+	}
+	d := confirmData{pageData: s.page(r, ss, title, "tasks", t.GetNamespace()), Action: action, ActionTitle: title, T: t, Step: r.URL.Query().Get("step")}
+	if !d.Operator {
+		s.renderError(w, r, ss, http.StatusForbidden, "Not allowed", "Your identity may not use operator actions in namespace "+t.GetNamespace()+".")
+		return
+	}
+	switch action {
+	case "cancel":
+		d.Explain = "Running steps are told to stop; pending steps never start. The task ends CANCELED. Succeeded steps are not undone (use Compensate for that)."
+	case "retry":
+		d.Explain = fmt.Sprintf("Step %q runs again with its failure count reset; the task resumes.", d.Step)
+	case "compensate":
+		d.Explain = "Running steps are canceled, steps never started are skipped, and succeeded steps are undone by their compensations in reverse order."
+	}
+	s.render(w, r, http.StatusOK, "confirm", d)
+}
+
+// taskAction applies a confirmed action and shows the task.
+func (s *Server) taskAction(w http.ResponseWriter, r *http.Request, ss *session) {
+	action := r.PathValue("action")
+	if _, ok := actionTitles[action]; !ok {
+		s.renderError(w, r, ss, http.StatusNotFound, "Not found", "There is no action "+action+".")
+		return
+	}
+	ns := workflow.Namespace(r.PostFormValue("ns"))
+	id := r.PathValue("id")
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if len(reason) > maxReason {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("reason: at most %d bytes", maxReason))
+		return
+	}
+	ctx, cancel, opts := s.call(r, ss)
+	defer cancel()
+	if err := s.apply(ctx, opts, action, ns, id, r.PostFormValue("step"), reason); err != nil {
+		s.apiError(w, r, ss, fmt.Sprintf("%s task %q", action, id), err)
+		return
+	}
+	s.log.InfoContext(ctx, "console: operator action", "action", action, "namespace", ns, "task_id", id)
+	http.Redirect(w, r, "/tasks/"+url.PathEscape(id)+"?ns="+url.QueryEscape(ns), http.StatusSeeOther)
+}
+
+// apply runs one operator action through the API. An empty step for retry
+// means the task's first FAILED step.
+func (s *Server) apply(ctx context.Context, opts []grpc.CallOption, action, ns, id, step, reason string) error {
+	if reason == "" {
+		reason = action + " from the console"
+	}
+	switch action {
+	case "cancel":
+		_, err := s.sched.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: ns, TaskId: id, Reason: reason}, opts...)
+		return err
+	case "compensate":
+		_, err := s.sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: ns, TaskId: id, Reason: reason}, opts...)
+		return err
+	case "retry":
+		if step == "" {
+			resp, err := s.sched.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: ns, TaskId: id}, opts...)
+			if err != nil {
+				return err
+			}
+			for _, st := range resp.GetTask().GetSteps() {
+				if st.GetState() == reevev1.StepState_STEP_STATE_FAILED {
+					step = st.GetName()
+					break
+				}
+			}
+			if step == "" {
+				return status.Error(codes.FailedPrecondition, "step: the task has no FAILED step")
+			}
+		}
+		_, err := s.sup.RetryStep(ctx, &reevev1.RetryStepRequest{Namespace: ns, TaskId: id, Step: step, Reason: reason}, opts...)
+		return err
+	}
+	return fmt.Errorf("unknown action %q", action)
+}
+
+type bulkData struct {
+	pageData
+	Action, ActionTitle string
+	IDs                 []string
+	More                bool // the filter matched more than maxBulk
+	Scope               string
+	FilterQuery         string
+	Results             []bulkResult
+	Done, Failed        int
+}
+
+type bulkResult struct {
+	ID, Error string
+}
+
+// bulkConfirm lists the tasks a bulk action will touch: the selected rows,
+// or every task matching the filter (at most maxBulk, newest first).
+func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, ss *session) {
+	action := r.PostFormValue("action")
+	title, ok := actionTitles[action]
+	if !ok {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("action: want cancel, retry or compensate, got %q", action))
+		return
+	}
+	q, _ := url.ParseQuery(r.PostFormValue("filter"))
+	f, err := parseTaskFilter(q)
+	if err != nil {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", err.Error())
+		return
+	}
+	d := bulkData{pageData: s.page(r, ss, "Bulk: "+title, "tasks", f.NS), Action: action, ActionTitle: title, Scope: r.PostFormValue("scope"), FilterQuery: f.FilterQuery()}
+	if !d.Operator {
+		s.renderError(w, r, ss, http.StatusForbidden, "Not allowed", "Your identity may not use operator actions in namespace "+f.NS+".")
+		return
+	}
+	switch d.Scope {
+	case "selected":
+		d.IDs = r.PostForm["id"]
+		if len(d.IDs) == 0 {
+			s.renderError(w, r, ss, http.StatusBadRequest, "Nothing selected", "id: select at least one task, or use \"all matching this filter\".")
+			return
+		}
+		if len(d.IDs) > maxBulk {
+			s.renderError(w, r, ss, http.StatusBadRequest, "Too many", fmt.Sprintf("id: at most %d tasks per bulk action, got %d", maxBulk, len(d.IDs)))
+			return
+		}
+	case "filter":
+		ctx, cancel, opts := s.call(r, ss)
+		defer cancel()
+		var page string
+		for len(d.IDs) <= maxBulk {
+			tasks, next, _, err := s.listTasks(ctx, opts, f, maxBulk, page)
+			if err != nil {
+				s.apiError(w, r, ss, "list tasks", err)
+				return
+			}
+			for _, t := range tasks {
+				d.IDs = append(d.IDs, t.GetId())
+			}
+			if page = next; page == "" {
+				break
+			}
+		}
+		if len(d.IDs) > maxBulk {
+			d.IDs, d.More = d.IDs[:maxBulk], true
+		}
+	default:
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("scope: want selected or filter, got %q", d.Scope))
+		return
+	}
+	for _, id := range d.IDs {
+		if err := workflow.ValidateTaskID("id", id); err != nil {
+			s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", err.Error())
+			return
+		}
+	}
+	s.render(w, r, http.StatusOK, "bulk", d)
+}
+
+// bulkApply applies a confirmed bulk action to the listed tasks, one call
+// each, and reports every outcome.
+func (s *Server) bulkApply(w http.ResponseWriter, r *http.Request, ss *session) {
+	action := r.PostFormValue("action")
+	title, ok := actionTitles[action]
+	if !ok {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("action: want cancel, retry or compensate, got %q", action))
+		return
+	}
+	ns := workflow.Namespace(r.PostFormValue("ns"))
+	ids := r.PostForm["id"]
+	if len(ids) == 0 || len(ids) > maxBulk {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("id: between 1 and %d tasks, got %d", maxBulk, len(ids)))
+		return
+	}
+	d := bulkData{pageData: s.page(r, ss, "Bulk: "+title, "tasks", ns), Action: action, ActionTitle: title, FilterQuery: r.PostFormValue("filter")}
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if len(reason) > maxReason {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("reason: at most %d bytes", maxReason))
+		return
+	}
+	for _, id := range ids {
+		ctx, cancel, opts := s.call(r, ss)
+		err := s.apply(ctx, opts, action, ns, id, "", reason)
+		cancel()
+		res := bulkResult{ID: id}
+		if err != nil {
+			res.Error = status.Convert(err).Message()
+			d.Failed++
+		} else {
+			d.Done++
+		}
+		d.Results = append(d.Results, res)
+	}
+	s.log.InfoContext(r.Context(), "console: bulk action", "action", action, "namespace", ns, "tasks", len(ids), "failed", d.Failed)
+	s.render(w, r, http.StatusOK, "bulk-done", d)
+}

@@ -1,0 +1,42 @@
+package console
+
+import (
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+type agentsData struct {
+	pageData
+	Agents []*reevev1.AgentInfo
+	Queues []*reevev1.QueueInfo
+	Note   string
+}
+
+// agentsPage shows every agent connected to any scheduler of the cluster,
+// and the ready queue of each step type, from the API's ListAgents.
+func (s *Server) agentsPage(w http.ResponseWriter, r *http.Request, ss *session) {
+	ns := workflow.Namespace(r.URL.Query().Get("ns"))
+	if err := workflow.ValidateNamespace("ns", ns); err != nil {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", err.Error())
+		return
+	}
+	d := agentsData{pageData: s.page(r, ss, "Agents and queues", "agents", ns)}
+	ctx, cancel, opts := s.call(r, ss)
+	defer cancel()
+	resp, err := s.sched.ListAgents(ctx, &reevev1.ListAgentsRequest{Namespace: ns}, opts...)
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		d.Note = "This scheduler does not serve ListAgents (an older version): upgrade it to see agents and queues."
+	case err != nil:
+		s.apiError(w, r, ss, "list agents", err)
+		return
+	default:
+		d.Agents, d.Queues = resp.GetAgents(), resp.GetQueues()
+	}
+	s.render(w, r, http.StatusOK, "agents", d)
+}

@@ -1,0 +1,185 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/console"
+)
+
+// User text (task input, an agent's error message, the task's reason) is
+// shown as text on every page, never run as markup.
+func TestUserTextIsEscaped(t *testing.T) {
+	e := newEnv(t)
+	task := e.submit(failing(structpb.NewStringValue(xss)))
+	e.waitState(task.GetId(), reevev1.TaskState_TASK_STATE_FAILED)
+	b := e.browser()
+	pages := []string{"/tasks/" + task.GetId(), "/tasks", "/alerts", "/overview", "/tasks/" + task.GetId() + "?failures=1"}
+	for _, p := range pages {
+		code, body := b.get(p)
+		if code != http.StatusOK {
+			t.Fatalf("%s: status %d", p, code)
+		}
+		for _, raw := range []string{"<script>alert", "<img src=x"} {
+			if strings.Contains(body, raw) {
+				t.Errorf("%s: contains unescaped %q", p, raw)
+			}
+		}
+	}
+	_, body := b.get("/tasks/" + task.GetId())
+	for _, want := range []string{"&lt;script&gt;alert(", "&lt;img src=x onerror=alert(1)&gt;"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("task page: want the input and error shown as text %q", want)
+		}
+	}
+}
+
+func TestNotFoundAndBadFilters(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	cases := []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/tasks/no-such-task", http.StatusNotFound, "no-such-task"},
+		{"/tasks/bad%2Fid", http.StatusNotFound, "task id"},
+		{"/tasks?state=bogus", http.StatusBadRequest, "state: unknown task state"},
+		{"/tasks?after=yesterday", http.StatusBadRequest, "after: want a time"},
+		{"/tasks?after=2026-11-24&before=2026-11-23", http.StatusBadRequest, "after: must be before"},
+		{"/tasks?workflow=a%20b", http.StatusBadRequest, "workflow"},
+		{"/tasks?size=0", http.StatusBadRequest, "size:"},
+		{"/tasks?ns=bad%2Fns", http.StatusBadRequest, "ns"},
+		{"/workflows/no.such.workflow", http.StatusNotFound, "no.such.workflow"},
+		{"/no/such/page", http.StatusNotFound, "There is no page"},
+	}
+	for _, c := range cases {
+		code, body := b.get(c.path)
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("GET %s: status %d, want %d with %q; body %.300s", c.path, code, c.code, c.want, textOf(body))
+		}
+		if strings.Contains(body, "goroutine ") || strings.Contains(body, "panic") {
+			t.Errorf("GET %s: a stack trace in the page", c.path)
+		}
+	}
+}
+
+// textOf strips markup, for failure messages.
+func textOf(html string) string {
+	if i := strings.Index(html, "<main>"); i >= 0 {
+		html = html[i:]
+	}
+	return html
+}
+
+// A state-changing request is refused unless it comes from the console's
+// own page: another Origin, or no csrf token, changes nothing.
+func TestCrossSitePostIsRefused(t *testing.T) {
+	e := newEnv(t)
+	task := e.submit(stuck())
+	b := e.browser()
+	_, page := b.get("/tasks/" + task.GetId() + "/cancel")
+	token := csrf(t, page)
+	path := "/tasks/" + task.GetId() + "/cancel"
+	cases := []struct {
+		name   string
+		origin string
+		form   url.Values
+	}{
+		{"other origin", "http://evil.example", url.Values{"csrf": {token}, "ns": {"default"}}},
+		{"other port", strings.Replace(e.url, "127.0.0.1:", "127.0.0.1:1", 1), url.Values{"csrf": {token}, "ns": {"default"}}},
+		{"no csrf", e.url, url.Values{"ns": {"default"}}},
+		{"wrong csrf", e.url, url.Values{"csrf": {"x" + token}, "ns": {"default"}}},
+	}
+	for _, c := range cases {
+		code, _ := b.post(path, c.origin, c.form)
+		if code != http.StatusForbidden {
+			t.Errorf("%s: status %d, want 403", c.name, code)
+		}
+	}
+	// A session of another browser does not share the token.
+	other := e.browser()
+	other.get("/tasks")
+	if code, _ := other.post(path, e.url, url.Values{"csrf": {token}, "ns": {"default"}}); code != http.StatusForbidden {
+		t.Errorf("another session's token: status %d, want 403", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := e.sched.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: task.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetTask().GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
+		t.Fatal("a refused request canceled the task")
+	}
+	// The page's own form works.
+	code, body := b.post(path, e.url, url.Values{"csrf": {token}, "ns": {"default"}, "reason": {"operator test"}})
+	if code != http.StatusOK || !strings.Contains(body, `id="task-state">canceled`) {
+		t.Fatalf("own form: status %d, want the canceled task page; %.400s", code, textOf(body))
+	}
+	canceled := e.waitState(task.GetId(), reevev1.TaskState_TASK_STATE_CANCELED)
+	if !strings.Contains(canceled.GetReason(), "operator test") {
+		t.Errorf("reason %q: want the operator's reason recorded", canceled.GetReason())
+	}
+}
+
+// A read-only console shows no action and refuses one posted anyway.
+func TestReadOnly(t *testing.T) {
+	e := newEnv(t, console.WithReadOnly(true))
+	task := e.submit(stuck())
+	b := e.browser()
+	_, page := b.get("/tasks/" + task.GetId())
+	if strings.Contains(page, `id="action-cancel"`) || strings.Contains(page, "Compensate task") {
+		t.Error("read-only: the task page shows action buttons")
+	}
+	_, list := b.get("/tasks")
+	if strings.Contains(list, "Bulk action") {
+		t.Error("read-only: the list shows bulk actions")
+	}
+	code, _ := b.post("/tasks/"+task.GetId()+"/cancel", e.url, url.Values{"csrf": {csrf(t, page)}, "ns": {"default"}})
+	if code != http.StatusForbidden {
+		t.Fatalf("read-only cancel: status %d, want 403", code)
+	}
+}
+
+// Bulk cancel of "all matching this filter" lists the tasks to confirm and
+// cancels exactly those.
+func TestBulkCancelByFilter(t *testing.T) {
+	e := newEnv(t)
+	var ids []string
+	for range 3 {
+		ids = append(ids, e.submit(stuck()).GetId())
+	}
+	done := e.submit(ref("demo.orders"))
+	e.waitState(done.GetId(), reevev1.TaskState_TASK_STATE_SUCCEEDED)
+	b := e.browser()
+	_, page := b.get("/tasks?state=pending")
+	token := csrf(t, page)
+	code, confirm := b.post("/bulk", e.url, url.Values{"csrf": {token}, "action": {"cancel"}, "scope": {"filter"}, "filter": {"ns=default&state=pending"}})
+	if code != http.StatusOK {
+		t.Fatalf("bulk confirm: status %d: %.400s", code, textOf(confirm))
+	}
+	for _, id := range ids {
+		if !strings.Contains(confirm, id) {
+			t.Errorf("confirmation does not list %s", id)
+		}
+	}
+	if strings.Contains(confirm, done.GetId()) {
+		t.Error("confirmation lists a task outside the filter")
+	}
+	form := url.Values{"csrf": {token}, "action": {"cancel"}, "ns": {"default"}, "id": ids}
+	code, result := b.post("/bulk/apply", e.url, form)
+	if code != http.StatusOK || !strings.Contains(result, "3 done, 0 refused") {
+		t.Fatalf("bulk apply: status %d: %.400s", code, textOf(result))
+	}
+	for _, id := range ids {
+		e.waitState(id, reevev1.TaskState_TASK_STATE_CANCELED)
+	}
+}
