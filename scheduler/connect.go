@@ -57,7 +57,7 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	wg.Go(func() { sendErr <- sendLoop(stream, conn) })
 	err = s.recvLoop(stream, conn)
 
-	s.disp.removeAgent(conn)
+	s.persistBeats(conn.agentID, s.disp.removeAgent(conn))
 	close(conn.done)
 	wg.Wait()
 	if rev > 0 {
@@ -145,6 +145,7 @@ func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reev
 			conn.running[refKey(ref)] = st.GetCompleteBy().AsTime()
 			// Liveness is watched on the stream the agent is on now.
 			if hb := taskstate.Spec(v.Record.GetTask(), ref.GetStep()).GetHeartbeatTimeout(); hb != nil {
+				conn.running[refKey(ref)] = s.restoreDeadline(ctx, ref, conn.agentID, st)
 				conn.beats[refKey(ref)] = &beat{ref: ref, timeout: hb.AsDuration(), last: s.opts.clock.Now()}
 			}
 		}
@@ -179,10 +180,13 @@ func (d *dispatcher) addAgent(c *agentConn) {
 	d.poke()
 }
 
-func (d *dispatcher) removeAgent(c *agentConn) {
+// removeAgent forgets the stream and returns the heartbeat-tracked
+// attempts no other stream of the agent watches (see heartbeats.go).
+func (d *dispatcher) removeAgent(c *agentConn) []*beat {
 	d.lock()
+	defer d.unlock()
 	d.agents.remove(c)
-	d.unlock()
+	return d.orphanedBeats(c)
 }
 
 // heartbeat records liveness in memory only: beats cost no etcd write.
