@@ -138,12 +138,15 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 	}()
 	s.backoff = map[string]entryBackoff{}
 	for {
-		if !s.Tick(sess.Ctx(), fence) {
+		// Everything due by passAt is handled by the pass; the next wake is
+		// the first deadline after it (which may be due already).
+		passAt := s.opts.clock.Now()
+		if !s.tick(sess.Ctx(), fence, passAt) {
 			return
 		}
 		now := s.opts.clock.Now()
 		next := now.Add(s.opts.tick)
-		if at, ok, _, err := s.store.NextDeadline(sess.Ctx(), now); err == nil && ok && at.Before(next) {
+		if at, ok, _, err := s.store.NextDeadline(sess.Ctx(), passAt); err == nil && ok && at.Before(next) {
 			next = at
 		}
 		for _, b := range s.backoff {
@@ -253,10 +256,13 @@ const (
 // growing per-key backoff and are skipped meanwhile. It returns false if it
 // found it is no longer the leader.
 func (s *Supervisor) Tick(ctx context.Context, fence *reevev1.Fence) bool {
+	return s.tick(ctx, fence, s.opts.clock.Now())
+}
+
+func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Time) bool {
 	if s.backoff == nil {
 		s.backoff = map[string]entryBackoff{}
 	}
-	now := s.opts.clock.Now()
 	fenceCmp := clientv3.Compare(clientv3.CreateRevision(fence.GetElectionKey()), "=", fence.GetRevision())
 	var (
 		mu      sync.Mutex

@@ -50,7 +50,7 @@ func (s *Store) ExpiredAfter(ctx context.Context, after string, now time.Time, l
 	return out, nil
 }
 
-// NextDeadline returns the earliest deadline in the index after now, and
+// NextDeadline returns the earliest deadline in the index after the given time, and
 // the revision the index was read at (to resume a watch from).
 func (s *Store) NextDeadline(ctx context.Context, now time.Time) (at time.Time, ok bool, rev int64, err error) {
 	octx, cancel := s.opCtx(ctx)
