@@ -63,7 +63,10 @@ func (s *Server) persistBeats(agentID string, beats []*beat) {
 		s.work.Add(1)
 		go func() {
 			defer s.work.Done()
-			ctx, cancel := context.WithTimeout(s.base, 10*time.Second)
+			// Generous: after a mass disconnect these writes queue behind
+			// each other, and one that gives up leaves its attempt to its
+			// complete-by.
+			ctx, cancel := context.WithTimeout(s.base, 30*time.Second)
 			defer cancel()
 			ref := b.ref
 			_, _, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
