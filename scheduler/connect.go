@@ -62,7 +62,7 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	})
 	err = s.recvLoop(stream, conn)
 
-	s.disp.removeAgent(conn)
+	s.persistBeats(conn.agentID, s.disp.removeAgent(conn))
 	wg.Wait()
 	s.disp.takeBackUnsent(conn, unsent)
 	// By session, not by rev alone: when the stream connected before the
@@ -187,6 +187,7 @@ func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reev
 			conn.running[refKey(ref)] = st.GetCompleteBy().AsTime()
 			// Liveness is watched on the stream the agent is on now.
 			if hb := taskstate.Spec(v.Record.GetTask(), ref.GetStep()).GetHeartbeatTimeout(); hb != nil {
+				conn.running[refKey(ref)] = s.restoreDeadline(ctx, ref, conn.agentID, st)
 				conn.beats[refKey(ref)] = &beat{ref: ref, timeout: hb.AsDuration(), last: s.opts.clock.Now()}
 			}
 		}
@@ -221,14 +222,17 @@ func (d *dispatcher) addAgent(c *agentConn) {
 	d.poke()
 }
 
-// removeAgent forgets a stream that ended and stops its send loop. Under
-// the lock, so that no assignment is queued on it afterwards (claims queue
-// theirs under the lock too, after checking done).
-func (d *dispatcher) removeAgent(c *agentConn) {
+// removeAgent forgets a stream that ended and stops its send loop, and
+// returns the heartbeat-tracked attempts no other stream of the agent
+// watches (see heartbeats.go). Under the lock, so that no assignment is
+// queued on it afterwards (claims queue theirs under the lock too, after
+// checking done).
+func (d *dispatcher) removeAgent(c *agentConn) []*beat {
 	d.lock()
+	defer d.unlock()
 	d.agents.remove(c)
 	close(c.done)
-	d.unlock()
+	return d.orphanedBeats(c)
 }
 
 // takeBackUnsent takes back the assignments that never left the ended

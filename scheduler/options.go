@@ -173,6 +173,7 @@ func WithMaxConcurrentLists(n int) Option { return func(o *options) { o.maxLists
 // always holds at least one task, however large). Default 2 MiB, half of
 // gRPC's default 4 MiB receive limit.
 func WithListBytes(n int) Option { return func(o *options) { o.listBytes = n } }
+
 // WithAckTimeout sets how long an agent may leave an assignment
 // unacknowledged (AssignmentAck); default 5s. Past it the attempt is taken
 // back — it never started, so it is queued again at once for another agent

@@ -59,6 +59,9 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 
 	apply := func(t *reevev1.Task) error {
 		now := s.opts.clock.Now()
+		if err := checkNotLate(t, ref, conn.agentID, now); err != nil {
+			return err
+		}
 		if res.GetError() != nil {
 			return taskstate.Fail(t, ref, conn.agentID, res.GetError(), now)
 		}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/etcdtest"
@@ -106,6 +107,9 @@ func submitUntil(t *testing.T, c reevev1.SchedulerServiceClient, prefix string, 
 func TestNearQuotaRefusesNewTasksWhileRunningOnesFinish(t *testing.T) {
 	_, c, agent, cli := spaceEnv(t)
 	undoable := step("a", "t")
+	// Filling etcd can take long on a loaded machine; a result more than 1 s
+	// past its complete-by would be refused as late.
+	undoable.Timeout = durationpb.New(5 * time.Minute)
 	undoable.Compensation = &reevev1.CompensationSpec{Type: "undo"}
 	b := step("b", "t", "a")
 	b.Escalation = reevev1.Escalation_ESCALATION_COMPENSATE

@@ -36,6 +36,11 @@ run sustained-1step --embedded --tasks 10000000 --duration "$SUSTAIN" --concurre
 run 3step-sequential --embedded --tasks 10000000 --duration 30s --concurrency 128 --steps 3
 run 3step-fanout --embedded --tasks 10000000 --duration 30s --concurrency 128 --steps 3 --shape fanout
 run open-loop-1000 --embedded --tasks 10000000 --duration 60s --rate 1000 --steps 1
+# Recovery (issue 13): one expiry, then 1,000 and 10,000 steps whose agent
+# goes silent or whose connection drops, all expiring together.
+run recovery-1 --embedded --recovery --tasks 1
+run recovery-1000 --embedded --recovery --tasks 1000
+run recovery-10000 --embedded --recovery --tasks 10000
 
 # Scheduler RSS with 10,000 steps in flight: `reeve dev` hosts etcd (and a
 # supervisor; its own scheduler gets no agents), a separate `reeve scheduler`

@@ -30,7 +30,7 @@ func defaultOptions() options {
 	return options{
 		id:         fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
 		prefix:     "/reeve/",
-		tick:       time.Second,
+		tick:       5 * time.Second,
 		sessionTTL: 10,
 		batch:      1000,
 		log:        slog.Default(),
@@ -51,8 +51,11 @@ func WithID(id string) Option { return func(o *options) { o.id = id } }
 // schedulers'.
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
-// WithTick sets how often the leader looks for expired executions; default 1s.
-// Detection latency is at most one tick after a complete-by.
+// WithTick sets the leader's safety-net pass over the deadline index;
+// default 5s. The leader does not wait for it: it wakes at the earliest
+// deadline in the index, which a watch on the index keeps current, so an
+// expiry is acted on within milliseconds. The tick only bounds how late an
+// expiry can be noticed if that watch misses something.
 func WithTick(d time.Duration) Option { return func(o *options) { o.tick = d } }
 
 // WithSessionTTL sets the TTL, in seconds, of the etcd session that holds
@@ -60,7 +63,10 @@ func WithTick(d time.Duration) Option { return func(o *options) { o.tick = d } }
 // replaced within about this long.
 func WithSessionTTL(seconds int) Option { return func(o *options) { o.sessionTTL = seconds } }
 
-// WithBatch bounds the expired executions handled per tick; default 1000.
+// WithBatch sets how many expired deadline keys the leader reads per page of
+// the index; default 1000. A pass reads pages until the expired part of the
+// index is drained, and sends decisions to schedulers 256 per RecoverSteps
+// call.
 func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
 
 // WithLogger sets the logger; default slog.Default().

@@ -17,13 +17,16 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -45,6 +48,9 @@ type Supervisor struct {
 	leading    atomic.Bool
 	tel        *instruments
 	next       atomic.Uint32 // scheduler to try first
+	// backoff holds the deadline keys whose recovery failed; used by the
+	// leading goroutine only (and Tick's senders, under their mutex).
+	backoff map[string]entryBackoff
 }
 
 // New returns a supervisor that reads etcd through cli and acts through the
@@ -113,79 +119,308 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	return nil
 }
 
-// lead ticks until ctx ends, the session is lost, or a call shows that this
-// supervisor was deposed.
+// lead recovers expired executions until ctx ends, the session is lost, or
+// a call shows that this supervisor was deposed. It wakes at the earliest
+// deadline in the index (kept current by a watch on the index), after
+// backoffs of entries it failed on, and at least every tick as a safety net.
 func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *concurrency.Election) {
 	fence := &reevev1.Fence{ElectionKey: el.Key(), Revision: el.Rev(), SupervisorId: s.opts.id}
-	ticker := s.opts.clock.NewTicker(s.opts.tick)
-	defer ticker.Stop()
+	wctx, cancel := context.WithCancel(sess.Ctx())
+	w := newWaker()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.watchDeadlines(wctx, w)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	s.backoff = map[string]entryBackoff{}
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-sess.Done():
-			return
-		case <-ticker.Chan():
-		}
-		if !s.Tick(sess.Ctx(), fence) {
+		// Everything due by passAt is handled by the pass; the next wake is
+		// the first deadline after it (which may be due already).
+		passAt := s.opts.clock.Now()
+		if !s.tick(sess.Ctx(), fence, passAt) {
 			return
 		}
-	}
-}
-
-// Tick recovers the executions expired by now, at most one batch. It
-// returns false if it found it is no longer the leader.
-func (s *Supervisor) Tick(ctx context.Context, fence *reevev1.Fence) bool {
-	expired, err := s.store.ExpiredDeadlines(ctx, s.opts.clock.Now(), s.opts.batch)
-	if err != nil {
-		s.log.Warn("read deadline index", "err", err)
-		return true
-	}
-	for _, d := range expired {
-		if err := s.recover(ctx, d, fence); err != nil {
-			if status.Code(err) == codes.FailedPrecondition && !s.stillLeader(ctx, fence) {
-				s.log.Warn("deposed: stopping", "err", err)
-				return false
+		now := s.opts.clock.Now()
+		next := now.Add(s.opts.tick)
+		if at, ok, _, err := s.store.NextDeadline(sess.Ctx(), passAt); err == nil && ok && at.Before(next) {
+			next = at
+		}
+		for _, b := range s.backoff {
+			if b.next.Before(next) {
+				next = b.next
 			}
-			s.log.Info("recovery not applied", "task_id", d.TaskID, "step", d.Step, "attempt", d.Attempt, "err", err)
+		}
+		if at, ok := w.take(); ok && at.Before(next) {
+			next = at
+		}
+		timer := s.opts.clock.NewTimer(next.Sub(now))
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-sess.Done():
+				timer.Stop()
+				return
+			case <-timer.Chan():
+				break wait
+			case <-w.ch:
+				if at, ok := w.take(); ok && at.Before(next) {
+					next = at
+					timer.Stop()
+					timer = s.opts.clock.NewTimer(next.Sub(s.opts.clock.Now()))
+				}
+			}
 		}
 	}
-	return true
 }
 
-// recover decides what to do with one expired execution and asks a
-// scheduler to do it.
-func (s *Supervisor) recover(ctx context.Context, d store.Deadline, fence *reevev1.Fence) (err error) {
-	v, err := s.store.GetTask(ctx, d.Namespace, d.TaskID)
-	if err != nil {
-		return err
+// waker carries the earliest deadline added to the index since it was
+// last taken, from the watch to the leader's loop.
+type waker struct {
+	ch      chan struct{}
+	mu      sync.Mutex
+	pending time.Time
+	has     bool
+}
+
+func newWaker() *waker { return &waker{ch: make(chan struct{}, 1)} }
+
+func (w *waker) add(at time.Time) {
+	w.mu.Lock()
+	if !w.has || at.Before(w.pending) {
+		w.pending, w.has = at, true
 	}
-	t := v.Record.GetTask()
-	st := taskstate.FindStep(t, d.Step)
-	if _, due := taskstate.Deadline(st); !due || st.GetAttempt() != d.Attempt {
-		return nil // moved on since the index was read
+	w.mu.Unlock()
+	select {
+	case w.ch <- struct{}{}:
+	default:
 	}
-	action, delay := taskstate.Decide(t, st)
-	log := s.log.With("task_id", d.TaskID, "step", d.Step, "attempt", d.Attempt, "action", action.String())
-	ctx, span := s.tel.startDecision(ctx, v.Record, st, d, action, delay)
-	defer func() { endDecision(span, err) }()
-	err = s.call(ctx, func(ctx context.Context, c reevev1.SupervisorServiceClient) error {
-		var err error
-		switch action {
-		case taskstate.ActionRetry:
-			_, err = c.RetryStep(ctx, &reevev1.RetryStepRequest{Namespace: d.Namespace, TaskId: d.TaskID, Step: d.Step, Attempt: d.Attempt, Fence: fence, Delay: durationpb.New(delay)})
-		case taskstate.ActionCompensate:
-			_, err = c.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: d.Namespace, TaskId: d.TaskID, Step: d.Step, Attempt: d.Attempt, Fence: fence})
-		default:
-			_, err = c.FailTask(ctx, &reevev1.FailTaskRequest{Namespace: d.Namespace, TaskId: d.TaskID, Step: d.Step, Attempt: d.Attempt, Fence: fence})
+}
+
+func (w *waker) take() (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.pending, w.has
+	w.has = false
+	return at, ok
+}
+
+// watchDeadlines reports every deadline added to the index to w until ctx
+// ends: it reads the head of the index, then watches from that revision,
+// and reads again when the watch fails (after a compaction, at once).
+func (s *Supervisor) watchDeadlines(ctx context.Context, w *waker) {
+	for ctx.Err() == nil {
+		at, ok, rev, err := s.store.NextDeadline(ctx, s.opts.clock.Now())
+		if err != nil {
+			s.sleep(ctx, time.Second)
+			continue
 		}
-		return err
-	})
-	if err == nil {
-		s.tel.recoveries.Add(ctx, 1, metric.WithAttributes(telemetry.KeyAction.String(action.String())))
-		log.InfoContext(ctx, "recovered expired step", "delay", delay)
+		if ok {
+			w.add(at)
+		}
+		err = s.store.WatchDeadlines(ctx, rev, w.add)
+		if ctx.Err() == nil && !errors.Is(err, store.ErrCompacted) {
+			s.log.Warn("watch deadline index", "err", err)
+			s.sleep(ctx, time.Second)
+		}
 	}
-	return err
+}
+
+// entryBackoff delays the next attempt at a deadline key whose recovery
+// failed, so that the leader moves past it instead of retrying it at once.
+type entryBackoff struct {
+	next  time.Time
+	fails int
+}
+
+const (
+	minEntryBackoff = 200 * time.Millisecond
+	maxEntryBackoff = 30 * time.Second
+	// decisionsPerCall is the RecoverSteps batch size.
+	decisionsPerCall = 256
+	// callsInFlight bounds concurrent RecoverSteps calls of one pass.
+	callsInFlight = 4
+)
+
+// Tick recovers every execution expired by now: it reads the expired part
+// of the deadline index page by page (keys only), reads the records behind
+// each page in batches, prunes keys no record implies any more, decides
+// locally (taskstate.Decide) and sends the decisions to a scheduler in
+// batches (RecoverSteps). Keys whose recovery failed are retried after a
+// growing per-key backoff and are skipped meanwhile. It returns false if it
+// found it is no longer the leader.
+func (s *Supervisor) Tick(ctx context.Context, fence *reevev1.Fence) bool {
+	return s.tick(ctx, fence, s.opts.clock.Now())
+}
+
+func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Time) bool {
+	if s.backoff == nil {
+		s.backoff = map[string]entryBackoff{}
+	}
+	fenceCmp := clientv3.Compare(clientv3.CreateRevision(fence.GetElectionKey()), "=", fence.GetRevision())
+	var (
+		mu      sync.Mutex
+		deposed atomic.Bool
+		sem     = make(chan struct{}, callsInFlight)
+		wg      sync.WaitGroup
+		seen    = map[string]bool{}
+	)
+	complete := false
+	after := ""
+	for ctx.Err() == nil && !deposed.Load() {
+		page, err := s.store.ExpiredAfter(ctx, after, now, s.opts.batch)
+		if err != nil {
+			s.log.Warn("read deadline index", "err", err)
+			break
+		}
+		if len(page) == 0 {
+			complete = true
+			break
+		}
+		after = page[len(page)-1].Key
+		live := page[:0:0]
+		mu.Lock()
+		for _, d := range page {
+			seen[d.Key] = true
+			if b, ok := s.backoff[d.Key]; ok && now.Before(b.next) {
+				continue
+			}
+			live = append(live, d)
+		}
+		mu.Unlock()
+		recs, pruned, err := s.store.ExpiredRecords(ctx, live, fenceCmp)
+		if err != nil {
+			s.log.Warn("read expired tasks", "err", err)
+			break
+		}
+		if pruned > 0 {
+			s.tel.pruned.Add(ctx, int64(pruned))
+			s.log.Info("removed deadline keys no task implies", "count", pruned)
+		}
+		var batch []pending
+		for i, d := range live {
+			if recs[i] == nil {
+				continue
+			}
+			t := recs[i].Record.GetTask()
+			st := taskstate.FindStep(t, d.Step)
+			action, delay := taskstate.Decide(t, st)
+			batch = append(batch, pending{d: d, rec: recs[i], st: st, action: action, delay: delay})
+			if len(batch) == decisionsPerCall {
+				s.send(ctx, fence, batch, sem, &wg, &mu, &deposed, now)
+				batch = nil
+			}
+		}
+		if len(batch) > 0 {
+			s.send(ctx, fence, batch, sem, &wg, &mu, &deposed, now)
+		}
+		if len(page) < s.opts.batch {
+			complete = true
+			break
+		}
+	}
+	wg.Wait()
+	if complete {
+		for k := range s.backoff {
+			if !seen[k] {
+				delete(s.backoff, k)
+			}
+		}
+	}
+	return !deposed.Load()
+}
+
+// pending is one decision waiting to be sent.
+type pending struct {
+	d      store.Expired
+	rec    *store.Versioned
+	st     *reevev1.Step
+	action taskstate.Action
+	delay  time.Duration
+}
+
+// send sends one batch of decisions on its own goroutine (at most
+// callsInFlight at once) and records each outcome.
+func (s *Supervisor) send(ctx context.Context, fence *reevev1.Fence, batch []pending, sem chan struct{},
+	wg *sync.WaitGroup, mu *sync.Mutex, deposed *atomic.Bool, now time.Time) {
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer func() { <-sem; wg.Done() }()
+		req := &reevev1.RecoverStepsRequest{Fence: fence, Decisions: make([]*reevev1.RecoveryDecision, len(batch))}
+		spans := make([]trace.Span, len(batch))
+		for i, p := range batch {
+			_, spans[i] = s.tel.startDecision(ctx, p.rec.Record, p.st, p.d.Deadline, p.action, p.delay)
+			dec := &reevev1.RecoveryDecision{Namespace: p.d.Namespace, TaskId: p.d.TaskID, Step: p.d.Step, Attempt: p.d.Attempt,
+				Action: recoveryAction(p.action)}
+			if p.action == taskstate.ActionRetry {
+				dec.Delay = durationpb.New(p.delay)
+			}
+			req.Decisions[i] = dec
+		}
+		var resp *reevev1.RecoverStepsResponse
+		err := s.call(ctx, func(ctx context.Context, c reevev1.SupervisorServiceClient) error {
+			var err error
+			resp, err = c.RecoverSteps(ctx, req)
+			return err
+		})
+		if err == nil && len(resp.GetOutcomes()) != len(batch) {
+			err = fmt.Errorf("scheduler answered %d outcomes for %d decisions", len(resp.GetOutcomes()), len(batch))
+		}
+		stale := false
+		mu.Lock()
+		defer mu.Unlock()
+		for i, p := range batch {
+			perr := err
+			if perr == nil {
+				if o := resp.GetOutcomes()[i]; !o.GetApplied() {
+					perr = status.Error(codes.Code(o.GetCode()), o.GetMessage())
+				}
+			}
+			endDecision(spans[i], perr)
+			if perr == nil {
+				delete(s.backoff, p.d.Key)
+				s.tel.recoveries.Add(ctx, 1, metric.WithAttributes(telemetry.KeyAction.String(p.action.String())))
+				continue
+			}
+			if status.Code(perr) == codes.FailedPrecondition {
+				stale = true
+			}
+			b := s.backoff[p.d.Key]
+			b.fails++
+			b.next = now.Add(min(minEntryBackoff<<min(b.fails-1, 10), maxEntryBackoff))
+			s.backoff[p.d.Key] = b
+			s.log.Info("recovery not applied", "task_id", p.d.TaskID, "step", p.d.Step, "attempt", p.d.Attempt,
+				"action", p.action.String(), "failures", b.fails, "err", perr)
+		}
+		if err == nil && len(batch) > 0 {
+			s.log.Debug("recovery batch applied", "decisions", len(batch))
+		}
+		if stale && !s.stillLeader(ctx, fence) {
+			s.log.Warn("deposed: stopping")
+			deposed.Store(true)
+		}
+	}()
+}
+
+func recoveryAction(a taskstate.Action) reevev1.RecoveryAction {
+	switch a {
+	case taskstate.ActionRetry:
+		return reevev1.RecoveryAction_RECOVERY_ACTION_RETRY
+	case taskstate.ActionCompensate:
+		return reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE
+	}
+	return reevev1.RecoveryAction_RECOVERY_ACTION_FAIL
 }
 
 // call tries the schedulers in turn, moving on from unavailable ones.

@@ -25,6 +25,7 @@ type instruments struct {
 	tracer     trace.Tracer
 	id         string
 	recoveries metric.Int64Counter
+	pruned     metric.Int64Counter
 }
 
 func newInstruments(s *Supervisor) *instruments {
@@ -32,6 +33,8 @@ func newInstruments(s *Supervisor) *instruments {
 	in := &instruments{tracer: s.opts.tracer.Tracer(telemetry.ScopeName + "/supervisor"), id: s.opts.id}
 	in.recoveries, _ = m.Int64Counter("reeve.supervisor.recoveries",
 		metric.WithDescription("Expired executions recovered by the leading supervisor, by action (retry, compensate, fail)"))
+	in.pruned, _ = m.Int64Counter("reeve.supervisor.deadline_keys_pruned",
+		metric.WithDescription("Deadline index keys removed because no task record implies them any more (task deleted, ended or moved on)"))
 	overdue, _ := m.Float64ObservableGauge("reeve.steps.overdue.oldest_age", metric.WithUnit("s"),
 		metric.WithDescription("How long ago the oldest still-dispatched execution passed its complete-by; 0 when none did (the 'nothing stuck' signal)"))
 	overdueN, _ := m.Int64ObservableGauge("reeve.steps.overdue",

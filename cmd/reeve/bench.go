@@ -15,13 +15,14 @@ import (
 
 func newBenchCmd(g *globals) *cobra.Command {
 	var (
-		cfg     bench.Config
-		rawEtcd int
-		prof    pprofFlag
-		gcf     perfFlags
+		cfg      bench.Config
+		rawEtcd  int
+		recovery bool
+		prof     pprofFlag
+		gcf      perfFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout]",
+		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout] | --embedded --recovery [--tasks N]",
 		Short: "Measure throughput and latency of no-op tasks end to end",
 		Long: `bench submits --tasks tasks of a no-op workflow (closed loop with --concurrency
 tasks in flight, or open loop at --rate tasks/s), serves them with --agents no-op
@@ -30,7 +31,17 @@ percentiles (for the whole run and for each 5 s window), queue wait, dispatch
 latency and etcd writes (raft entries) per task. --embedded runs etcd (fsync on) and a scheduler in this process; its CPU
 and peak RSS figures, allocations per task and GC share cover the whole
 process, load generator included. The run
-stops by itself after --tasks or --max-duration.`,
+stops by itself after --tasks or --max-duration. The embedded
+system includes a supervisor.
+
+--recovery (with --embedded) measures recovery instead: for each scenario a
+fresh etcd, scheduler and supervisor; --tasks one-step tasks are all taken by
+one agent that then fails — "silent" (it never answers; steps are recovered
+after their complete-by) and "killed" (its steps declare a 1 s heartbeat
+timeout; it heartbeats once, then its connection drops) — and a healthy agent
+completes what is re-dispatched. It reports, per scenario, re-dispatch latency
+percentiles from each step's deadline to its re-dispatch, the time from the
+first deadline to the last task done, and lost and stuck tasks.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cfg.Embedded {
@@ -58,6 +69,9 @@ stops by itself after --tasks or --max-duration.`,
 			defer stopProf()
 			if profAddr != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "reeve bench: pprof on http://%s/debug/pprof/\n", profAddr)
+			}
+			if recovery {
+				return runRecoveryBench(cmd, g, cfg)
 			}
 			if rawEtcd > 0 {
 				raw, err := bench.RawEtcd(cmd.Context(), cfg, rawEtcd)
@@ -135,6 +149,7 @@ stops by itself after --tasks or --max-duration.`,
 	f.IntVar(&cfg.AgentConcurrency, "agent-concurrency", 512, "max concurrent steps per agent")
 	f.DurationVar(&cfg.Work, "work", 0, "how long each agent handler holds its step (0: no-op)")
 	f.DurationVar(&cfg.Retention, "retention", 0, "embedded: retention of terminal tasks (default 72h)")
+	f.BoolVar(&recovery, "recovery", false, "measure recovery of expired steps (silent and killed agent scenarios; needs --embedded; --tasks at most 10000)")
 	f.IntVar(&rawEtcd, "raw-etcd", 0, "instead, run this many raw etcd transactions shaped like a task transition (--concurrency clients, embedded etcd)")
 	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened (--duration + 2m when that is longer and the flag is not given)")
 	prof.register(cmd)
@@ -156,6 +171,36 @@ func printWindows(w io.Writer, wins []bench.Window) {
 		}
 		fmt.Fprintf(w, "%s\t%s\n", label, line[2:])
 	}
+}
+
+// runRecoveryBench runs `reeve bench --embedded --recovery`.
+func runRecoveryBench(cmd *cobra.Command, g *globals, cfg bench.Config) error {
+	switch {
+	case !cfg.Embedded:
+		return usagef("--recovery: needs --embedded (it kills and starts its own agents and supervisor)")
+	case cfg.Tasks > bench.MaxRecoveryTasks:
+		return usagef("--tasks: at most %d with --recovery (one agent holds them all), got %d", bench.MaxRecoveryTasks, cfg.Tasks)
+	}
+	rep, err := bench.RunRecovery(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if g.output == "json" {
+		b, err := json.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(out, string(b))
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "scenario\ttasks\tre-dispatch p50\tp99\tmax\tlast done\tdeadline spread\tlost\tstuck\tCPU\n")
+	for _, s := range rep.Scenarios {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%d\t%d\t%.1f s\n", s.Scenario, s.Tasks,
+			s.RedispatchP50Ms, s.RedispatchP99Ms, s.RedispatchMaxMs, s.LastDoneMs, s.DeadlineSpreadMs, s.Lost, s.Stuck, s.ProcessCPUSec)
+	}
+	return tw.Flush()
 }
 
 // checkBenchFlags refuses flag values the run cannot honour, as usage errors

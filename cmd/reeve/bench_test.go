@@ -135,6 +135,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--gc-percent", "-2"},
 		{"bench", "--embedded", "--commit-window", "-1ms"},
 		{"bench", "--embedded", "--gc-percent", "-1", "--memory-limit", "off"}, // no collection at all
+		{"bench", "--recovery", "--tasks", "10"},                               // recovery runs its own system
+		{"bench", "--embedded", "--recovery", "--tasks", "10001"},              // one agent holds them all
 	} {
 		var out, errOut bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -160,5 +162,35 @@ func TestBenchWindowsSpanTheRun(t *testing.T) {
 	checkWindows(t, rep)
 	if n := len(rep["windows"].([]any)); n < 3 {
 		t.Errorf("%d windows in an 11 s run; want at least 3 (0 s, 5 s, 10 s)", n)
+	}
+}
+
+// TestContractBenchRecoveryJSON checks the contract of `reeve bench
+// --embedded --recovery --tasks N -o json` (issue 13) at a small N: one JSON
+// object {"scenarios": [...]} with a "silent" and a "killed" entry, each
+// with the re-dispatch percentiles, last_done_ms, lost and stuck; nothing
+// lost or stuck, every step re-dispatched.
+func TestContractBenchRecoveryJSON(t *testing.T) {
+	rep := benchJSON(t, "--embedded", "--recovery", "--tasks", "50", "-o", "json")
+	scs, ok := rep["scenarios"].([]any)
+	if !ok || len(scs) != 2 {
+		t.Fatalf("scenarios %v, want two", rep["scenarios"])
+	}
+	for i, want := range []string{"silent", "killed"} {
+		sc, _ := scs[i].(map[string]any)
+		if sc["scenario"] != want {
+			t.Fatalf("scenario %d is %v, want %q", i, sc["scenario"], want)
+		}
+		for _, f := range []string{"redispatch_p50_ms", "redispatch_p99_ms", "redispatch_max_ms", "last_done_ms", "lost", "stuck"} {
+			if v, ok := sc[f].(float64); !ok || v < 0 {
+				t.Errorf("%s: field %q missing, not a number or negative: %v", want, f, sc[f])
+			}
+		}
+		if sc["lost"] != 0.0 || sc["stuck"] != 0.0 || sc["redispatched"] != 50.0 {
+			t.Errorf("%s: lost %v stuck %v redispatched %v; want 0, 0, 50", want, sc["lost"], sc["stuck"], sc["redispatched"])
+		}
+		if p50, p99, mx := sc["redispatch_p50_ms"].(float64), sc["redispatch_p99_ms"].(float64), sc["redispatch_max_ms"].(float64); p50 > p99 || p99 > mx || mx <= 0 {
+			t.Errorf("%s: percentiles out of order: p50 %v p99 %v max %v", want, p50, p99, mx)
+		}
 	}
 }

@@ -158,7 +158,7 @@ port with client certificates, and prints the environment a client needs.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address the scheduler's gRPC API listens on")
 	cmd.Flags().StringVar(&etcdListen, "etcd-listen", "127.0.0.1:0", "address of the embedded etcd's client API (for etcdctl); port 0 picks a free one")
 	cmd.Flags().BoolVar(&withDemo, "demo", false, "register the demo workflows and run demo agents")
-	cmd.Flags().DurationVar(&tick, "supervisor-tick", time.Second, "how often the supervisor looks for expired steps")
+	cmd.Flags().DurationVar(&tick, "supervisor-tick", time.Second, "the supervisor's safety-net pass over the deadline index (it wakes at the earliest deadline anyway)")
 	cmd.Flags().BoolVar(&secure, "secure", false, "mutual TLS with role checks, certificates from <data-dir>/certs (created when missing); etcd's client port needs client certificates")
 	srvSec.register(cmd, g.getenv)
 	lim.register(cmd)
@@ -336,9 +336,10 @@ func newSupervisorCmd(g *globals) *cobra.Command {
 		Use:   "supervisor",
 		Short: "Run a supervisor: recovers steps whose complete-by passed",
 		Long: `supervisor campaigns in an etcd election with the other supervisors; the
-leader looks for step executions whose complete-by passed every --tick and
-asks a scheduler (any of --schedulers) to retry them, compensate their task, or
-fail it and raise an operator alert. Run two or more for availability.`,
+leader wakes at the earliest deadline in etcd's deadline index (and at least
+every --tick as a safety net), and asks a scheduler (any of --schedulers), in
+batches, to retry the executions whose complete-by passed, compensate their
+task, or fail it and raise an operator alert. Run two or more for availability.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logs.logger(cmd)
@@ -392,7 +393,7 @@ fail it and raise an operator alert. Run two or more for availability.`,
 	cmd.Flags().StringSliceVar(&schedulers, "schedulers", envList("REEVE_SCHEDULERS"), "scheduler addresses, comma-separated (env REEVE_SCHEDULERS)")
 	cmd.Flags().StringVar(&id, "id", "", "supervisor id, recorded in task histories (default <hostname>-<random>)")
 	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix (same as the schedulers')")
-	cmd.Flags().DurationVar(&tick, "tick", time.Second, "how often the leader looks for expired steps")
+	cmd.Flags().DurationVar(&tick, "tick", time.Second, "safety-net pass over the deadline index (the leader wakes at the earliest deadline anyway)")
 	cmd.Flags().IntVar(&ttl, "session-ttl", 10, "seconds before a dead leader's leadership lapses")
 	etcdSec.register(cmd, g.getenv)
 	logs.register(cmd)

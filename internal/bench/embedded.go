@@ -8,13 +8,17 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/scheduler"
+	"github.com/reeve-org/reeve/supervisor"
 )
 
-// startEmbedded runs etcd (fsync on unless NoFsync) and a scheduler serving
-// gRPC on a loopback port, as `reeve dev` does.
+// startEmbedded runs etcd (fsync on unless NoFsync), a scheduler serving
+// gRPC on a loopback port and a supervisor acting through it, as `reeve dev`
+// does.
 func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	dir := cfg.DataDir
 	cleanup := func() {}
@@ -51,6 +55,28 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	runCtx, stopRun := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { _ = srv.Run(runCtx); close(ran) }()
+	supCC, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		stopRun()
+		<-ran
+		g.Stop()
+		etcd.Close()
+		cleanup()
+		return nil, err
+	}
+	sup, err := supervisor.New(cli, []reevev1.SupervisorServiceClient{reevev1.NewSupervisorServiceClient(supCC)},
+		supervisor.WithLogger(cfg.Log), supervisor.WithSessionTTL(2))
+	if err != nil {
+		stopRun() // only for invalid options
+		<-ran
+		_ = supCC.Close()
+		g.Stop()
+		etcd.Close()
+		cleanup()
+		return nil, err
+	}
+	supRan := make(chan struct{})
+	go func() { _ = sup.Run(runCtx); close(supRan) }()
 	return &target{
 		addr:    lis.Addr().String(),
 		dbSize:  etcd.DBSize,
@@ -59,6 +85,8 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 		close: func() {
 			stopRun()
 			<-ran
+			<-supRan
+			_ = supCC.Close()
 			stopped := make(chan struct{})
 			go func() { g.GracefulStop(); close(stopped) }()
 			select {

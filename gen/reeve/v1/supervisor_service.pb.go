@@ -23,6 +23,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RecoveryAction is what a supervisor decided for an expired execution.
+type RecoveryAction int32
+
+const (
+	RecoveryAction_RECOVERY_ACTION_UNSPECIFIED RecoveryAction = 0
+	// Queue the step's next attempt after the decision's delay.
+	RecoveryAction_RECOVERY_ACTION_RETRY RecoveryAction = 1
+	// Mark the step FAILED and compensate the task.
+	RecoveryAction_RECOVERY_ACTION_COMPENSATE RecoveryAction = 2
+	// Mark the step FAILED and fail the task, raising an alert.
+	RecoveryAction_RECOVERY_ACTION_FAIL RecoveryAction = 3
+)
+
+// Enum value maps for RecoveryAction.
+var (
+	RecoveryAction_name = map[int32]string{
+		0: "RECOVERY_ACTION_UNSPECIFIED",
+		1: "RECOVERY_ACTION_RETRY",
+		2: "RECOVERY_ACTION_COMPENSATE",
+		3: "RECOVERY_ACTION_FAIL",
+	}
+	RecoveryAction_value = map[string]int32{
+		"RECOVERY_ACTION_UNSPECIFIED": 0,
+		"RECOVERY_ACTION_RETRY":       1,
+		"RECOVERY_ACTION_COMPENSATE":  2,
+		"RECOVERY_ACTION_FAIL":        3,
+	}
+)
+
+func (x RecoveryAction) Enum() *RecoveryAction {
+	p := new(RecoveryAction)
+	*p = x
+	return p
+}
+
+func (x RecoveryAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RecoveryAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_reeve_v1_supervisor_service_proto_enumTypes[0].Descriptor()
+}
+
+func (RecoveryAction) Type() protoreflect.EnumType {
+	return &file_reeve_v1_supervisor_service_proto_enumTypes[0]
+}
+
+func (x RecoveryAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RecoveryAction.Descriptor instead.
+func (RecoveryAction) EnumDescriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{0}
+}
+
 // Fence proves the caller is the current supervisor leader: the key and
 // revision of its etcd election (concurrency.Election Key() and Rev()).
 type Fence struct {
@@ -483,6 +539,277 @@ func (x *FailTaskResponse) GetTask() *Task {
 	return nil
 }
 
+// RecoveryDecision names one expired execution and what to do with it.
+type RecoveryDecision struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TaskId    string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Step      string                 `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	// The expired attempt; required (at least 1).
+	Attempt int32          `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Action  RecoveryAction `protobuf:"varint,5,opt,name=action,proto3,enum=reeve.v1.RecoveryAction" json:"action,omitempty"`
+	// RETRY only: the backoff before the next attempt, within [0, 24h].
+	Delay *durationpb.Duration `protobuf:"bytes,6,opt,name=delay,proto3" json:"delay,omitempty"`
+	// Recorded in the task's history; at most 1 KiB.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoveryDecision) Reset() {
+	*x = RecoveryDecision{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoveryDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoveryDecision) ProtoMessage() {}
+
+func (x *RecoveryDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoveryDecision.ProtoReflect.Descriptor instead.
+func (*RecoveryDecision) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RecoveryDecision) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RecoveryDecision) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *RecoveryDecision) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *RecoveryDecision) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RecoveryDecision) GetAction() RecoveryAction {
+	if x != nil {
+		return x.Action
+	}
+	return RecoveryAction_RECOVERY_ACTION_UNSPECIFIED
+}
+
+func (x *RecoveryDecision) GetDelay() *durationpb.Duration {
+	if x != nil {
+		return x.Delay
+	}
+	return nil
+}
+
+func (x *RecoveryDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RecoverStepsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: the supervisor leader's fence, compared in every decision's
+	// transaction.
+	Fence *Fence `protobuf:"bytes,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	// At most 1,000.
+	Decisions     []*RecoveryDecision `protobuf:"bytes,2,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverStepsRequest) Reset() {
+	*x = RecoverStepsRequest{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverStepsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverStepsRequest) ProtoMessage() {}
+
+func (x *RecoverStepsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverStepsRequest.ProtoReflect.Descriptor instead.
+func (*RecoverStepsRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RecoverStepsRequest) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
+func (x *RecoverStepsRequest) GetDecisions() []*RecoveryDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+// RecoveryOutcome is the result of one decision.
+type RecoveryOutcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decision changed the task.
+	Applied bool `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	// When not applied: the gRPC status code the single-decision RPC would
+	// have returned (e.g. 9 FAILED_PRECONDITION for an execution that moved on
+	// or a deposed leader, 5 NOT_FOUND, 3 INVALID_ARGUMENT naming the field as
+	// decisions[i].field), and its message.
+	Code    int32  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The task's state after the decision, when applied.
+	TaskState     TaskState `protobuf:"varint,4,opt,name=task_state,json=taskState,proto3,enum=reeve.v1.TaskState" json:"task_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoveryOutcome) Reset() {
+	*x = RecoveryOutcome{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoveryOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoveryOutcome) ProtoMessage() {}
+
+func (x *RecoveryOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoveryOutcome.ProtoReflect.Descriptor instead.
+func (*RecoveryOutcome) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RecoveryOutcome) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *RecoveryOutcome) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *RecoveryOutcome) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RecoveryOutcome) GetTaskState() TaskState {
+	if x != nil {
+		return x.TaskState
+	}
+	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
+type RecoverStepsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per decision, in the request's order.
+	Outcomes      []*RecoveryOutcome `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverStepsResponse) Reset() {
+	*x = RecoverStepsResponse{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverStepsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverStepsResponse) ProtoMessage() {}
+
+func (x *RecoverStepsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverStepsResponse.ProtoReflect.Descriptor instead.
+func (*RecoverStepsResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RecoverStepsResponse) GetOutcomes() []*RecoveryOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
 // Alert tells an operator that a task failed and needs a human.
 type Alert struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -503,7 +830,7 @@ type Alert struct {
 
 func (x *Alert) Reset() {
 	*x = Alert{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +842,7 @@ func (x *Alert) String() string {
 func (*Alert) ProtoMessage() {}
 
 func (x *Alert) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +855,7 @@ func (x *Alert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alert.ProtoReflect.Descriptor instead.
 func (*Alert) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{7}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Alert) GetNamespace() string {
@@ -608,7 +935,7 @@ type ListAlertsRequest struct {
 
 func (x *ListAlertsRequest) Reset() {
 	*x = ListAlertsRequest{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +947,7 @@ func (x *ListAlertsRequest) String() string {
 func (*ListAlertsRequest) ProtoMessage() {}
 
 func (x *ListAlertsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +960,7 @@ func (x *ListAlertsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAlertsRequest.ProtoReflect.Descriptor instead.
 func (*ListAlertsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{8}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListAlertsRequest) GetNamespace() string {
@@ -674,7 +1001,7 @@ type ListAlertsResponse struct {
 
 func (x *ListAlertsResponse) Reset() {
 	*x = ListAlertsResponse{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +1013,7 @@ func (x *ListAlertsResponse) String() string {
 func (*ListAlertsResponse) ProtoMessage() {}
 
 func (x *ListAlertsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +1026,7 @@ func (x *ListAlertsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAlertsResponse.ProtoReflect.Descriptor instead.
 func (*ListAlertsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{9}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListAlertsResponse) GetAlerts() []*Alert {
@@ -725,7 +1052,7 @@ type WatchAlertsRequest struct {
 
 func (x *WatchAlertsRequest) Reset() {
 	*x = WatchAlertsRequest{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +1064,7 @@ func (x *WatchAlertsRequest) String() string {
 func (*WatchAlertsRequest) ProtoMessage() {}
 
 func (x *WatchAlertsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +1077,7 @@ func (x *WatchAlertsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAlertsRequest.ProtoReflect.Descriptor instead.
 func (*WatchAlertsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{10}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchAlertsRequest) GetNamespace() string {
@@ -769,7 +1096,7 @@ type WatchAlertsResponse struct {
 
 func (x *WatchAlertsResponse) Reset() {
 	*x = WatchAlertsResponse{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +1108,7 @@ func (x *WatchAlertsResponse) String() string {
 func (*WatchAlertsResponse) ProtoMessage() {}
 
 func (x *WatchAlertsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +1121,7 @@ func (x *WatchAlertsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAlertsResponse.ProtoReflect.Descriptor instead.
 func (*WatchAlertsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{11}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchAlertsResponse) GetAlert() *Alert {
@@ -816,7 +1143,7 @@ type AckAlertRequest struct {
 
 func (x *AckAlertRequest) Reset() {
 	*x = AckAlertRequest{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +1155,7 @@ func (x *AckAlertRequest) String() string {
 func (*AckAlertRequest) ProtoMessage() {}
 
 func (x *AckAlertRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1168,7 @@ func (x *AckAlertRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckAlertRequest.ProtoReflect.Descriptor instead.
 func (*AckAlertRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{12}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AckAlertRequest) GetNamespace() string {
@@ -874,7 +1201,7 @@ type AckAlertResponse struct {
 
 func (x *AckAlertResponse) Reset() {
 	*x = AckAlertResponse{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1213,7 @@ func (x *AckAlertResponse) String() string {
 func (*AckAlertResponse) ProtoMessage() {}
 
 func (x *AckAlertResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1226,7 @@ func (x *AckAlertResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckAlertResponse.ProtoReflect.Descriptor instead.
 func (*AckAlertResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{13}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AckAlertResponse) GetAlert() *Alert {
@@ -945,7 +1272,26 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\x05fence\x18\x05 \x01(\v2\x0f.reeve.v1.FenceR\x05fence\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\"6\n" +
 	"\x10FailTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xbb\x02\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xf2\x01\n" +
+	"\x10RecoveryDecision\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\tR\x04step\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x120\n" +
+	"\x06action\x18\x05 \x01(\x0e2\x18.reeve.v1.RecoveryActionR\x06action\x12/\n" +
+	"\x05delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"v\n" +
+	"\x13RecoverStepsRequest\x12%\n" +
+	"\x05fence\x18\x01 \x01(\v2\x0f.reeve.v1.FenceR\x05fence\x128\n" +
+	"\tdecisions\x18\x02 \x03(\v2\x1a.reeve.v1.RecoveryDecisionR\tdecisions\"\x8d\x01\n" +
+	"\x0fRecoveryOutcome\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x122\n" +
+	"\n" +
+	"task_state\x18\x04 \x01(\x0e2\x13.reeve.v1.TaskStateR\ttaskState\"M\n" +
+	"\x14RecoverStepsResponse\x125\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x19.reeve.v1.RecoveryOutcomeR\boutcomes\"\xbb\x02\n" +
 	"\x05Alert\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x17\n" +
@@ -975,11 +1321,17 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\balert_id\x18\x02 \x01(\tR\aalertId\x12'\n" +
 	"\x0facknowledged_by\x18\x03 \x01(\tR\x0eacknowledgedBy\"9\n" +
 	"\x10AckAlertResponse\x12%\n" +
-	"\x05alert\x18\x01 \x01(\v2\x0f.reeve.v1.AlertR\x05alert2\xcb\x03\n" +
+	"\x05alert\x18\x01 \x01(\v2\x0f.reeve.v1.AlertR\x05alert*\x86\x01\n" +
+	"\x0eRecoveryAction\x12\x1f\n" +
+	"\x1bRECOVERY_ACTION_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15RECOVERY_ACTION_RETRY\x10\x01\x12\x1e\n" +
+	"\x1aRECOVERY_ACTION_COMPENSATE\x10\x02\x12\x18\n" +
+	"\x14RECOVERY_ACTION_FAIL\x10\x032\x9a\x04\n" +
 	"\x11SupervisorService\x12D\n" +
 	"\tRetryStep\x12\x1a.reeve.v1.RetryStepRequest\x1a\x1b.reeve.v1.RetryStepResponse\x12S\n" +
 	"\x0eCompensateTask\x12\x1f.reeve.v1.CompensateTaskRequest\x1a .reeve.v1.CompensateTaskResponse\x12A\n" +
-	"\bFailTask\x12\x19.reeve.v1.FailTaskRequest\x1a\x1a.reeve.v1.FailTaskResponse\x12G\n" +
+	"\bFailTask\x12\x19.reeve.v1.FailTaskRequest\x1a\x1a.reeve.v1.FailTaskResponse\x12M\n" +
+	"\fRecoverSteps\x12\x1d.reeve.v1.RecoverStepsRequest\x1a\x1e.reeve.v1.RecoverStepsResponse\x12G\n" +
 	"\n" +
 	"ListAlerts\x12\x1b.reeve.v1.ListAlertsRequest\x1a\x1c.reeve.v1.ListAlertsResponse\x12L\n" +
 	"\vWatchAlerts\x12\x1c.reeve.v1.WatchAlertsRequest\x1a\x1d.reeve.v1.WatchAlertsResponse0\x01\x12A\n" +
@@ -997,56 +1349,71 @@ func file_reeve_v1_supervisor_service_proto_rawDescGZIP() []byte {
 	return file_reeve_v1_supervisor_service_proto_rawDescData
 }
 
-var file_reeve_v1_supervisor_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_reeve_v1_supervisor_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_reeve_v1_supervisor_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_reeve_v1_supervisor_service_proto_goTypes = []any{
-	(*Fence)(nil),                  // 0: reeve.v1.Fence
-	(*RetryStepRequest)(nil),       // 1: reeve.v1.RetryStepRequest
-	(*RetryStepResponse)(nil),      // 2: reeve.v1.RetryStepResponse
-	(*CompensateTaskRequest)(nil),  // 3: reeve.v1.CompensateTaskRequest
-	(*CompensateTaskResponse)(nil), // 4: reeve.v1.CompensateTaskResponse
-	(*FailTaskRequest)(nil),        // 5: reeve.v1.FailTaskRequest
-	(*FailTaskResponse)(nil),       // 6: reeve.v1.FailTaskResponse
-	(*Alert)(nil),                  // 7: reeve.v1.Alert
-	(*ListAlertsRequest)(nil),      // 8: reeve.v1.ListAlertsRequest
-	(*ListAlertsResponse)(nil),     // 9: reeve.v1.ListAlertsResponse
-	(*WatchAlertsRequest)(nil),     // 10: reeve.v1.WatchAlertsRequest
-	(*WatchAlertsResponse)(nil),    // 11: reeve.v1.WatchAlertsResponse
-	(*AckAlertRequest)(nil),        // 12: reeve.v1.AckAlertRequest
-	(*AckAlertResponse)(nil),       // 13: reeve.v1.AckAlertResponse
-	(*durationpb.Duration)(nil),    // 14: google.protobuf.Duration
-	(*Task)(nil),                   // 15: reeve.v1.Task
-	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
+	(RecoveryAction)(0),            // 0: reeve.v1.RecoveryAction
+	(*Fence)(nil),                  // 1: reeve.v1.Fence
+	(*RetryStepRequest)(nil),       // 2: reeve.v1.RetryStepRequest
+	(*RetryStepResponse)(nil),      // 3: reeve.v1.RetryStepResponse
+	(*CompensateTaskRequest)(nil),  // 4: reeve.v1.CompensateTaskRequest
+	(*CompensateTaskResponse)(nil), // 5: reeve.v1.CompensateTaskResponse
+	(*FailTaskRequest)(nil),        // 6: reeve.v1.FailTaskRequest
+	(*FailTaskResponse)(nil),       // 7: reeve.v1.FailTaskResponse
+	(*RecoveryDecision)(nil),       // 8: reeve.v1.RecoveryDecision
+	(*RecoverStepsRequest)(nil),    // 9: reeve.v1.RecoverStepsRequest
+	(*RecoveryOutcome)(nil),        // 10: reeve.v1.RecoveryOutcome
+	(*RecoverStepsResponse)(nil),   // 11: reeve.v1.RecoverStepsResponse
+	(*Alert)(nil),                  // 12: reeve.v1.Alert
+	(*ListAlertsRequest)(nil),      // 13: reeve.v1.ListAlertsRequest
+	(*ListAlertsResponse)(nil),     // 14: reeve.v1.ListAlertsResponse
+	(*WatchAlertsRequest)(nil),     // 15: reeve.v1.WatchAlertsRequest
+	(*WatchAlertsResponse)(nil),    // 16: reeve.v1.WatchAlertsResponse
+	(*AckAlertRequest)(nil),        // 17: reeve.v1.AckAlertRequest
+	(*AckAlertResponse)(nil),       // 18: reeve.v1.AckAlertResponse
+	(*durationpb.Duration)(nil),    // 19: google.protobuf.Duration
+	(*Task)(nil),                   // 20: reeve.v1.Task
+	(TaskState)(0),                 // 21: reeve.v1.TaskState
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
 }
 var file_reeve_v1_supervisor_service_proto_depIdxs = []int32{
-	0,  // 0: reeve.v1.RetryStepRequest.fence:type_name -> reeve.v1.Fence
-	14, // 1: reeve.v1.RetryStepRequest.delay:type_name -> google.protobuf.Duration
-	15, // 2: reeve.v1.RetryStepResponse.task:type_name -> reeve.v1.Task
-	0,  // 3: reeve.v1.CompensateTaskRequest.fence:type_name -> reeve.v1.Fence
-	15, // 4: reeve.v1.CompensateTaskResponse.task:type_name -> reeve.v1.Task
-	0,  // 5: reeve.v1.FailTaskRequest.fence:type_name -> reeve.v1.Fence
-	15, // 6: reeve.v1.FailTaskResponse.task:type_name -> reeve.v1.Task
-	16, // 7: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
-	16, // 8: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
-	7,  // 9: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
-	7,  // 10: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
-	7,  // 11: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
-	1,  // 12: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
-	3,  // 13: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
-	5,  // 14: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
-	8,  // 15: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
-	10, // 16: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
-	12, // 17: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
-	2,  // 18: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
-	4,  // 19: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
-	6,  // 20: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
-	9,  // 21: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
-	11, // 22: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
-	13, // 23: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	1,  // 0: reeve.v1.RetryStepRequest.fence:type_name -> reeve.v1.Fence
+	19, // 1: reeve.v1.RetryStepRequest.delay:type_name -> google.protobuf.Duration
+	20, // 2: reeve.v1.RetryStepResponse.task:type_name -> reeve.v1.Task
+	1,  // 3: reeve.v1.CompensateTaskRequest.fence:type_name -> reeve.v1.Fence
+	20, // 4: reeve.v1.CompensateTaskResponse.task:type_name -> reeve.v1.Task
+	1,  // 5: reeve.v1.FailTaskRequest.fence:type_name -> reeve.v1.Fence
+	20, // 6: reeve.v1.FailTaskResponse.task:type_name -> reeve.v1.Task
+	0,  // 7: reeve.v1.RecoveryDecision.action:type_name -> reeve.v1.RecoveryAction
+	19, // 8: reeve.v1.RecoveryDecision.delay:type_name -> google.protobuf.Duration
+	1,  // 9: reeve.v1.RecoverStepsRequest.fence:type_name -> reeve.v1.Fence
+	8,  // 10: reeve.v1.RecoverStepsRequest.decisions:type_name -> reeve.v1.RecoveryDecision
+	21, // 11: reeve.v1.RecoveryOutcome.task_state:type_name -> reeve.v1.TaskState
+	10, // 12: reeve.v1.RecoverStepsResponse.outcomes:type_name -> reeve.v1.RecoveryOutcome
+	22, // 13: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
+	22, // 14: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
+	12, // 15: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
+	12, // 16: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
+	12, // 17: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
+	2,  // 18: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
+	4,  // 19: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
+	6,  // 20: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
+	9,  // 21: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
+	13, // 22: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
+	15, // 23: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
+	17, // 24: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
+	3,  // 25: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
+	5,  // 26: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
+	7,  // 27: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
+	11, // 28: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
+	14, // 29: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
+	16, // 30: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
+	18, // 31: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_supervisor_service_proto_init() }
@@ -1060,13 +1427,14 @@ func file_reeve_v1_supervisor_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_supervisor_service_proto_rawDesc), len(file_reeve_v1_supervisor_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   14,
+			NumEnums:      1,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_reeve_v1_supervisor_service_proto_goTypes,
 		DependencyIndexes: file_reeve_v1_supervisor_service_proto_depIdxs,
+		EnumInfos:         file_reeve_v1_supervisor_service_proto_enumTypes,
 		MessageInfos:      file_reeve_v1_supervisor_service_proto_msgTypes,
 	}.Build()
 	File_reeve_v1_supervisor_service_proto = out.File

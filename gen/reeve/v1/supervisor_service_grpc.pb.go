@@ -22,6 +22,7 @@ const (
 	SupervisorService_RetryStep_FullMethodName      = "/reeve.v1.SupervisorService/RetryStep"
 	SupervisorService_CompensateTask_FullMethodName = "/reeve.v1.SupervisorService/CompensateTask"
 	SupervisorService_FailTask_FullMethodName       = "/reeve.v1.SupervisorService/FailTask"
+	SupervisorService_RecoverSteps_FullMethodName   = "/reeve.v1.SupervisorService/RecoverSteps"
 	SupervisorService_ListAlerts_FullMethodName     = "/reeve.v1.SupervisorService/ListAlerts"
 	SupervisorService_WatchAlerts_FullMethodName    = "/reeve.v1.SupervisorService/WatchAlerts"
 	SupervisorService_AckAlert_FullMethodName       = "/reeve.v1.SupervisorService/AckAlert"
@@ -54,6 +55,16 @@ type SupervisorServiceClient interface {
 	// FailTask marks a task FAILED and raises an alert. With a fence the named
 	// expired execution's step is marked FAILED.
 	FailTask(ctx context.Context, in *FailTaskRequest, opts ...grpc.CallOption) (*FailTaskResponse, error)
+	// RecoverSteps applies many supervisor decisions about expired executions
+	// at once: one fence for the whole request, each decision applied to its
+	// task on its own (the scheduler commits many of them per etcd
+	// transaction) with the same checks as the fenced RetryStep,
+	// CompensateTask and FailTask. The response has one outcome per decision,
+	// in order. A request-level problem (no fence, a malformed fence, more
+	// than 1,000 decisions) fails the whole call with INVALID_ARGUMENT and
+	// changes nothing; a deposed leader's decisions are all refused with
+	// FAILED_PRECONDITION.
+	RecoverSteps(ctx context.Context, in *RecoverStepsRequest, opts ...grpc.CallOption) (*RecoverStepsResponse, error)
 	// ListAlerts lists a namespace's alerts, oldest first.
 	ListAlerts(ctx context.Context, in *ListAlertsRequest, opts ...grpc.CallOption) (*ListAlertsResponse, error)
 	// WatchAlerts streams the unacknowledged alerts, then every new or changed
@@ -95,6 +106,16 @@ func (c *supervisorServiceClient) FailTask(ctx context.Context, in *FailTaskRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FailTaskResponse)
 	err := c.cc.Invoke(ctx, SupervisorService_FailTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *supervisorServiceClient) RecoverSteps(ctx context.Context, in *RecoverStepsRequest, opts ...grpc.CallOption) (*RecoverStepsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecoverStepsResponse)
+	err := c.cc.Invoke(ctx, SupervisorService_RecoverSteps_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +188,16 @@ type SupervisorServiceServer interface {
 	// FailTask marks a task FAILED and raises an alert. With a fence the named
 	// expired execution's step is marked FAILED.
 	FailTask(context.Context, *FailTaskRequest) (*FailTaskResponse, error)
+	// RecoverSteps applies many supervisor decisions about expired executions
+	// at once: one fence for the whole request, each decision applied to its
+	// task on its own (the scheduler commits many of them per etcd
+	// transaction) with the same checks as the fenced RetryStep,
+	// CompensateTask and FailTask. The response has one outcome per decision,
+	// in order. A request-level problem (no fence, a malformed fence, more
+	// than 1,000 decisions) fails the whole call with INVALID_ARGUMENT and
+	// changes nothing; a deposed leader's decisions are all refused with
+	// FAILED_PRECONDITION.
+	RecoverSteps(context.Context, *RecoverStepsRequest) (*RecoverStepsResponse, error)
 	// ListAlerts lists a namespace's alerts, oldest first.
 	ListAlerts(context.Context, *ListAlertsRequest) (*ListAlertsResponse, error)
 	// WatchAlerts streams the unacknowledged alerts, then every new or changed
@@ -192,6 +223,9 @@ func (UnimplementedSupervisorServiceServer) CompensateTask(context.Context, *Com
 }
 func (UnimplementedSupervisorServiceServer) FailTask(context.Context, *FailTaskRequest) (*FailTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FailTask not implemented")
+}
+func (UnimplementedSupervisorServiceServer) RecoverSteps(context.Context, *RecoverStepsRequest) (*RecoverStepsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecoverSteps not implemented")
 }
 func (UnimplementedSupervisorServiceServer) ListAlerts(context.Context, *ListAlertsRequest) (*ListAlertsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAlerts not implemented")
@@ -277,6 +311,24 @@ func _SupervisorService_FailTask_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SupervisorService_RecoverSteps_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecoverStepsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SupervisorServiceServer).RecoverSteps(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SupervisorService_RecoverSteps_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SupervisorServiceServer).RecoverSteps(ctx, req.(*RecoverStepsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SupervisorService_ListAlerts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListAlertsRequest)
 	if err := dec(in); err != nil {
@@ -342,6 +394,10 @@ var SupervisorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FailTask",
 			Handler:    _SupervisorService_FailTask_Handler,
+		},
+		{
+			MethodName: "RecoverSteps",
+			Handler:    _SupervisorService_RecoverSteps_Handler,
 		},
 		{
 			MethodName: "ListAlerts",

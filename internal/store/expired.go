@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The supervisor's view of the deadline index: pages of expired keys, the
+// records behind them read in batches, orphan keys pruned, the head of the
+// index, and a watch that tells when an earlier deadline appears.
+
+// Expired is one key of the deadline index with the revision it was read at.
+type Expired struct {
+	Deadline
+	Key      string
+	Revision int64
+}
+
+// readChunk bounds the operations of one batched read or prune (etcd allows
+// 128 per transaction level by default).
+const readChunk = 100
+
+// ExpiredAfter returns up to limit expired deadline keys (deadline at or
+// before now) after the key `after` ("" for the front of the index),
+// earliest first, keys only.
+func (s *Store) ExpiredAfter(ctx context.Context, after string, now time.Time, limit int) ([]Expired, error) {
+	from := s.k.deadlinePrefix()
+	if after != "" {
+		from = after + "\x00"
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Get(octx, from, clientv3.WithRange(s.k.deadlinesUntil(now)),
+		clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)), clientv3.WithSerializable())
+	if err != nil {
+		return nil, etcdErr(ctx, "expired deadlines", err)
+	}
+	out := make([]Expired, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		d, err := s.k.parseDeadline(string(kv.Key))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Expired{Deadline: d, Key: string(kv.Key), Revision: kv.ModRevision})
+	}
+	return out, nil
+}
+
+// NextDeadline returns the earliest deadline in the index after the given time, and
+// the revision the index was read at (to resume a watch from).
+func (s *Store) NextDeadline(ctx context.Context, now time.Time) (at time.Time, ok bool, rev int64, err error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Get(octx, s.k.deadlinesUntil(now), clientv3.WithRange(prefixEnd(s.k.deadlinePrefix())),
+		clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		return time.Time{}, false, 0, etcdErr(ctx, "next deadline", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return time.Time{}, false, resp.Header.Revision, nil
+	}
+	d, err := s.k.parseDeadline(string(resp.Kvs[0].Key))
+	if err != nil {
+		return time.Time{}, false, 0, err
+	}
+	return d.CompleteBy, true, resp.Header.Revision, nil
+}
+
+// ErrCompacted reports that a watch could not resume from its revision
+// because etcd compacted it: list again.
+var ErrCompacted = errors.New("store: revision compacted")
+
+// WatchDeadlines calls fn with the deadline of every key added to the
+// deadline index after revision rev, until ctx ends or the watch fails
+// (ErrCompacted when rev was compacted: read NextDeadline again).
+func (s *Store) WatchDeadlines(ctx context.Context, rev int64, fn func(at time.Time)) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := s.c.Watch(wctx, s.k.deadlinePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1),
+		clientv3.WithFilterDelete(), clientv3.WithKeysOnly())
+	for resp := range wch {
+		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+			return ErrCompacted
+		}
+		if err := resp.Err(); err != nil {
+			return etcdErr(ctx, "watch deadlines", err)
+		}
+		for _, ev := range resp.Events {
+			if d, err := s.k.parseDeadline(string(ev.Kv.Key)); err == nil {
+				fn(d.CompleteBy)
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return etcdErr(ctx, "watch deadlines", ErrUnavailable)
+}
+
+// ExpiredRecords reads the task records behind expired deadline keys in
+// batched transactions and prunes the keys no record implies any more (the
+// task was deleted, ended, or moved on to another deadline or attempt):
+// each in a transaction that compares the key's and the record's
+// revisions, and fence (the supervisor leader's, may be nil), so a key is
+// removed only if neither changed since they were read. It returns the
+// record for every key that is still live (nil where pruned or where the
+// prune lost a race; the next pass sees them again), and how many keys it
+// removed.
+func (s *Store) ExpiredRecords(ctx context.Context, ds []Expired, fence clientv3.Cmp) (recs []*Versioned, pruned int, err error) {
+	recs = make([]*Versioned, len(ds))
+	for start := 0; start < len(ds); start += readChunk {
+		chunk := ds[start:min(start+readChunk, len(ds))]
+		octx, cancel := s.opCtx(ctx)
+		gets := make([]clientv3.Op, len(chunk))
+		for i, d := range chunk {
+			gets[i] = clientv3.OpGet(s.k.task(d.Namespace, d.TaskID), clientv3.WithSerializable())
+		}
+		resp, err := s.c.Txn(octx).Then(gets...).Commit()
+		cancel()
+		if err != nil {
+			return nil, pruned, etcdErr(ctx, "read expired tasks", err)
+		}
+		var prunes []clientv3.Op
+		for i, d := range chunk {
+			kvs := resp.Responses[i].GetResponseRange().GetKvs()
+			taskKey := s.k.task(d.Namespace, d.TaskID)
+			cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(d.Key), "=", d.Revision)}
+			if fence != (clientv3.Cmp{}) {
+				cmps = append(cmps, fence)
+			}
+			if len(kvs) == 0 {
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(taskKey), "=", 0))
+				prunes = append(prunes, clientv3.OpTxn(cmps, []clientv3.Op{clientv3.OpDelete(d.Key)}, nil))
+				continue
+			}
+			v, err := unmarshalTask(kvs[0])
+			if err != nil {
+				return nil, pruned, err
+			}
+			if _, live := s.k.indexKeys(v.Record)[d.Key]; live {
+				recs[start+i] = &v
+				continue
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(taskKey), "=", v.Revision))
+			prunes = append(prunes, clientv3.OpTxn(cmps, []clientv3.Op{clientv3.OpDelete(d.Key)}, nil))
+		}
+		if len(prunes) == 0 {
+			continue
+		}
+		octx, cancel = s.opCtx(ctx)
+		presp, err := s.c.Txn(octx).Then(prunes...).Commit()
+		cancel()
+		if err != nil {
+			return nil, pruned, etcdErr(ctx, "prune deadline keys", err)
+		}
+		for _, r := range presp.Responses {
+			if r.GetResponseTxn().GetSucceeded() {
+				pruned++
+			}
+		}
+	}
+	return recs, pruned, nil
+}

@@ -1,0 +1,111 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+// MaxRecoveryDecisions bounds the decisions of one RecoverSteps request.
+const MaxRecoveryDecisions = 1000
+
+// RecoverSteps implements SupervisorService: many fenced recovery decisions
+// in one call. The fence is checked once for form and compared in every
+// decision's transaction; each decision is an UpdateTask of its own, so the
+// store's group commit puts many of them in one etcd transaction, and one
+// decision's refusal does not affect the others.
+func (s *Server) RecoverSteps(ctx context.Context, req *reevev1.RecoverStepsRequest) (*reevev1.RecoverStepsResponse, error) {
+	if req.GetFence() == nil {
+		return nil, statusErr(&workflow.FieldError{Field: "fence", Reason: "required: RecoverSteps is for the supervisor leader"})
+	}
+	if n := len(req.GetDecisions()); n > MaxRecoveryDecisions {
+		return nil, statusErr(&workflow.FieldError{Field: "decisions", Reason: fmt.Sprintf("%d decisions, at most %d per request", n, MaxRecoveryDecisions)})
+	}
+	actor, fences, err := s.fence(req.GetFence())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	out := make([]*reevev1.RecoveryOutcome, len(req.GetDecisions()))
+	var wg sync.WaitGroup
+	for i, d := range req.GetDecisions() {
+		ns, err := validateDecision(d)
+		if err != nil {
+			var fe *workflow.FieldError
+			if errors.As(err, &fe) {
+				err = &workflow.FieldError{Field: fmt.Sprintf("decisions[%d].%s", i, fe.Field), Reason: fe.Reason}
+			}
+			st := toStatus(err)
+			out[i] = &reevev1.RecoveryOutcome{Code: int32(st.Code()), Message: st.Message()}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = s.applyDecision(ctx, ns, d, actor, fences)
+		}()
+	}
+	wg.Wait()
+	return &reevev1.RecoverStepsResponse{Outcomes: out}, nil
+}
+
+// validateDecision checks one decision's fields and returns its namespace.
+func validateDecision(d *reevev1.RecoveryDecision) (string, error) {
+	ns, err := taskKey(d.GetNamespace(), d.GetTaskId())
+	if err != nil {
+		return "", err
+	}
+	if err := workflow.ValidateName("step", d.GetStep()); err != nil {
+		return "", err
+	}
+	if d.GetAttempt() < 1 {
+		return "", &workflow.FieldError{Field: "attempt", Reason: "required: the expired attempt, at least 1"}
+	}
+	if len(d.GetReason()) > workflow.MaxReasonBytes {
+		return "", &workflow.FieldError{Field: "reason", Reason: fmt.Sprintf("longer than %d bytes", workflow.MaxReasonBytes)}
+	}
+	switch d.GetAction() {
+	case reevev1.RecoveryAction_RECOVERY_ACTION_RETRY:
+		if dl := d.GetDelay(); dl != nil && (dl.CheckValid() != nil || dl.AsDuration() < 0 || dl.AsDuration() > workflow.MaxTimeout) {
+			return "", &workflow.FieldError{Field: "delay", Reason: fmt.Sprintf("must be within [0, %v]", workflow.MaxTimeout)}
+		}
+	case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL:
+		if d.GetDelay() != nil {
+			return "", &workflow.FieldError{Field: "delay", Reason: "only a RETRY decision takes a delay"}
+		}
+	default:
+		return "", &workflow.FieldError{Field: "action", Reason: fmt.Sprintf("must be RETRY, COMPENSATE or FAIL, got %v", d.GetAction())}
+	}
+	return ns, nil
+}
+
+// applyDecision applies one validated decision, as the fenced RetryStep,
+// CompensateTask or FailTask would.
+func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.RecoveryDecision, actor string, fences []clientv3.Cmp) *reevev1.RecoveryOutcome {
+	before, after, err := s.store.UpdateTask(ctx, ns, d.GetTaskId(), func(t *reevev1.Task) error {
+		now := s.opts.clock.Now()
+		switch d.GetAction() {
+		case reevev1.RecoveryAction_RECOVERY_ACTION_RETRY:
+			return taskstate.RetryExpired(t, d.GetStep(), d.GetAttempt(), d.GetDelay().AsDuration(), actor, now)
+		case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE:
+			return taskstate.CompensateExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
+		default:
+			return taskstate.FailExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
+		}
+	}, fences...)
+	if err != nil {
+		st := toStatus(err)
+		return &reevev1.RecoveryOutcome{Code: int32(st.Code()), Message: st.Message()}
+	}
+	s.tel.ended1(before.GetTask(), after.GetTask())
+	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
+	s.log.InfoContext(ctx, "recovery applied", "task_id", d.GetTaskId(), "step", d.GetStep(), "attempt", d.GetAttempt(),
+		"actor", actor, "action", d.GetAction().String(), "task_state", after.GetTask().GetState())
+	return &reevev1.RecoveryOutcome{Applied: true, TaskState: after.GetTask().GetState()}
+}
