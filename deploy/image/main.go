@@ -176,7 +176,14 @@ func build(s spec) (v1.Image, error) {
 	cf.Config.WorkingDir = home
 	cf.Config.Env = []string{"PATH=/", "SSL_CERT_FILE=" + caPath}
 	cf.Config.ExposedPorts = map[string]struct{}{"7430/tcp": {}}
-	cf.Config.Labels = map[string]string{
+	cf.Config.Labels = labels(s)
+	return mutate.ConfigFile(img, cf)
+}
+
+// labels are the image's OCI annotations (the Dockerfile sets the same but
+// created).
+func labels(s spec) map[string]string {
+	return map[string]string{
 		"org.opencontainers.image.title":       "reeve",
 		"org.opencontainers.image.description": "Reeve: scheduler, supervisor and CLI of the Scheduler Agent Supervisor platform",
 		"org.opencontainers.image.version":     s.Version,
@@ -184,7 +191,6 @@ func build(s spec) (v1.Image, error) {
 		"org.opencontainers.image.source":      s.Source,
 		"org.opencontainers.image.created":     s.Created.Format(time.RFC3339),
 	}
-	return mutate.ConfigFile(img, cf)
 }
 
 // checkStatic refuses a binary that needs a dynamic loader: the image has
