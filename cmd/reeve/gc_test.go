@@ -1,6 +1,12 @@
 package main
 
-import "testing"
+import (
+	"math"
+	"runtime/debug"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
 
 func TestParseBytes(t *testing.T) {
 	for _, c := range []struct {
@@ -22,5 +28,44 @@ func TestParseBytes(t *testing.T) {
 		if got, err := parseBytes(bad); err == nil {
 			t.Errorf("parseBytes(%q) = %d; want an error", bad, got)
 		}
+	}
+}
+
+// The flags (or their REEVE_ variables, which a flag overrides) set the Go
+// runtime's memory limit and GC percentage.
+func TestPerfFlagsSetTheRuntime(t *testing.T) {
+	oldLimit, oldPercent := debug.SetMemoryLimit(-1), debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetMemoryLimit(oldLimit); debug.SetGCPercent(oldPercent) })
+	for _, c := range []struct {
+		name        string
+		args        []string
+		env         map[string]string
+		wantLimit   int64
+		wantPercent int
+	}{
+		{"flags", []string{"--memory-limit", "256MiB", "--gc-percent", "300"}, nil, 256 << 20, 300},
+		{"env", nil, map[string]string{"REEVE_MEMORY_LIMIT": "300MiB", "REEVE_GC_PERCENT": "250"}, 300 << 20, 250},
+		{"flag over env", []string{"--gc-percent", "150"}, map[string]string{"REEVE_GC_PERCENT": "250"}, -1, 150},
+		{"off", []string{"--memory-limit", "off", "--gc-percent", "100"}, nil, math.MaxInt64, 100},
+		{"collect only at the limit", []string{"--memory-limit", "512MiB", "--gc-percent", "-1"}, nil, 512 << 20, -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var f perfFlags
+			cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+			f.register(cmd, func(k string) string { return c.env[k] }, 400)
+			if err := cmd.ParseFlags(c.args); err != nil {
+				t.Fatal(err)
+			}
+			limit, percent, err := f.apply(cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if percent != c.wantPercent || debug.SetGCPercent(percent) != c.wantPercent {
+				t.Errorf("GC percent %d; want %d", percent, c.wantPercent)
+			}
+			if got := debug.SetMemoryLimit(-1); got != limit || (c.wantLimit != -1 && got != c.wantLimit) {
+				t.Errorf("memory limit %d (apply said %d); want %d", got, limit, c.wantLimit)
+			}
+		})
 	}
 }

@@ -13,8 +13,8 @@ import "time"
 // So a committer about to cut a small batch holds it open for company, but
 // only when company is expected: when the writes of the recent past arrived
 // less than one window apart. It waits until the oldest queued write has
-// waited defaultCommitWindow, or until the queue holds a good batch
-// (windowFull), whichever comes first. A write therefore waits at most one
+// waited one window (WithCommitWindow, default defaultCommitWindow), or
+// until the queue holds a good batch (windowFull), whichever comes first. A write therefore waits at most one
 // window more than it would have, and only when the store is busy enough
 // that the wait buys a shared transaction.
 
