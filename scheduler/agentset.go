@@ -95,17 +95,22 @@ func (c *agentConn) eligible(now time.Time) bool {
 func (c *agentConn) load() int { return c.reserved + len(c.unacked) }
 
 // enqueue hands a message to the send loop without blocking the caller. It
-// refuses (false) when the stream ended, or its queue is full in messages or
-// in bytes (one message is always admitted into an empty queue): a stream
-// too slow to take it is as good as gone.
+// refuses (false) when the stream ended or its queue is full in messages: a
+// stream too slow to take it is as good as gone. Only assignments are also
+// bounded in bytes (sendAssignment): the other messages are small, and
+// dropping a ResultAck or CancelStep for bytes would cost more than it saves.
 func (c *agentConn) enqueue(m *reevev1.ConnectResponse) bool {
+	return c.enqueueBounded(m, false)
+}
+
+func (c *agentConn) enqueueBounded(m *reevev1.ConnectResponse, bytes bool) bool {
 	select {
 	case <-c.done:
 		return false
 	default:
 	}
 	size := int64(proto.Size(m))
-	if n := c.outBytes.Add(size); n > c.maxBytes && n != size {
+	if n := c.outBytes.Add(size); bytes && n > c.maxBytes && n != size {
 		c.outBytes.Add(-size)
 		return false
 	}
@@ -118,10 +123,11 @@ func (c *agentConn) enqueue(m *reevev1.ConnectResponse) bool {
 	}
 }
 
-// sendAssignment queues an assignment; when it does not fit, the agent is
-// marked full. Called with the dispatcher's lock held.
+// sendAssignment queues an assignment, bounded in bytes too (one is always
+// admitted into an empty queue); when it does not fit, the agent is marked
+// full. Called with the dispatcher's lock held.
 func (c *agentConn) sendAssignment(a *reevev1.StepAssignment) bool {
-	if c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Assignment{Assignment: a}}) {
+	if c.enqueueBounded(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Assignment{Assignment: a}}, true) {
 		return true
 	}
 	c.full = true

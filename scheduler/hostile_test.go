@@ -35,7 +35,7 @@ func TestHostileInputIsRefusedOnEveryRPC(t *testing.T) {
 	// One real task, so that calls naming it get past "not found".
 	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "real", Workflow: inline(step("x", "t"))})
 
-	huge := strings.Repeat("x", 5<<20) // over gRPC's 4 MiB message limit
+	huge := strings.Repeat("x", 5<<20) // over gRPC's default 4 MiB message limit, under the scheduler's 8 MiB
 	nul := "a\x00b"
 	traversal := "../../etc"
 	newline := "ok\n"
@@ -95,6 +95,9 @@ func TestHostileInputIsRefusedOnEveryRPC(t *testing.T) {
 		}), codes.InvalidArgument, "input"},
 		{"submit: 5 MiB message", unary(func(ctx context.Context) (any, error) {
 			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "t")), Input: structpb.NewStringValue(huge)})
+		}), codes.InvalidArgument, "input"},
+		{"submit: 9 MiB message, over the receive limit", unary(func(ctx context.Context) (any, error) {
+			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "t")), Input: structpb.NewStringValue(huge + huge[:4<<20])})
 		}), codes.ResourceExhausted, "message larger than max"},
 		{"submit: unknown workflow", unary(func(ctx context.Context) (any, error) {
 			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: "ghost"}}})
@@ -272,7 +275,9 @@ func TestHostileResultsAreRefusedAndChangeNothing(t *testing.T) {
 		{"traversal in task id", &reevev1.StepResult{Ref: with(func(r *reevev1.StepRef) { r.TaskId = "../real" })}, codes.InvalidArgument, "ref.task_id"},
 		{"unknown step", &reevev1.StepResult{Ref: with(func(r *reevev1.StepRef) { r.Step = "y" })}, codes.FailedPrecondition, ""},
 		{"other namespace", &reevev1.StepResult{Ref: with(func(r *reevev1.StepRef) { r.Namespace = "other" })}, codes.PermissionDenied, "ref.namespace"},
-		{"output over 64 KiB", &reevev1.StepResult{Ref: ref, Output: structpb.NewStringValue(strings.Repeat("o", 70<<10))}, codes.InvalidArgument, "output"},
+		// An output over 64 KiB from the holder is refused too, but fails the
+		// step (output_too_large): TestOversizedResultIsRefusedOnItsOwn.
+		{"output over 64 KiB, forged attempt", &reevev1.StepResult{Ref: with(func(r *reevev1.StepRef) { r.Attempt = 2 }), Output: structpb.NewStringValue(strings.Repeat("o", 70<<10))}, codes.FailedPrecondition, ""},
 		{"NaN output", &reevev1.StepResult{Ref: ref, Output: structpb.NewNumberValue(math.Inf(1))}, codes.InvalidArgument, "output"},
 		{"error message over 4 KiB", &reevev1.StepResult{Ref: ref, Error: &reevev1.StepError{Message: strings.Repeat("e", 5000)}}, codes.InvalidArgument, "error.message"},
 	}

@@ -186,9 +186,11 @@ func WithAckTimeout(d time.Duration) Option { return func(o *options) { o.ackTim
 
 // WithSendQueueBytes bounds the encoded bytes queued for one agent stream
 // and not yet handed to gRPC; default 16 MiB. An agent whose queue is full
-// gets no new assignments; one that cannot be queued is taken back at once
-// (queued again for another agent). A single message larger than the bound
-// is still admitted into an empty queue.
+// gets no new assignments until it drained to half; an assignment that
+// does not fit is taken back at once (queued again for another agent). A
+// single assignment larger than the bound is still admitted into an empty
+// queue, and the small control messages (acks, cancels, drain) are bounded
+// by the queue's message count only.
 func WithSendQueueBytes(n int64) Option { return func(o *options) { o.sendQueueBytes = n } }
 
 // WithRegisterTimeout bounds how long a new AgentService.Connect stream may

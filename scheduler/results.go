@@ -105,6 +105,9 @@ func (s *Server) updateUntil(deadline time.Time, ref *reevev1.StepRef, fn func(*
 		if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrConflict) {
 			return nil, nil, err
 		}
+		if s.store.Client().Ctx().Err() != nil {
+			return nil, nil, err // the etcd client was closed: this process is going away
+		}
 		select {
 		case <-ctx.Done():
 			return nil, nil, err

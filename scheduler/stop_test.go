@@ -25,15 +25,21 @@ func TestGracefulStopStrandsNoClaim(t *testing.T) {
 	// The agent reads (and acks) everything until its stream ends.
 	got := map[string]bool{}
 	var gotMu sync.Mutex
+	var afterDrain atomic.Int64 // assignments that arrived behind the Drain
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
+		drained := false
 		for {
 			m, ok := agent.Recv(time.Minute)
 			if !ok {
 				return
 			}
+			drained = drained || m.GetDrain() != nil
 			if as := m.GetAssignment(); as != nil {
+				if drained {
+					afterDrain.Add(1)
+				}
 				gotMu.Lock()
 				got[key(as.GetRef())] = true
 				gotMu.Unlock()
@@ -85,6 +91,9 @@ func TestGracefulStopStrandsNoClaim(t *testing.T) {
 		}
 	}
 	t.Logf("%d assignments delivered before the stop", len(got))
+	if n := afterDrain.Load(); n > 0 {
+		t.Errorf("%d assignments arrived after Drain: the agent has already left and will not run them", n)
+	}
 	if stranded > 0 {
 		t.Fatalf("%d of %d steps stranded by a graceful stop", stranded, tasks)
 	}
