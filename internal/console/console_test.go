@@ -57,6 +57,7 @@ func TestNotFoundAndBadFilters(t *testing.T) {
 		{"/tasks?workflow=a%20b", http.StatusBadRequest, "workflow"},
 		{"/tasks?size=0", http.StatusBadRequest, "size:"},
 		{"/tasks?ns=bad%2Fns", http.StatusBadRequest, "ns"},
+		{"/tasks?page=forged", http.StatusBadRequest, "page_token"},
 		{"/workflows/no.such.workflow", http.StatusNotFound, "no.such.workflow"},
 		{"/no/such/page", http.StatusNotFound, "There is no page"},
 	}
