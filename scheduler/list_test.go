@@ -136,7 +136,7 @@ func TestListTasksTaskLargerThanBudgetGoesAlone(t *testing.T) {
 // concurrency limit a list waits or is refused with RESOURCE_EXHAUSTED.
 func TestListTasksConcurrentFullListsBoundHeap(t *testing.T) {
 	_, _, c := newEnv(t)
-	submitMany(t, c, "mem", 150, "wf", bigInput(t, 60_000))
+	submitMany(t, c, "mem", 100, "wf", bigInput(t, 60_000))
 	runtime.GC()
 	var base runtime.MemStats
 	runtime.ReadMemStats(&base)
@@ -203,7 +203,7 @@ func TestListTasksConcurrentFullListsBoundHeap(t *testing.T) {
 	}
 	// The client side of this process holds at most 20 pages of 2 MiB at a
 	// time; the server at most 8 lists of (2 MiB + 16 records). Before the
-	// budget, each list held its 9 MB page several times over.
+	// budget, each list held its 6 MB page several times over.
 	grew := int64(peak.Load()) - int64(base.HeapAlloc)
 	t.Logf("heap grew by %d MB at peak (%d lists refused and retried)", grew>>20, refused.Load())
 	if grew > 200<<20 {

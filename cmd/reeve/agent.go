@@ -117,6 +117,7 @@ Stop it with SIGTERM or Ctrl-C: it finishes running steps first.`,
 	cmd.Flags().IntVar(&maxConcurrent, "max-concurrent-steps", 16, "steps run at once")
 	cmd.Flags().DurationVar(&registerTimeout, "register-timeout", time.Minute, "how long to keep trying to register the workflows")
 	logs.register(cmd)
+	cmd.AddCommand(newAgentListCmd(g))
 	return cmd
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
@@ -149,18 +151,54 @@ func newTaskGetCmd(g *globals) *cobra.Command {
 
 func newTaskListCmd(g *globals) *cobra.Command {
 	var (
-		state, token string
-		limit        int32
-		all          bool
+		state, token, wf, prefix, view string
+		createdAfter, createdBefore    string
+		limit                          int32
+		all                            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--state STATE] [--limit N] [--page-token T] [--all]",
-		Short: "List tasks of the namespace, optionally in one state",
-		Args:  cobra.NoArgs,
+		Use:   "list [--state STATE] [--workflow NAME] [--prefix P] [--created-after T] [--created-before T] [--view basic|full] [--limit N] [--page-token T] [--all]",
+		Short: "List tasks of the namespace, newest first, optionally filtered",
+		Long: `list prints the namespace's tasks newest first (by creation time), a page
+at a time: at most --limit tasks and at most 2 MiB, so a page may hold fewer
+tasks than --limit and still be followed by a page token.
+
+--view basic leaves out each task's input, history, step outputs and
+workflow definition (the name and version stay); --view full has everything.
+The default is basic for the table and full with -o json, whose fields are
+those of the Task message either way.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := parseTaskState(state)
 			if err != nil {
 				return err
+			}
+			req := &reevev1.ListTasksRequest{Namespace: g.namespace, State: st, PageSize: limit, Workflow: wf, TaskIdPrefix: prefix}
+			switch view {
+			case "":
+				req.View = reevev1.TaskView_TASK_VIEW_BASIC
+				if g.output == "json" {
+					req.View = reevev1.TaskView_TASK_VIEW_FULL
+				}
+			case "basic":
+				req.View = reevev1.TaskView_TASK_VIEW_BASIC
+			case "full":
+				req.View = reevev1.TaskView_TASK_VIEW_FULL
+			default:
+				return usagef("--view: want basic or full, got %q", view)
+			}
+			for _, f := range []struct {
+				name, v string
+				dst     **timestamppb.Timestamp
+			}{{"--created-after", createdAfter, &req.CreatedAfter}, {"--created-before", createdBefore, &req.CreatedBefore}} {
+				if f.v == "" {
+					continue
+				}
+				at, err := time.Parse(time.RFC3339Nano, f.v)
+				if err != nil {
+					return usagef("%s: want an RFC 3339 time (2026-01-02T15:04:05Z): %v", f.name, err)
+				}
+				*f.dst = timestamppb.New(at)
 			}
 			c, closeConn, err := g.dial()
 			if err != nil {
@@ -170,7 +208,8 @@ func newTaskListCmd(g *globals) *cobra.Command {
 			resp := &reevev1.ListTasksResponse{}
 			for {
 				ctx, cancel := g.requestCtx(cmd.Context())
-				page, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{Namespace: g.namespace, State: st, PageSize: limit, PageToken: token})
+				req.PageToken = token
+				page, err := c.ListTasks(ctx, req)
 				cancel()
 				if err != nil {
 					return err
@@ -189,6 +228,11 @@ func newTaskListCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&state, "state", "", "only tasks in this state (e.g. running, failed)")
+	f.StringVar(&wf, "workflow", "", "only tasks of this workflow (exact name)")
+	f.StringVar(&prefix, "prefix", "", "only tasks whose id starts with this")
+	f.StringVar(&createdAfter, "created-after", "", "only tasks created at or after this RFC 3339 time")
+	f.StringVar(&createdBefore, "created-before", "", "only tasks created before this RFC 3339 time")
+	f.StringVar(&view, "view", "", "basic or full (default: basic, full with -o json)")
 	f.Int32Var(&limit, "limit", 0, "tasks per page (default 100, at most 1000)")
 	f.StringVar(&token, "page-token", "", "continue from a previous page")
 	f.BoolVar(&all, "all", false, "follow page tokens to the end")

@@ -107,9 +107,6 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 			start = from
 		}
 	}
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-
 	var (
 		page    TaskPage
 		ids     []ListPosition // matching keys not yet fetched
@@ -127,7 +124,9 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 			for i, p := range ids[:n] {
 				gets[i] = clientv3.OpGet(s.k.task(q.Namespace, p.ID), clientv3.WithRev(rev))
 			}
+			octx, cancel := s.opCtx(ctx)
 			resp, err := s.c.Txn(octx).Then(gets...).Commit()
+			cancel()
 			if err != nil {
 				return false, etcdErr(ctx, "list tasks", err)
 			}
@@ -169,7 +168,9 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
+		octx, cancel := s.opCtx(ctx)
 		resp, err := s.c.Get(octx, start, opts...)
+		cancel()
 		if err != nil {
 			return TaskPage{}, etcdErr(ctx, "list tasks", err)
 		}
