@@ -103,6 +103,7 @@ func BenchmarkTasksPage(b *testing.B) {
 		{"newest", "/tasks?ns=bench"},
 		{"filtered", "/tasks?ns=bench&workflow=bench.b&state=pending"},
 		{"prefix", "/tasks?ns=bench&prefix=01"},
+		{"counts", "/tasks/counts?ns=bench"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {

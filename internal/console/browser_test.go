@@ -184,6 +184,9 @@ func TestBrowserConsole(t *testing.T) {
 		t.Fatal("the tasks list reloaded instead of updating in place")
 	}
 	screenshot(t, ctx, dir, "tasks")
+	// Keyboard: j selects the first row, Enter opens it.
+	run(t, ctx, "keyboard", chromedp.KeyEvent("j"), chromedp.WaitVisible(chromedp.CSS("tr.row.focus")), chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(chromedp.CSS("#task-state")))
 
 	// demo.compensate: charge is undone before reserve.
 	run(t, ctx, "open demo.compensate", chromedp.Navigate(e.url+"/tasks/"+comp.GetId()), chromedp.WaitVisible(chromedp.CSS("#task-state.st-compensated")))
@@ -197,6 +200,9 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("demo.compensate story: want the failure and the compensations, got %q", story)
 	}
 	screenshot(t, ctx, dir, "task-compensate")
+	run(t, ctx, "dark theme", chromedp.Click(chromedp.CSS("#theme-toggle")))
+	screenshot(t, ctx, dir, "task-compensate-dark")
+	run(t, ctx, "light theme", chromedp.Click(chromedp.CSS("#theme-toggle")))
 
 	// A failed task whose input and error hold markup: shown as text, and
 	// an operator retries its step from the page.

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bufio"
 	"context"
 	"net/http"
 	"net/url"
@@ -57,6 +58,7 @@ func TestNotFoundAndBadFilters(t *testing.T) {
 		{"/tasks?workflow=a%20b", http.StatusBadRequest, "workflow"},
 		{"/tasks?size=0", http.StatusBadRequest, "size:"},
 		{"/tasks?ns=bad%2Fns", http.StatusBadRequest, "ns"},
+		{"/tasks?page=forged", http.StatusBadRequest, "page_token"},
 		{"/workflows/no.such.workflow", http.StatusNotFound, "no.such.workflow"},
 		{"/no/such/page", http.StatusNotFound, "There is no page"},
 	}
@@ -182,4 +184,81 @@ func TestBulkCancelByFilter(t *testing.T) {
 	for _, id := range ids {
 		e.waitState(id, reevev1.TaskState_TASK_STATE_CANCELED)
 	}
+}
+
+// The compensated demo task's page lists the compensation of charge before
+// that of reserve (reverse order), and says why: the permanent failure and
+// the escalation.
+func TestCompensationsInReverseOrder(t *testing.T) {
+	e := newEnv(t)
+	task := e.submit(ref("demo.compensate"))
+	e.waitState(task.GetId(), reevev1.TaskState_TASK_STATE_COMPENSATED)
+	_, page := e.browser().get("/tasks/" + task.GetId())
+	ci, ri := strings.Index(page, "↺ charge #"), strings.Index(page, "↺ reserve #")
+	if ci < 0 || ri < 0 || ci > ri {
+		t.Errorf("timeline: compensation of charge at %d, of reserve at %d: want charge first", ci, ri)
+	}
+	for _, want := range []string{"carrier rejected the parcel", "step.escalated", "compensation.succeeded"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("task page: want %q", want)
+		}
+	}
+}
+
+// The task page's event stream sends the page body when the task changes.
+func TestTaskEventStream(t *testing.T) {
+	e := newEnv(t)
+	task := e.submit(stuck())
+	b := e.browser()
+	b.get("/tasks")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/tasks/"+task.GetId()+"/events", nil)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	events := make(chan string, 16)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<22)
+		var ev strings.Builder
+		for sc.Scan() {
+			if sc.Text() == "" {
+				events <- ev.String()
+				ev.Reset()
+				continue
+			}
+			ev.WriteString(sc.Text() + "\n")
+		}
+	}()
+	next := func(want string) string {
+		t.Helper()
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("stream ended before %q", want)
+				}
+				if strings.Contains(ev, "event: task") && strings.Contains(ev, want) {
+					return ev
+				}
+			case <-ctx.Done():
+				t.Fatalf("no event with %q", want)
+			}
+		}
+	}
+	first := next(`id="task-state">pending`)
+	if !strings.Contains(first, "id: ") {
+		t.Errorf("event without an id (Last-Event-ID): %.200s", first)
+	}
+	if _, err := e.sched.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: task.GetId(), Reason: "stream test"}); err != nil {
+		t.Fatal(err)
+	}
+	next(`id="task-state">canceled`)
 }

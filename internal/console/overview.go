@@ -33,7 +33,13 @@ type overviewData struct {
 	OpenAlerts   int
 	AlertsKnown  bool
 	Recent       []taskRow
+	Submitted    int  // tasks created in the last throughputWindow
+	SubmittedMax bool // at least overviewSample
+	Window       string
 }
+
+// throughputWindow is the period the overview's throughput covers.
+const throughputWindow = 5 * time.Minute
 
 func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	s.renderOverview(w, r, ss, "overview")
@@ -95,6 +101,10 @@ func (s *Server) renderOverview(w http.ResponseWriter, r *http.Request, ss *sess
 		if resp, err := s.sup.ListAlerts(ctx, &reevev1.ListAlertsRequest{Namespace: ns, PageSize: 1000}, opts...); err == nil {
 			d.OpenAlerts, d.AlertsKnown = len(resp.GetAlerts()), true
 		}
+	}
+	d.Window = fmtDur(throughputWindow)
+	if resp, err := s.sched.ListTasks(ctx, &reevev1.ListTasksRequest{Namespace: ns, CreatedAfter: timeOf(now.Add(-throughputWindow)), PageSize: overviewSample, View: reevev1.TaskView_TASK_VIEW_BASIC}, opts...); err == nil {
+		d.Submitted, d.SubmittedMax = len(resp.GetTasks()), resp.GetNextPageToken() != ""
 	}
 	if tasks, _, _, err := s.listTasks(ctx, opts, taskFilter{NS: ns}, 10, ""); err == nil {
 		for _, t := range tasks {

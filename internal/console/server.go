@@ -103,6 +103,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /overview/body", s.withSession(s.overviewBody))
 	m.HandleFunc("GET /tasks", s.withSession(s.tasksPage))
 	m.HandleFunc("GET /tasks/rows", s.withSession(s.tasksRows))
+	m.HandleFunc("GET /tasks/counts", s.withSession(s.tasksCounts))
 	m.HandleFunc("GET /tasks/events", s.withSession(s.tasksEvents))
 	m.HandleFunc("GET /tasks/{id}", s.withSession(s.taskPage))
 	m.HandleFunc("GET /tasks/{id}/body", s.withSession(s.taskBody))

@@ -86,7 +86,11 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request, ss *session)
 	}
 	ctx := r.Context()
 	out := startSSE(w)
-	last := r.Header.Get("Last-Event-ID")
+	// The page was rendered at version v: send only newer ones.
+	last := r.URL.Query().Get("v")
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		last = id
+	}
 	push := func(t *reevev1.Task) error {
 		id := sseID(t)
 		if id == last {

@@ -89,6 +89,7 @@ type taskData struct {
 	Query      string // the page's own query (namespace and history view)
 	QueryNoHP  string
 	CanCompen  bool
+	Version    string // the task's version shown (see sseID)
 }
 
 func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, ss *session) {
@@ -143,6 +144,7 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, h histo
 		end = t.GetEndTime().AsTime()
 	}
 	d.Duration = fmtDur(end.Sub(t.GetCreateTime().AsTime()))
+	d.Version = sseID(t)
 	d.CanCompen = !d.Terminal || t.GetState() == reevev1.TaskState_TASK_STATE_FAILED
 	for _, st := range t.GetSteps() {
 		v := stepView{Step: st, StateName: shortEnum(st.GetState()), Retryable: st.GetState() == reevev1.StepState_STEP_STATE_FAILED && !d.Terminal || st.GetState() == reevev1.StepState_STEP_STATE_FAILED && t.GetState() == reevev1.TaskState_TASK_STATE_FAILED}

@@ -233,8 +233,20 @@ func (s *Server) renderTasks(w http.ResponseWriter, r *http.Request, ss *session
 		d.Rows = append(d.Rows, s.row(t, now))
 	}
 	d.Next = next
-	d.Counts = s.counts(ctx, opts, f)
 	s.render(w, r, http.StatusOK, tmpl, d)
+}
+
+// tasksCounts renders the counts per state of the tasks page: a request of
+// its own, so that counting a large namespace never delays the list.
+func (s *Server) tasksCounts(w http.ResponseWriter, r *http.Request, ss *session) {
+	f, err := parseTaskFilter(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel, opts := s.call(r, ss)
+	defer cancel()
+	s.render(w, r, http.StatusOK, "tasks-counts", tasksData{F: f, Counts: s.counts(ctx, opts, f)})
 }
 
 // timeOf is a timestamp or nil for the zero time.
