@@ -3,6 +3,7 @@ package taskstate
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -192,6 +193,10 @@ func escalate(t *reevev1.Task, s *reevev1.Step, spec *reevev1.StepSpec, actor st
 	}
 	switch workflow.EffectiveEscalation(spec) {
 	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
+		// A new round: after the wait the step gets its policy's attempts and
+		// backoff again (the count drives both), instead of one attempt per
+		// wait with an ever longer backoff.
+		s.FailureCount = 0
 		requeue(t, s, now, workflow.EscalationWait(spec))
 		addHistory(t, now, "step.escalated", s.GetName(), s.GetAttempt(), actor, "wait_then_retry until "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 	case reevev1.Escalation_ESCALATION_COMPENSATE:
@@ -355,25 +360,78 @@ func advanceCompensation(t *reevev1.Task, now time.Time) {
 	}
 }
 
+// needsUndo reports whether the step's success still has to be undone: it
+// SUCCEEDED and declares a compensation, or its compensation started and was
+// canceled before it was confirmed (FailTask or CancelTask interrupted it), so
+// the undo may or may not have happened and must run again (with the same
+// idempotency key).
 func needsUndo(t *reevev1.Task, s *reevev1.Step) bool {
-	return s.GetState() == reevev1.StepState_STEP_STATE_SUCCEEDED && Spec(t, s.GetName()).GetCompensation() != nil
+	if Spec(t, s.GetName()).GetCompensation() == nil {
+		return false
+	}
+	switch s.GetState() {
+	case reevev1.StepState_STEP_STATE_SUCCEEDED:
+		return true
+	case reevev1.StepState_STEP_STATE_CANCELED:
+		return s.GetCompensation()
+	}
+	return false
 }
 
-// dependentsUndone reports whether no step depending on name still needs to
-// be, or is being, compensated.
+// dependentsUndone reports whether no step downstream of name, directly or
+// through any chain of dependents (also through steps without a
+// compensation), still needs to be, or is being, compensated: undo is
+// strictly reverse-topological.
 func dependentsUndone(t *reevev1.Task, name string) bool {
-	for _, sp := range t.GetWorkflow().GetSteps() {
-		for _, dep := range sp.GetDependsOn() {
-			if dep != name {
-				continue
-			}
-			d := FindStep(t, sp.GetName())
-			if Compensating(d) || needsUndo(t, d) {
-				return false
-			}
+	for _, d := range Downstream(t, name) {
+		if s := FindStep(t, d); Compensating(s) || needsUndo(t, s) {
+			return false
 		}
 	}
 	return true
+}
+
+// Downstream lists every step that depends on name, directly or
+// transitively, in the workflow's order.
+func Downstream(t *reevev1.Task, name string) []string {
+	return reach(t, name, func(sp *reevev1.StepSpec) []string { return sp.GetDependsOn() }, true)
+}
+
+// Upstream lists every step name depends on, directly or transitively, in
+// the workflow's order.
+func Upstream(t *reevev1.Task, name string) []string {
+	return reach(t, name, func(sp *reevev1.StepSpec) []string { return sp.GetDependsOn() }, false)
+}
+
+func reach(t *reevev1.Task, name string, deps func(*reevev1.StepSpec) []string, down bool) []string {
+	seen := map[string]bool{name: true}
+	frontier := []string{name}
+	for len(frontier) > 0 {
+		n := frontier[len(frontier)-1]
+		frontier = frontier[:len(frontier)-1]
+		if down {
+			for _, sp := range t.GetWorkflow().GetSteps() {
+				if !seen[sp.GetName()] && slices.Contains(deps(sp), n) {
+					seen[sp.GetName()] = true
+					frontier = append(frontier, sp.GetName())
+				}
+			}
+			continue
+		}
+		for _, d := range deps(Spec(t, n)) {
+			if !seen[d] {
+				seen[d] = true
+				frontier = append(frontier, d)
+			}
+		}
+	}
+	var out []string
+	for _, sp := range t.GetWorkflow().GetSteps() {
+		if seen[sp.GetName()] && sp.GetName() != name {
+			out = append(out, sp.GetName())
+		}
+	}
+	return out
 }
 
 func endTask(t *reevev1.Task, state reevev1.TaskState, now time.Time) {
