@@ -106,7 +106,7 @@ func expired(t *reevev1.Task, name string, attempt int32, actor string, now time
 	}
 	s := FindStep(t, name)
 	if s == nil {
-		return nil, ErrUnknownStep
+		return nil, &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
 	deadline, ok := Deadline(s)
 	if !ok || s.GetAttempt() != attempt {
@@ -192,7 +192,7 @@ func FailExpired(t *reevev1.Task, name string, attempt int32, reason, actor stri
 func ExpireNow(t *reevev1.Task, name string, attempt int32, actor string, now time.Time) error {
 	s := FindStep(t, name)
 	if s == nil {
-		return ErrUnknownStep
+		return &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
 	if TerminalTask(t.GetState()) || !Dispatched(s) || s.GetAttempt() != attempt {
 		return ErrStale
@@ -285,7 +285,7 @@ func needsTask(t *reevev1.Task, action string, accepts []reevev1.TaskState) erro
 func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor string, now time.Time) error {
 	s := FindStep(t, name)
 	if s == nil {
-		return fmt.Errorf("%w: task %s has no step %q", ErrUnknownStep, t.GetId(), name)
+		return &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
 	if err := needsTask(t, "retry_step", RetryAccepts); err != nil {
 		return err

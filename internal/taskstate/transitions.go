@@ -71,7 +71,7 @@ func Claim(t *reevev1.Task, name string, attempt int32, schedulerID, agentID str
 	}
 	s := FindStep(t, name)
 	if s == nil {
-		return ErrUnknownStep
+		return &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
 	if !Queued(s) || s.GetAttempt() != attempt {
 		return ErrNotQueued
@@ -150,18 +150,45 @@ func Cancel(t *reevev1.Task, reason, actor string, now time.Time) error {
 }
 
 // current returns the step named by ref if ref is its dispatched execution
-// held by agentID.
+// held by agentID. A refusal says what happened, for the agent's ResultAck:
+// an unknown step, a superseded or never-made attempt, one held by another
+// agent, one never dispatched, or a result already recorded.
 func current(t *reevev1.Task, ref *reevev1.StepRef, agentID string) (*reevev1.Step, error) {
-	s := FindStep(t, ref.GetStep())
+	name, attempt := ref.GetStep(), ref.GetAttempt()
+	s := FindStep(t, name)
 	if s == nil {
-		return nil, ErrUnknownStep
+		return nil, &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
-	if TerminalTask(t.GetState()) || !Dispatched(s) || s.GetAttempt() != ref.GetAttempt() || s.GetLockedByAgent() != agentID {
-		return nil, fmt.Errorf("%w: step %q is %s at attempt %d, result was for attempt %d",
-			ErrStale, s.GetName(), s.GetState(), s.GetAttempt(), ref.GetAttempt())
+	state := StateName(s.GetState())
+	exec := fmt.Sprintf("attempt %d of step %q", attempt, name)
+	switch {
+	case attempt < s.GetAttempt():
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s was superseded: the step is at attempt %d (%s); this result changes nothing", exec, s.GetAttempt(), state)}
+	case attempt > s.GetAttempt():
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s does not exist: the step is at attempt %d (%s)", exec, s.GetAttempt(), state)}
+	case Dispatched(s) && s.GetLockedByAgent() != agentID:
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s is held by agent %s, not %s", exec, s.GetLockedByAgent(), agentID)}
+	case Dispatched(s) && !TerminalTask(t.GetState()):
+		return s, nil
+	case Queued(s):
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s was never dispatched: it is %s, queued for an agent", exec, state)}
+	case s.GetState() == reevev1.StepState_STEP_STATE_SUCCEEDED || s.GetState() == reevev1.StepState_STEP_STATE_COMPENSATED:
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s already %s: a result for it was accepted before (a duplicate)", exec, state)}
+	case TerminalTask(t.GetState()):
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s is %s and task %s is %s: the result came too late", exec, state, t.GetId(), StateName(t.GetState()))}
 	}
-	return s, nil
+	return nil, &refusal{ErrStale, fmt.Sprintf("%s is not dispatched: the step is %s", exec, state)}
 }
+
+// refusal is an error whose message is for the agent or operator, without
+// the package prefix of the sentinel it matches.
+type refusal struct {
+	sentinel error
+	msg      string
+}
+
+func (e *refusal) Error() string        { return e.msg }
+func (e *refusal) Is(target error) bool { return target == e.sentinel }
 
 func failAttempt(t *reevev1.Task, s *reevev1.Step, stepErr *reevev1.StepError, actor string, now time.Time) {
 	spec := Spec(t, s.GetName())
