@@ -3,7 +3,6 @@ package taskstate
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -361,6 +360,7 @@ func startCompensation(t *reevev1.Task, reason, actor string, now time.Time) {
 // advanceCompensation starts the compensation of every succeeded step none of
 // whose dependents still needs undoing, and ends the task when nothing is left.
 func advanceCompensation(t *reevev1.Task, now time.Time) {
+	waiting := upstreamOfUndo(t)
 	pending := 0
 	for _, s := range t.GetSteps() {
 		switch {
@@ -368,7 +368,7 @@ func advanceCompensation(t *reevev1.Task, now time.Time) {
 			pending++
 		case needsUndo(t, s):
 			pending++
-			if !dependentsUndone(t, s.GetName()) {
+			if waiting[s.GetName()] {
 				continue
 			}
 			s.State = reevev1.StepState_STEP_STATE_COMPENSATING
@@ -405,50 +405,70 @@ func needsUndo(t *reevev1.Task, s *reevev1.Step) bool {
 	return false
 }
 
-// dependentsUndone reports whether no step downstream of name, directly or
-// through any chain of dependents (also through steps without a
-// compensation), still needs to be, or is being, compensated: undo is
-// strictly reverse-topological.
-func dependentsUndone(t *reevev1.Task, name string) bool {
-	for _, d := range Downstream(t, name) {
-		if s := FindStep(t, d); Compensating(s) || needsUndo(t, s) {
-			return false
+// upstreamOfUndo returns the steps upstream, directly or through any chain
+// of dependencies (also through steps without a compensation), of a step
+// that still needs to be, or is being, compensated: their own compensation
+// must wait, so that undo is strictly reverse-topological. Linear in the
+// workflow's size.
+func upstreamOfUndo(t *reevev1.Task) map[string]bool {
+	deps := map[string][]string{}
+	for _, sp := range t.GetWorkflow().GetSteps() {
+		deps[sp.GetName()] = sp.GetDependsOn()
+	}
+	seen := map[string]bool{}
+	var frontier []string
+	for _, s := range t.GetSteps() {
+		if Compensating(s) || needsUndo(t, s) {
+			frontier = append(frontier, s.GetName())
 		}
 	}
-	return true
+	for len(frontier) > 0 {
+		n := frontier[len(frontier)-1]
+		frontier = frontier[:len(frontier)-1]
+		for _, d := range deps[n] {
+			if !seen[d] {
+				seen[d] = true
+				frontier = append(frontier, d)
+			}
+		}
+	}
+	return seen
 }
 
 // Downstream lists every step that depends on name, directly or
 // transitively, in the workflow's order.
 func Downstream(t *reevev1.Task, name string) []string {
-	return reach(t, name, func(sp *reevev1.StepSpec) []string { return sp.GetDependsOn() }, true)
+	children := map[string][]string{}
+	for _, sp := range t.GetWorkflow().GetSteps() {
+		for _, d := range sp.GetDependsOn() {
+			children[d] = append(children[d], sp.GetName())
+		}
+	}
+	return reach(t, name, func(n string) []string { return children[n] })
 }
 
 // Upstream lists every step name depends on, directly or transitively, in
 // the workflow's order.
 func Upstream(t *reevev1.Task, name string) []string {
-	return reach(t, name, func(sp *reevev1.StepSpec) []string { return sp.GetDependsOn() }, false)
+	deps := map[string][]string{}
+	for _, sp := range t.GetWorkflow().GetSteps() {
+		deps[sp.GetName()] = sp.GetDependsOn()
+	}
+	return reach(t, name, func(n string) []string { return deps[n] })
 }
 
-func reach(t *reevev1.Task, name string, deps func(*reevev1.StepSpec) []string, down bool) []string {
+// reach lists the steps reachable from name through next, in the
+// workflow's order.
+func reach(t *reevev1.Task, name string, next func(string) []string) []string {
 	seen := map[string]bool{name: true}
 	frontier := []string{name}
 	for len(frontier) > 0 {
 		n := frontier[len(frontier)-1]
 		frontier = frontier[:len(frontier)-1]
-		if down {
-			for _, sp := range t.GetWorkflow().GetSteps() {
-				if !seen[sp.GetName()] && slices.Contains(deps(sp), n) {
-					seen[sp.GetName()] = true
-					frontier = append(frontier, sp.GetName())
-				}
-			}
-			continue
-		}
-		for _, d := range deps(Spec(t, n)) {
-			if !seen[d] {
-				seen[d] = true
-				frontier = append(frontier, d)
+		for _, m := range next(n) {
+			if !seen[m] {
+				seen[m] = true
+				frontier = append(frontier, m)
 			}
 		}
 	}
