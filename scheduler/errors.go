@@ -75,7 +75,8 @@ func mapStatus(err error) *status.Status {
 	case errors.Is(err, store.ErrFenced),
 		errors.Is(err, taskstate.ErrStale), errors.Is(err, taskstate.ErrTerminal),
 		errors.Is(err, taskstate.ErrNotQueued), errors.Is(err, taskstate.ErrUnknownStep),
-		errors.Is(err, taskstate.ErrNotExpired), errors.Is(err, taskstate.ErrNotFailed):
+		errors.Is(err, taskstate.ErrNotExpired), errors.Is(err, taskstate.ErrNotFailed),
+		errors.Is(err, taskstate.ErrWrongState):
 		return status.New(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, store.ErrNoSpace):
 		return status.New(codes.ResourceExhausted, "etcd is out of space: new work is refused until an operator compacts and defragments it ("+err.Error()+")")

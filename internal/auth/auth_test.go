@@ -262,6 +262,18 @@ func TestAllowedCallsSucceed(t *testing.T) {
 	if h := canceled.GetTask().GetHistory(); h[len(h)-1].GetActor() != "client/cert:client-a" {
 		t.Fatalf("cancel recorded as %q, want client/cert:client-a", h[len(h)-1].GetActor())
 	}
+	// An operator's action records the operator's identity.
+	req.TaskId = "to-fail"
+	if _, err := clientA.SubmitTask(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	failed, err := reevev1.NewSupervisorServiceClient(e.conn(t, "admin", "")).FailTask(ctx, &reevev1.FailTaskRequest{Namespace: "a", TaskId: "to-fail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := failed.GetTask().GetHistory(); h[len(h)-1].GetActor() != "operator/cert:admin" {
+		t.Fatalf("operator fail recorded as %q, want operator/cert:admin", h[len(h)-1].GetActor())
+	}
 	wf := inline("a").GetInlineWorkflow()
 	wf.Namespace = "a"
 	if _, err := reevev1.NewSchedulerServiceClient(e.conn(t, "admin", "")).RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: wf}); err != nil {

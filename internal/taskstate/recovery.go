@@ -3,6 +3,8 @@ package taskstate
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -17,6 +19,8 @@ import (
 var ErrNotExpired = errors.New("taskstate: execution has not expired")
 
 // ErrNotFailed means an operator asked to retry a step that is not FAILED.
+//
+// Deprecated: RetryFailed now returns a StateError (ErrWrongState).
 var ErrNotFailed = errors.New("taskstate: step is not failed")
 
 // Action is a supervisor's decision for an expired execution.
@@ -102,7 +106,7 @@ func expired(t *reevev1.Task, name string, attempt int32, actor string, now time
 	}
 	s := FindStep(t, name)
 	if s == nil {
-		return nil, ErrUnknownStep
+		return nil, &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
 	deadline, ok := Deadline(s)
 	if !ok || s.GetAttempt() != attempt {
@@ -133,9 +137,24 @@ func RetryExpired(t *reevev1.Task, name string, attempt int32, delay time.Durati
 	if err != nil {
 		return err
 	}
+	if exhausted(t, s) {
+		// The supervisor retries an exhausted step only by wait_then_retry:
+		// a new round of attempts, as when an agent's failure escalates.
+		s.FailureCount = 0
+	}
 	requeue(t, s, now, delay)
 	addHistory(t, now, "step.retry_scheduled", name, s.GetAttempt(), actor, "not before "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 	return nil
+}
+
+// exhausted reports whether the step used up its policy's attempts.
+func exhausted(t *reevev1.Task, s *reevev1.Step) bool {
+	spec := Spec(t, s.GetName())
+	policy := workflow.EffectiveRetryPolicy(t.GetWorkflow(), spec)
+	if Compensating(s) {
+		policy = workflow.CompensationRetryPolicy(t.GetWorkflow(), spec)
+	}
+	return s.GetFailureCount() >= policy.GetMaxAttempts()
 }
 
 // CompensateExpired records the expiry of (name, attempt), fails the step
@@ -173,7 +192,7 @@ func FailExpired(t *reevev1.Task, name string, attempt int32, reason, actor stri
 func ExpireNow(t *reevev1.Task, name string, attempt int32, actor string, now time.Time) error {
 	s := FindStep(t, name)
 	if s == nil {
-		return ErrUnknownStep
+		return &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
 	if TerminalTask(t.GetState()) || !Dispatched(s) || s.GetAttempt() != attempt {
 		return ErrStale
@@ -186,32 +205,126 @@ func ExpireNow(t *reevev1.Task, name string, attempt int32, actor string, now ti
 	return nil
 }
 
-// RetryFailed is an operator's retry of a FAILED step: its failure count is
-// reset, a new attempt is queued now, and the task resumes — RUNNING, with
-// the steps that were skipped or canceled waiting again, or COMPENSATING when
-// the step's compensation had failed.
+// ErrWrongState means an operator action does not apply to the task or the
+// step in its current state; the error's message names the state and what
+// the action needs (see StateError).
+var ErrWrongState = errors.New("taskstate: wrong state for this action")
+
+// StateError is an operator action refused because of the task's or the
+// step's state. Its message is meant for the operator, e.g.
+// `task t-1 is COMPENSATED: retry_step needs the task FAILED`.
+// It matches ErrWrongState, and ErrTerminal when the task is terminal.
+type StateError struct {
+	Msg      string
+	Terminal bool
+}
+
+func (e *StateError) Error() string { return e.Msg }
+
+// Is makes errors.Is match ErrWrongState, and ErrTerminal for a terminal task.
+func (e *StateError) Is(target error) bool {
+	return target == ErrWrongState || (e.Terminal && target == ErrTerminal)
+}
+
+// Operator actions and the task states they accept. A supervisor's fenced
+// call names an expired execution instead and is judged by it (see
+// RetryExpired, CompensateExpired, FailExpired).
+var (
+	// CancelAccepts: a terminal task is left as it is (CancelTask answers
+	// with it unchanged).
+	CancelAccepts = []reevev1.TaskState{reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING, reevev1.TaskState_TASK_STATE_COMPENSATING}
+	// FailAccepts lists the task states FailTask accepts.
+	FailAccepts = []reevev1.TaskState{reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING, reevev1.TaskState_TASK_STATE_COMPENSATING}
+	// CompensateAccepts lists the task states CompensateTask accepts (FAILED
+	// only when no compensation failed: retry that step instead).
+	CompensateAccepts = []reevev1.TaskState{reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING, reevev1.TaskState_TASK_STATE_FAILED}
+	// RetryAccepts lists the task states RetryStep accepts; the step must be
+	// FAILED.
+	RetryAccepts = []reevev1.TaskState{reevev1.TaskState_TASK_STATE_FAILED}
+)
+
+// StateName is a task or step state without its enum prefix: "RUNNING".
+func StateName[S interface{ String() string }](s S) string {
+	n := s.String()
+	if i := strings.Index(n, "_STATE_"); i >= 0 {
+		return n[i+len("_STATE_"):]
+	}
+	return n
+}
+
+func needsTask(t *reevev1.Task, action string, accepts []reevev1.TaskState) error {
+	if slices.Contains(accepts, t.GetState()) {
+		return nil
+	}
+	names := make([]string, len(accepts))
+	for i, a := range accepts {
+		names[i] = StateName(a)
+	}
+	list := names[0]
+	if n := len(names); n > 1 {
+		list = strings.Join(names[:n-1], ", ") + " or " + names[n-1]
+	}
+	return &StateError{
+		Msg:      fmt.Sprintf("task %s is %s: %s needs the task %s", t.GetId(), StateName(t.GetState()), action, list),
+		Terminal: TerminalTask(t.GetState()),
+	}
+}
+
+// RetryFailed is an operator's retry of the FAILED step of a FAILED task:
+// its failure count is reset and a new attempt is queued now.
+//
+// A failed forward step is retried only while nothing of the task was
+// undone: no compensation has started (else retrying would redo work that is
+// being or was undone; CompensateTask finishes the undo) and every upstream
+// step, transitively, SUCCEEDED. The task becomes RUNNING, and the steps
+// that were skipped or canceled wait for their dependencies again.
+//
+// A failed compensation is retried in place: the task becomes COMPENSATING
+// again, and compensations that were canceled when the task failed are
+// queued again in reverse dependency order.
 func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor string, now time.Time) error {
 	s := FindStep(t, name)
 	if s == nil {
-		return ErrUnknownStep
+		return &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
+	}
+	if err := needsTask(t, "retry_step", RetryAccepts); err != nil {
+		return err
 	}
 	if s.GetState() != reevev1.StepState_STEP_STATE_FAILED {
-		return fmt.Errorf("%w: step %q is %s", ErrNotFailed, name, s.GetState())
+		return &StateError{Msg: fmt.Sprintf("step %q of task %s is %s: retry_step needs the step FAILED", name, t.GetId(), StateName(s.GetState()))}
 	}
 	if attempt != 0 && attempt != s.GetAttempt() {
 		return fmt.Errorf("%w: step %q is at attempt %d, not %d", ErrStale, name, s.GetAttempt(), attempt)
 	}
 	compensation := s.GetCompensation()
+	if !compensation {
+		for _, o := range t.GetSteps() {
+			if o.GetCompensation() {
+				return &StateError{Msg: fmt.Sprintf("task %s was compensating when it failed (the compensation of step %q is %s): retry_step on %q would redo undone work; compensate_task finishes the undo",
+					t.GetId(), o.GetName(), StateName(o.GetState()), name)}
+			}
+		}
+		for _, up := range Upstream(t, name) {
+			if st := FindStep(t, up).GetState(); st != reevev1.StepState_STEP_STATE_SUCCEEDED {
+				return &StateError{Msg: fmt.Sprintf("step %q of task %s depends on step %q, which is %s: retry_step needs every upstream step SUCCEEDED", name, t.GetId(), up, StateName(st))}
+			}
+		}
+	}
+	s.FailureCount = 0
+	s.LastError = nil
+	s.EndTime = nil
+	t.EndTime = nil
+	t.Reason = ""
+	if compensation {
+		s.State = reevev1.StepState_STEP_STATE_COMPENSATING
+		t.State = reevev1.TaskState_TASK_STATE_COMPENSATING
+		requeue(t, s, now, 0)
+		addHistory(t, now, "step.retried_by_operator", name, s.GetAttempt(), actor, reason)
+		advanceCompensation(t, now)
+		return nil
+	}
 	for _, o := range t.GetSteps() {
-		switch {
-		case o == s:
-		case compensation && o.GetState() == reevev1.StepState_STEP_STATE_CANCELED && o.GetCompensation():
-			o.State = reevev1.StepState_STEP_STATE_COMPENSATING
-			o.Attempt++
-			o.FailureCount = 0
-			o.EndTime = nil
-			enqueue(t, o, now, time.Time{})
-		case !compensation && (o.GetState() == reevev1.StepState_STEP_STATE_SKIPPED || o.GetState() == reevev1.StepState_STEP_STATE_CANCELED):
+		if o != s && (o.GetState() == reevev1.StepState_STEP_STATE_SKIPPED || o.GetState() == reevev1.StepState_STEP_STATE_CANCELED) {
 			o.State = reevev1.StepState_STEP_STATE_PENDING
 			o.EndTime = nil
 			dequeue(o)
@@ -219,45 +332,36 @@ func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor stri
 	}
 	s.State = reevev1.StepState_STEP_STATE_PENDING
 	t.State = reevev1.TaskState_TASK_STATE_RUNNING
-	if compensation {
-		s.State = reevev1.StepState_STEP_STATE_COMPENSATING
-		t.State = reevev1.TaskState_TASK_STATE_COMPENSATING
-	}
-	s.FailureCount = 0
-	s.EndTime = nil
-	t.EndTime = nil
-	t.Reason = ""
 	requeue(t, s, now, 0)
 	addHistory(t, now, "step.retried_by_operator", name, s.GetAttempt(), actor, reason)
-	if !compensation {
-		advance(t, now)
-	}
+	advance(t, now)
 	return nil
 }
 
-// Compensate is an operator's request to undo a task that is running or
-// failed (not one whose compensation failed: retry that step instead).
+// Compensate is an operator's request to undo a task that is pending,
+// running or failed (not one whose compensation failed: retry that step
+// instead). Compensations canceled when the task failed run again.
 func Compensate(t *reevev1.Task, reason, actor string, now time.Time) error {
-	switch t.GetState() {
-	case reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING:
-	case reevev1.TaskState_TASK_STATE_FAILED:
+	if err := needsTask(t, "compensate_task", CompensateAccepts); err != nil {
+		return err
+	}
+	if t.GetState() == reevev1.TaskState_TASK_STATE_FAILED {
 		for _, s := range t.GetSteps() {
 			if s.GetCompensation() && s.GetState() == reevev1.StepState_STEP_STATE_FAILED {
-				return fmt.Errorf("%w: the compensation of step %q failed; retry that step instead", ErrTerminal, s.GetName())
+				return &StateError{Msg: fmt.Sprintf("task %s is FAILED because the compensation of step %q failed: retry that step (retry_step) instead of compensate_task", t.GetId(), s.GetName())}
 			}
 		}
 		t.EndTime = nil
-	default:
-		return ErrTerminal
 	}
 	startCompensation(t, orReason(reason, "compensation requested by an operator"), actor, now)
 	return nil
 }
 
-// FailTask is an operator's request to give up on a running task.
+// FailTask is an operator's request to give up on a pending, running or
+// compensating task.
 func FailTask(t *reevev1.Task, reason, actor string, now time.Time) error {
-	if TerminalTask(t.GetState()) {
-		return ErrTerminal
+	if err := needsTask(t, "fail_task", FailAccepts); err != nil {
+		return err
 	}
 	failTask(t, orReason(reason, "failed by an operator"), actor, now)
 	return nil

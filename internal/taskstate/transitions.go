@@ -70,7 +70,7 @@ func Claim(t *reevev1.Task, name string, attempt int32, schedulerID, agentID str
 	}
 	s := FindStep(t, name)
 	if s == nil {
-		return ErrUnknownStep
+		return &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
 	if !Queued(s) || s.GetAttempt() != attempt {
 		return ErrNotQueued
@@ -149,18 +149,45 @@ func Cancel(t *reevev1.Task, reason, actor string, now time.Time) error {
 }
 
 // current returns the step named by ref if ref is its dispatched execution
-// held by agentID.
+// held by agentID. A refusal says what happened, for the agent's ResultAck:
+// an unknown step, a superseded or never-made attempt, one held by another
+// agent, one never dispatched, or a result already recorded.
 func current(t *reevev1.Task, ref *reevev1.StepRef, agentID string) (*reevev1.Step, error) {
-	s := FindStep(t, ref.GetStep())
+	name, attempt := ref.GetStep(), ref.GetAttempt()
+	s := FindStep(t, name)
 	if s == nil {
-		return nil, ErrUnknownStep
+		return nil, &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
-	if TerminalTask(t.GetState()) || !Dispatched(s) || s.GetAttempt() != ref.GetAttempt() || s.GetLockedByAgent() != agentID {
-		return nil, fmt.Errorf("%w: step %q is %s at attempt %d, result was for attempt %d",
-			ErrStale, s.GetName(), s.GetState(), s.GetAttempt(), ref.GetAttempt())
+	state := StateName(s.GetState())
+	exec := fmt.Sprintf("attempt %d of step %q", attempt, name)
+	switch {
+	case attempt < s.GetAttempt():
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s was superseded: the step is at attempt %d (%s); this result changes nothing", exec, s.GetAttempt(), state)}
+	case attempt > s.GetAttempt():
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s does not exist: the step is at attempt %d (%s)", exec, s.GetAttempt(), state)}
+	case Dispatched(s) && s.GetLockedByAgent() != agentID:
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s is held by agent %s, not %s", exec, s.GetLockedByAgent(), agentID)}
+	case Dispatched(s) && !TerminalTask(t.GetState()):
+		return s, nil
+	case Queued(s):
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s was never dispatched: it is %s, queued for an agent", exec, state)}
+	case s.GetState() == reevev1.StepState_STEP_STATE_SUCCEEDED || s.GetState() == reevev1.StepState_STEP_STATE_COMPENSATED:
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s already %s: a result for it was accepted before (a duplicate)", exec, state)}
+	case TerminalTask(t.GetState()):
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s is %s and task %s is %s: the result came too late", exec, state, t.GetId(), StateName(t.GetState()))}
 	}
-	return s, nil
+	return nil, &refusal{ErrStale, fmt.Sprintf("%s is not dispatched: the step is %s", exec, state)}
 }
+
+// refusal is an error whose message is for the agent or operator, without
+// the package prefix of the sentinel it matches.
+type refusal struct {
+	sentinel error
+	msg      string
+}
+
+func (e *refusal) Error() string        { return e.msg }
+func (e *refusal) Is(target error) bool { return target == e.sentinel }
 
 func failAttempt(t *reevev1.Task, s *reevev1.Step, stepErr *reevev1.StepError, actor string, now time.Time) {
 	spec := Spec(t, s.GetName())
@@ -192,6 +219,10 @@ func escalate(t *reevev1.Task, s *reevev1.Step, spec *reevev1.StepSpec, actor st
 	}
 	switch workflow.EffectiveEscalation(spec) {
 	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
+		// A new round: after the wait the step gets its policy's attempts and
+		// backoff again (the count drives both), instead of one attempt per
+		// wait with an ever longer backoff.
+		s.FailureCount = 0
 		requeue(t, s, now, workflow.EscalationWait(spec))
 		addHistory(t, now, "step.escalated", s.GetName(), s.GetAttempt(), actor, "wait_then_retry until "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 	case reevev1.Escalation_ESCALATION_COMPENSATE:
@@ -329,6 +360,7 @@ func startCompensation(t *reevev1.Task, reason, actor string, now time.Time) {
 // advanceCompensation starts the compensation of every succeeded step none of
 // whose dependents still needs undoing, and ends the task when nothing is left.
 func advanceCompensation(t *reevev1.Task, now time.Time) {
+	waiting := upstreamOfUndo(t)
 	pending := 0
 	for _, s := range t.GetSteps() {
 		switch {
@@ -336,7 +368,7 @@ func advanceCompensation(t *reevev1.Task, now time.Time) {
 			pending++
 		case needsUndo(t, s):
 			pending++
-			if !dependentsUndone(t, s.GetName()) {
+			if waiting[s.GetName()] {
 				continue
 			}
 			s.State = reevev1.StepState_STEP_STATE_COMPENSATING
@@ -355,25 +387,98 @@ func advanceCompensation(t *reevev1.Task, now time.Time) {
 	}
 }
 
+// needsUndo reports whether the step's success still has to be undone: it
+// SUCCEEDED and declares a compensation, or its compensation started and was
+// canceled before it was confirmed (FailTask or CancelTask interrupted it), so
+// the undo may or may not have happened and must run again (with the same
+// idempotency key).
 func needsUndo(t *reevev1.Task, s *reevev1.Step) bool {
-	return s.GetState() == reevev1.StepState_STEP_STATE_SUCCEEDED && Spec(t, s.GetName()).GetCompensation() != nil
+	if Spec(t, s.GetName()).GetCompensation() == nil {
+		return false
+	}
+	switch s.GetState() {
+	case reevev1.StepState_STEP_STATE_SUCCEEDED:
+		return true
+	case reevev1.StepState_STEP_STATE_CANCELED:
+		return s.GetCompensation()
+	}
+	return false
 }
 
-// dependentsUndone reports whether no step depending on name still needs to
-// be, or is being, compensated.
-func dependentsUndone(t *reevev1.Task, name string) bool {
+// upstreamOfUndo returns the steps upstream, directly or through any chain
+// of dependencies (also through steps without a compensation), of a step
+// that still needs to be, or is being, compensated: their own compensation
+// must wait, so that undo is strictly reverse-topological. Linear in the
+// workflow's size.
+func upstreamOfUndo(t *reevev1.Task) map[string]bool {
+	deps := map[string][]string{}
 	for _, sp := range t.GetWorkflow().GetSteps() {
-		for _, dep := range sp.GetDependsOn() {
-			if dep != name {
-				continue
-			}
-			d := FindStep(t, sp.GetName())
-			if Compensating(d) || needsUndo(t, d) {
-				return false
+		deps[sp.GetName()] = sp.GetDependsOn()
+	}
+	seen := map[string]bool{}
+	var frontier []string
+	for _, s := range t.GetSteps() {
+		if Compensating(s) || needsUndo(t, s) {
+			frontier = append(frontier, s.GetName())
+		}
+	}
+	for len(frontier) > 0 {
+		n := frontier[len(frontier)-1]
+		frontier = frontier[:len(frontier)-1]
+		for _, d := range deps[n] {
+			if !seen[d] {
+				seen[d] = true
+				frontier = append(frontier, d)
 			}
 		}
 	}
-	return true
+	return seen
+}
+
+// Downstream lists every step that depends on name, directly or
+// transitively, in the workflow's order.
+func Downstream(t *reevev1.Task, name string) []string {
+	children := map[string][]string{}
+	for _, sp := range t.GetWorkflow().GetSteps() {
+		for _, d := range sp.GetDependsOn() {
+			children[d] = append(children[d], sp.GetName())
+		}
+	}
+	return reach(t, name, func(n string) []string { return children[n] })
+}
+
+// Upstream lists every step name depends on, directly or transitively, in
+// the workflow's order.
+func Upstream(t *reevev1.Task, name string) []string {
+	deps := map[string][]string{}
+	for _, sp := range t.GetWorkflow().GetSteps() {
+		deps[sp.GetName()] = sp.GetDependsOn()
+	}
+	return reach(t, name, func(n string) []string { return deps[n] })
+}
+
+// reach lists the steps reachable from name through next, in the
+// workflow's order.
+func reach(t *reevev1.Task, name string, next func(string) []string) []string {
+	seen := map[string]bool{name: true}
+	frontier := []string{name}
+	for len(frontier) > 0 {
+		n := frontier[len(frontier)-1]
+		frontier = frontier[:len(frontier)-1]
+		for _, m := range next(n) {
+			if !seen[m] {
+				seen[m] = true
+				frontier = append(frontier, m)
+			}
+		}
+	}
+	var out []string
+	for _, sp := range t.GetWorkflow().GetSteps() {
+		if seen[sp.GetName()] && sp.GetName() != name {
+			out = append(out, sp.GetName())
+		}
+	}
+	return out
 }
 
 func endTask(t *reevev1.Task, state reevev1.TaskState, now time.Time) {

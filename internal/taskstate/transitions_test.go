@@ -102,7 +102,7 @@ func TestRefusals(t *testing.T) {
 		}, taskstate.ErrNotExpired},
 		{"operator retry of a running step", func(task *reevev1.Task, ref *reevev1.StepRef) error {
 			return taskstate.RetryFailed(task, ref.Step, 0, "", "operator", t0)
-		}, taskstate.ErrNotFailed},
+		}, taskstate.ErrWrongState},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -229,8 +229,32 @@ func TestWaitThenRetryStartsANewRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := taskstate.FindStep(task, "reserve")
-	if !taskstate.Queued(s) || s.GetFailureCount() != 1 || !s.GetNotBefore().AsTime().Equal(t0.Add(time.Hour)) || task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING {
-		t.Fatalf("step %v task %v, want the next attempt queued after an hour", s, task.GetState())
+	if !taskstate.Queued(s) || s.GetFailureCount() != 0 || !s.GetNotBefore().AsTime().Equal(t0.Add(time.Hour)) || task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING {
+		t.Fatalf("step %v task %v, want the next attempt queued after an hour with the failure count reset", s, task.GetState())
+	}
+	// The new round has the policy's attempts again: a retryable failure
+	// backs off (1 s), it does not wait another hour.
+	t1 := t0.Add(time.Hour)
+	if err := taskstate.Fail(task, run(t, task, "reserve", t1), "a", &reevev1.StepError{Message: "flaky"}, t1); err != nil {
+		t.Fatal(err)
+	}
+	if !taskstate.Queued(s) || s.GetFailureCount() != 1 || !s.GetNotBefore().AsTime().Equal(t1.Add(time.Second)) {
+		t.Fatalf("step %v, want a retry after the 1 s backoff", s)
+	}
+	// The supervisor's path agrees: an expiry past the attempts, retried by
+	// wait_then_retry, resets the count too.
+	t2 := t1.Add(time.Second)
+	ref := run(t, task, "reserve", t2)
+	t3 := t2.Add(time.Hour)
+	s2 := taskstate.FindStep(task, "reserve")
+	if act, d := taskstate.Decide(task, s2); act != taskstate.ActionRetry || d != time.Hour {
+		t.Fatalf("decide: %v %v, want retry after the escalation wait", act, d)
+	}
+	if err := taskstate.RetryExpired(task, "reserve", ref.GetAttempt(), time.Hour, "supervisor/x", t3); err != nil {
+		t.Fatal(err)
+	}
+	if s2.GetFailureCount() != 0 {
+		t.Fatalf("failure count %d after wait_then_retry by the supervisor, want 0", s2.GetFailureCount())
 	}
 }
 

@@ -2,8 +2,10 @@ package workflow
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -69,7 +71,11 @@ func ValidateAgentID(field, id string) error {
 }
 
 // ValidateValue checks a JSON value: at most maxBytes encoded, nested at
-// most MaxValueDepth deep, numbers finite. nil is valid.
+// most MaxValueDepth deep, numbers finite, and every value, nested ones
+// included, of some kind (a google.protobuf.Value with none of its oneof set,
+// as Python's Value() makes, cannot be turned into JSON; null is
+// null_value). An error names the path of the offending value, e.g.
+// input.items[2] or input["a b"]. nil is valid (no value).
 func ValidateValue(field string, v *structpb.Value, maxBytes int) error {
 	if v == nil {
 		return nil
@@ -80,29 +86,48 @@ func ValidateValue(field string, v *structpb.Value, maxBytes int) error {
 	return checkValue(field, v, 0)
 }
 
-func checkValue(field string, v *structpb.Value, depth int) error {
+func checkValue(path string, v *structpb.Value, depth int) error {
 	if depth > MaxValueDepth {
-		return fieldErr(field, "nested deeper than %d levels", MaxValueDepth)
+		return fieldErr(path, "nested deeper than %d levels", MaxValueDepth)
 	}
 	switch k := v.GetKind().(type) {
+	case nil:
+		return fieldErr(path, "a google.protobuf.Value with no kind set; use null_value for null")
 	case *structpb.Value_NumberValue:
 		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
-			return fieldErr(field, "numbers must be finite")
+			return fieldErr(path, "numbers must be finite")
 		}
 	case *structpb.Value_StructValue:
-		for _, fv := range k.StructValue.GetFields() {
-			if err := checkValue(field, fv, depth+1); err != nil {
+		fields := k.StructValue.GetFields()
+		for _, key := range slices.Sorted(maps.Keys(fields)) {
+			if err := checkValue(memberPath(path, key), fields[key], depth+1); err != nil {
 				return err
 			}
 		}
 	case *structpb.Value_ListValue:
-		for _, lv := range k.ListValue.GetValues() {
-			if err := checkValue(field, lv, depth+1); err != nil {
+		for i, lv := range k.ListValue.GetValues() {
+			if err := checkValue(fmt.Sprintf("%s[%d]", path, i), lv, depth+1); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// memberPath is path.key, or path["key"] when key is not a plain
+// identifier.
+func memberPath(path, key string) string {
+	plain := key != ""
+	for i, r := range key {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return path + "." + key
+	}
+	return fmt.Sprintf("%s[%q]", path, truncate(key))
 }
 
 // ValidateWorkflow checks a workflow definition; field is its path ("workflow",

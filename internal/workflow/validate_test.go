@@ -66,6 +66,9 @@ func TestValidateWorkflow(t *testing.T) {
 		{"config too large", func(w *reevev1.Workflow) {
 			w.Steps[0].Config = structpb.NewStringValue(strings.Repeat("x", workflow.MaxConfigBytes))
 		}, "workflow.steps[0].config"},
+		{"config of no kind", func(w *reevev1.Workflow) {
+			w.Steps[0].Config = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewBoolValue(true), {}}})
+		}, "workflow.steps[0].config[1]: a google.protobuf.Value with no kind set"},
 		{"description", func(w *reevev1.Workflow) { w.Description = strings.Repeat("d", 2000) }, "workflow.description"},
 	}
 	for _, tc := range cases {
@@ -86,6 +89,17 @@ func TestValidateWorkflow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kindless is {"items": [1, "two", <a Value of no kind>]}.
+func kindless(t *testing.T) *structpb.Value {
+	t.Helper()
+	v, err := structpb.NewValue(map[string]any{"items": []any{1, "two", nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.GetStructValue().GetFields()["items"].GetListValue().Values[2] = &structpb.Value{}
+	return v
 }
 
 func TestValidateSubmitAndAgentMessages(t *testing.T) {
@@ -110,7 +124,11 @@ func TestValidateSubmitAndAgentMessages(t *testing.T) {
 		{"bad ref", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("")}), "workflow_ref.name: required"},
 		{"negative version", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: "o", Version: -1}}}), "workflow_ref.version"},
 		{"inline", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{}}}), "inline_workflow.steps"},
-		{"deep input", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("o"), Input: deep}), "input: nested deeper"},
+		{"deep input", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("o"), Input: deep}), "input[0][0]"},
+		{"input of no kind", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("o"), Input: &structpb.Value{}}), "input: a google.protobuf.Value with no kind set"},
+		{"list item of no kind", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("o"), Input: kindless(t)}), "input.items[2]: a google.protobuf.Value with no kind set"},
+		{"member of no kind", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("o"), Input: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"ok": structpb.NewNullValue(), "a b": {}}})}), `input["a b"]: a google.protobuf.Value`},
+		{"result output of no kind", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Output: kindless(t)}), "result.output.items[2]: a google.protobuf.Value with no kind set"},
 		{"valid register", workflow.ValidateRegister(&reevev1.Register{AgentId: "a-1", StepTypes: []string{"t"}, MaxConcurrentSteps: 1}), ""},
 		{"no agent id", workflow.ValidateRegister(&reevev1.Register{StepTypes: []string{"t"}, MaxConcurrentSteps: 1}), "register.agent_id: required"},
 		{"no types", workflow.ValidateRegister(&reevev1.Register{AgentId: "a", MaxConcurrentSteps: 1}), "register.step_types"},

@@ -592,7 +592,12 @@ type HistoryEvent struct {
 	// Step name; empty for task-level events.
 	Step    string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
 	Attempt int32  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// Who caused it: "client", "scheduler/<id>", "agent/<id>", "supervisor/<id>".
+	// Who caused it: "client" (a submission; a cancel records
+	// "client/<identity>" when authorization is on), "operator" or
+	// "operator/<identity>" (an unfenced RetryStep, CompensateTask or
+	// FailTask), "supervisor/<id>" (a fenced call), "scheduler/<id>" (a
+	// dispatch, a missed heartbeat), "scheduler" (what follows from another
+	// event: a step becoming ready, the task ending), "agent/<id>" (a result).
 	Actor         string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
 	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields

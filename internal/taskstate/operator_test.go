@@ -1,0 +1,245 @@
+package taskstate_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+)
+
+// taskIn builds an orders task in the named state; ship is the failed step
+// where there is one.
+func taskIn(t *testing.T, state string) *reevev1.Task {
+	t.Helper()
+	task := taskstate.New("default", "t-1", orders(), nil, t0)
+	ok := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	succeed := func(name string) { ok(taskstate.Complete(task, run(t, task, name, t0), "a", nil, t0)) }
+	switch state {
+	case "PENDING":
+		return task
+	case "RUNNING":
+		succeed("reserve")
+		return task
+	case "SUCCEEDED":
+		succeed("reserve")
+		succeed("charge")
+		succeed("ship")
+		return task
+	case "CANCELED":
+		succeed("reserve")
+		ok(taskstate.Cancel(task, "", "client", t0))
+		return task
+	case "FAILED":
+		succeed("reserve")
+		succeed("charge")
+		ok(taskstate.Fail(task, run(t, task, "ship", t0), "a", &reevev1.StepError{NonRetryable: true}, t0))
+		ok(taskstate.FailTask(task, "", "operator", t0)) // the compensation of charge is interrupted
+		return task
+	case "FAILED_FORWARD":
+		succeed("reserve")
+		ok(taskstate.Fail(task, run(t, task, "charge", t0), "a", &reevev1.StepError{NonRetryable: true}, t0))
+		return task // charge's escalation is fail
+	case "COMPENSATING", "COMPENSATED":
+		succeed("reserve")
+		succeed("charge")
+		ok(taskstate.Fail(task, run(t, task, "ship", t0), "a", &reevev1.StepError{NonRetryable: true}, t0))
+		if state == "COMPENSATING" {
+			return task
+		}
+		succeed("charge")
+		succeed("reserve")
+		return task
+	}
+	t.Fatalf("no task in state %s", state)
+	return nil
+}
+
+func TestOperatorActionsAcceptOnlyTheirStates(t *testing.T) {
+	do := map[string]func(*reevev1.Task) error{
+		"cancel":     func(task *reevev1.Task) error { return taskstate.Cancel(task, "", "operator", t0) },
+		"fail":       func(task *reevev1.Task) error { return taskstate.FailTask(task, "", "operator", t0) },
+		"compensate": func(task *reevev1.Task) error { return taskstate.Compensate(task, "", "operator", t0) },
+		"retry ship": func(task *reevev1.Task) error { return taskstate.RetryFailed(task, "ship", 0, "", "operator", t0) },
+	}
+	cases := []struct {
+		state, action string
+		want          string // "" accepted, else a fragment of the refusal
+	}{
+		{"PENDING", "cancel", ""},
+		{"PENDING", "fail", ""},
+		{"PENDING", "compensate", ""},
+		{"PENDING", "retry ship", "task t-1 is PENDING: retry_step needs the task FAILED"},
+		{"RUNNING", "cancel", ""},
+		{"RUNNING", "fail", ""},
+		{"RUNNING", "compensate", ""},
+		{"RUNNING", "retry ship", "task t-1 is RUNNING: retry_step needs the task FAILED"},
+		{"COMPENSATING", "cancel", ""},
+		{"COMPENSATING", "fail", ""},
+		{"COMPENSATING", "compensate", "task t-1 is COMPENSATING: compensate_task needs the task PENDING, RUNNING or FAILED"},
+		{"COMPENSATING", "retry ship", "task t-1 is COMPENSATING: retry_step needs the task FAILED"},
+		{"FAILED", "cancel", "task is terminal"},
+		{"FAILED", "fail", "task t-1 is FAILED: fail_task needs the task PENDING, RUNNING or COMPENSATING"},
+		{"FAILED", "compensate", ""},
+		{"FAILED", "retry ship", `task t-1 was compensating when it failed (the compensation of step "charge" is CANCELED)`},
+		{"COMPENSATED", "cancel", "task is terminal"},
+		{"COMPENSATED", "fail", "task t-1 is COMPENSATED: fail_task needs"},
+		{"COMPENSATED", "compensate", "task t-1 is COMPENSATED: compensate_task needs"},
+		{"COMPENSATED", "retry ship", "task t-1 is COMPENSATED: retry_step needs the task FAILED"},
+		{"CANCELED", "retry ship", "task t-1 is CANCELED: retry_step needs the task FAILED"},
+		{"CANCELED", "compensate", "task t-1 is CANCELED: compensate_task needs"},
+		{"CANCELED", "fail", "task t-1 is CANCELED: fail_task needs"},
+		{"SUCCEEDED", "retry ship", "task t-1 is SUCCEEDED: retry_step needs the task FAILED"},
+		{"SUCCEEDED", "compensate", "task t-1 is SUCCEEDED: compensate_task needs"},
+		{"FAILED_FORWARD", "retry ship", `step "ship" of task t-1 is SKIPPED: retry_step needs the step FAILED`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.state+"/"+tc.action, func(t *testing.T) {
+			task := taskIn(t, tc.state)
+			before := proto.Clone(task)
+			err := do[tc.action](task)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a refusal containing %q", err, tc.want)
+			}
+			if !errors.Is(err, taskstate.ErrWrongState) && !errors.Is(err, taskstate.ErrTerminal) {
+				t.Fatalf("%v is neither ErrWrongState nor ErrTerminal", err)
+			}
+			if !proto.Equal(before, task) {
+				t.Fatal("a refused action changed the task")
+			}
+		})
+	}
+}
+
+// Defect 4: FailTask interrupted the compensation of charge; a later
+// CompensateTask must undo charge, then reserve, and only then end
+// COMPENSATED.
+func TestCompensateAfterInterruptedCompensationUndoesEverything(t *testing.T) {
+	task := taskIn(t, "FAILED")
+	if s := taskstate.FindStep(task, "charge"); s.GetState() != reevev1.StepState_STEP_STATE_CANCELED || !s.GetCompensation() {
+		t.Fatalf("charge %v, want CANCELED with its compensation started", s)
+	}
+	if err := taskstate.Compensate(task, "", "operator", t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"charge", "reserve"} {
+		s := taskstate.FindStep(task, name)
+		if !taskstate.Queued(s) || !taskstate.Compensating(s) {
+			t.Fatalf("%s %v, want its compensation queued (task %v)", name, s, states(task))
+		}
+		if err := taskstate.Complete(task, run(t, task, name, t0), "a", nil, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED {
+		t.Fatalf("task %v %v, want COMPENSATED", task.GetState(), states(task))
+	}
+}
+
+// Defect 3: reserve → notify (no compensation) → charge → ship (fails):
+// reserve's compensation waits for charge's.
+func TestCompensationOrderIsTransitive(t *testing.T) {
+	wf := orders()
+	wf.Steps = []*reevev1.StepSpec{
+		wf.Steps[0],
+		{Name: "notify", Type: "mail.send", DependsOn: []string{"reserve"}},
+		{Name: "charge", Type: "pay.charge", DependsOn: []string{"notify"}, Compensation: wf.Steps[1].Compensation},
+		wf.Steps[2],
+	}
+	task := taskstate.New("default", "t-1", wf, nil, t0)
+	for _, name := range []string{"reserve", "notify", "charge"} {
+		if err := taskstate.Complete(task, run(t, task, name, t0), "a", nil, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := taskstate.Fail(task, run(t, task, "ship", t0), "a", &reevev1.StepError{NonRetryable: true}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if s := taskstate.FindStep(task, "reserve"); taskstate.Compensating(s) {
+		t.Fatalf("reserve's compensation started before charge's was done: %v", states(task))
+	}
+	if err := taskstate.Complete(task, run(t, task, "charge", t0), "a", nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	if s := taskstate.FindStep(task, "reserve"); !taskstate.Compensating(s) || !taskstate.Queued(s) {
+		t.Fatalf("reserve %v, want its compensation queued once charge was undone", s)
+	}
+}
+
+// A failed compensation retried by an operator resumes the undo, and the
+// compensations the failure canceled run again in order.
+func TestRetryOfFailedCompensationResumesTheUndo(t *testing.T) {
+	wf := orders()
+	wf.Steps[1].Compensation.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 1}
+	task := taskstate.New("default", "t-1", wf, nil, t0)
+	for _, name := range []string{"reserve", "charge"} {
+		if err := taskstate.Complete(task, run(t, task, name, t0), "a", nil, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := taskstate.Fail(task, run(t, task, "ship", t0), "a", &reevev1.StepError{NonRetryable: true}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := taskstate.Fail(task, run(t, task, "charge", t0), "a", &reevev1.StepError{Message: "refund down"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if task.GetState() != reevev1.TaskState_TASK_STATE_FAILED {
+		t.Fatalf("task %v, want FAILED after the refund failed", task.GetState())
+	}
+	if err := taskstate.Compensate(task, "", "operator", t0); !errors.Is(err, taskstate.ErrWrongState) {
+		t.Fatalf("compensate after a failed compensation: %v, want a refusal", err)
+	}
+	if err := taskstate.RetryFailed(task, "charge", 0, "", "operator", t0); err != nil {
+		t.Fatal(err)
+	}
+	if task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATING || taskstate.Compensating(taskstate.FindStep(task, "reserve")) {
+		t.Fatalf("task %v %v, want COMPENSATING with only charge's compensation queued", task.GetState(), states(task))
+	}
+	for _, name := range []string{"charge", "reserve"} {
+		if err := taskstate.Complete(task, run(t, task, name, t0), "a", nil, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED {
+		t.Fatalf("task %v, want COMPENSATED", task.GetState())
+	}
+}
+
+// A forward retry of a task that failed without any undo resumes it.
+func TestRetryOfFailedForwardStepResumes(t *testing.T) {
+	wf := orders()
+	wf.Steps[2].Escalation = reevev1.Escalation_ESCALATION_FAIL
+	task := taskstate.New("default", "t-1", wf, nil, t0)
+	for _, name := range []string{"reserve", "charge"} {
+		if err := taskstate.Complete(task, run(t, task, name, t0), "a", nil, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := taskstate.Fail(task, run(t, task, "ship", t0), "a", &reevev1.StepError{NonRetryable: true}, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := taskstate.RetryFailed(task, "ship", 0, "", "operator", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := taskstate.Complete(task, run(t, task, "ship", t0), "a", nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	if task.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task %v, want SUCCEEDED", task.GetState())
+	}
+}

@@ -1,0 +1,196 @@
+package scheduler_test
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/testenv"
+)
+
+// ordersFlow is reserve → charge → ship, reserve and charge with a
+// compensation, ship escalating by compensation; extra steps go between
+// reserve and charge.
+func ordersFlow(middle ...*reevev1.StepSpec) *reevev1.SubmitTaskRequest_InlineWorkflow {
+	reserve := step("reserve", "inv.reserve")
+	reserve.Compensation = &reevev1.CompensationSpec{Type: "inv.release"}
+	prev := "reserve"
+	steps := []*reevev1.StepSpec{reserve}
+	for _, m := range middle {
+		m.DependsOn = []string{prev}
+		prev = m.GetName()
+		steps = append(steps, m)
+	}
+	charge := step("charge", "pay.charge", prev)
+	charge.Compensation = &reevev1.CompensationSpec{Type: "pay.refund"}
+	ship := step("ship", "ship.ship", "charge")
+	ship.Escalation = reevev1.Escalation_ESCALATION_COMPENSATE
+	return inline(append(steps, charge, ship)...)
+}
+
+// operatorEnv is a scheduler, a raw agent of every type the orders flow
+// uses, and the clients an operator has.
+type operatorEnv struct {
+	env   *testenv.Env
+	c     reevev1.SchedulerServiceClient
+	sup   reevev1.SupervisorServiceClient
+	agent *testenv.RawAgent
+}
+
+func newOperatorEnv(t *testing.T) *operatorEnv {
+	env, s, c := newEnv(t)
+	return &operatorEnv{
+		env: env, c: c,
+		sup:   reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr)),
+		agent: testenv.ConnectRaw(t, s.Addr, register("a-1", 8, "inv.reserve", "inv.release", "pay.charge", "pay.refund", "ship.ship", "mail.send")),
+	}
+}
+
+// next waits for the next assignment and checks it is the named step (its
+// compensation when compensation is set).
+func (o *operatorEnv) next(t *testing.T, name string, compensation bool) *reevev1.StepRef {
+	t.Helper()
+	as := o.agent.NextAssignment(wait)
+	if as.GetRef().GetStep() != name || as.GetCompensation() != compensation {
+		t.Fatalf("assigned %v (compensation %v), want %s (compensation %v)", as.GetRef(), as.GetCompensation(), name, compensation)
+	}
+	return as.GetRef()
+}
+
+func (o *operatorEnv) succeed(t *testing.T, name string, compensation bool) {
+	t.Helper()
+	if ack := o.agent.Succeed(o.next(t, name, compensation), nil); !ack.GetAccepted() {
+		t.Fatalf("result of %s refused: %v", name, ack)
+	}
+}
+
+// compensating runs a task of flow until ship failed for good and charge's
+// compensation was dispatched.
+func (o *operatorEnv) compensating(t *testing.T, flow *reevev1.SubmitTaskRequest_InlineWorkflow, forward ...string) *reevev1.StepRef {
+	t.Helper()
+	submit(t, o.c, &reevev1.SubmitTaskRequest{TaskId: "t-1", Workflow: flow})
+	for _, name := range forward {
+		o.succeed(t, name, false)
+	}
+	if ack := o.agent.Fail(o.next(t, "ship", false), &reevev1.StepError{Message: "no courier", NonRetryable: true}); !ack.GetAccepted() {
+		t.Fatalf("failure of ship refused: %v", ack)
+	}
+	return o.next(t, "charge", true)
+}
+
+func (o *operatorEnv) get(t *testing.T) *reevev1.Task {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := o.c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "t-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetTask()
+}
+
+// refused checks that call fails with FAILED_PRECONDITION naming want and
+// changes nothing in etcd.
+func (o *operatorEnv) refused(t *testing.T, want string, call func(ctx context.Context) error) {
+	t.Helper()
+	before := testenv.DataKeys(t, o.env.Etcd.Client())
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err := call(ctx)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), want) {
+		t.Fatalf("got %v, want FAILED_PRECONDITION containing %q", err, want)
+	}
+	if after := testenv.DataKeys(t, o.env.Etcd.Client()); !maps.Equal(before, after) {
+		t.Fatal("a refused operator action changed etcd")
+	}
+}
+
+func (o *operatorEnv) retry(step string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := o.sup.RetryStep(ctx, &reevev1.RetryStepRequest{TaskId: "t-1", Step: step})
+		return err
+	}
+}
+
+// Defect 2a and 2b: RetryStep while the task compensates, or after it was
+// compensated, is refused and changes nothing; the task ends COMPENSATED
+// with no step left queued.
+func TestRetryStepRefusedWhileOrAfterCompensating(t *testing.T) {
+	o := newOperatorEnv(t)
+	ref := o.compensating(t, ordersFlow(), "reserve", "charge")
+	o.refused(t, "task t-1 is COMPENSATING: retry_step needs the task FAILED", o.retry("ship"))
+	if ack := o.agent.Succeed(ref, nil); !ack.GetAccepted() {
+		t.Fatalf("refund refused: %v", ack)
+	}
+	o.succeed(t, "reserve", true)
+	task := testenv.WaitTask(t, o.c, "", "t-1", wait)
+	if task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED {
+		t.Fatalf("task %v, want COMPENSATED", task.GetState())
+	}
+	o.refused(t, "task t-1 is COMPENSATED: retry_step needs the task FAILED", o.retry("ship"))
+	if s := stepOf(o.get(t), "ship"); s.GetState() != reevev1.StepState_STEP_STATE_FAILED || s.GetScheduleToStartDeadline() != nil || s.GetCompleteBy() != nil {
+		t.Fatalf("ship %v, want FAILED with no deadline", s)
+	}
+}
+
+// Defect 2c and 4: FailTask interrupts the compensation of charge; a
+// RetryStep of ship is refused (charge's charge may have been refunded), and
+// CompensateTask runs charge's compensation again before reserve's.
+func TestCompensateAfterFailTaskInterruptedTheUndo(t *testing.T) {
+	o := newOperatorEnv(t)
+	o.compensating(t, ordersFlow(), "reserve", "charge")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := o.sup.FailTask(ctx, &reevev1.FailTaskRequest{TaskId: "t-1", Reason: "stop"}); err != nil {
+		t.Fatal(err)
+	}
+	o.refused(t, `the compensation of step "charge" is CANCELED`, o.retry("ship"))
+	if _, err := o.sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{TaskId: "t-1"}); err != nil {
+		t.Fatal(err)
+	}
+	o.succeed(t, "charge", true)
+	o.succeed(t, "reserve", true)
+	task := testenv.WaitTask(t, o.c, "", "t-1", wait)
+	if task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED || stepOf(task, "charge").GetState() != reevev1.StepState_STEP_STATE_COMPENSATED {
+		t.Fatalf("task %v, charge %v: want COMPENSATED with charge refunded", task.GetState(), stepOf(task, "charge").GetState())
+	}
+}
+
+// RetryStep of the failed step of a task canceled while compensating is
+// refused: a CANCELED task stays canceled.
+func TestRetryStepDoesNotReviveACanceledTask(t *testing.T) {
+	o := newOperatorEnv(t)
+	o.compensating(t, ordersFlow(), "reserve", "charge")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := o.c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "t-1"}); err != nil {
+		t.Fatal(err)
+	}
+	o.refused(t, "task t-1 is CANCELED: retry_step needs the task FAILED", o.retry("ship"))
+	o.refused(t, "task t-1 is CANCELED: compensate_task needs", func(ctx context.Context) error {
+		_, err := o.sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{TaskId: "t-1"})
+		return err
+	})
+}
+
+// Defect 3: with reserve → notify (no compensation) → charge → ship, the
+// compensation of reserve waits until charge was refunded.
+func TestCompensationWaitsForTransitiveDependents(t *testing.T) {
+	o := newOperatorEnv(t)
+	ref := o.compensating(t, ordersFlow(step("notify", "mail.send")), "reserve", "notify", "charge")
+	if s := stepOf(o.get(t), "reserve"); s.GetState() != reevev1.StepState_STEP_STATE_SUCCEEDED {
+		t.Fatalf("reserve %v while charge is being refunded, want SUCCEEDED until the refund is done", s.GetState())
+	}
+	if ack := o.agent.Succeed(ref, nil); !ack.GetAccepted() {
+		t.Fatalf("refund refused: %v", ack)
+	}
+	o.succeed(t, "reserve", true)
+	if task := testenv.WaitTask(t, o.c, "", "t-1", wait); task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED {
+		t.Fatalf("task %v, want COMPENSATED", task.GetState())
+	}
+}
