@@ -15,6 +15,7 @@ import (
 type degradedFlags struct {
 	scheduleToStart time.Duration
 	quotaSoftLimit  float64
+	maxTxnOps       int
 }
 
 func (d *degradedFlags) register(cmd *cobra.Command) {
@@ -23,6 +24,8 @@ func (d *degradedFlags) register(cmd *cobra.Command) {
 		"schedule-to-start timeout of steps whose workflow sets none: a queued step no agent claims within it is handed to the supervisor's policy; 0: wait for an agent indefinitely")
 	f.Float64Var(&d.quotaSoftLimit, "quota-soft-limit", 0.8,
 		"refuse new tasks (RESOURCE_EXHAUSTED) while etcd's database in use reaches this fraction of its quota; running tasks continue; 0: off")
+	f.IntVar(&d.maxTxnOps, "etcd-max-txn-ops", 128,
+		"etcd's --max-txn-ops (operations per transaction) as every member runs it: writes are batched to fit it and wider workflows are refused at registration; reeve dev runs its embedded etcd with it")
 }
 
 // options validates the flags and returns the scheduler options they imply.
@@ -33,5 +36,8 @@ func (d *degradedFlags) options() ([]scheduler.Option, error) {
 	if v := d.quotaSoftLimit; v < 0 || v > 1 {
 		return nil, usagef("--quota-soft-limit: %v is outside [0, 1] (0: off)", v)
 	}
-	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit)}, nil
+	if v := d.maxTxnOps; v < 16 || v > 100000 {
+		return nil, usagef("--etcd-max-txn-ops: %d is outside [16, 100000]", v)
+	}
+	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit), scheduler.WithEtcdMaxTxnOps(d.maxTxnOps)}, nil
 }
