@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -39,7 +40,7 @@ func taskKeys(t *testing.T, c *clientv3.Client, prefix, id string) int {
 	t.Helper()
 	n := 0
 	for _, k := range keys(t, c, prefix) {
-		if strings.Contains(k, "/"+id+"/") {
+		if strings.Contains(k+"/", "/"+id+"/") {
 			n++
 		}
 	}
@@ -213,5 +214,39 @@ func TestCheckWorkflowOps(t *testing.T) {
 	raised := store.New(s.Client(), store.WithMaxTxnOps(1024))
 	if err := raised.CheckWorkflowOps("workflow", roots(64)); err != nil {
 		t.Fatalf("64 parallel steps with --max-txn-ops=1024: %v", err)
+	}
+}
+
+// Defect 5 (store side): the retention sweeper deleted a task's record,
+// state and ended keys but left the ready and deadline keys the record
+// still implied (a terminal record with a queued step, as an operator
+// action could leave one): orphans in front of the supervisor's deadline
+// scan and in the ready queue, for ever. It deletes every derived key.
+func TestSweepEndedDeletesEveryKeyDerivedFromTheRecord(t *testing.T) {
+	s, c := newStore(t)
+	rec := wide("stray", 3, 0) // three queued steps: 3 ready + 3 deadline keys
+	task := rec.GetTask()
+	task.State = reevev1.TaskState_TASK_STATE_CANCELED
+	task.EndTime = timestamppb.New(t0)
+	if _, _, err := s.CreateTask(ctx(t), rec); err != nil {
+		t.Fatal(err)
+	}
+	if r, d := taskKeys(t, c, "ready/", "stray"), taskKeys(t, c, "deadlines/", "stray"); r != 3 || d != 3 {
+		t.Fatalf("setup: %d ready and %d deadline keys, want 3 and 3", r, d)
+	}
+	if _, _, err := s.CreateTask(ctx(t), wide("kept", 2, 0)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.SweepEnded(ctx(t), t0.Add(time.Minute), 100)
+	if err != nil || n != 1 {
+		t.Fatalf("swept %d (%v), want 1", n, err)
+	}
+	for _, p := range []string{"tasks/", "ready/", "deadlines/", "states/", "ended/"} {
+		if got := taskKeys(t, c, p, "stray"); got != 0 {
+			t.Errorf("%d %s keys of the swept task left: %v", got, p, keys(t, c, p))
+		}
+	}
+	if r, d := taskKeys(t, c, "ready/", "kept"), taskKeys(t, c, "deadlines/", "kept"); r != 2 || d != 2 {
+		t.Fatalf("the live task lost keys: %d ready, %d deadline", r, d)
 	}
 }
