@@ -103,3 +103,12 @@ func countPrefix(m map[string]string, prefix string) int {
 	}
 	return n
 }
+
+// DerivedKeys returns every index key (full etcd key, below the store's
+// prefix) that rec implies, with its value: what the record's own
+// transactions keep in etcd next to it. For consistency checkers (reeve
+// verify).
+func (s *Store) DerivedKeys(rec *storev1.TaskRecord) map[string]string { return s.k.indexKeys(rec) }
+
+// Prefix returns the store's key prefix.
+func (s *Store) Prefix() string { return s.k.prefix }
