@@ -80,6 +80,9 @@ func mapStatus(err error) *status.Status {
 		return status.New(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, store.ErrNoSpace):
 		return status.New(codes.ResourceExhausted, "etcd is out of space: new work is refused until an operator compacts and defragments it ("+err.Error()+")")
+	case errors.Is(err, store.ErrTooManyOps):
+		// Not retryable: the same write needs as many operations again.
+		return status.New(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, store.ErrTooLarge):
 		return status.New(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, store.ErrOverloaded):

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -78,4 +79,33 @@ func TestActiveTasksPerNamespaceAreCapped(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // the count refreshes once per second
 	}
+}
+
+// Defect 1: a workflow with 64 parallel steps used to register, and its
+// tasks then failed to be created with UNAVAILABLE (130 operations, over
+// etcd's 128 per transaction). It is refused up front, naming the field and
+// the limit, registered or inline, and nothing is written.
+func TestWorkflowOverTheTxnOpLimitIsRefused(t *testing.T) {
+	env := testenv.New(t)
+	c := env.StartScheduler("").Client(t)
+	var steps []*reevev1.StepSpec
+	for i := range 64 {
+		steps = append(steps, step(fmt.Sprintf("s%02d", i), "t"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	before := testenv.DataKeys(t, env.Etcd.Client())
+	_, err := c.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: &reevev1.Workflow{Name: "wide", Steps: steps}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "workflow.steps") || !strings.Contains(status.Convert(err).Message(), "128") {
+		t.Fatalf("register 64 parallel steps: %v, want INVALID_ARGUMENT naming workflow.steps and the limit", err)
+	}
+	_, err = c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(steps...)})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "inline_workflow.steps") {
+		t.Fatalf("submit 64 parallel steps inline: %v, want INVALID_ARGUMENT naming inline_workflow.steps", err)
+	}
+	if after := testenv.DataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {
+		t.Fatalf("refused workflow changed etcd")
+	}
+	// 60 parallel steps fit, and so does the whole task's life.
+	submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(steps[:60]...)})
 }

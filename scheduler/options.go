@@ -41,6 +41,7 @@ type options struct {
 	meter              metric.MeterProvider
 	maxLists           int
 	listBytes          int
+	maxTxnOps          int
 }
 
 func defaultOptions() options {
@@ -120,6 +121,13 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options
 // WithMeterProvider sets where the scheduler's metrics go; default the
 // global provider.
 func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.meter = mp } }
+
+// WithEtcdMaxTxnOps tells the scheduler etcd's limit on operations per
+// transaction (etcd's --max-txn-ops; default 128, etcd's default): writes
+// are batched to fit it and workflows whose widest transition would exceed
+// it are refused at registration (see docs/limits.md). Set it to the value
+// every etcd member runs with, never higher.
+func WithEtcdMaxTxnOps(n int) Option { return func(o *options) { o.maxTxnOps = n } }
 
 // WithDefaultScheduleToStart sets the schedule-to-start timeout of steps
 // whose step and workflow set none: a submitted task's workflow snapshot

@@ -12,6 +12,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -66,7 +67,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	base, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts:       o,
-		store:      store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter)}, o.storeOpts...)...),
+		store:      store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithMaxTxnOps(cmp.Or(o.maxTxnOps, store.DefaultMaxTxnOps))}, o.storeOpts...)...),
 		log:        o.log.With("scheduler_id", o.id),
 		base:       base,
 		cancelBase: cancel,

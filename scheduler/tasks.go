@@ -115,6 +115,9 @@ func (s *Server) resolveWorkflow(ctx context.Context, req *reevev1.SubmitTaskReq
 		if proto.Size(wf) > workflow.MaxWorkflowBytes {
 			return nil, &workflow.FieldError{Field: "inline_workflow", Reason: fmt.Sprintf("definition is %d bytes encoded, more than %d", proto.Size(wf), workflow.MaxWorkflowBytes)}
 		}
+		if err := s.store.CheckWorkflowOps("inline_workflow", wf); err != nil {
+			return nil, err
+		}
 		return wf, nil
 	}
 	ref := req.GetWorkflowRef()

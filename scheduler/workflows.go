@@ -22,6 +22,9 @@ func (s *Server) RegisterWorkflow(ctx context.Context, req *reevev1.RegisterWork
 	if err := workflow.ValidateWorkflow("workflow", req.GetWorkflow(), true); err != nil {
 		return nil, statusErr(err)
 	}
+	if err := s.store.CheckWorkflowOps("workflow", req.GetWorkflow()); err != nil {
+		return nil, statusErr(err)
+	}
 	w := proto.Clone(req.GetWorkflow()).(*reevev1.Workflow)
 	w.Namespace = workflow.Namespace(w.GetNamespace())
 	w.CreateTime = timestamppb.New(s.opts.clock.Now())

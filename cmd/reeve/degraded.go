@@ -18,6 +18,7 @@ type degradedFlags struct {
 	ackTimeout      time.Duration
 	sendQueueBytes  int64
 	connsPerPeer    int
+	maxTxnOps       int
 }
 
 func (d *degradedFlags) register(cmd *cobra.Command) {
@@ -32,6 +33,8 @@ func (d *degradedFlags) register(cmd *cobra.Command) {
 		"encoded bytes queued for one agent stream; an agent whose queue is full gets no new work")
 	f.IntVar(&d.connsPerPeer, "max-connections-per-peer", 1000,
 		"connections one client IP address may hold open; further ones are closed at once; 0: no cap (behind a load balancer that hides client addresses)")
+	f.IntVar(&d.maxTxnOps, "etcd-max-txn-ops", 128,
+		"etcd's --max-txn-ops (operations per transaction) as every member runs it: writes are batched to fit it and wider workflows are refused at registration; reeve dev runs its embedded etcd with it")
 }
 
 // options validates the flags and returns the scheduler options they imply.
@@ -51,6 +54,10 @@ func (d *degradedFlags) options() ([]scheduler.Option, error) {
 	if v := d.sendQueueBytes; v < 64<<10 {
 		return nil, usagef("--send-queue-bytes: %d is below 65536", v)
 	}
+	if v := d.maxTxnOps; v < 16 || v > 100000 {
+		return nil, usagef("--etcd-max-txn-ops: %d is outside [16, 100000]", v)
+	}
 	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit),
-		scheduler.WithAckTimeout(d.ackTimeout), scheduler.WithSendQueueBytes(d.sendQueueBytes), scheduler.WithMaxConnectionsPerPeer(d.connsPerPeer)}, nil
+		scheduler.WithAckTimeout(d.ackTimeout), scheduler.WithSendQueueBytes(d.sendQueueBytes), scheduler.WithMaxConnectionsPerPeer(d.connsPerPeer),
+		scheduler.WithEtcdMaxTxnOps(d.maxTxnOps)}, nil
 }

@@ -128,7 +128,7 @@ port with client certificates, and prints the environment a client needs.`,
 			if logs.level == "debug" {
 				etcdLog = nil
 			}
-			etcd, err := etcdserver.Start(startCtx, etcdserver.Config{DataDir: filepath.Join(dataDir, "etcd"), ClientAddr: etcdListen, Logger: etcdLog, ClientTLS: dev.etcdTLS})
+			etcd, err := etcdserver.Start(startCtx, etcdserver.Config{DataDir: filepath.Join(dataDir, "etcd"), ClientAddr: etcdListen, Logger: etcdLog, ClientTLS: dev.etcdTLS, MaxTxnOps: deg.maxTxnOps})
 			cancel()
 			if err != nil {
 				return err

@@ -26,6 +26,9 @@ type Config struct {
 	ClientAddr string
 	// PeerAddr is the host:port of the (unused) peer listener. Default "127.0.0.1:0".
 	PeerAddr string
+	// MaxTxnOps is etcd's --max-txn-ops, the operations one transaction
+	// list may hold; 0 keeps etcd's default (128).
+	MaxTxnOps int
 	// QuotaBytes is the backend space quota; 0 keeps etcd's default (2 GiB).
 	QuotaBytes int64
 	// AutoCompactionRetention keeps this much history (periodic mode; etcd
@@ -92,6 +95,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.AdvertisePeerUrls = []url.URL{*peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.QuotaBackendBytes = cfg.QuotaBytes
+	if cfg.MaxTxnOps > 0 {
+		ec.MaxTxnOps = uint(cfg.MaxTxnOps)
+	}
 	retention := cfg.AutoCompactionRetention
 	if retention == 0 {
 		retention = time.Minute

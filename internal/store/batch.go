@@ -29,8 +29,11 @@ import (
 // so every task keeps its own compare and fences and gets its own success
 // flag, while the batch costs one raft entry and one fsync. A batch holds at
 // most one write per task (etcd refuses a transaction that writes a key
-// twice), at most maxBatch writes (etcd allows 128 operations per list) and
-// at most maxBatchBytes (etcd refuses requests over 1.5 MiB by default).
+// twice), at most maxBatch writes, only as many as fit etcd's limit on
+// operations per transaction (see txnops.go: the nested lists count against
+// the outer one; a write that fits only alone is committed alone, one that
+// never fits is refused with ErrTooManyOps on its own) and at most
+// maxBatchBytes (etcd refuses requests over 1.5 MiB by default).
 //
 // Nothing waits to fill a batch: up to maxCommitters batches are in flight,
 // and writes that arrive meanwhile form the next ones. An idle store
@@ -227,19 +230,41 @@ func (c *committer) commit(batch []*writeReq) (retry []*writeReq) {
 			r.done <- writeRes{before: r.beforeRecord(), err: err}
 			continue
 		}
+		if n := r.nops(); n > c.s.maxTxnOps {
+			// It can never be committed; refuse it alone, not its batch.
+			c.s.cache.drop(r.key)
+			r.done <- writeRes{before: r.beforeRecord(), err: fmt.Errorf("write task %s/%s: needs %d operations in one transaction, etcd allows %d: %w", r.ns, r.id, n, c.s.maxTxnOps, ErrTooManyOps)}
+			continue
+		}
 		ready = append(ready, r)
 	}
 	// Cut into transactions within etcd's limits.
 	for len(ready) > 0 {
-		n, bytes := 0, 0
-		for n < len(ready) && (n == 0 || (bytes+ready[n].size <= maxBatchBytes && ready[n].size < soloBytes && ready[0].size < soloBytes)) {
-			bytes += ready[n].size
-			n++
-		}
+		n := c.s.fit(ready)
 		retry = append(retry, c.s.commitTxn(ctx, ready[:n])...)
 		ready = ready[n:]
 	}
 	return retry
+}
+
+// fit returns how many of the writes, from the first, one transaction can
+// hold within etcd's request size and operation limits (at least one: a
+// write that does not fit with others is committed alone). n nested
+// transactions whose longest list holds m operations fit when n + m is at
+// most the limit (see txnops.go).
+func (s *Store) fit(ready []*writeReq) int {
+	n, bytes, longest := 0, 0, 0
+	for n < len(ready) {
+		r := ready[n]
+		if n > 0 && (bytes+r.size > maxBatchBytes || r.size >= soloBytes || ready[0].size >= soloBytes ||
+			n+1+max(longest, r.nops()) > s.maxTxnOps) {
+			break
+		}
+		bytes += r.size
+		longest = max(longest, r.nops())
+		n++
+	}
+	return n
 }
 
 func (r *writeReq) beforeRecord() *storev1.TaskRecord {
@@ -372,7 +397,7 @@ func (s *Store) commitTxn(ctx context.Context, writes []*writeReq) (retry []*wri
 	}
 	if err != nil {
 		err = etcdErr(context.Background(), "write task", err)
-		if errors.Is(err, ErrTooLarge) && len(writes) > 1 {
+		if (errors.Is(err, ErrTooLarge) || errors.Is(err, ErrTooManyOps)) && len(writes) > 1 {
 			// Find the one that does not fit: commit each on its own.
 			for _, r := range writes {
 				retry = append(retry, s.commitTxn(ctx, []*writeReq{r})...)

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"strings"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -72,15 +74,53 @@ func (k keys) indexOps(before, after *storev1.TaskRecord) []clientv3.Op {
 		cur = k.indexKeys(after)
 	}
 	var ops []clientv3.Op
+	// A task that leaves the ready queue entirely (it ended, or nothing of
+	// it is queued any more) drops all its ready keys with one range
+	// delete, which counts as one operation of etcd's per-transaction
+	// limit instead of one per step (see CheckWorkflowOps). Its ready keys
+	// share the prefix ready/<ns>/<task-id>/, which no other task's keys
+	// have, since ids contain no "/".
+	var readyAll string
+	if before != nil {
+		t := before.GetTask()
+		readyAll = k.ready(t.GetNamespace(), t.GetId(), "")
+		if countPrefix(old, readyAll) < 2 || countPrefix(cur, readyAll) > 0 {
+			readyAll = ""
+		} else {
+			ops = append(ops, clientv3.OpDelete(readyAll, clientv3.WithPrefix()))
+		}
+	}
 	for key, v := range cur {
 		if ov, ok := old[key]; !ok || ov != v {
 			ops = append(ops, clientv3.OpPut(key, v))
 		}
 	}
 	for key := range old {
+		if readyAll != "" && strings.HasPrefix(key, readyAll) {
+			continue
+		}
 		if _, ok := cur[key]; !ok {
 			ops = append(ops, clientv3.OpDelete(key))
 		}
 	}
 	return ops
 }
+
+func countPrefix(m map[string]string, prefix string) int {
+	n := 0
+	for key := range m {
+		if strings.HasPrefix(key, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// DerivedKeys returns every index key (full etcd key, below the store's
+// prefix) that rec implies, with its value: what the record's own
+// transactions keep in etcd next to it. For consistency checkers (reeve
+// verify).
+func (s *Store) DerivedKeys(rec *storev1.TaskRecord) map[string]string { return s.k.indexKeys(rec) }
+
+// Prefix returns the store's key prefix.
+func (s *Store) Prefix() string { return s.k.prefix }

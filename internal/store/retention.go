@@ -2,17 +2,22 @@ package store
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // SweepEnded deletes up to limit tasks that ended at or before `before`,
-// with their index keys. A task revived meanwhile (its ended key changed) is
-// left alone. Deletions are grouped, up to 64 tasks per etcd transaction,
-// each guarded by its own ended key's revision. It returns how many tasks it
-// deleted.
+// with every key derived from their records (see indexKeys: state, ended,
+// and any ready or deadline key a record still implies), in one transaction
+// per task guarded by its ended key's and its record's revisions, so a task
+// revived or changed meanwhile is left alone. Deletions are grouped, up to
+// sweepBatch tasks per etcd transaction within etcd's operation limit. It
+// returns how many tasks it deleted.
 func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (int, error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
@@ -21,47 +26,104 @@ func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (in
 	if err != nil {
 		return 0, etcdErr(ctx, "sweep ended", err)
 	}
+	type victim struct {
+		ns, id, state string
+		ended         *mvccpb.KeyValue
+		rec           *Versioned
+		ops           []clientv3.Op
+	}
+	var victims []*victim
+	for _, kv := range resp.Kvs {
+		parts := strings.Split(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if len(parts) != 3 {
+			continue
+		}
+		victims = append(victims, &victim{ns: parts[1], id: parts[2], state: string(kv.Value), ended: kv})
+	}
+	// Read the records, at most sweepBatch per transaction.
+	for start := 0; start < len(victims); start += sweepBatch {
+		part := victims[start:min(start+sweepBatch, len(victims))]
+		gets := make([]clientv3.Op, len(part))
+		for i, v := range part {
+			gets[i] = clientv3.OpGet(s.k.task(v.ns, v.id))
+		}
+		r, err := s.c.Txn(octx).Then(gets...).Commit()
+		if err != nil {
+			return 0, etcdErr(ctx, "sweep ended", err)
+		}
+		for i, v := range part {
+			if kvs := r.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				rec, err := unmarshalTask(kvs[0])
+				if err != nil {
+					return 0, err
+				}
+				v.rec = &rec
+			}
+		}
+	}
+	for _, v := range victims {
+		del := map[string]bool{s.k.task(v.ns, v.id): true, string(v.ended.Key): true, s.k.stateOf(v.ns, v.state) + v.id: true}
+		readyAll := s.k.ready(v.ns, v.id, "")
+		if v.rec != nil {
+			for key := range s.k.indexKeys(v.rec.Record) {
+				if !strings.HasPrefix(key, readyAll) {
+					del[key] = true
+				}
+			}
+		}
+		// All of the task's ready keys in one range delete.
+		v.ops = []clientv3.Op{clientv3.OpDelete(readyAll, clientv3.WithPrefix())}
+		for _, key := range slices.Sorted(maps.Keys(del)) {
+			v.ops = append(v.ops, clientv3.OpDelete(key))
+		}
+	}
 	var (
 		deleted int
-		batch   []clientv3.Op
-		taskKey []string
+		batch   []*victim
+		longest int
 		seen    = map[string]bool{} // a task id reused after a sweep may have two ended keys
 	)
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		r, err := s.c.Txn(octx).Then(batch...).Commit()
+		txns := make([]clientv3.Op, len(batch))
+		for i, v := range batch {
+			cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(v.ended.Key)), "=", v.ended.ModRevision)}
+			if v.rec != nil {
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.k.task(v.ns, v.id)), "=", v.rec.Revision))
+			} else {
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.task(v.ns, v.id)), "=", 0))
+			}
+			txns[i] = clientv3.OpTxn(cmps, v.ops, nil)
+		}
+		r, err := s.c.Txn(octx).Then(txns...).Commit()
 		if err != nil {
 			return etcdErr(ctx, "sweep ended", err)
 		}
 		for i, op := range r.Responses {
 			if op.GetResponseTxn().GetSucceeded() {
 				deleted++
-				s.cache.drop(taskKey[i])
+				s.cache.drop(s.k.task(batch[i].ns, batch[i].id))
 			}
 		}
-		batch, taskKey = batch[:0], taskKey[:0]
+		batch, longest = batch[:0], 0
 		clear(seen)
 		return nil
 	}
-	for _, kv := range resp.Kvs {
-		parts := strings.Split(strings.TrimPrefix(string(kv.Key), prefix), "/")
-		if len(parts) != 3 {
-			continue
-		}
-		ns, id, state := parts[1], parts[2], string(kv.Value)
-		if seen[s.k.task(ns, id)] || len(batch) == sweepBatch {
+	for _, v := range victims {
+		key := s.k.task(v.ns, v.id)
+		if seen[key] || len(batch) == sweepBatch || len(batch)+1+max(longest, len(v.ops)) > s.maxTxnOps {
 			if err := flush(); err != nil {
 				return deleted, err
 			}
 		}
-		seen[s.k.task(ns, id)] = true
-		taskKey = append(taskKey, s.k.task(ns, id))
-		batch = append(batch, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
-			[]clientv3.Op{clientv3.OpDelete(s.k.task(ns, id)), clientv3.OpDelete(s.k.stateOf(ns, state) + id), clientv3.OpDelete(string(kv.Key))},
-			nil))
+		if 1+len(v.ops) > s.maxTxnOps {
+			continue // cannot be deleted in one transaction; left for an operator (reeve verify reports it)
+		}
+		seen[key] = true
+		batch = append(batch, v)
+		longest = max(longest, len(v.ops))
 	}
 	return deleted, flush()
 }

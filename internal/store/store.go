@@ -38,6 +38,12 @@ var (
 	// ErrOverloaded means a new task was refused because too many writes
 	// already wait for etcd (see WithMaxQueuedWrites); retry later.
 	ErrOverloaded = errors.New("store: overloaded")
+	// ErrTooManyOps means one task write needs more operations than etcd
+	// allows in one transaction (--max-txn-ops, default 128). It is not
+	// retryable: the same write always needs as many. Workflows are checked
+	// against the limit when registered (CheckWorkflowOps), so it means the
+	// limit is lower than the store was told (WithMaxTxnOps).
+	ErrTooManyOps = errors.New("store: transaction exceeds etcd's operation limit")
 )
 
 // NotFoundError names what was not found; it matches ErrNotFound.
@@ -59,6 +65,7 @@ type Store struct {
 	maxBatch, maxCommitters, cacheSize int
 	maxQueued                          int
 	commitWindow                       time.Duration
+	maxTxnOps                          int
 	commits                            *committer
 	cache                              *recordCache
 	txns, taskWrites                   atomic.Int64
@@ -99,6 +106,13 @@ func WithCommitWindow(d time.Duration) Option {
 	return func(s *Store) { s.commitWindow = max(d, 0) }
 }
 
+// WithMaxTxnOps tells the store etcd's limit on the operations of one
+// transaction list (etcd's --max-txn-ops; default 128, the etcd default).
+// Group commit cuts its batches to fit it, and CheckWorkflowOps refuses
+// workflows whose widest transition would exceed it. Set it only to the
+// value every etcd member runs with.
+func WithMaxTxnOps(n int) Option { return func(s *Store) { s.maxTxnOps = max(n, minTxnOps) } }
+
 // WithMaxQueuedWrites refuses new tasks (ErrOverloaded) while n task writes
 // wait for a commit; default 10,000, 0 never refuses. Updates of existing
 // tasks (claims, results, recovery) always queue: they drain the backlog.
@@ -115,7 +129,7 @@ func WithRecordCache(n int) Option { return func(s *Store) { s.cacheSize = max(n
 func New(c *clientv3.Client, opts ...Option) *Store {
 	s := &Store{c: c, k: keys{prefix: "/reeve/"}, opTimeout: 5 * time.Second,
 		maxBatch: defaultMaxBatch, maxCommitters: defaultMaxCommitters, cacheSize: 10000, maxQueued: 10000,
-		commitWindow: defaultCommitWindow}
+		commitWindow: defaultCommitWindow, maxTxnOps: DefaultMaxTxnOps}
 	for _, o := range opts {
 		o(s)
 	}
@@ -173,6 +187,8 @@ func etcdErr(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("%s: %w", op, ErrNoSpace)
 	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrGRPCRequestTooLarge):
 		return fmt.Errorf("%s: %w", op, ErrTooLarge)
+	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrGRPCTooManyOps):
+		return fmt.Errorf("%s: %w (%v)", op, ErrTooManyOps, err)
 	}
 	// Timeouts, lost leaders, closed connections: etcd cannot serve now.
 	return fmt.Errorf("%s: %w: %v", op, ErrUnavailable, err)

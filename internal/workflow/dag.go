@@ -79,3 +79,65 @@ func Fingerprint(w *reevev1.Workflow) []byte {
 	sum := sha256.Sum256(b)
 	return sum[:]
 }
+
+// Width returns the largest number of steps of w, among those for which
+// include reports true (all steps when include is nil), no two of which
+// depend on each other, directly or transitively: the most such steps that
+// can be queued or running at the same time. By Dilworth's theorem it is
+// the number of steps minus a maximum matching in the bipartite graph of
+// "a is a transitive dependency of b". w must be valid (no cycle).
+func Width(w *reevev1.Workflow, include func(*reevev1.StepSpec) bool) int {
+	steps := w.GetSteps()
+	index := make(map[string]int, len(steps))
+	for i, s := range steps {
+		index[s.GetName()] = i
+	}
+	order, err := TopoOrder(w)
+	if err != nil {
+		return len(steps)
+	}
+	// before[b][a]: a is a transitive dependency of b.
+	before := make([][]bool, len(steps))
+	for _, name := range order {
+		b := index[name]
+		before[b] = make([]bool, len(steps))
+		for _, dep := range steps[b].GetDependsOn() {
+			a := index[dep]
+			before[b][a] = true
+			for x, ok := range before[a] {
+				if ok {
+					before[b][x] = true
+				}
+			}
+		}
+	}
+	var nodes []int
+	for i, s := range steps {
+		if include == nil || include(s) {
+			nodes = append(nodes, i)
+		}
+	}
+	// Kuhn's augmenting paths: match[b] is the step matched before b.
+	match := make(map[int]int, len(nodes))
+	var try func(a int, seen map[int]bool) bool
+	try = func(a int, seen map[int]bool) bool {
+		for _, b := range nodes {
+			if !before[b][a] || seen[b] {
+				continue
+			}
+			seen[b] = true
+			if m, ok := match[b]; !ok || try(m, seen) {
+				match[b] = a
+				return true
+			}
+		}
+		return false
+	}
+	matched := 0
+	for _, a := range nodes {
+		if try(a, map[int]bool{}) {
+			matched++
+		}
+	}
+	return len(nodes) - matched
+}

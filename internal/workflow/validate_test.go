@@ -1,6 +1,7 @@
 package workflow_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -214,4 +215,43 @@ func FuzzValidateWorkflow(f *testing.F) {
 			t.Fatalf("valid workflow but TopoOrder: %v, %d steps", err, len(w.GetSteps()))
 		}
 	})
+}
+
+func TestWidth(t *testing.T) {
+	step := func(name string, deps ...string) *reevev1.StepSpec {
+		return &reevev1.StepSpec{Name: name, Type: "t", DependsOn: deps}
+	}
+	cases := []struct {
+		name  string
+		steps []*reevev1.StepSpec
+		want  int
+	}{
+		{"one", []*reevev1.StepSpec{step("a")}, 1},
+		{"chain", []*reevev1.StepSpec{step("a"), step("b", "a"), step("c", "b")}, 1},
+		{"fan-out", []*reevev1.StepSpec{step("a"), step("b", "a"), step("c", "a"), step("d", "a")}, 3},
+		{"diamond", []*reevev1.StepSpec{step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")}, 2},
+		// a->b, c->d, a->d: {b, d} or {b, c} are antichains of 2; {a, c} too.
+		{"zigzag", []*reevev1.StepSpec{step("a"), step("b", "a"), step("c"), step("d", "c", "a")}, 2},
+		// transitivity: a->b->c and x independent: {a,x},{b,x},{c,x} but never {a,c}.
+		{"transitive", []*reevev1.StepSpec{step("a"), step("b", "a"), step("c", "b"), step("x")}, 2},
+	}
+	for _, c := range cases {
+		if got := workflow.Width(&reevev1.Workflow{Steps: c.steps}, nil); got != c.want {
+			t.Errorf("%s: Width = %d, want %d", c.name, got, c.want)
+		}
+	}
+	wide := &reevev1.Workflow{Steps: []*reevev1.StepSpec{step("root")}}
+	for i := range 70 {
+		s := step(fmt.Sprintf("s%d", i), "root")
+		if i%2 == 0 {
+			s.Compensation = &reevev1.CompensationSpec{Type: "undo"}
+		}
+		wide.Steps = append(wide.Steps, s)
+	}
+	if got := workflow.Width(wide, nil); got != 70 {
+		t.Errorf("70 dependents: Width = %d, want 70", got)
+	}
+	if got := workflow.Width(wide, func(s *reevev1.StepSpec) bool { return s.GetCompensation() != nil }); got != 35 {
+		t.Errorf("35 compensable dependents: Width = %d, want 35", got)
+	}
 }

@@ -1,0 +1,167 @@
+package verify_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/etcdtest"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/verify"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func record(id string) *storev1.TaskRecord {
+	wf := &reevev1.Workflow{DefaultScheduleToStartTimeout: durationpb.New(time.Hour), Steps: []*reevev1.StepSpec{
+		{Name: "a", Type: "t", Timeout: durationpb.New(time.Minute)},
+		{Name: "b", Type: "t", Timeout: durationpb.New(time.Minute)},
+		{Name: "c", Type: "t", DependsOn: []string{"a", "b"}},
+	}}
+	return &storev1.TaskRecord{Task: taskstate.New("default", id, wf, nil, t0), RequestDigest: []byte(id)}
+}
+
+// healthy writes tasks in every phase through the store: queued, running,
+// succeeded, canceled, failed.
+func healthy(t *testing.T, s *store.Store) {
+	t.Helper()
+	for i := range 12 {
+		id := fmt.Sprintf("ok-%02d", i)
+		if _, _, err := s.CreateTask(ctx(t), record(id)); err != nil {
+			t.Fatal(err)
+		}
+		update := func(fn func(*reevev1.Task) error) {
+			t.Helper()
+			if _, _, err := s.UpdateTask(ctx(t), "default", id, fn); err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+		}
+		switch i % 4 {
+		case 1:
+			update(func(task *reevev1.Task) error { return taskstate.Claim(task, "a", 1, "s1", "ag", t0) })
+		case 2:
+			for _, st := range []string{"a", "b", "c"} {
+				update(func(task *reevev1.Task) error { return taskstate.Claim(task, st, 1, "s1", "ag", t0) })
+				update(func(task *reevev1.Task) error {
+					return taskstate.Complete(task, taskstate.Ref(task, taskstate.FindStep(task, st)), "ag", nil, t0)
+				})
+			}
+		case 3:
+			update(func(task *reevev1.Task) error { return taskstate.Cancel(task, "", "test", t0) })
+		}
+	}
+}
+
+func check(t *testing.T, c *clientv3.Client) *verify.Report {
+	t.Helper()
+	rep, err := verify.Check(ctx(t), c, verify.Options{PageSize: 3}) // small pages: the scan pages
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestCleanStoreHasNoViolations(t *testing.T) {
+	c := etcdtest.New(t).Client()
+	healthy(t, store.New(c))
+	rep := check(t, c)
+	if !rep.OK() || rep.Tasks != 12 || rep.IndexKeys == 0 {
+		var b bytes.Buffer
+		_ = rep.WriteText(&b)
+		t.Fatalf("clean store: %s", b.String())
+	}
+}
+
+// Each kind of violation, built on a real store, is reported with its key
+// and task.
+func TestEveryViolationIsReported(t *testing.T) {
+	c := etcdtest.New(t).Client()
+	s := store.New(c)
+	healthy(t, s)
+	put := func(k, v string) {
+		t.Helper()
+		if _, err := c.Put(ctx(t), k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An orphan ready key and an orphan deadline of a task that never existed.
+	put("/reeve/ready/default/ghost/a", "")
+	put(fmt.Sprintf("/reeve/deadlines/%020d/default/ghost/a/1", t0.UnixNano()), "")
+	// A deadline of another attempt of a live task.
+	put(fmt.Sprintf("/reeve/deadlines/%020d/default/ok-01/a/7", t0.UnixNano()), "")
+	// A ready key of a queued step removed.
+	if _, err := c.Delete(ctx(t), "/reeve/ready/default/ok-00/a"); err != nil {
+		t.Fatal(err)
+	}
+	// A terminal task whose steps are still queued, with their keys.
+	term := record("term")
+	term.Task.State = reevev1.TaskState_TASK_STATE_COMPENSATED
+	term.Task.EndTime = timestamppb.New(t0)
+	// A running task nothing will move: no step queued or dispatched.
+	stuck := record("stuck")
+	for _, st := range stuck.Task.Steps {
+		st.ReadyTime, st.ScheduleToStartDeadline = nil, nil
+	}
+	for _, r := range []*storev1.TaskRecord{term, stuck} {
+		if _, _, err := s.CreateTask(ctx(t), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := check(t, c)
+	want := []struct{ kind, task, key string }{
+		{verify.KindOrphan, "ghost", "/reeve/ready/default/ghost/a"},
+		{verify.KindOrphan, "ghost", "/reeve/deadlines/"},
+		{verify.KindMismatch, "ok-01", "/a/7"},
+		{verify.KindMissing, "ok-00", "/reeve/ready/default/ok-00/a"},
+		{verify.KindTerminalLive, "term", "/reeve/tasks/default/term"},
+		{verify.KindWedged, "stuck", "/reeve/tasks/default/stuck"},
+	}
+	for _, w := range want {
+		found := false
+		for _, v := range rep.Violations {
+			if v.Kind == w.kind && v.TaskID == w.task && strings.Contains(v.Key, w.key) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no %s violation for task %s (key ~%s)", w.kind, w.task, w.key)
+		}
+	}
+	for _, v := range rep.Violations {
+		if strings.HasPrefix(v.TaskID, "ok-") && !(v.TaskID == "ok-01" || v.TaskID == "ok-00") {
+			t.Errorf("healthy task reported: %+v", v)
+		}
+	}
+	var b bytes.Buffer
+	if err := rep.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Violations []verify.Violation `json:"violations"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back.Violations) != len(rep.Violations) {
+		t.Fatalf("JSON report: %v, %d violations, want %d", err, len(back.Violations), len(rep.Violations))
+	}
+	if t.Failed() {
+		b.Reset()
+		_ = rep.WriteText(&b)
+		t.Log(b.String())
+	}
+}
