@@ -19,6 +19,8 @@ import (
 //	states/<ns>/<TASK_STATE_X>/<task-id>        empty: tasks by state
 //	ended/<end-time:%020d>/<ns>/<task-id>       state name: terminal tasks by end time, for retention
 //	alerts/<ns>/<alert-id>                      reeve.v1.Alert, written with the record when a task fails
+//	beating/<ns>/<agent-id>/<task-id>/<step>/<attempt>
+//	                                            empty: dispatched executions with a heartbeat timeout, by agent
 //	agents/<ns>/<agent-id>                      AgentRecord, under the scheduler's lease
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
 //	supervisor/election/...                     concurrency.Election of the supervisors
@@ -43,6 +45,16 @@ func (k keys) workflow(ns, name string, version int32) string {
 }
 
 func (k keys) workflowVersions(ns, name string) string { return k.workflows(ns) + name + "/" }
+
+func (k keys) beatingPrefix() string { return k.prefix + "beating/" }
+
+func (k keys) beatingOf(ns, agent string) string {
+	return k.beatingPrefix() + ns + "/" + agent + "/"
+}
+
+func (k keys) beating(ns, agent, id, step string, attempt int32) string {
+	return fmt.Sprintf("%s%s/%s/%d", k.beatingOf(ns, agent), id, step, attempt)
+}
 
 func (k keys) ready(ns, id, step string) string {
 	return k.readyPrefix() + ns + "/" + id + "/" + step
