@@ -84,6 +84,12 @@ func WithCommitWindow(d time.Duration) Option {
 	return func(o *options) { o.storeOpts = append(o.storeOpts, store.WithCommitWindow(d)) }
 }
 
+// WithSessionTTL sets the TTL, in seconds, of the etcd lease under which the
+// scheduler publishes itself and its agents; default 10. When the scheduler
+// dies, its agents' records vanish this long after, and the supervisor then
+// acts on their heartbeat executions.
+func WithSessionTTL(seconds int) Option { return func(o *options) { o.sessionTTL = max(seconds, 1) } }
+
 // WithID sets the scheduler instance id recorded as a step's locked-by;
 // default "<hostname>-<random>". Ids must be unique among running schedulers.
 func WithID(id string) Option { return func(o *options) { o.id = id } }

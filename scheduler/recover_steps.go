@@ -7,9 +7,12 @@ import (
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
@@ -75,19 +78,41 @@ func validateDecision(d *reevev1.RecoveryDecision) (string, error) {
 		if dl := d.GetDelay(); dl != nil && (dl.CheckValid() != nil || dl.AsDuration() < 0 || dl.AsDuration() > workflow.MaxTimeout) {
 			return "", &workflow.FieldError{Field: "delay", Reason: fmt.Sprintf("must be within [0, %v]", workflow.MaxTimeout)}
 		}
-	case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL:
+	case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL,
+		reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST:
 		if d.GetDelay() != nil {
 			return "", &workflow.FieldError{Field: "delay", Reason: "only a RETRY decision takes a delay"}
 		}
 	default:
-		return "", &workflow.FieldError{Field: "action", Reason: fmt.Sprintf("must be RETRY, COMPENSATE or FAIL, got %v", d.GetAction())}
+		return "", &workflow.FieldError{Field: "action", Reason: fmt.Sprintf("must be RETRY, COMPENSATE, FAIL or AGENT_LOST, got %v", d.GetAction())}
+	}
+	if d.GetAction() == reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST {
+		if err := workflow.ValidateAgentID("agent_id", d.GetAgentId()); err != nil {
+			return "", err
+		}
+	} else if d.GetAgentId() != "" {
+		return "", &workflow.FieldError{Field: "agent_id", Reason: "only an AGENT_LOST decision names an agent"}
 	}
 	return ns, nil
 }
 
 // applyDecision applies one validated decision, as the fenced RetryStep,
 // CompensateTask or FailTask would.
-func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.RecoveryDecision, actor string, fences []clientv3.Cmp) *reevev1.RecoveryOutcome {
+func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.RecoveryDecision, actor string, fences []clientv3.Cmp) (out *reevev1.RecoveryOutcome) {
+	// A child of the decision's span when it came with one, else of the
+	// RecoverSteps call.
+	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), d.GetTraceContext())); sc.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
+	_, span := s.tel.tracer.Start(ctx, telemetry.SpanRecoveryApply, trace.WithAttributes(
+		telemetry.KeyNamespace.String(ns), telemetry.KeyTaskID.String(d.GetTaskId()), telemetry.KeyStep.String(d.GetStep()),
+		telemetry.KeyAttempt.Int(int(d.GetAttempt())), telemetry.KeyAction.String(d.GetAction().String())))
+	defer func() {
+		if !out.GetApplied() {
+			span.SetStatus(otelcodes.Error, out.GetMessage())
+		}
+		span.End()
+	}()
 	before, after, err := s.store.UpdateTask(ctx, ns, d.GetTaskId(), func(t *reevev1.Task) error {
 		now := s.opts.clock.Now()
 		switch d.GetAction() {
@@ -95,6 +120,12 @@ func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.Recove
 			return taskstate.RetryExpired(t, d.GetStep(), d.GetAttempt(), d.GetDelay().AsDuration(), actor, now)
 		case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE:
 			return taskstate.CompensateExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
+		case reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST:
+			hb := taskstate.Spec(t, d.GetStep()).GetHeartbeatTimeout()
+			if hb == nil {
+				return fmt.Errorf("step %q declares no heartbeat timeout: %w", d.GetStep(), taskstate.ErrStale)
+			}
+			return taskstate.ShortenOnDisconnect(t, d.GetStep(), d.GetAttempt(), d.GetAgentId(), now.Add(hb.AsDuration()), actor, now)
 		default:
 			return taskstate.FailExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
 		}

@@ -60,6 +60,8 @@ func TestRecoverStepsRefusals(t *testing.T) {
 	delayedFail.Action, delayedFail.Delay = reevev1.RecoveryAction_RECOVERY_ACTION_FAIL, durationpb.New(0)
 	resp, err := sup.RecoverSteps(ctx, &reevev1.RecoverStepsRequest{Fence: fence, Decisions: []*reevev1.RecoveryDecision{
 		retry(0), noAction, delayedFail, {TaskId: "real", Step: "a/b", Attempt: 1, Action: reevev1.RecoveryAction_RECOVERY_ACTION_FAIL}, retry(1),
+		{TaskId: "real", Step: "x", Attempt: 1, Action: reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST},
+		{TaskId: "real", Step: "x", Attempt: 1, Action: reevev1.RecoveryAction_RECOVERY_ACTION_RETRY, AgentId: "a"},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +75,8 @@ func TestRecoverStepsRefusals(t *testing.T) {
 		{codes.InvalidArgument, "decisions[2].delay"},
 		{codes.InvalidArgument, "decisions[3].step"},
 		{codes.FailedPrecondition, ""},
+		{codes.InvalidArgument, "decisions[5].agent_id"},
+		{codes.InvalidArgument, "decisions[6].agent_id"},
 	}
 	if len(resp.GetOutcomes()) != len(want) {
 		t.Fatalf("%d outcomes, want %d", len(resp.GetOutcomes()), len(want))

@@ -9,6 +9,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
 
@@ -105,4 +106,47 @@ func getTask(t *testing.T, c reevev1.SchedulerServiceClient, id string) *reevev1
 		t.Fatal(err)
 	}
 	return resp.GetTask()
+}
+
+// The scheduler an agent was on crashes together with the agent: the
+// heartbeats were in that scheduler's memory only. When its lease expires,
+// the supervisor finds the agent's heartbeat executions through the
+// beating/ index and has another scheduler move their complete-by to now
+// plus the heartbeat timeout; they are re-dispatched long before their
+// one-minute complete-by.
+func TestHeartbeatStepsOfAnAgentLostWithItsScheduler(t *testing.T) {
+	const hb = 500 * time.Millisecond
+	env := testenv.New(t)
+	doomedSched := env.StartScheduler("", scheduler.WithSessionTTL(2))
+	other := env.StartScheduler("")
+	sup := env.StartSupervisor([]*testenv.Scheduler{other}, supervisor.WithTick(time.Minute))
+	c := other.Client(t)
+	doomed := testenv.ConnectRaw(t, doomedSched.Addr, register("doomed", "work"))
+	st := step("x", "work", time.Minute)
+	st.HeartbeatTimeout = durationpb.New(hb)
+	submit(t, c, "lost", st)
+	first := doomed.NextAssignment(wait)
+	doomed.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{first.GetRef()}}}})
+	for deadline := time.Now().Add(wait); !sup.Leading(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+	crashed := time.Now()
+	doomedSched.Crash()
+	doomed.Close()
+
+	survivor := testenv.ConnectRaw(t, other.Addr, register("survivor", "work"))
+	as := survivor.NextAssignment(wait)
+	if as.GetRef().GetAttempt() != 2 {
+		t.Fatalf("survivor got %v, want attempt 2", as.GetRef())
+	}
+	// Lease TTL (2 s) + heartbeat timeout + generous slack for a loaded
+	// machine; the complete-by was a minute away.
+	if after := time.Since(crashed); after > 15*time.Second {
+		t.Fatalf("re-dispatched %v after the crash", after)
+	}
+	if h := history(getTask(t, c, "lost"), "step.agent_disconnected"); len(h) != 1 || h[0].GetActor() != "supervisor/"+sup.ID() {
+		t.Fatalf("disconnect history %v, want one event by supervisor/%s", h, sup.ID())
+	}
 }

@@ -128,13 +128,19 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 	wctx, cancel := context.WithCancel(sess.Ctx())
 	w := newWaker()
 	done := make(chan struct{})
+	lostDone := make(chan struct{})
 	go func() {
 		defer close(done)
 		s.watchDeadlines(wctx, w)
 	}()
+	go func() {
+		defer close(lostDone)
+		s.watchLostAgents(wctx, fence)
+	}()
 	defer func() {
 		cancel()
 		<-done
+		<-lostDone
 	}()
 	s.backoff = map[string]entryBackoff{}
 	for {
@@ -232,6 +238,53 @@ func (s *Supervisor) watchDeadlines(ctx context.Context, w *waker) {
 	}
 }
 
+// watchLostAgents acts on agents lost together with their scheduler: the
+// beats of their executions were in that scheduler's memory only, so the
+// leader asks a scheduler to move each heartbeat execution's complete-by to
+// now plus its heartbeat timeout (RECOVERY_ACTION_AGENT_LOST); the deadline
+// index does the rest. Agents lost before this leader started watching are
+// not seen: their executions wait for their complete-by.
+func (s *Supervisor) watchLostAgents(ctx context.Context, fence *reevev1.Fence) {
+	for ctx.Err() == nil {
+		rev, err := s.store.Revision(ctx)
+		if err != nil {
+			s.sleep(ctx, time.Second)
+			continue
+		}
+		err = s.store.WatchLostAgents(ctx, rev, func(a store.LostAgent) { s.agentLost(ctx, fence, a) })
+		if ctx.Err() == nil && !errors.Is(err, store.ErrCompacted) {
+			s.log.Warn("watch agents", "err", err)
+			s.sleep(ctx, time.Second)
+		}
+	}
+}
+
+func (s *Supervisor) agentLost(ctx context.Context, fence *reevev1.Fence, a store.LostAgent) {
+	refs, err := s.store.HeartbeatExecutions(ctx, a.Namespace, a.AgentID)
+	if err != nil {
+		s.log.Warn("list a lost agent's heartbeat executions", "agent_id", a.AgentID, "err", err)
+		return
+	}
+	s.log.Info("agent lost with its scheduler", "agent_id", a.AgentID, "namespace", a.Namespace, "scheduler_id", a.SchedulerID, "heartbeat_executions", len(refs))
+	for len(refs) > 0 {
+		chunk := refs[:min(len(refs), decisionsPerCall)]
+		refs = refs[len(chunk):]
+		req := &reevev1.RecoverStepsRequest{Fence: fence}
+		for _, r := range chunk {
+			req.Decisions = append(req.Decisions, &reevev1.RecoveryDecision{Namespace: r.GetNamespace(), TaskId: r.GetTaskId(),
+				Step: r.GetStep(), Attempt: r.GetAttempt(), Action: reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST, AgentId: a.AgentID})
+		}
+		err := s.call(ctx, func(ctx context.Context, c reevev1.SupervisorServiceClient) error {
+			_, err := c.RecoverSteps(ctx, req)
+			return err
+		})
+		if err != nil {
+			// The executions keep their complete-by.
+			s.log.Warn("report a lost agent's executions", "agent_id", a.AgentID, "err", err)
+		}
+	}
+}
+
 // entryBackoff delays the next attempt at a deadline key whose recovery
 // failed, so that the leader moves past it instead of retrying it at once.
 type entryBackoff struct {
@@ -241,7 +294,7 @@ type entryBackoff struct {
 
 const (
 	minEntryBackoff = 200 * time.Millisecond
-	maxEntryBackoff = 30 * time.Second
+	maxEntryBackoff = 10 * time.Second
 	// decisionsPerCall is the RecoverSteps batch size.
 	decisionsPerCall = 256
 	// callsInFlight bounds concurrent RecoverSteps calls of one pass.
@@ -360,9 +413,10 @@ func (s *Supervisor) send(ctx context.Context, fence *reevev1.Fence, batch []pen
 		req := &reevev1.RecoverStepsRequest{Fence: fence, Decisions: make([]*reevev1.RecoveryDecision, len(batch))}
 		spans := make([]trace.Span, len(batch))
 		for i, p := range batch {
-			_, spans[i] = s.tel.startDecision(ctx, p.rec.Record, p.st, p.d.Deadline, p.action, p.delay)
+			dctx, span := s.tel.startDecision(ctx, p.rec.Record, p.st, p.d.Deadline, p.action, p.delay)
+			spans[i] = span
 			dec := &reevev1.RecoveryDecision{Namespace: p.d.Namespace, TaskId: p.d.TaskID, Step: p.d.Step, Attempt: p.d.Attempt,
-				Action: recoveryAction(p.action)}
+				Action: recoveryAction(p.action), TraceContext: telemetry.Inject(dctx)}
 			if p.action == taskstate.ActionRetry {
 				dec.Delay = durationpb.New(p.delay)
 			}
@@ -393,12 +447,19 @@ func (s *Supervisor) send(ctx context.Context, fence *reevev1.Fence, batch []pen
 				s.tel.recoveries.Add(ctx, 1, metric.WithAttributes(telemetry.KeyAction.String(p.action.String())))
 				continue
 			}
-			if status.Code(perr) == codes.FailedPrecondition {
+			code := status.Code(perr)
+			if code == codes.FailedPrecondition {
 				stale = true
 			}
 			b := s.backoff[p.d.Key]
-			b.fails++
-			b.next = now.Add(min(minEntryBackoff<<min(b.fails-1, 10), maxEntryBackoff))
+			if transient(code) {
+				// etcd or a scheduler unavailable, a lost race: nothing
+				// wrong with the entry; try again soon, without growing.
+				b.next = now.Add(minEntryBackoff)
+			} else {
+				b.fails++
+				b.next = now.Add(min(minEntryBackoff<<min(b.fails-1, 10), maxEntryBackoff))
+			}
 			s.backoff[p.d.Key] = b
 			s.log.Info("recovery not applied", "task_id", p.d.TaskID, "step", p.d.Step, "attempt", p.d.Attempt,
 				"action", p.action.String(), "failures", b.fails, "err", perr)
@@ -411,6 +472,15 @@ func (s *Supervisor) send(ctx context.Context, fence *reevev1.Fence, batch []pen
 			deposed.Store(true)
 		}
 	}()
+}
+
+// transient reports whether a failed decision says nothing about its entry.
+func transient(c codes.Code) bool {
+	switch c {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Canceled:
+		return true
+	}
+	return false
 }
 
 func recoveryAction(a taskstate.Action) reevev1.RecoveryAction {

@@ -3,10 +3,16 @@ package store
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
 // The supervisor's view of the deadline index: pages of expired keys, the
@@ -164,4 +170,74 @@ func (s *Store) ExpiredRecords(ctx context.Context, ds []Expired, fence clientv3
 		}
 	}
 	return recs, pruned, nil
+}
+
+// HeartbeatExecutions returns the dispatched executions with a heartbeat
+// timeout that agent runs (the beating/ index), in the index's order.
+func (s *Store) HeartbeatExecutions(ctx context.Context, ns, agent string) ([]*reevev1.StepRef, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	prefix := s.k.beatingOf(ns, agent)
+	resp, err := s.c.Get(octx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, etcdErr(ctx, "heartbeat executions", err)
+	}
+	var out []*reevev1.StepRef
+	for _, kv := range resp.Kvs {
+		parts := strings.Split(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if len(parts) != 3 {
+			continue
+		}
+		attempt, err := strconv.ParseInt(parts[2], 10, 32)
+		if err != nil {
+			continue
+		}
+		out = append(out, &reevev1.StepRef{Namespace: ns, TaskId: parts[0], Step: parts[1], Attempt: int32(attempt)})
+	}
+	return out, nil
+}
+
+// LostAgent is an agent whose record vanished with its scheduler's lease.
+type LostAgent struct {
+	Namespace, AgentID, SchedulerID string
+}
+
+// WatchLostAgents calls fn for every agent record deleted after revision rev
+// while the scheduler that held it is gone too: its lease expired (the
+// scheduler died), as opposed to a stream that ended on a live scheduler,
+// which writes its agent's heartbeat deadlines itself. It returns when ctx
+// ends or the watch fails (ErrCompacted: start again from a fresh revision).
+func (s *Store) WatchLostAgents(ctx context.Context, rev int64, fn func(LostAgent)) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	prefix := s.k.prefix + "agents/"
+	wch := s.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithFilterPut(), clientv3.WithPrevKV())
+	for resp := range wch {
+		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+			return ErrCompacted
+		}
+		if err := resp.Err(); err != nil {
+			return etcdErr(ctx, "watch agents", err)
+		}
+		for _, ev := range resp.Events {
+			if ev.PrevKv == nil {
+				continue
+			}
+			rec := &storev1.AgentRecord{}
+			if err := proto.Unmarshal(ev.PrevKv.Value, rec); err != nil {
+				continue
+			}
+			octx, ocancel := s.opCtx(ctx)
+			sch, err := s.c.Get(octx, s.k.scheduler(rec.GetSchedulerId()), clientv3.WithCountOnly())
+			ocancel()
+			if err != nil || sch.Count > 0 {
+				continue // the scheduler lives (or cannot tell): it handled the stream's end
+			}
+			fn(LostAgent{Namespace: rec.GetNamespace(), AgentID: rec.GetAgentId(), SchedulerID: rec.GetSchedulerId()})
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return etcdErr(ctx, "watch agents", ErrUnavailable)
 }

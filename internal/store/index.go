@@ -53,6 +53,12 @@ func (k keys) indexKeys(rec *storev1.TaskRecord) map[string]string {
 			}
 			out[k.ready(ns, id, s.GetName())] = string(b)
 		}
+		// A dispatched execution with a heartbeat timeout is indexed by its
+		// agent, so that when the agent is lost with its scheduler (whose
+		// memory held the beats) the supervisor finds its executions.
+		if taskstate.Dispatched(s) && s.GetLockedByAgent() != "" && taskstate.Spec(t, s.GetName()).GetHeartbeatTimeout() != nil {
+			out[k.beating(ns, s.GetLockedByAgent(), id, s.GetName(), s.GetAttempt())] = ""
+		}
 		// Every execution someone must act on by a time has one deadline
 		// key: a dispatched one at its complete-by, a queued one with a
 		// schedule-to-start timeout at its schedule-to-start deadline.

@@ -29,6 +29,8 @@ import (
 //	meta/created-index                          empty: every task written before the created
 //	                                            indexes existed has them (see BackfillCreatedIndexes)
 //	alerts/<ns>/<alert-id>                      reeve.v1.Alert, written with the record when a task fails
+//	beating/<ns>/<agent-id>/<task-id>/<step>/<attempt>
+//	                                            empty: dispatched executions with a heartbeat timeout, by agent
 //	agents/<ns>/<agent-id>                      AgentRecord, under the scheduler's lease
 //	agent-load/<ns>/<agent-id>                  "<session-id> <in-flight>", under the scheduler's
 //	                                            lease, refreshed every few seconds while it changes
@@ -94,6 +96,16 @@ func (k keys) workflow(ns, name string, version int32) string {
 }
 
 func (k keys) workflowVersions(ns, name string) string { return k.workflows(ns) + name + "/" }
+
+func (k keys) beatingPrefix() string { return k.prefix + "beating/" }
+
+func (k keys) beatingOf(ns, agent string) string {
+	return k.beatingPrefix() + ns + "/" + agent + "/"
+}
+
+func (k keys) beating(ns, agent, id, step string, attempt int32) string {
+	return fmt.Sprintf("%s%s/%s/%d", k.beatingOf(ns, agent), id, step, attempt)
+}
 
 func (k keys) ready(ns, id, step string) string {
 	return k.readyPrefix() + ns + "/" + id + "/" + step

@@ -31,6 +31,9 @@ const (
 	SpanExecute  = "reeve.step.execute"
 	SpanResult   = "reeve.step.result"
 	SpanDecision = "reeve.supervisor.decide"
+	// SpanRecoveryApply is a scheduler applying one supervisor decision of
+	// a RecoverSteps batch, a child of the decision's span.
+	SpanRecoveryApply = "reeve.recovery.apply"
 )
 
 // ScopeName is the instrumentation scope of Reeve's tracers and meters.

@@ -188,20 +188,15 @@ func TestSpanTreeOfTaskWithRetryAndCompensation(t *testing.T) {
 	}
 
 	// The supervisor's decision about the expired first attempt: in the
-	// task's trace, linked to the attempt, parent of the RetryStep call.
+	// task's trace, linked to the attempt, parent of the scheduler's
+	// application of it (decisions travel in batches: RecoverSteps).
 	decision := g.one(t, "decision", named(telemetry.SpanDecision))
 	g.childOf(t, decision, submit)
 	linksTo(t, decision, pay1)
 	if attr(decision, "reeve.supervisor.action") != "retry" || attr(decision, "reeve.step.attempt") != "1" {
 		t.Errorf("decision attributes %v", decision.Attributes())
 	}
-	retryCall := g.one(t, "client RetryStep", func(s sdktrace.ReadOnlySpan) bool {
-		return s.Name() == "reeve.v1.SupervisorService/RetryStep" && s.SpanKind() == trace.SpanKindClient
-	})
-	g.childOf(t, retryCall, decision)
-	g.childOf(t, g.one(t, "server RetryStep", func(s sdktrace.ReadOnlySpan) bool {
-		return s.Name() == "reeve.v1.SupervisorService/RetryStep" && s.SpanKind() == trace.SpanKindServer
-	}), retryCall)
+	g.childOf(t, g.one(t, "recovery apply", named(telemetry.SpanRecoveryApply)), decision)
 
 	// What each result led to, under its attempt's span.
 	result := func(a sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {

@@ -34,6 +34,12 @@ const (
 	RecoveryAction_RECOVERY_ACTION_COMPENSATE RecoveryAction = 2
 	// Mark the step FAILED and fail the task, raising an alert.
 	RecoveryAction_RECOVERY_ACTION_FAIL RecoveryAction = 3
+	// The execution's agent was lost together with its scheduler (whose
+	// memory held its heartbeats): move its complete-by to now plus its
+	// heartbeat timeout, unless that is later. Only for a dispatched execution
+	// with a heartbeat timeout, held by agent_id; an agent that reconnects
+	// before then and lists it keeps it.
+	RecoveryAction_RECOVERY_ACTION_AGENT_LOST RecoveryAction = 4
 )
 
 // Enum value maps for RecoveryAction.
@@ -43,12 +49,14 @@ var (
 		1: "RECOVERY_ACTION_RETRY",
 		2: "RECOVERY_ACTION_COMPENSATE",
 		3: "RECOVERY_ACTION_FAIL",
+		4: "RECOVERY_ACTION_AGENT_LOST",
 	}
 	RecoveryAction_value = map[string]int32{
 		"RECOVERY_ACTION_UNSPECIFIED": 0,
 		"RECOVERY_ACTION_RETRY":       1,
 		"RECOVERY_ACTION_COMPENSATE":  2,
 		"RECOVERY_ACTION_FAIL":        3,
+		"RECOVERY_ACTION_AGENT_LOST":  4,
 	}
 )
 
@@ -551,7 +559,13 @@ type RecoveryDecision struct {
 	// RETRY only: the backoff before the next attempt, within [0, 24h].
 	Delay *durationpb.Duration `protobuf:"bytes,6,opt,name=delay,proto3" json:"delay,omitempty"`
 	// Recorded in the task's history; at most 1 KiB.
-	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// AGENT_LOST only: the agent that held the execution.
+	AgentId string `protobuf:"bytes,8,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// W3C trace context of the supervisor's decision span (optional); the
+	// scheduler's span applying the decision (reeve.recovery.apply) is its
+	// child, in the task's trace.
+	TraceContext  map[string]string `protobuf:"bytes,9,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -633,6 +647,20 @@ func (x *RecoveryDecision) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *RecoveryDecision) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *RecoveryDecision) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 type RecoverStepsRequest struct {
@@ -1272,7 +1300,7 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\x05fence\x18\x05 \x01(\v2\x0f.reeve.v1.FenceR\x05fence\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\"6\n" +
 	"\x10FailTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xf2\x01\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xa1\x03\n" +
 	"\x10RecoveryDecision\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -1280,7 +1308,12 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x120\n" +
 	"\x06action\x18\x05 \x01(\x0e2\x18.reeve.v1.RecoveryActionR\x06action\x12/\n" +
 	"\x05delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"v\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x19\n" +
+	"\bagent_id\x18\b \x01(\tR\aagentId\x12Q\n" +
+	"\rtrace_context\x18\t \x03(\v2,.reeve.v1.RecoveryDecision.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
 	"\x13RecoverStepsRequest\x12%\n" +
 	"\x05fence\x18\x01 \x01(\v2\x0f.reeve.v1.FenceR\x05fence\x128\n" +
 	"\tdecisions\x18\x02 \x03(\v2\x1a.reeve.v1.RecoveryDecisionR\tdecisions\"\x8d\x01\n" +
@@ -1321,12 +1354,13 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\balert_id\x18\x02 \x01(\tR\aalertId\x12'\n" +
 	"\x0facknowledged_by\x18\x03 \x01(\tR\x0eacknowledgedBy\"9\n" +
 	"\x10AckAlertResponse\x12%\n" +
-	"\x05alert\x18\x01 \x01(\v2\x0f.reeve.v1.AlertR\x05alert*\x86\x01\n" +
+	"\x05alert\x18\x01 \x01(\v2\x0f.reeve.v1.AlertR\x05alert*\xa6\x01\n" +
 	"\x0eRecoveryAction\x12\x1f\n" +
 	"\x1bRECOVERY_ACTION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15RECOVERY_ACTION_RETRY\x10\x01\x12\x1e\n" +
 	"\x1aRECOVERY_ACTION_COMPENSATE\x10\x02\x12\x18\n" +
-	"\x14RECOVERY_ACTION_FAIL\x10\x032\x9a\x04\n" +
+	"\x14RECOVERY_ACTION_FAIL\x10\x03\x12\x1e\n" +
+	"\x1aRECOVERY_ACTION_AGENT_LOST\x10\x042\x9a\x04\n" +
 	"\x11SupervisorService\x12D\n" +
 	"\tRetryStep\x12\x1a.reeve.v1.RetryStepRequest\x1a\x1b.reeve.v1.RetryStepResponse\x12S\n" +
 	"\x0eCompensateTask\x12\x1f.reeve.v1.CompensateTaskRequest\x1a .reeve.v1.CompensateTaskResponse\x12A\n" +
@@ -1350,7 +1384,7 @@ func file_reeve_v1_supervisor_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_supervisor_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_supervisor_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_reeve_v1_supervisor_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_reeve_v1_supervisor_service_proto_goTypes = []any{
 	(RecoveryAction)(0),            // 0: reeve.v1.RecoveryAction
 	(*Fence)(nil),                  // 1: reeve.v1.Fence
@@ -1371,49 +1405,51 @@ var file_reeve_v1_supervisor_service_proto_goTypes = []any{
 	(*WatchAlertsResponse)(nil),    // 16: reeve.v1.WatchAlertsResponse
 	(*AckAlertRequest)(nil),        // 17: reeve.v1.AckAlertRequest
 	(*AckAlertResponse)(nil),       // 18: reeve.v1.AckAlertResponse
-	(*durationpb.Duration)(nil),    // 19: google.protobuf.Duration
-	(*Task)(nil),                   // 20: reeve.v1.Task
-	(TaskState)(0),                 // 21: reeve.v1.TaskState
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	nil,                            // 19: reeve.v1.RecoveryDecision.TraceContextEntry
+	(*durationpb.Duration)(nil),    // 20: google.protobuf.Duration
+	(*Task)(nil),                   // 21: reeve.v1.Task
+	(TaskState)(0),                 // 22: reeve.v1.TaskState
+	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
 }
 var file_reeve_v1_supervisor_service_proto_depIdxs = []int32{
 	1,  // 0: reeve.v1.RetryStepRequest.fence:type_name -> reeve.v1.Fence
-	19, // 1: reeve.v1.RetryStepRequest.delay:type_name -> google.protobuf.Duration
-	20, // 2: reeve.v1.RetryStepResponse.task:type_name -> reeve.v1.Task
+	20, // 1: reeve.v1.RetryStepRequest.delay:type_name -> google.protobuf.Duration
+	21, // 2: reeve.v1.RetryStepResponse.task:type_name -> reeve.v1.Task
 	1,  // 3: reeve.v1.CompensateTaskRequest.fence:type_name -> reeve.v1.Fence
-	20, // 4: reeve.v1.CompensateTaskResponse.task:type_name -> reeve.v1.Task
+	21, // 4: reeve.v1.CompensateTaskResponse.task:type_name -> reeve.v1.Task
 	1,  // 5: reeve.v1.FailTaskRequest.fence:type_name -> reeve.v1.Fence
-	20, // 6: reeve.v1.FailTaskResponse.task:type_name -> reeve.v1.Task
+	21, // 6: reeve.v1.FailTaskResponse.task:type_name -> reeve.v1.Task
 	0,  // 7: reeve.v1.RecoveryDecision.action:type_name -> reeve.v1.RecoveryAction
-	19, // 8: reeve.v1.RecoveryDecision.delay:type_name -> google.protobuf.Duration
-	1,  // 9: reeve.v1.RecoverStepsRequest.fence:type_name -> reeve.v1.Fence
-	8,  // 10: reeve.v1.RecoverStepsRequest.decisions:type_name -> reeve.v1.RecoveryDecision
-	21, // 11: reeve.v1.RecoveryOutcome.task_state:type_name -> reeve.v1.TaskState
-	10, // 12: reeve.v1.RecoverStepsResponse.outcomes:type_name -> reeve.v1.RecoveryOutcome
-	22, // 13: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
-	22, // 14: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
-	12, // 15: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
-	12, // 16: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
-	12, // 17: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
-	2,  // 18: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
-	4,  // 19: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
-	6,  // 20: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
-	9,  // 21: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
-	13, // 22: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
-	15, // 23: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
-	17, // 24: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
-	3,  // 25: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
-	5,  // 26: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
-	7,  // 27: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
-	11, // 28: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
-	14, // 29: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
-	16, // 30: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
-	18, // 31: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	20, // 8: reeve.v1.RecoveryDecision.delay:type_name -> google.protobuf.Duration
+	19, // 9: reeve.v1.RecoveryDecision.trace_context:type_name -> reeve.v1.RecoveryDecision.TraceContextEntry
+	1,  // 10: reeve.v1.RecoverStepsRequest.fence:type_name -> reeve.v1.Fence
+	8,  // 11: reeve.v1.RecoverStepsRequest.decisions:type_name -> reeve.v1.RecoveryDecision
+	22, // 12: reeve.v1.RecoveryOutcome.task_state:type_name -> reeve.v1.TaskState
+	10, // 13: reeve.v1.RecoverStepsResponse.outcomes:type_name -> reeve.v1.RecoveryOutcome
+	23, // 14: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
+	23, // 15: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
+	12, // 16: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
+	12, // 17: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
+	12, // 18: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
+	2,  // 19: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
+	4,  // 20: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
+	6,  // 21: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
+	9,  // 22: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
+	13, // 23: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
+	15, // 24: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
+	17, // 25: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
+	3,  // 26: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
+	5,  // 27: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
+	7,  // 28: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
+	11, // 29: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
+	14, // 30: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
+	16, // 31: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
+	18, // 32: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
+	26, // [26:33] is the sub-list for method output_type
+	19, // [19:26] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_supervisor_service_proto_init() }
@@ -1428,7 +1464,7 @@ func file_reeve_v1_supervisor_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_supervisor_service_proto_rawDesc), len(file_reeve_v1_supervisor_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
