@@ -110,6 +110,17 @@ func (o *operatorEnv) refused(t *testing.T, want string, call func(ctx context.C
 	}
 }
 
+// noLiveKeys checks that etcd holds no ready or deadline key: the task is
+// terminal, nothing of it may be dispatched or recovered.
+func (o *operatorEnv) noLiveKeys(t *testing.T) {
+	t.Helper()
+	for k := range testenv.DataKeys(t, o.env.Etcd.Client()) {
+		if strings.HasPrefix(k, "/reeve/ready/") || strings.HasPrefix(k, "/reeve/deadlines/") {
+			t.Errorf("terminal task left index key %s", k)
+		}
+	}
+}
+
 func (o *operatorEnv) retry(step string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		_, err := o.sup.RetryStep(ctx, &reevev1.RetryStepRequest{TaskId: "t-1", Step: step})
@@ -133,6 +144,7 @@ func TestRetryStepRefusedWhileOrAfterCompensating(t *testing.T) {
 		t.Fatalf("task %v, want COMPENSATED", task.GetState())
 	}
 	o.refused(t, "task t-1 is COMPENSATED: retry_step needs the task FAILED", o.retry("ship"))
+	o.noLiveKeys(t)
 	if s := stepOf(o.get(t), "ship"); s.GetState() != reevev1.StepState_STEP_STATE_FAILED || s.GetScheduleToStartDeadline() != nil || s.GetCompleteBy() != nil {
 		t.Fatalf("ship %v, want FAILED with no deadline", s)
 	}
@@ -159,6 +171,7 @@ func TestCompensateAfterFailTaskInterruptedTheUndo(t *testing.T) {
 	if task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED || stepOf(task, "charge").GetState() != reevev1.StepState_STEP_STATE_COMPENSATED {
 		t.Fatalf("task %v, charge %v: want COMPENSATED with charge refunded", task.GetState(), stepOf(task, "charge").GetState())
 	}
+	o.noLiveKeys(t)
 }
 
 // RetryStep of the failed step of a task canceled while compensating is

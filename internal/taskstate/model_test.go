@@ -22,7 +22,8 @@ import (
 // permanent failures; late, duplicate and wrong-agent ones), expiries and the
 // supervisor's decisions, heartbeats missed, and every operator action at
 // every point, and checks the invariants after every event against a ghost
-// model of what was accepted.
+// model of what was accepted. Only a FAILED task may leave its terminal
+// state (an operator's retry or compensation).
 
 // modelCases is how many walks TestStateMachineModel takes: thousands in
 // seconds. FuzzStateMachineModel explores further under `make fuzz`.
@@ -196,6 +197,9 @@ func (m *model) event() error {
 		what, err = m.operator()
 	}
 	m.logf("%s -> %v (task %s)", what, err, taskstate.StateName(m.task.GetState()))
+	if final := before.GetState(); final != reevev1.TaskState_TASK_STATE_FAILED && taskstate.TerminalTask(final) && m.task.GetState() != final {
+		return violation("%s revived a %s task: it is %s", what, taskstate.StateName(final), taskstate.StateName(m.task.GetState()))
+	}
 	if errors.Is(err, errViolation) {
 		return err
 	}

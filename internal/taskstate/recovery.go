@@ -102,7 +102,7 @@ func Decide(t *reevev1.Task, s *reevev1.Step) (Action, time.Duration) {
 // queue; the caller decides what comes next.
 func expired(t *reevev1.Task, name string, attempt int32, actor string, now time.Time) (*reevev1.Step, error) {
 	if TerminalTask(t.GetState()) {
-		return nil, ErrTerminal
+		return nil, &refusal{ErrTerminal, fmt.Sprintf("task %s is %s: nothing of it is left to recover", t.GetId(), StateName(t.GetState()))}
 	}
 	s := FindStep(t, name)
 	if s == nil {
@@ -110,11 +110,11 @@ func expired(t *reevev1.Task, name string, attempt int32, actor string, now time
 	}
 	deadline, ok := Deadline(s)
 	if !ok || s.GetAttempt() != attempt {
-		return nil, fmt.Errorf("%w: step %q is %s at attempt %d, not dispatched or queued with a deadline at attempt %d", ErrStale, name, s.GetState(), s.GetAttempt(), attempt)
+		return nil, &refusal{ErrStale, fmt.Sprintf("attempt %d of step %q is not the current execution with a deadline: the step is %s at attempt %d", attempt, name, StateName(s.GetState()), s.GetAttempt())}
 	}
 	by := deadline.UTC().Format(time.RFC3339Nano)
 	if now.Before(deadline) {
-		return nil, fmt.Errorf("%w: deadline %s", ErrNotExpired, by)
+		return nil, &refusal{ErrNotExpired, fmt.Sprintf("attempt %d of step %q has not expired: its deadline is %s", attempt, name, by)}
 	}
 	s.FailureCount++
 	if Queued(s) {
@@ -161,7 +161,7 @@ func exhausted(t *reevev1.Task, s *reevev1.Step) bool {
 // and compensates the task.
 func CompensateExpired(t *reevev1.Task, name string, attempt int32, reason, actor string, now time.Time) error {
 	if s := FindStep(t, name); Compensating(s) {
-		return fmt.Errorf("%w: step %q is itself compensating", ErrStale, name)
+		return &refusal{ErrStale, fmt.Sprintf("step %q is itself compensating: an expired compensation fails the task, it does not compensate it", name)}
 	}
 	s, err := expired(t, name, attempt, actor, now)
 	if err != nil {
@@ -294,7 +294,7 @@ func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor stri
 		return &StateError{Msg: fmt.Sprintf("step %q of task %s is %s: retry_step needs the step FAILED", name, t.GetId(), StateName(s.GetState()))}
 	}
 	if attempt != 0 && attempt != s.GetAttempt() {
-		return fmt.Errorf("%w: step %q is at attempt %d, not %d", ErrStale, name, s.GetAttempt(), attempt)
+		return &refusal{ErrStale, fmt.Sprintf("step %q is at attempt %d, not %d", name, s.GetAttempt(), attempt)}
 	}
 	compensation := s.GetCompensation()
 	if !compensation {
