@@ -51,6 +51,8 @@ func TestNotFoundAndBadFilters(t *testing.T) {
 		want string
 	}{
 		{"/tasks/no-such-task", http.StatusNotFound, "no-such-task"},
+		{"/tasks?ns=no-such-ns", http.StatusNotFound, "Unknown namespace"},
+		{"/tasks/x?ns=no-such-ns", http.StatusNotFound, "no-such-ns"},
 		{"/tasks/bad%2Fid", http.StatusNotFound, "task id"},
 		{"/tasks?state=bogus", http.StatusBadRequest, "state: unknown task state"},
 		{"/tasks?after=yesterday", http.StatusBadRequest, "after: want a time"},
