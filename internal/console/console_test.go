@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -352,4 +353,46 @@ func TestTasksEventStreamResumes(t *testing.T) {
 		t.Fatal("no changed event after the cancel")
 	}
 	stop()
+}
+
+// After etcd compacted past the page's revision, the stream still tells the
+// page to reload (the API's reset), then follows the changes after it.
+func TestTasksEventStreamAfterCompaction(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	_, page := b.get("/tasks")
+	m := revParam.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("the tasks page has no revision in its stream URL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		e.submit(stuck())
+	}
+	resp, err := e.etcd.Get(ctx, "compact-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.etcd.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	events := sseEvents(t, ctx, b, "/tasks/events?ns=default&rev="+m[1], "")
+	select {
+	case ev := <-events:
+		if !strings.Contains(ev, "event: changed") {
+			t.Fatalf("event %q, want changed", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no event after a compaction past the page's revision")
+	}
+	e.submit(stuck())
+	select {
+	case ev := <-events:
+		if !strings.Contains(ev, "event: changed") {
+			t.Fatalf("event %q, want changed", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no event for a change after the reset")
+	}
 }
