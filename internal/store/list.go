@@ -177,7 +177,9 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	}
 
 	for scanned < maxScan {
-		chunk := min(maxScan-scanned, max(q.Limit+1, 1000))
+		// With a prefix, the rest of the scan budget in one read: etcd
+		// counts the window's keys once per read, so fewer reads cost less.
+		chunk := maxScan - scanned
 		if q.IDPrefix == "" {
 			chunk = q.Limit - len(page.Tasks) + 1
 		}

@@ -129,3 +129,40 @@ func TestQueryTasksFindsTasksFarApartInTime(t *testing.T) {
 		}
 	}
 }
+
+// A prefix matching only old tasks spends the scan budget: the page ends
+// early, empty, with a position, and following pages find the matches.
+func TestQueryTasksPrefixScanBudget(t *testing.T) {
+	s, _ := newStore(t)
+	for i := range 30 {
+		rec := recordAt(i, "wf", reevev1.TaskState_TASK_STATE_PENDING)
+		if i < 2 {
+			rec.Task.Id = fmt.Sprintf("old-%d", i)
+		}
+		if _, _, err := s.CreateTask(ctx(t), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := store.TaskQuery{Namespace: "default", Limit: 5, IDPrefix: "old-", MaxScan: 10}
+	var got []string
+	calls := 0
+	for ; calls < 10; calls++ {
+		page, err := s.QueryTasks(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls == 0 && (len(page.Tasks) != 0 || page.Next == nil) {
+			t.Fatalf("first call: %d tasks, next %v; want none and a position (budget spent)", len(page.Tasks), page.Next)
+		}
+		for _, task := range page.Tasks {
+			got = append(got, task.GetId())
+		}
+		if page.Next == nil {
+			break
+		}
+		q.After = page.Next
+	}
+	if fmt.Sprint(got) != "[old-1 old-0]" || calls < 2 {
+		t.Fatalf("listed %v in %d calls, want [old-1 old-0] in several", got, calls+1)
+	}
+}
