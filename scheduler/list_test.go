@@ -338,3 +338,49 @@ func testenvConnect(t *testing.T, addr, typ string) {
 	agent := testenv.ConnectRaw(t, addr, register("counter", 1, typ))
 	agent.NextAssignment(wait)
 }
+
+// Workflows of 190 KB each: a page of them is cut at the byte budget and
+// every one is listed exactly once; a forged page token is refused.
+func TestListWorkflowsPagesByByteBudget(t *testing.T) {
+	_, _, c := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	const n = 14
+	for i := range n {
+		var steps []*reevev1.StepSpec
+		for j := range 12 {
+			st := step(fmt.Sprintf("s%d", j), "t")
+			st.Config = testenv.Value(t, strings.Repeat("c", 15_000))
+			steps = append(steps, st)
+		}
+		if _, err := c.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: &reevev1.Workflow{Name: fmt.Sprintf("big-%02d", i), Steps: steps}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := &reevev1.ListWorkflowsRequest{PageSize: 1000}
+	seen := map[string]bool{}
+	pages := 0
+	for range 100 {
+		resp, err := c.ListWorkflows(ctx, req)
+		if err != nil {
+			t.Fatalf("page %d: %v", pages+1, err)
+		}
+		pages++
+		for _, w := range resp.GetWorkflows() {
+			if seen[w.GetName()] {
+				t.Fatalf("%s listed twice", w.GetName())
+			}
+			seen[w.GetName()] = true
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			break
+		}
+	}
+	if len(seen) != n || pages < 2 {
+		t.Fatalf("listed %d workflows in %d pages, want %d in at least 2", len(seen), pages, n)
+	}
+	_, err := c.ListWorkflows(ctx, &reevev1.ListWorkflowsRequest{PageToken: base64.RawURLEncoding.EncodeToString([]byte("../x"))})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "page_token") {
+		t.Fatalf("forged token: %v, want INVALID_ARGUMENT naming page_token", err)
+	}
+}

@@ -65,6 +65,9 @@ func (s *Server) ListWorkflows(ctx context.Context, req *reevev1.ListWorkflowsRe
 	if err != nil {
 		return nil, statusErr(err)
 	}
+	if after != "" && workflow.ValidateName("page_token", after) != nil {
+		return nil, statusErr(&workflow.FieldError{Field: "page_token", Reason: "not a page token; pass the next_page_token of a previous response"})
+	}
 	wfs, more, err := s.store.ListWorkflows(ctx, workflow.Namespace(req.GetNamespace()), after, size)
 	if err != nil {
 		return nil, statusErr(err)

@@ -72,6 +72,9 @@ func (s *Server) taskAction(w http.ResponseWriter, r *http.Request, ss *session)
 		return
 	}
 	ns := workflow.Namespace(r.PostFormValue("ns"))
+	if !s.requireOperator(w, r, ss, ns) {
+		return
+	}
 	id := r.PathValue("id")
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	if len(reason) > maxReason {
@@ -86,6 +89,21 @@ func (s *Server) taskAction(w http.ResponseWriter, r *http.Request, ss *session)
 	}
 	s.log.InfoContext(ctx, "console: operator action", "action", action, "namespace", ns, "task_id", id)
 	http.Redirect(w, r, "/tasks/"+url.PathEscape(id)+"?ns="+url.QueryEscape(ns), http.StatusSeeOther)
+}
+
+// requireOperator refuses (403) a state-changing request of a session whose
+// identity may not use operator actions in ns: the console enforces what it
+// shows, and the scheduler checks every call again.
+func (s *Server) requireOperator(w http.ResponseWriter, r *http.Request, ss *session, ns string) bool {
+	if err := workflow.ValidateNamespace("ns", ns); err != nil {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", err.Error())
+		return false
+	}
+	if !s.mayOperate(r.Context(), ss, ns) {
+		s.renderError(w, r, ss, http.StatusForbidden, "Not allowed", "Your identity may not use operator actions in namespace "+ns+".")
+		return false
+	}
+	return true
 }
 
 // apply runs one operator action through the API. An empty step for retry
@@ -212,6 +230,9 @@ func (s *Server) bulkApply(w http.ResponseWriter, r *http.Request, ss *session) 
 		return
 	}
 	ns := workflow.Namespace(r.PostFormValue("ns"))
+	if !s.requireOperator(w, r, ss, ns) {
+		return
+	}
 	ids := r.PostForm["id"]
 	if len(ids) == 0 || len(ids) > maxBulk {
 		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("id: between 1 and %d tasks, got %d", maxBulk, len(ids)))

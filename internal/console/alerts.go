@@ -136,6 +136,9 @@ func (s *Server) watchAlerts(ctx context.Context, ns string, ss *session, out *s
 // the page it came from.
 func (s *Server) ackAlert(w http.ResponseWriter, r *http.Request, ss *session) {
 	ns := workflow.Namespace(r.PostFormValue("ns"))
+	if !s.requireOperator(w, r, ss, ns) {
+		return
+	}
 	id := r.PathValue("id")
 	ctx, cancel, opts := s.call(r, ss)
 	defer cancel()

@@ -18,11 +18,17 @@ import (
 )
 
 // chrome starts a headless Chromium (Debian's chromium package) with a fresh
-// profile. Without one the test is skipped, unless REEVE_REQUIRE_BROWSER=1
-// (make e2e-console) makes that a failure. Every JavaScript dialog is
+// profile. The browser tests run with REEVE_REQUIRE_BROWSER=1 (make
+// e2e-console, part of make e2e: a missing chromium is then a failure) or
+// REEVE_BROWSER_TESTS=1 (skipped without chromium); a plain go test skips
+// them, so that make test does not run them twice. Every JavaScript dialog is
 // recorded; accept decides whether to accept it (else it is dismissed).
 func chrome(t *testing.T, accept func(msg string) bool) (context.Context, *dialogs) {
 	t.Helper()
+	required := os.Getenv("REEVE_REQUIRE_BROWSER") == "1"
+	if !required && os.Getenv("REEVE_BROWSER_TESTS") != "1" {
+		t.Skip("browser checks run in make e2e-console (or with REEVE_BROWSER_TESTS=1)")
+	}
 	path := os.Getenv("REEVE_CHROMIUM")
 	if path == "" {
 		for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -33,7 +39,7 @@ func chrome(t *testing.T, accept func(msg string) bool) (context.Context, *dialo
 		}
 	}
 	if path == "" {
-		if os.Getenv("REEVE_REQUIRE_BROWSER") == "1" {
+		if required {
 			t.Fatal("no chromium on PATH (apt-get install -y chromium)")
 		}
 		t.Skip("no chromium on PATH: browser checks skipped (make e2e-console installs it)")

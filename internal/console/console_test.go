@@ -5,10 +5,12 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -51,6 +53,8 @@ func TestNotFoundAndBadFilters(t *testing.T) {
 		want string
 	}{
 		{"/tasks/no-such-task", http.StatusNotFound, "no-such-task"},
+		{"/tasks?ns=no-such-ns", http.StatusNotFound, "Unknown namespace"},
+		{"/tasks/x?ns=no-such-ns", http.StatusNotFound, "no-such-ns"},
 		{"/tasks/bad%2Fid", http.StatusNotFound, "task id"},
 		{"/tasks?state=bogus", http.StatusBadRequest, "state: unknown task state"},
 		{"/tasks?after=yesterday", http.StatusBadRequest, "after: want a time"},
@@ -261,4 +265,134 @@ func TestTaskEventStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(`id="task-state">canceled`)
+}
+
+// sseEvents reads the events of one Server-Sent-Events response.
+func sseEvents(t *testing.T, ctx context.Context, b *browser, path, lastID string) <-chan string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.e.url+path, nil)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan string, 64)
+	go func() {
+		defer resp.Body.Close()
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		var ev strings.Builder
+		for sc.Scan() {
+			if sc.Text() == "" {
+				if strings.Contains(ev.String(), "event: ") {
+					events <- ev.String()
+				}
+				ev.Reset()
+				continue
+			}
+			ev.WriteString(sc.Text() + "\n")
+		}
+	}()
+	return events
+}
+
+var (
+	revParam = regexp.MustCompile(`sse-connect="/tasks/events\?[^"]*rev=(\d+)`)
+	eventID  = regexp.MustCompile(`(?m)^id: (\d+)$`)
+)
+
+// The tasks list's stream resumes from the revision the page was listed at:
+// a change after it is a "changed" event whose id is its revision, and a
+// reconnect with that id as Last-Event-ID does not repeat it.
+func TestTasksEventStreamResumes(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	_, page := b.get("/tasks")
+	m := revParam.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("the tasks page has no revision in its stream URL")
+	}
+	// A change between the list and the stream's start is not lost.
+	task := e.submit(stuck())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := sseEvents(t, ctx, b, "/tasks/events?ns=default&rev="+m[1], "")
+	var id string
+	select {
+	case ev := <-first:
+		if !strings.Contains(ev, "event: changed") {
+			t.Fatalf("first event %q, want changed", ev)
+		}
+		mm := eventID.FindStringSubmatch(ev)
+		if mm == nil {
+			t.Fatalf("changed event without an id: %q", ev)
+		}
+		id = mm[1]
+	case <-ctx.Done():
+		t.Fatal("no changed event for a task submitted after the list")
+	}
+	// Reconnect from that event: nothing until the next change.
+	sctx, stop := context.WithCancel(ctx)
+	again := sseEvents(t, sctx, b, "/tasks/events?ns=default&rev="+m[1], id)
+	select {
+	case ev := <-again:
+		t.Fatalf("reconnect repeated an event: %q", ev)
+	case <-time.After(2 * time.Second):
+	}
+	if _, err := e.sched.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: task.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-again:
+		if !strings.Contains(ev, "event: changed") {
+			t.Fatalf("event %q, want changed", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no changed event after the cancel")
+	}
+	stop()
+}
+
+// After etcd compacted past the page's revision, the stream still tells the
+// page to reload (the API's reset), then follows the changes after it.
+func TestTasksEventStreamAfterCompaction(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	_, page := b.get("/tasks")
+	m := revParam.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("the tasks page has no revision in its stream URL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		e.submit(stuck())
+	}
+	resp, err := e.etcd.Get(ctx, "compact-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.etcd.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	events := sseEvents(t, ctx, b, "/tasks/events?ns=default&rev="+m[1], "")
+	select {
+	case ev := <-events:
+		if !strings.Contains(ev, "event: changed") {
+			t.Fatalf("event %q, want changed", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no event after a compaction past the page's revision")
+	}
+	e.submit(stuck())
+	select {
+	case ev := <-events:
+		if !strings.Contains(ev, "event: changed") {
+			t.Fatalf("event %q, want changed", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no event for a change after the reset")
+	}
 }

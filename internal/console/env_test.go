@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -36,6 +37,7 @@ type env struct {
 	sched reevev1.SchedulerServiceClient
 	sup   reevev1.SupervisorServiceClient
 	url   string
+	etcd  *clientv3.Client // nil in secure mode
 }
 
 // newEnv starts everything; the demo agent also serves test.fail_xss (fails
@@ -63,7 +65,9 @@ func newEnv(t *testing.T, opts ...console.Option) *env {
 	})
 	go func() { defer close(done); _ = a.Run(ctx) }()
 	cc := testenv.Dial(t, s.Addr)
-	return newEnvOn(t, cc, opts...)
+	env := newEnvOn(t, cc, opts...)
+	env.etcd = e.Etcd.Client()
+	return env
 }
 
 func newEnvOn(t *testing.T, cc grpc.ClientConnInterface, opts ...console.Option) *env {

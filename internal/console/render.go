@@ -64,8 +64,31 @@ func parseTemplates() (*template.Template, error) {
 			}
 			return n
 		},
-		"list3": func() []string { return []string{"task", "step", "compensation"} },
+		"explain": func(kind string) string { return explanations[kind] },
+		"list3":   func() []string { return []string{"task", "step", "compensation"} },
 	}).ParseFS(files, "templates/*.html")
+}
+
+// explanations say in plain words what a history event means, for the task
+// page's "What happened".
+var explanations = map[string]string{
+	"step.failed":                    "the agent reported a failure",
+	"step.expired":                   "no result before its complete-by: the supervisor took the attempt back",
+	"step.schedule_to_start_expired": "no agent took it before its schedule-to-start deadline",
+	"step.heartbeat_missed":          "the agent stopped heartbeating",
+	"step.retry_scheduled":           "a new attempt is queued",
+	"step.escalated":                 "attempts exhausted or a permanent error: the step's escalation policy applies",
+	"step.unacknowledged":            "the agent never acknowledged the assignment: queued again",
+	"step.agent_disconnected":        "the agent's stream ended while it held the attempt",
+	"step.agent_reconnected":         "the agent came back and still holds the attempt",
+	"step.retried_by_operator":       "an operator retried the failed step",
+	"task.compensating":              "undoing the succeeded steps, in reverse order",
+	"compensation.succeeded":         "this step is undone",
+	"compensation.failed":            "undoing this step failed",
+	"task.compensated":               "every succeeded step was undone",
+	"task.failed":                    "the task failed and needs a person: an alert is raised",
+	"task.canceled":                  "canceled",
+	"task.succeeded":                 "every step succeeded",
 }
 
 // shortEnum turns TASK_STATE_RUNNING into "running".

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"google.golang.org/grpc"
@@ -165,4 +166,31 @@ func outer(t *testing.T, ctx context.Context, sel string) string {
 		t.Fatalf("html of %s: %v", sel, err)
 	}
 	return html
+}
+
+// A viewer's session posting an action with a valid csrf token is refused
+// by the console itself, even for an action its role could call directly
+// (a client may cancel through the API): the console shows viewers no
+// action and enforces that.
+func TestViewerActionRefusedByConsole(t *testing.T) {
+	e := newSecureEnv(t)
+	task := e.submit(stuck())
+	b := e.browser()
+	if code, _ := b.post("/login", e.url, map[string][]string{"token": {viewerToken}}); code != http.StatusOK {
+		t.Fatalf("viewer login: status %d", code)
+	}
+	_, page := b.get("/tasks/" + task.GetId())
+	code, body := b.post("/tasks/"+task.GetId()+"/cancel", e.url, map[string][]string{"csrf": {csrf(t, page)}, "ns": {"default"}})
+	if code != http.StatusForbidden || !strings.Contains(body, "may not use operator actions") {
+		t.Fatalf("viewer cancel: status %d, want 403", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := e.sched.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: task.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetTask().GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
+		t.Fatal("the viewer canceled the task")
+	}
 }

@@ -147,7 +147,10 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, h histo
 	d.Version = sseID(t)
 	d.CanCompen = !d.Terminal || t.GetState() == reevev1.TaskState_TASK_STATE_FAILED
 	for _, st := range t.GetSteps() {
-		v := stepView{Step: st, StateName: shortEnum(st.GetState()), Retryable: st.GetState() == reevev1.StepState_STEP_STATE_FAILED && !d.Terminal || st.GetState() == reevev1.StepState_STEP_STATE_FAILED && t.GetState() == reevev1.TaskState_TASK_STATE_FAILED}
+		// RetryStep without a fence takes a FAILED step of a task that is
+		// not over, or of a FAILED task (which it resumes).
+		failed := st.GetState() == reevev1.StepState_STEP_STATE_FAILED
+		v := stepView{Step: st, StateName: shortEnum(st.GetState()), Retryable: failed && (!d.Terminal || t.GetState() == reevev1.TaskState_TASK_STATE_FAILED)}
 		if at, ok := taskstate.Deadline(st); ok && !d.Terminal {
 			dd := at.Sub(now)
 			v.Overdue = dd < 0

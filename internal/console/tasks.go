@@ -228,6 +228,10 @@ func (s *Server) renderTasks(w http.ResponseWriter, r *http.Request, ss *session
 		return
 	}
 	d.Rev, d.FP = rev, fingerprint(tasks)
+	if len(tasks) == 0 && f.FilterQuery() == "ns="+url.QueryEscape(f.NS) && !s.namespaceKnown(r, ss, f.NS) {
+		s.renderError(w, r, ss, http.StatusNotFound, "Unknown namespace", fmt.Sprintf("Namespace %q has no task and no workflow. A namespace exists through its tasks and workflows: check its name.", f.NS))
+		return
+	}
 	now := s.now()
 	for _, t := range tasks {
 		d.Rows = append(d.Rows, s.row(t, now))
@@ -247,6 +251,19 @@ func (s *Server) tasksCounts(w http.ResponseWriter, r *http.Request, ss *session
 	ctx, cancel, opts := s.call(r, ss)
 	defer cancel()
 	s.render(w, r, http.StatusOK, "tasks-counts", tasksData{F: f, Counts: s.counts(ctx, opts, f)})
+}
+
+// namespaceKnown reports whether ns has a workflow (asked when it has no
+// task); "default" always exists. An error counts as known: the list page
+// then shows its empty list rather than a wrong 404.
+func (s *Server) namespaceKnown(r *http.Request, ss *session, ns string) bool {
+	if ns == workflow.DefaultNamespace {
+		return true
+	}
+	ctx, cancel, opts := s.call(r, ss)
+	defer cancel()
+	resp, err := s.sched.ListWorkflows(ctx, &reevev1.ListWorkflowsRequest{Namespace: ns, PageSize: 1}, opts...)
+	return err != nil || len(resp.GetWorkflows()) > 0
 }
 
 // timeOf is a timestamp or nil for the zero time.

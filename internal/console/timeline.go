@@ -71,6 +71,13 @@ func timeline(t *reevev1.Task, now time.Time) ([]span, []marker) {
 		k := key{e.GetStep(), e.GetAttempt(), comp}
 		switch kind {
 		case "step.dispatched", "compensation.dispatched":
+			// An execution of the step still open was taken back without
+			// an event this code knows: it ended here.
+			for o := range open {
+				if o.step == k.step && o.comp == comp {
+					closeSpan(o, at, "superseded", "", "")
+				}
+			}
 			spec := taskstate.Spec(t, e.GetStep())
 			timeout := workflow.EffectiveTimeout(t.GetWorkflow(), spec)
 			if comp {
@@ -83,6 +90,9 @@ func timeline(t *reevev1.Task, now time.Time) ([]span, []marker) {
 			closeSpan(k, at, "succeeded", e.GetMessage(), e.GetActor())
 		case "step.failed", "compensation.failed":
 			closeSpan(k, at, "failed", e.GetMessage(), e.GetActor())
+		case "step.unacknowledged":
+			closeSpan(key{e.GetStep(), e.GetAttempt(), false}, at, "unacknowledged", e.GetMessage(), e.GetActor())
+			closeSpan(key{e.GetStep(), e.GetAttempt(), true}, at, "unacknowledged", e.GetMessage(), e.GetActor())
 		case "step.expired", "step.heartbeat_missed":
 			// An expired execution may be a compensation's: close either.
 			closeSpan(key{e.GetStep(), e.GetAttempt(), false}, at, "expired", e.GetMessage(), e.GetActor())
@@ -118,7 +128,9 @@ func isDecision(e *reevev1.HistoryEvent) bool {
 		return true
 	}
 	switch e.GetKind() {
-	case "step.escalated", "step.expired", "step.schedule_to_start_expired", "task.compensating", "task.failed", "task.canceled":
+	case "step.escalated", "step.expired", "step.schedule_to_start_expired", "step.heartbeat_missed", "step.unacknowledged",
+		"step.agent_disconnected", "step.agent_reconnected", "step.retried_by_operator",
+		"task.compensating", "task.failed", "task.canceled":
 		return true
 	}
 	return false
@@ -127,7 +139,7 @@ func isDecision(e *reevev1.HistoryEvent) bool {
 // isFailure reports whether e belongs in the "failures only" history view.
 func isFailure(e *reevev1.HistoryEvent) bool {
 	k := e.GetKind()
-	for _, w := range []string{"failed", "expired", "escalated", "canceled", "missed", "compensating"} {
+	for _, w := range []string{"failed", "expired", "escalated", "canceled", "missed", "compensating", "unacknowledged", "disconnected"} {
 		if strings.HasSuffix(k, w) || strings.Contains(k, "."+w) {
 			return true
 		}

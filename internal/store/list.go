@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -107,6 +108,23 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 			start = from
 		}
 	}
+	// etcd counts every key of a range even with a limit, so a page never
+	// asks for the whole index: it reads windows of create time from its
+	// start, 1s wide and 32 times wider each time one runs out of keys (at
+	// most 9 windows cover 30 years), then the rest of the range. The first
+	// window of an unbounded list covers what was created after now + 1h.
+	width := time.Second
+	winAge := ageOf(time.Now().Add(time.Hour))
+	a0 := int64(-1)
+	if !q.CreatedBefore.IsZero() {
+		a0 = ageOf(q.CreatedBefore.Add(-time.Nanosecond))
+	}
+	if q.After != nil {
+		a0 = max(a0, ageOf(q.After.Created))
+	}
+	if a0 >= 0 {
+		winAge = addAge(a0, width)
+	}
 	var (
 		page    TaskPage
 		ids     []ListPosition // matching keys not yet fetched
@@ -115,8 +133,10 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 		rev     int64
 		bytes   int
 	)
-	// fetch reads the records of ids at rev into the page until a budget is
-	// spent; full reports that.
+	// fetch reads the records of ids at rev into the page until the byte
+	// budget is spent; full reports that (page.Next is then set). A page
+	// full by count goes on scanning for one more match, to know whether
+	// to return a next page token.
 	fetch := func() (full bool, err error) {
 		for len(ids) > 0 {
 			n := min(len(ids), listFetchBatch, q.Limit-len(page.Tasks))
@@ -152,19 +172,22 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 				page.Tasks = append(page.Tasks, t)
 			}
 			ids = ids[n:]
-			if len(page.Tasks) == q.Limit {
-				return true, nil
-			}
 		}
 		return false, nil
 	}
 
 	for scanned < maxScan {
-		chunk := min(maxScan-scanned, max(q.Limit+1, 1000))
+		// With a prefix, the rest of the scan budget in one read: etcd
+		// counts the window's keys once per read, so fewer reads cost less.
+		chunk := maxScan - scanned
 		if q.IDPrefix == "" {
 			chunk = q.Limit - len(page.Tasks) + 1
 		}
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(chunk))}
+		winEnd := end
+		if k := fmt.Sprintf("%s%020d", prefix, winAge); winAge < math.MaxInt64 && k < end {
+			winEnd = k
+		}
+		opts := []clientv3.OpOption{clientv3.WithRange(winEnd), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(chunk))}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
@@ -207,7 +230,12 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 			return page, nil // cut by the byte budget, page.Next set
 		}
 		if !resp.More {
-			return page, nil // the range is exhausted
+			if winEnd == end {
+				return page, nil // the range is exhausted
+			}
+			start, winAge = winEnd, addAge(winAge, width) // the next, wider window
+			width = min(width*32, 100*365*24*time.Hour)
+			continue
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
@@ -360,4 +388,22 @@ func (s *Store) WatchTasks(ctx context.Context, ns string, after int64, fn func(
 		}
 	}
 	return ctx.Err()
+}
+
+// ageOf is the numeric age of a create time (see the key layout), clamped
+// to [0, MaxInt64].
+func ageOf(t time.Time) int64 {
+	n := t.UnixNano()
+	if n < 0 {
+		return math.MaxInt64
+	}
+	return math.MaxInt64 - n
+}
+
+// addAge adds d to an age without overflowing.
+func addAge(a int64, d time.Duration) int64 {
+	if a > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return a + int64(d)
 }

@@ -84,3 +84,85 @@ func TestCreatedIndexesFollowTheRecord(t *testing.T) {
 		}
 	}
 }
+
+// Tasks far apart in time (decades, a day, the future) are all listed, in
+// order, one page at a time: the create-time windows a page reads (see
+// QueryTasks) cover the whole range.
+func TestQueryTasksFindsTasksFarApartInTime(t *testing.T) {
+	s, _ := newStore(t)
+	now := time.Now()
+	at := []time.Time{now.Add(48 * time.Hour), now, now.Add(-time.Second), now.Add(-24 * time.Hour), now.AddDate(-30, 0, 0), time.Unix(0, 1)}
+	for i, ct := range at {
+		rec := recordAt(i, "wf", reevev1.TaskState_TASK_STATE_PENDING)
+		rec.Task.CreateTime = timestamppb.New(ct)
+		if _, _, err := s.CreateTask(ctx(t), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []store.TaskQuery{
+		{Namespace: "default", Limit: 1},
+		{Namespace: "default", Limit: 1, Workflow: "wf"},
+		{Namespace: "default", Limit: 1, CreatedBefore: now.Add(time.Nanosecond), CreatedAfter: now.AddDate(-31, 0, 0)},
+	} {
+		var got []int
+		for range 20 {
+			page, err := s.QueryTasks(ctx(t), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, task := range page.Tasks {
+				var i int
+				fmt.Sscanf(task.GetId(), "task-%06d", &i)
+				got = append(got, i)
+			}
+			if page.Next == nil {
+				break
+			}
+			q.After = page.Next
+		}
+		want := "[0 1 2 3 4 5]"
+		if !q.CreatedBefore.IsZero() {
+			want = "[1 2 3 4]"
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("query %+v listed %v, want %s", q, got, want)
+		}
+	}
+}
+
+// A prefix matching only old tasks spends the scan budget: the page ends
+// early, empty, with a position, and following pages find the matches.
+func TestQueryTasksPrefixScanBudget(t *testing.T) {
+	s, _ := newStore(t)
+	for i := range 30 {
+		rec := recordAt(i, "wf", reevev1.TaskState_TASK_STATE_PENDING)
+		if i < 2 {
+			rec.Task.Id = fmt.Sprintf("old-%d", i)
+		}
+		if _, _, err := s.CreateTask(ctx(t), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := store.TaskQuery{Namespace: "default", Limit: 5, IDPrefix: "old-", MaxScan: 10}
+	var got []string
+	calls := 0
+	for ; calls < 10; calls++ {
+		page, err := s.QueryTasks(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls == 0 && (len(page.Tasks) != 0 || page.Next == nil) {
+			t.Fatalf("first call: %d tasks, next %v; want none and a position (budget spent)", len(page.Tasks), page.Next)
+		}
+		for _, task := range page.Tasks {
+			got = append(got, task.GetId())
+		}
+		if page.Next == nil {
+			break
+		}
+		q.After = page.Next
+	}
+	if fmt.Sprint(got) != "[old-1 old-0]" || calls < 2 {
+		t.Fatalf("listed %v in %d calls, want [old-1 old-0] in several", got, calls+1)
+	}
+}

@@ -74,7 +74,8 @@ func (s *Store) GetWorkflow(ctx context.Context, ns, name string, version int32)
 }
 
 // ListWorkflows returns the latest version of up to limit workflows of a
-// namespace in name order, starting after the name `after`.
+// namespace in name order, starting after the name `after`, and at most
+// DefaultListBytes of them (encoded) unless the first alone is larger.
 func (s *Store) ListWorkflows(ctx context.Context, ns, after string, limit int) (wfs []*reevev1.Workflow, more bool, err error) {
 	prefix := s.k.workflows(ns)
 	start := prefix
@@ -100,7 +101,8 @@ func (s *Store) ListWorkflows(ctx context.Context, ns, after string, limit int) 
 	if len(latest) > limit {
 		latest, more = latest[:limit], true
 	}
-	for _, key := range latest {
+	bytes := 0
+	for i, key := range latest {
 		r, err := s.c.Get(octx, key, clientv3.WithRev(resp.Header.Revision))
 		if err != nil {
 			return nil, false, etcdErr(ctx, "list workflows", err)
@@ -108,6 +110,12 @@ func (s *Store) ListWorkflows(ctx context.Context, ns, after string, limit int) 
 		if len(r.Kvs) == 0 {
 			continue
 		}
+		// The page's byte budget, as ListTasks's: a page always holds one.
+		n := len(r.Kvs[0].Value)
+		if len(wfs) > 0 && bytes+n > DefaultListBytes {
+			return wfs, more || i < len(latest), nil
+		}
+		bytes += n
 		w, err := unmarshalWorkflow(r.Kvs[0].Value)
 		if err != nil {
 			return nil, false, err

@@ -10,7 +10,8 @@ import (
 )
 
 // DataKeys returns every key under the default prefix /reeve/ but the
-// liveness records of schedulers and agents, with its mod revision: any
+// liveness records of schedulers and agents (agents/, agent-load/) and the
+// markers schedulers write at start (meta/), with its mod revision: any
 // write a request makes changes it, so comparing two calls shows whether a
 // refused request changed anything.
 func DataKeys(t testing.TB, c *clientv3.Client) map[string]int64 {
@@ -23,9 +24,13 @@ func DataKeys(t testing.TB, c *clientv3.Client) map[string]int64 {
 	}
 	out := map[string]int64{}
 	for _, kv := range resp.Kvs {
-		if k := string(kv.Key); !strings.HasPrefix(k, "/reeve/schedulers/") && !strings.HasPrefix(k, "/reeve/agents/") {
-			out[k] = kv.ModRevision
+		k := string(kv.Key)
+		switch {
+		case strings.HasPrefix(k, "/reeve/schedulers/"), strings.HasPrefix(k, "/reeve/agents/"),
+			strings.HasPrefix(k, "/reeve/agent-load/"), strings.HasPrefix(k, "/reeve/meta/"):
+			continue
 		}
+		out[k] = kv.ModRevision
 	}
 	return out
 }

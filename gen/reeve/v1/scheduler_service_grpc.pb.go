@@ -46,7 +46,7 @@ type SchedulerServiceClient interface {
 	// GetTask returns a task with its steps and history.
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error)
 	// ListTasks pages through a namespace's tasks, newest first: by
-	// create_time descending, ties by task id descending. Every filter is
+	// create_time descending, ties by task id ascending. Every filter is
 	// served from an index (docs/architecture.md); a page ends at page_size
 	// tasks, at the response byte budget, or when the scan budget of one call
 	// is spent, whichever comes first, so a page may hold fewer tasks than
@@ -227,7 +227,7 @@ type SchedulerServiceServer interface {
 	// GetTask returns a task with its steps and history.
 	GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error)
 	// ListTasks pages through a namespace's tasks, newest first: by
-	// create_time descending, ties by task id descending. Every filter is
+	// create_time descending, ties by task id ascending. Every filter is
 	// served from an index (docs/architecture.md); a page ends at page_size
 	// tasks, at the response byte budget, or when the scan budget of one call
 	// is spent, whichever comes first, so a page may hold fewer tasks than

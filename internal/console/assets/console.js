@@ -4,8 +4,6 @@
 (function () {
   "use strict";
   var root = document.documentElement;
-  var saved = localStorage.getItem("reeve-theme");
-  if (saved) root.setAttribute("data-theme", saved);
 
   document.addEventListener("click", function (ev) {
     var t = ev.target;
