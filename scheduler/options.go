@@ -26,6 +26,7 @@ type options struct {
 	scheduleToStart    time.Duration
 	spaceSoftLimit     float64
 	spaceCheckInterval time.Duration
+	spaceReclaimEvery  time.Duration
 	submitRate         float64
 	submitBurst        int
 	maxActiveTasks     int
@@ -49,6 +50,7 @@ func defaultOptions() options {
 		scheduleToStart:    time.Hour,
 		spaceSoftLimit:     0.8,
 		spaceCheckInterval: 5 * time.Second,
+		spaceReclaimEvery:  time.Minute,
 		tracer:             otel.GetTracerProvider(),
 		meter:              otel.GetMeterProvider(),
 	}
@@ -135,6 +137,17 @@ func WithMaxActiveTasks(n int) Option { return func(o *options) { o.maxActiveTas
 // is submitted within one interval.
 func WithSpaceSoftLimit(fraction float64) Option {
 	return func(o *options) { o.spaceSoftLimit = fraction }
+}
+
+// WithSpaceReclaim sets how often, at most, the scheduler reclaims etcd
+// space by itself while the space is over the soft limit or etcd's NOSPACE
+// alarm is raised: it compacts etcd's history to the current revision,
+// defragments every member one at a time (each blocks for the time of its
+// defragmentation) and disarms NOSPACE once the database file is under 90%
+// of the quota. Default 1m; 0 leaves it to an operator. Requires the space
+// check (WithSpaceSoftLimit > 0).
+func WithSpaceReclaim(every time.Duration) Option {
+	return func(o *options) { o.spaceReclaimEvery = every }
 }
 
 // WithSpaceCheckInterval sets how often etcd's space is read (one status and

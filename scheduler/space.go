@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,8 +18,9 @@ import (
 // status every check interval and keeps the last answer; a failed read keeps
 // the previous one (with etcd down, submissions fail UNAVAILABLE anyway).
 type spaceGuard struct {
-	s    *Server
-	last atomic.Pointer[store.Space]
+	s           *Server
+	last        atomic.Pointer[store.Space]
+	lastReclaim time.Time // only watch's goroutine uses it
 }
 
 // watch refreshes the space until ctx ends.
@@ -47,6 +49,18 @@ func (g *spaceGuard) refresh(ctx context.Context) {
 		}
 		return
 	}
+	if g.over(sp) && g.s.opts.spaceReclaimEvery > 0 && (g.lastReclaim.IsZero() || g.s.opts.clock.Since(g.lastReclaim) >= g.s.opts.spaceReclaimEvery) {
+		g.lastReclaim = g.s.opts.clock.Now()
+		after, err := g.s.store.Reclaim(ctx)
+		switch {
+		case err != nil:
+			g.s.log.Warn("reclaim etcd space (compact, defragment, disarm NOSPACE)", "space", sp.String(), "err", err)
+		default:
+			g.s.log.Info("reclaimed etcd space: compacted, defragmented, NOSPACE disarmed if the database fits again",
+				"before", sp.String(), "after", after.String(), "nospace_alarm", after.NoSpace)
+			sp = after
+		}
+	}
 	prev := g.last.Swap(&sp)
 	was, is := prev != nil && g.over(*prev), g.over(sp)
 	switch {
@@ -70,7 +84,7 @@ func (g *spaceGuard) allow() error {
 	}
 	if sp.NoSpace {
 		return status.Errorf(codes.ResourceExhausted,
-			"etcd is out of space (NOSPACE alarm; %s): new tasks are refused until an operator compacts, defragments and disarms it (etcdctl alarm disarm)", sp)
+			"etcd is out of space (NOSPACE alarm; %s): new tasks are refused until space is freed; the scheduler compacts and defragments etcd and disarms the alarm by itself once the database fits again; if live data fills it, delete data or raise the quota (see docs/degraded-modes.md; etcdctl alarm disarm)", sp)
 	}
 	return status.Errorf(codes.ResourceExhausted,
 		"etcd is near its space quota: %s, at or over the %.0f%% soft limit; new tasks are refused until retention and compaction free space, running tasks continue",

@@ -161,3 +161,27 @@ func TestNoSpaceAlarmRefusesNewTasksUntilDisarmed(t *testing.T) {
 	free(t, cli)
 	submitUntil(t, c, "after", codes.OK, "")
 }
+
+// Defect 11: after NOSPACE, the scheduler recovered only when an operator
+// compacted, defragmented and disarmed etcd. Once the data that filled it
+// is deleted (deletes work under NOSPACE), it reclaims the space, disarms
+// the alarm and accepts tasks again by itself.
+func TestNoSpaceRecoversByItselfOnceDataIsDeleted(t *testing.T) {
+	env := testenv.New(t, etcdtest.WithQuotaBytes(testQuota))
+	s := env.StartScheduler("", scheduler.WithSpaceCheckInterval(50*time.Millisecond), scheduler.WithSpaceReclaim(2*time.Second))
+	c, cli := s.Client(t), env.Etcd.Client()
+	if err := fill(t, cli, 2); err == nil {
+		t.Fatal("etcd accepted writes past its quota")
+	}
+	submitUntil(t, c, "refused", codes.ResourceExhausted, "NOSPACE")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := cli.Delete(ctx, "/filler/", clientv3.WithPrefix()); err != nil {
+		t.Fatalf("delete under NOSPACE: %v", err)
+	}
+	submitUntil(t, c, "after", codes.OK, "")
+	alarms, err := cli.AlarmList(ctx)
+	if err != nil || len(alarms.Alarms) != 0 {
+		t.Fatalf("alarms after recovery: %v %v", alarms, err)
+	}
+}

@@ -16,6 +16,7 @@ type degradedFlags struct {
 	scheduleToStart time.Duration
 	quotaSoftLimit  float64
 	maxTxnOps       int
+	reclaimEvery    time.Duration
 }
 
 func (d *degradedFlags) register(cmd *cobra.Command) {
@@ -24,6 +25,8 @@ func (d *degradedFlags) register(cmd *cobra.Command) {
 		"schedule-to-start timeout of steps whose workflow sets none: a queued step no agent claims within it is handed to the supervisor's policy; 0: wait for an agent indefinitely")
 	f.Float64Var(&d.quotaSoftLimit, "quota-soft-limit", 0.8,
 		"refuse new tasks (RESOURCE_EXHAUSTED) while etcd's database in use reaches this fraction of its quota; running tasks continue; 0: off")
+	f.DurationVar(&d.reclaimEvery, "space-reclaim-interval", time.Minute,
+		"while over --quota-soft-limit or under NOSPACE, compact etcd, defragment its members one at a time (each blocks meanwhile) and disarm NOSPACE once it fits, at most this often; 0: leave it to an operator")
 	f.IntVar(&d.maxTxnOps, "etcd-max-txn-ops", 128,
 		"etcd's --max-txn-ops (operations per transaction) as every member runs it: writes are batched to fit it and wider workflows are refused at registration; reeve dev runs its embedded etcd with it")
 }
@@ -39,5 +42,5 @@ func (d *degradedFlags) options() ([]scheduler.Option, error) {
 	if v := d.maxTxnOps; v < 16 || v > 100000 {
 		return nil, usagef("--etcd-max-txn-ops: %d is outside [16, 100000]", v)
 	}
-	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit), scheduler.WithEtcdMaxTxnOps(d.maxTxnOps)}, nil
+	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit), scheduler.WithEtcdMaxTxnOps(d.maxTxnOps), scheduler.WithSpaceReclaim(d.reclaimEvery)}, nil
 }
