@@ -14,45 +14,47 @@ import (
 )
 
 type options struct {
-	id                 string
-	prefix             string
-	log                *slog.Logger
-	clock              clockwork.Clock
-	retention          time.Duration
-	sweepInterval      time.Duration
-	drainTimeout       time.Duration
-	claimConcurrency   int
-	sessionTTL         int
-	scheduleToStart    time.Duration
-	spaceSoftLimit     float64
-	spaceCheckInterval time.Duration
-	spaceReclaimEvery  time.Duration
-	submitRate         float64
-	submitBurst        int
-	maxActiveTasks     int
-	tracer             trace.TracerProvider
-	meter              metric.MeterProvider
-	maxTxnOps          int
+	id                  string
+	prefix              string
+	log                 *slog.Logger
+	clock               clockwork.Clock
+	retention           time.Duration
+	sweepInterval       time.Duration
+	drainTimeout        time.Duration
+	claimConcurrency    int
+	sessionTTL          int
+	scheduleToStart     time.Duration
+	spaceSoftLimit      float64
+	spaceCheckInterval  time.Duration
+	spaceReclaimEvery   time.Duration
+	spaceReservePerStep int64
+	submitRate          float64
+	submitBurst         int
+	maxActiveTasks      int
+	tracer              trace.TracerProvider
+	meter               metric.MeterProvider
+	maxTxnOps           int
 }
 
 func defaultOptions() options {
 	host, _ := os.Hostname()
 	return options{
-		id:                 fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
-		prefix:             "/reeve/",
-		log:                slog.Default(),
-		clock:              clockwork.NewRealClock(),
-		retention:          72 * time.Hour,
-		sweepInterval:      time.Minute,
-		drainTimeout:       10 * time.Second,
-		claimConcurrency:   256,
-		sessionTTL:         10,
-		scheduleToStart:    time.Hour,
-		spaceSoftLimit:     0.8,
-		spaceCheckInterval: 5 * time.Second,
-		spaceReclaimEvery:  time.Minute,
-		tracer:             otel.GetTracerProvider(),
-		meter:              otel.GetMeterProvider(),
+		id:                  fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
+		prefix:              "/reeve/",
+		log:                 slog.Default(),
+		clock:               clockwork.NewRealClock(),
+		retention:           72 * time.Hour,
+		sweepInterval:       time.Minute,
+		drainTimeout:        10 * time.Second,
+		claimConcurrency:    256,
+		sessionTTL:          10,
+		scheduleToStart:     time.Hour,
+		spaceSoftLimit:      0.8,
+		spaceCheckInterval:  5 * time.Second,
+		spaceReclaimEvery:   time.Minute,
+		spaceReservePerStep: 4 << 10,
+		tracer:              otel.GetTracerProvider(),
+		meter:               otel.GetMeterProvider(),
 	}
 }
 
@@ -137,6 +139,17 @@ func WithMaxActiveTasks(n int) Option { return func(o *options) { o.maxActiveTas
 // is submitted within one interval.
 func WithSpaceSoftLimit(fraction float64) Option {
 	return func(o *options) { o.spaceSoftLimit = fraction }
+}
+
+// WithSpaceReserve sets the etcd space reserved for each execution in
+// flight (queued or dispatched): what it will still write (claim, result,
+// its successors, history) before compaction frees it. New tasks are
+// refused while the database in use plus this reserve reaches the soft
+// limit, so that work already admitted can finish within the quota.
+// Default 4 KiB (a one-step task's whole life leaves about 2.65 KB of
+// history); 0 reserves nothing.
+func WithSpaceReserve(bytesPerStep int64) Option {
+	return func(o *options) { o.spaceReservePerStep = max(bytesPerStep, 0) }
 }
 
 // WithSpaceReclaim sets how often, at most, the scheduler reclaims etcd

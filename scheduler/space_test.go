@@ -185,3 +185,35 @@ func TestNoSpaceRecoversByItselfOnceDataIsDeleted(t *testing.T) {
 		t.Fatalf("alarms after recovery: %v %v", alarms, err)
 	}
 }
+
+// Defect 11: admission looked only at the space in use, so a flood was
+// admitted up to the soft limit and draining it (claims, results, history)
+// then filled etcd to NOSPACE. Space is reserved for every execution in
+// flight: with 60% of the quota in use and 64 KiB reserved per ready or
+// deadline key (a queued step has both), new tasks are refused after about
+// (80%-60%) of 16 MiB / 128 KiB ≈ 25 of them, with a message naming the
+// reserve, long before the space in use itself reaches the soft limit.
+func TestAdmissionReservesSpaceForWorkInFlight(t *testing.T) {
+	env := testenv.New(t, etcdtest.WithQuotaBytes(testQuota))
+	s := env.StartScheduler("", scheduler.WithSpaceCheckInterval(50*time.Millisecond), scheduler.WithSpaceReserve(64<<10), scheduler.WithSpaceReclaim(0))
+	c, cli := s.Client(t), env.Etcd.Client()
+	if err := fill(t, cli, 0.6); err != nil {
+		t.Fatal(err)
+	}
+	err, last := submitUntil(t, c, "queued", codes.ResourceExhausted, "reserved")
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "executions in flight") {
+		t.Fatalf("refusal %q does not name the work in flight", msg)
+	}
+	var n int
+	if _, err := fmt.Sscanf(last[strings.LastIndex(last, "-")+1:], "%d", &n); err != nil || n > 80 {
+		t.Fatalf("refused after %d submissions (%v), want about 51", n, err)
+	}
+	st, err := cli.Status(context.Background(), cli.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := float64(st.DbSizeInUse) / testQuota; f >= 0.75 {
+		t.Fatalf("refused only at %.0f%% in use: the reserve did nothing", 100*f)
+	}
+	t.Logf("refused at task %d with %.0f%% of the quota in use", n, 100*float64(st.DbSizeInUse)/testQuota)
+}

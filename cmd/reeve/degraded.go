@@ -17,6 +17,7 @@ type degradedFlags struct {
 	quotaSoftLimit  float64
 	maxTxnOps       int
 	reclaimEvery    time.Duration
+	reservePerStep  int64
 }
 
 func (d *degradedFlags) register(cmd *cobra.Command) {
@@ -27,6 +28,8 @@ func (d *degradedFlags) register(cmd *cobra.Command) {
 		"refuse new tasks (RESOURCE_EXHAUSTED) while etcd's database in use reaches this fraction of its quota; running tasks continue; 0: off")
 	f.DurationVar(&d.reclaimEvery, "space-reclaim-interval", time.Minute,
 		"while over --quota-soft-limit or under NOSPACE, compact etcd, defragment its members one at a time (each blocks meanwhile) and disarm NOSPACE once it fits, at most this often; 0: leave it to an operator")
+	f.Int64Var(&d.reservePerStep, "space-reserve-per-step", 4<<10,
+		"etcd bytes reserved for each queued or dispatched execution until it finishes: new tasks are refused while space in use + reserve reaches --quota-soft-limit; 0: reserve nothing")
 	f.IntVar(&d.maxTxnOps, "etcd-max-txn-ops", 128,
 		"etcd's --max-txn-ops (operations per transaction) as every member runs it: writes are batched to fit it and wider workflows are refused at registration; reeve dev runs its embedded etcd with it")
 }
@@ -39,8 +42,11 @@ func (d *degradedFlags) options() ([]scheduler.Option, error) {
 	if v := d.quotaSoftLimit; v < 0 || v > 1 {
 		return nil, usagef("--quota-soft-limit: %v is outside [0, 1] (0: off)", v)
 	}
+	if v := d.reservePerStep; v < 0 || v > 1<<30 {
+		return nil, usagef("--space-reserve-per-step: %d is outside [0, 1 GiB]", v)
+	}
 	if v := d.maxTxnOps; v < 16 || v > 100000 {
 		return nil, usagef("--etcd-max-txn-ops: %d is outside [16, 100000]", v)
 	}
-	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit), scheduler.WithEtcdMaxTxnOps(d.maxTxnOps), scheduler.WithSpaceReclaim(d.reclaimEvery)}, nil
+	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit), scheduler.WithEtcdMaxTxnOps(d.maxTxnOps), scheduler.WithSpaceReclaim(d.reclaimEvery), scheduler.WithSpaceReserve(d.reservePerStep)}, nil
 }
