@@ -5,6 +5,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -253,7 +254,7 @@ func (d *dispatcher) claim(ctx context.Context, it *readyItem, conn *agentConn) 
 			delete(d.items, it.key)
 		}
 	default:
-		d.s.log.Warn("claim step", "task_id", it.entry.GetTaskId(), "step", it.entry.GetStep(), "attempt", it.entry.GetAttempt(), "err", err)
+		d.s.logs.log(d.s.log, slog.LevelWarn, "claim step: "+errKind(err), "claim step", "task_id", it.entry.GetTaskId(), "step", it.entry.GetStep(), "attempt", it.entry.GetAttempt(), "err", err)
 		if cur := d.items[it.key]; cur == it {
 			it.claiming = false
 			it.due = d.s.opts.clock.Now().Add(200 * time.Millisecond)

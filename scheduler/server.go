@@ -42,6 +42,7 @@ type Server struct {
 	tel   *instruments
 	adm   *admission
 	space *spaceGuard
+	logs  *logLimiter // rate-limits log lines of failures that repeat per task
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -72,6 +73,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	s.tel = newInstruments(s)
 	s.adm = newAdmission(s)
 	s.space = &spaceGuard{s: s}
+	s.logs = newLogLimiter(o.clock, 10*time.Second)
 	return s
 }
 
