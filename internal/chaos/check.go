@@ -51,6 +51,11 @@ func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []planned
 		if !taskstate.TerminalTask(t.GetState()) {
 			rep.violate("every task terminal", pt.ID, "task is "+t.GetState().String())
 		}
+		if pt.CancelAfter > 0 {
+			rep.OperatorCancels++
+		} else if t.GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
+			rep.violate("canceled only by an operator", pt.ID, "no operator canceled the task, yet it is CANCELED")
+		}
 		if pt.Input.FailStep != "" {
 			rep.DesignedToFail++
 			if t.GetState() == reevev1.TaskState_TASK_STATE_SUCCEEDED {
