@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -274,6 +275,7 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 		}
 	default:
 		// Taken back above if it had committed; else try again shortly.
+		d.s.logs.log(d.s.log, slog.LevelWarn, "claim step: "+errKind(err), "claim step", "task_id", it.entry.GetTaskId(), "step", it.entry.GetStep(), "attempt", it.entry.GetAttempt(), "err", err)
 		if cur := d.items[it.key]; cur == it {
 			it.claiming = false
 			it.due = d.s.opts.clock.Now().Add(200 * time.Millisecond)

@@ -16,58 +16,62 @@ import (
 )
 
 type options struct {
-	storeOpts          []store.Option // store tuning (WithCommitWindow)
-	id                 string
-	prefix             string
-	log                *slog.Logger
-	clock              clockwork.Clock
-	retention          time.Duration
-	sweepInterval      time.Duration
-	drainTimeout       time.Duration
-	claimConcurrency   int
-	sessionTTL         int
-	scheduleToStart    time.Duration
-	spaceSoftLimit     float64
-	spaceCheckInterval time.Duration
-	submitRate         float64
-	submitBurst        int
-	maxActiveTasks     int
-	ackTimeout         time.Duration
-	registerTimeout    time.Duration
-	maxUnregistered    int
-	maxConnsPerPeer    int
-	sendQueueBytes     int64
-	tracer             trace.TracerProvider
-	meter              metric.MeterProvider
-	maxLists           int
-	listBytes          int
-	maxTxnOps          int
+	storeOpts           []store.Option // store tuning (WithCommitWindow)
+	id                  string
+	prefix              string
+	log                 *slog.Logger
+	clock               clockwork.Clock
+	retention           time.Duration
+	sweepInterval       time.Duration
+	drainTimeout        time.Duration
+	claimConcurrency    int
+	sessionTTL          int
+	scheduleToStart     time.Duration
+	spaceSoftLimit      float64
+	spaceCheckInterval  time.Duration
+	submitRate          float64
+	submitBurst         int
+	maxActiveTasks      int
+	ackTimeout          time.Duration
+	registerTimeout     time.Duration
+	maxUnregistered     int
+	maxConnsPerPeer     int
+	sendQueueBytes      int64
+	tracer              trace.TracerProvider
+	meter               metric.MeterProvider
+	maxLists            int
+	listBytes           int
+	maxTxnOps           int
+	spaceReclaimEvery   time.Duration
+	spaceReservePerStep int64
 }
 
 func defaultOptions() options {
 	host, _ := os.Hostname()
 	return options{
-		id:                 fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
-		prefix:             "/reeve/",
-		log:                slog.Default(),
-		clock:              clockwork.NewRealClock(),
-		retention:          72 * time.Hour,
-		sweepInterval:      time.Minute,
-		drainTimeout:       10 * time.Second,
-		claimConcurrency:   256,
-		sessionTTL:         10,
-		scheduleToStart:    time.Hour,
-		spaceSoftLimit:     0.8,
-		spaceCheckInterval: 5 * time.Second,
-		ackTimeout:         5 * time.Second,
-		registerTimeout:    10 * time.Second,
-		maxUnregistered:    1000,
-		maxConnsPerPeer:    1000,
-		sendQueueBytes:     16 << 20,
-		tracer:             otel.GetTracerProvider(),
-		meter:              otel.GetMeterProvider(),
-		maxLists:           8,
-		listBytes:          2 << 20,
+		id:                  fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
+		prefix:              "/reeve/",
+		log:                 slog.Default(),
+		clock:               clockwork.NewRealClock(),
+		retention:           72 * time.Hour,
+		sweepInterval:       time.Minute,
+		drainTimeout:        10 * time.Second,
+		claimConcurrency:    256,
+		sessionTTL:          10,
+		scheduleToStart:     time.Hour,
+		spaceSoftLimit:      0.8,
+		spaceCheckInterval:  5 * time.Second,
+		ackTimeout:          5 * time.Second,
+		registerTimeout:     10 * time.Second,
+		maxUnregistered:     1000,
+		maxConnsPerPeer:     1000,
+		sendQueueBytes:      16 << 20,
+		tracer:              otel.GetTracerProvider(),
+		meter:               otel.GetMeterProvider(),
+		maxLists:            8,
+		listBytes:           2 << 20,
+		spaceReclaimEvery:   time.Minute,
+		spaceReservePerStep: 4 << 10,
 	}
 }
 
@@ -168,6 +172,28 @@ func WithMaxActiveTasks(n int) Option { return func(o *options) { o.maxActiveTas
 // is submitted within one interval.
 func WithSpaceSoftLimit(fraction float64) Option {
 	return func(o *options) { o.spaceSoftLimit = fraction }
+}
+
+// WithSpaceReserve sets the etcd space reserved for each execution in
+// flight (queued or dispatched): what it will still write (claim, result,
+// its successors, history) before compaction frees it. New tasks are
+// refused while the database in use plus this reserve reaches the soft
+// limit, so that work already admitted can finish within the quota.
+// Default 4 KiB (a one-step task's whole life leaves about 2.65 KB of
+// history); 0 reserves nothing.
+func WithSpaceReserve(bytesPerStep int64) Option {
+	return func(o *options) { o.spaceReservePerStep = max(bytesPerStep, 0) }
+}
+
+// WithSpaceReclaim sets how often, at most, the scheduler reclaims etcd
+// space by itself while the space is over the soft limit or etcd's NOSPACE
+// alarm is raised: it compacts etcd's history to the current revision,
+// defragments every member one at a time (each blocks for the time of its
+// defragmentation) and disarms NOSPACE once the database file is under 90%
+// of the quota. Default 1m; 0 leaves it to an operator. Requires the space
+// check (WithSpaceSoftLimit > 0).
+func WithSpaceReclaim(every time.Duration) Option {
+	return func(o *options) { o.spaceReclaimEvery = every }
 }
 
 // WithSpaceCheckInterval sets how often etcd's space is read (one status and

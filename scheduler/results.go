@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -82,7 +83,7 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 			log.Info("stale result refused", "err", err)
 			return reject(status.Error(codes.FailedPrecondition, err.Error()))
 		}
-		log.Warn("record result", "err", err)
+		s.logs.log(log, slog.LevelWarn, "record result: "+errKind(err), "record result", "err", err)
 		return reject(err)
 	}
 	s.tel.resulted(beforeRec, afterRec, ref, res, conn.agentID, s.opts.clock.Now())

@@ -44,6 +44,7 @@ type Server struct {
 	adm   *admission
 	space *spaceGuard
 	lists chan struct{} // one slot per ListTasks in progress (WithMaxConcurrentLists)
+	logs  *logLimiter   // rate-limits log lines of failures that repeat per task
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -77,6 +78,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	s.adm = newAdmission(s)
 	s.space = &spaceGuard{s: s}
 	s.lists = make(chan struct{}, max(o.maxLists, 1))
+	s.logs = newLogLimiter(o.clock, 10*time.Second)
 	return s
 }
 

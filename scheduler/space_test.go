@@ -165,3 +165,59 @@ func TestNoSpaceAlarmRefusesNewTasksUntilDisarmed(t *testing.T) {
 	free(t, cli)
 	submitUntil(t, c, "after", codes.OK, "")
 }
+
+// Defect 11: after NOSPACE, the scheduler recovered only when an operator
+// compacted, defragmented and disarmed etcd. Once the data that filled it
+// is deleted (deletes work under NOSPACE), it reclaims the space, disarms
+// the alarm and accepts tasks again by itself.
+func TestNoSpaceRecoversByItselfOnceDataIsDeleted(t *testing.T) {
+	env := testenv.New(t, etcdtest.WithQuotaBytes(testQuota))
+	s := env.StartScheduler("", scheduler.WithSpaceCheckInterval(50*time.Millisecond), scheduler.WithSpaceReclaim(2*time.Second))
+	c, cli := s.Client(t), env.Etcd.Client()
+	if err := fill(t, cli, 2); err == nil {
+		t.Fatal("etcd accepted writes past its quota")
+	}
+	submitUntil(t, c, "refused", codes.ResourceExhausted, "NOSPACE")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := cli.Delete(ctx, "/filler/", clientv3.WithPrefix()); err != nil {
+		t.Fatalf("delete under NOSPACE: %v", err)
+	}
+	submitUntil(t, c, "after", codes.OK, "")
+	alarms, err := cli.AlarmList(ctx)
+	if err != nil || len(alarms.Alarms) != 0 {
+		t.Fatalf("alarms after recovery: %v %v", alarms, err)
+	}
+}
+
+// Defect 11: admission looked only at the space in use, so a flood was
+// admitted up to the soft limit and draining it (claims, results, history)
+// then filled etcd to NOSPACE. Space is reserved for every execution in
+// flight: with 60% of the quota in use and 64 KiB reserved per ready or
+// deadline key (a queued step has both), new tasks are refused after about
+// (80%-60%) of 16 MiB / 128 KiB ≈ 25 of them, with a message naming the
+// reserve, long before the space in use itself reaches the soft limit.
+func TestAdmissionReservesSpaceForWorkInFlight(t *testing.T) {
+	env := testenv.New(t, etcdtest.WithQuotaBytes(testQuota))
+	s := env.StartScheduler("", scheduler.WithSpaceCheckInterval(50*time.Millisecond), scheduler.WithSpaceReserve(64<<10), scheduler.WithSpaceReclaim(0))
+	c, cli := s.Client(t), env.Etcd.Client()
+	if err := fill(t, cli, 0.6); err != nil {
+		t.Fatal(err)
+	}
+	err, last := submitUntil(t, c, "queued", codes.ResourceExhausted, "reserved")
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "executions in flight") {
+		t.Fatalf("refusal %q does not name the work in flight", msg)
+	}
+	var n int
+	if _, err := fmt.Sscanf(last[strings.LastIndex(last, "-")+1:], "%d", &n); err != nil || n > 80 {
+		t.Fatalf("refused after %d submissions (%v), want about 51", n, err)
+	}
+	st, err := cli.Status(context.Background(), cli.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := float64(st.DbSizeInUse) / testQuota; f >= 0.75 {
+		t.Fatalf("refused only at %.0f%% in use: the reserve did nothing", 100*f)
+	}
+	t.Logf("refused at task %d with %.0f%% of the quota in use", n, 100*float64(st.DbSizeInUse)/testQuota)
+}

@@ -87,7 +87,7 @@ func newInstruments(s *Server) *instruments {
 		sp := s.space.last.Load()
 		if sp == nil {
 			if fresh, err := s.store.Space(cctx); err == nil {
-				sp = &fresh
+				sp = &spaceReading{Space: fresh}
 			}
 		}
 		if sp != nil {

@@ -19,6 +19,8 @@ type degradedFlags struct {
 	sendQueueBytes  int64
 	connsPerPeer    int
 	maxTxnOps       int
+	reclaimEvery    time.Duration
+	reservePerStep  int64
 }
 
 func (d *degradedFlags) register(cmd *cobra.Command) {
@@ -33,6 +35,10 @@ func (d *degradedFlags) register(cmd *cobra.Command) {
 		"encoded bytes queued for one agent stream; an agent whose queue is full gets no new work")
 	f.IntVar(&d.connsPerPeer, "max-connections-per-peer", 1000,
 		"connections one client IP address may hold open; further ones are closed at once; 0: no cap (behind a load balancer that hides client addresses)")
+	f.DurationVar(&d.reclaimEvery, "space-reclaim-interval", time.Minute,
+		"while over --quota-soft-limit or under NOSPACE, compact etcd, defragment its members one at a time (each blocks meanwhile) and disarm NOSPACE once it fits, at most this often; 0: leave it to an operator")
+	f.Int64Var(&d.reservePerStep, "space-reserve-per-step", 4<<10,
+		"etcd bytes reserved for each queued or dispatched execution until it finishes: new tasks are refused while space in use + reserve reaches --quota-soft-limit; 0: reserve nothing")
 	f.IntVar(&d.maxTxnOps, "etcd-max-txn-ops", 128,
 		"etcd's --max-txn-ops (operations per transaction) as every member runs it: writes are batched to fit it and wider workflows are refused at registration; reeve dev runs its embedded etcd with it")
 }
@@ -54,10 +60,13 @@ func (d *degradedFlags) options() ([]scheduler.Option, error) {
 	if v := d.sendQueueBytes; v < 64<<10 {
 		return nil, usagef("--send-queue-bytes: %d is below 65536", v)
 	}
+	if v := d.reservePerStep; v < 0 || v > 1<<30 {
+		return nil, usagef("--space-reserve-per-step: %d is outside [0, 1 GiB]", v)
+	}
 	if v := d.maxTxnOps; v < 16 || v > 100000 {
 		return nil, usagef("--etcd-max-txn-ops: %d is outside [16, 100000]", v)
 	}
 	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit),
 		scheduler.WithAckTimeout(d.ackTimeout), scheduler.WithSendQueueBytes(d.sendQueueBytes), scheduler.WithMaxConnectionsPerPeer(d.connsPerPeer),
-		scheduler.WithEtcdMaxTxnOps(d.maxTxnOps)}, nil
+		scheduler.WithEtcdMaxTxnOps(d.maxTxnOps), scheduler.WithSpaceReclaim(d.reclaimEvery), scheduler.WithSpaceReserve(d.reservePerStep)}, nil
 }

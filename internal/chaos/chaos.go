@@ -169,6 +169,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := check(ctx, cli, cfg, plan, rep); err != nil {
 		return nil, err
 	}
+	// And the store's own invariants, as `reeve verify` checks them.
+	if err := verifyStore(ctx, cli, rep); err != nil {
+		return nil, err
+	}
 	stopped = true
 	if err := c.Stop(15 * time.Second); err != nil {
 		logf("chaos: stop: %v", err)

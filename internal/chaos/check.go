@@ -17,6 +17,7 @@ import (
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/verify"
 )
 
 // check reads every task and the side-effect logs and records violations
@@ -49,6 +50,11 @@ func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []planned
 		rep.States[state]++
 		if !taskstate.TerminalTask(t.GetState()) {
 			rep.violate("every task terminal", pt.ID, "task is "+t.GetState().String())
+		}
+		if pt.CancelAfter > 0 {
+			rep.OperatorCancels++
+		} else if t.GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
+			rep.violate("canceled only by an operator", pt.ID, "no operator canceled the task, yet it is CANCELED")
 		}
 		if pt.Input.FailStep != "" {
 			rep.DesignedToFail++
@@ -216,6 +222,20 @@ func checkSideEffects(dir string, tasks map[string]*reevev1.Task, rep *Report) e
 					Detail: "result accepted for an execution that logged no side effect"})
 			}
 		}
+	}
+	return nil
+}
+
+// verifyStore adds every store invariant violation `reeve verify` finds
+// (orphan or disagreeing index keys, terminal tasks with live keys, tasks
+// nothing will move) as a violation of invariant "store: <kind>".
+func verifyStore(ctx context.Context, cli *clientv3.Client, rep *Report) error {
+	vr, err := verify.Check(ctx, cli, verify.Options{})
+	if err != nil {
+		return err
+	}
+	for _, v := range vr.Violations {
+		rep.add(Violation{Invariant: "store: " + v.Kind, Task: v.TaskID, Detail: v.Key + ": " + v.Detail})
 	}
 	return nil
 }

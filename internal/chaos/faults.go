@@ -92,8 +92,10 @@ func (in *injector) stop() { in.quitOnce.Do(func() { close(in.quit) }) }
 
 func (in *injector) inject(ctx context.Context, d decision) {
 	switch {
-	case d.kind < 15:
+	case d.kind < 12:
 		in.kill("kill scheduler", in.c.Schedulers, d.pick, d.dur)
+	case d.kind < 15:
+		in.rollingRestart(ctx, in.c.Schedulers)
 	case d.kind < 27:
 		in.kill("kill supervisor", in.c.Supervisors, d.pick, d.dur)
 	case d.kind < 45:
@@ -142,6 +144,48 @@ func (in *injector) kill(what string, group []*cluster.Process, pick int, d time
 		in.mu.Unlock()
 		in.note("restarted %s", p.Name)
 	})
+}
+
+// rollingRestart restarts every scheduler gracefully, one at a time, as a
+// deployment does: SIGTERM, wait for it to exit (it drains its agents),
+// start it again and wait until it serves before the next. Skipped while
+// one is down; while it runs, no scheduler is killed.
+func (in *injector) rollingRestart(ctx context.Context, group []*cluster.Process) {
+	in.mu.Lock()
+	for _, p := range group {
+		if in.down[p] {
+			in.mu.Unlock()
+			in.note("skip rolling restart of schedulers: %s is down", p.Name)
+			return
+		}
+	}
+	for _, p := range group {
+		in.down[p] = true
+	}
+	in.mu.Unlock()
+	in.count("rolling restart of schedulers", "rolling restart of schedulers (SIGTERM, wait for exit, start, wait until serving; one at a time)")
+	for _, p := range group {
+		if err := p.Stop(30 * time.Second); err != nil {
+			in.fail("rolling restart: stop %s: %v", p.Name, err)
+		}
+		if err := p.Start(); err != nil {
+			in.fail("rolling restart: start %s: %v", p.Name, err)
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := cluster.WaitServing(wctx, p.Addr)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			in.fail("rolling restart: %s not serving: %v", p.Name, err)
+		}
+		in.note("restarted %s gracefully", p.Name)
+	}
+	in.mu.Lock()
+	for _, p := range group {
+		delete(in.down, p)
+	}
+	in.lastFault = time.Now()
+	in.mu.Unlock()
 }
 
 // network adds a toxic to one proxy of the link for d.

@@ -25,7 +25,13 @@ import (
 type plannedTask struct {
 	ID    string
 	Input Input
+	// CancelAfter: an operator cancels the task this long after it was
+	// accepted (0: never), at whatever point it has reached.
+	CancelAfter time.Duration
 }
+
+// cancelShare is the share of tasks an operator cancels at a random point.
+const cancelShare = 0.05
 
 // planTasks decides every task's behaviour from rng.
 func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
@@ -36,6 +42,14 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 			in.FailStep = StepNames[rng.IntN(len(StepNames))]
 		}
 		out[i] = plannedTask{ID: fmt.Sprintf("chaos-%d-%05d", cfg.Seed, i), Input: in}
+	}
+	// Operator actions come from their own stream, so that a seed's task
+	// behaviours stay what they were.
+	ops := rand.New(rand.NewPCG(cfg.Seed^0xc0ffee, cfg.Seed))
+	for i := range out {
+		if ops.Float64() < cancelShare {
+			out[i].CancelAfter = time.Duration(ops.Int64N(int64(2 * time.Second)))
+		}
 	}
 	return out
 }
@@ -87,6 +101,11 @@ func submit(ctx context.Context, addrs []string, plan []plannedTask, rate float6
 				return
 			}
 			accepted.Add(1)
+			if pt.CancelAfter > 0 {
+				if err := cancelOne(ctx, c, pt); err != nil {
+					errOnce.Do(func() { firstErr = err })
+				}
+			}
 		})
 		if (i+1)%500 == 0 {
 			logf("chaos: %d tasks submitted", i+1)
@@ -120,6 +139,37 @@ func submitOne(ctx context.Context, c reevev1.SchedulerServiceClient, pt planned
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return fmt.Errorf("submit %s: %w", pt.ID, errors.Join(err, ctx.Err()))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// cancelOne cancels the task after its delay, as an operator would, retried
+// through faults; a task that ended first is refused (FAILED_PRECONDITION),
+// which is an outcome, not an error.
+func cancelOne(ctx context.Context, c reevev1.SchedulerServiceClient, pt plannedTask) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(pt.CancelAfter): // the operator's chosen moment, not a wait for a condition
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := c.CancelTask(rctx, &reevev1.CancelTaskRequest{TaskId: pt.ID, Reason: "chaos: operator cancel"})
+		cancel()
+		switch status.Code(err) {
+		case codes.OK, codes.FailedPrecondition:
+			return nil
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Canceled:
+		default:
+			return fmt.Errorf("cancel %s: %w", pt.ID, err)
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("cancel %s: %w", pt.ID, errors.Join(err, ctx.Err()))
 		}
 		select {
 		case <-ctx.Done():

@@ -15,9 +15,12 @@ type Report struct {
 	Tasks     int    `json:"tasks"`
 	Submitted int    `json:"submitted"`
 	// States counts tasks by final state (SUCCEEDED, COMPENSATED, ...).
-	States              map[string]int `json:"states"`
-	DesignedToFail      int            `json:"designed_to_fail"`
-	CompensatedByFaults int            `json:"compensated_by_faults"`
+	States         map[string]int `json:"states"`
+	DesignedToFail int            `json:"designed_to_fail"`
+	// OperatorCancels: tasks an operator canceled at a random point
+	// (CancelTask while queued, running, compensating or already ended).
+	OperatorCancels     int `json:"operator_cancels"`
+	CompensatedByFaults int `json:"compensated_by_faults"`
 	// Faults counts injected faults by kind; FaultLog lists them in order.
 	Faults         map[string]int `json:"faults"`
 	FaultsTotal    int            `json:"faults_total"`
@@ -81,6 +84,7 @@ func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
 		row("  ended "+k, r.States[k])
 	}
 	row("designed to fail and compensate", r.DesignedToFail)
+	row("canceled by an operator at a random point", r.OperatorCancels)
 	row("compensated after faults exhausted retries", r.CompensatedByFaults)
 	row("faults injected", r.FaultsTotal)
 	for _, k := range sortedKeys(r.Faults) {

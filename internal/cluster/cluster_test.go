@@ -80,6 +80,7 @@ func TestKilledSchedulerMovesItsAgents(t *testing.T) {
 	})
 	t.Logf("agents after killing scheduler-%d: %v", victim+1, after)
 	runTasks(ctx, t, client, "after", 10)
+	clustertest.Verify(ctx, t, cli)
 }
 
 // waitAgents polls the agent records until ok accepts the agent → scheduler map.

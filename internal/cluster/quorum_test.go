@@ -264,6 +264,12 @@ func TestQuorumLossGivesUnavailableAndResumes(t *testing.T) {
 	runTasks(ctx, t, clients[1], "after-b", 3)
 	allAlive("at the end")
 	t.Logf("all tasks ended %v after the members were started", time.Since(back).Round(10*time.Millisecond))
+	vcli, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vcli.Close()
+	clustertest.Verify(ctx, t, vcli)
 }
 
 func demoOrder(id string) *reevev1.SubmitTaskRequest {

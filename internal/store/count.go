@@ -47,3 +47,21 @@ func (s *Store) CountTasks(ctx context.Context, ns string, state reevev1.TaskSta
 	}
 	return resp.Count, nil
 }
+
+// CountLive returns how many executions are queued (ready keys) and how many
+// have a deadline (dispatched ones, and queued ones with a schedule-to-start
+// timeout), cluster-wide, in one read of two count-only ranges. Those
+// indexes hold live work only, never retained terminal tasks, so the cost
+// grows with the work in flight, not with the store.
+func (s *Store) CountLive(ctx context.Context) (ready, deadlines int64, err error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Txn(octx).Then(
+		clientv3.OpGet(s.k.readyPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.k.deadlinePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return 0, 0, etcdErr(ctx, "count live work", err)
+	}
+	return resp.Responses[0].GetResponseRange().GetCount(), resp.Responses[1].GetResponseRange().GetCount(), nil
+}

@@ -255,3 +255,24 @@ func TestWidth(t *testing.T) {
 		t.Errorf("35 compensable dependents: Width = %d, want 35", got)
 	}
 }
+
+// Width runs on every registration and inline submission: the cost for the
+// largest workflow (100 steps), a wide one and a chain.
+func BenchmarkWidth100Steps(b *testing.B) {
+	for _, shape := range []string{"fanout", "chain"} {
+		w := &reevev1.Workflow{Steps: []*reevev1.StepSpec{{Name: "s000", Type: "t"}}}
+		for i := 1; i < workflow.MaxSteps; i++ {
+			dep := "s000"
+			if shape == "chain" {
+				dep = fmt.Sprintf("s%03d", i-1)
+			}
+			w.Steps = append(w.Steps, &reevev1.StepSpec{Name: fmt.Sprintf("s%03d", i), Type: "t", DependsOn: []string{dep}})
+		}
+		b.Run(shape, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				workflow.Width(w, nil)
+			}
+		})
+	}
+}

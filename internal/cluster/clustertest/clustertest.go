@@ -4,12 +4,17 @@
 package clustertest
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reeve-org/reeve/internal/verify"
 )
 
 func root() string {
@@ -78,4 +83,21 @@ func Reeve(t testing.TB) string {
 		t.Fatalf("go build ./cmd/reeve: %v\n%s", buildErr, buildOut)
 	}
 	return reevePath
+}
+
+// Verify fails t with every store invariant violation `reeve verify` finds
+// in the cluster's etcd (orphan or disagreeing index keys, terminal tasks
+// with live keys, tasks nothing will move). Call it at the end of a test,
+// once its tasks have ended.
+func Verify(ctx context.Context, t testing.TB, cli *clientv3.Client) {
+	t.Helper()
+	rep, err := verify.Check(ctx, cli, verify.Options{})
+	if err != nil {
+		t.Errorf("reeve verify: %v", err)
+		return
+	}
+	for _, v := range rep.Violations {
+		t.Errorf("reeve verify: %s %s/%s %s: %s", v.Kind, v.Namespace, v.TaskID, v.Key, v.Detail)
+	}
+	t.Logf("reeve verify: %d tasks, %d index keys, %d violations", rep.Tasks, rep.IndexKeys, len(rep.Violations))
 }
