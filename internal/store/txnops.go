@@ -25,9 +25,12 @@ const (
 	// writes need about 8 operations.
 	minTxnOps = 16
 	// fixedTxnOps bounds the operations of a task write that do not depend
-	// on the number of steps it moves: the record, its state key (delete
-	// and put), its ended key, an alert, the acting step's own keys.
-	fixedTxnOps = 8
+	// on the number of steps it moves: the record; its state key and the
+	// two created keys that name the state (created-state, created-wf-state),
+	// each a delete and a put when the state changes; its ended key; an
+	// alert; the range delete of its ready keys; the acting step's own
+	// deadline and beating keys.
+	fixedTxnOps = 12
 )
 
 // nops is the length of a write's longest list: If (its compare and
