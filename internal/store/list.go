@@ -126,12 +126,13 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 		winAge = addAge(a0, width)
 	}
 	var (
-		page    TaskPage
-		ids     []ListPosition // matching keys not yet fetched
-		last    ListPosition   // the last key examined
-		scanned int
-		rev     int64
-		bytes   int
+		page     TaskPage
+		ids      []ListPosition // matching keys not yet fetched
+		consumed ListPosition   // the last key fetched (returned or skipped)
+		last     ListPosition   // the last key examined
+		scanned  int
+		rev      int64
+		bytes    int
 	)
 	// fetch reads the records of ids at rev into the page until the byte
 	// budget is spent; full reports that (page.Next is then set). A page
@@ -150,10 +151,13 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 			if err != nil {
 				return false, etcdErr(ctx, "list tasks", err)
 			}
-			for _, r := range resp.Responses {
+			for i, r := range resp.Responses {
 				kvs := r.GetResponseRange().GetKvs()
 				if len(kvs) == 0 {
-					continue // not possible at one revision; skip rather than fail
+					// An index key without its record (an older retention
+					// sweeper left it): skip it.
+					consumed = ids[i]
+					continue
 				}
 				v, err := unmarshalTask(kvs[0])
 				if err != nil {
@@ -170,6 +174,7 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 				}
 				bytes += size
 				page.Tasks = append(page.Tasks, t)
+				consumed = ids[i]
 			}
 			ids = ids[n:]
 		}
@@ -218,7 +223,7 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 				if _, err := fetch(); err != nil {
 					return TaskPage{}, err
 				}
-				page.Next = prevOf(page.Tasks[len(page.Tasks)-1])
+				page.Next = &consumed
 				return page, nil
 			}
 		}
