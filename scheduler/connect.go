@@ -141,9 +141,9 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 		}
 		switch msg := m.GetMsg().(type) {
 		case *reevev1.ConnectRequest_Result:
-			s.work.Add(1)
-			go func() {
-				defer s.work.Done()
+			// After a stop, no answer: the agent keeps the result and
+			// delivers it elsewhere.
+			s.goWork(func() {
 				ack := s.handleResult(conn, msg.Result)
 				if !ack.GetAccepted() && s.base.Err() != nil {
 					// Stopped before it could be judged: no answer, so that
@@ -151,7 +151,7 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 					return
 				}
 				conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: ack}})
-			}()
+			})
 		case *reevev1.ConnectRequest_AssignmentAck:
 			// The agent took the attempt: it is no longer at risk of being
 			// taken back, and an agent marked stuck gets work again.

@@ -287,11 +287,7 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 // takeBack queues again, in the background, an attempt dispatched to
 // agentID that the agent never got or never acknowledged.
 func (d *dispatcher) takeBack(ref *reevev1.StepRef, agentID, reason string) {
-	d.s.work.Add(1)
-	go func() {
-		defer d.s.work.Done()
-		d.s.takeBack(ref, agentID, reason)
-	}()
+	d.s.goWork(func() { d.s.takeBack(ref, agentID, reason) })
 }
 
 func isLostClaim(err error) bool {
@@ -327,11 +323,7 @@ func (d *dispatcher) releaseExpired() {
 	}
 	d.unlock()
 	for _, b := range missed {
-		d.s.work.Add(1)
-		go func() {
-			defer d.s.work.Done()
-			d.s.expireNow(b.ref)
-		}()
+		d.s.goWork(func() { d.s.expireNow(b.ref) })
 	}
 }
 

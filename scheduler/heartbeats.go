@@ -60,9 +60,7 @@ func (s *Server) persistBeats(agentID string, beats []*beat) {
 		return
 	}
 	for _, b := range beats {
-		s.work.Add(1)
-		go func() {
-			defer s.work.Done()
+		s.goWork(func() {
 			// Generous: after a mass disconnect these writes queue behind
 			// each other, and one that gives up leaves its attempt to its
 			// complete-by.
@@ -80,7 +78,7 @@ func (s *Server) persistBeats(agentID string, beats []*beat) {
 				s.log.Warn("move complete-by to the heartbeat deadline after the agent's stream ended",
 					"task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "err", err)
 			}
-		}()
+		})
 	}
 }
 

@@ -50,7 +50,9 @@ type Server struct {
 	// recorded even when its stream breaks; canceled after the drain.
 	base       context.Context
 	cancelBase context.CancelFunc
-	work       sync.WaitGroup // result handlers and claims
+	work       sync.WaitGroup // result handlers, claims and take-backs
+	workMu     sync.Mutex     // orders goWork's Add before Run's Wait
+	workClosed bool           // Run is waiting for work: goWork starts none
 
 	unregistered atomic.Int64 // agent streams waiting for their Register
 
@@ -164,8 +166,30 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 
 	s.disp.drainAgents(s.opts.drainTimeout)
+	s.workMu.Lock()
+	s.workClosed = true
+	s.workMu.Unlock()
 	s.work.Wait()
 	return nil
+}
+
+// goWork runs f in a goroutine that Run waits for before it returns, unless
+// Run is already waiting (the server stopped): then f does not run and
+// goWork reports false. Stream handlers can outlive Run (grpc.Server.Stop
+// does not wait for them), and a WaitGroup may not be added to while it is
+// being waited on.
+func (s *Server) goWork(f func()) bool {
+	s.workMu.Lock()
+	defer s.workMu.Unlock()
+	if s.workClosed {
+		return false
+	}
+	s.work.Add(1)
+	go func() {
+		defer s.work.Done()
+		f()
+	}()
+	return true
 }
 
 // keepSession holds the instance lease that agent records live under, and
