@@ -209,6 +209,7 @@ func timelineSVG(spans []span, markers []marker, t0, t1 time.Time) template.HTML
 		}
 		fmt.Fprintf(&b, `<text class="barlabel" x="%.1f" y="%d">%s</text></g>`, x1+4, y+16, esc(s.Agent+" · "+s.Outcome))
 	}
+	taskRow := false // task-level decisions (no step) go above the rows
 	for _, m := range markers {
 		row := -1
 		for i, s := range spans {
@@ -219,6 +220,9 @@ func timelineSVG(spans []span, markers []marker, t0, t1 time.Time) template.HTML
 		y := top - 10
 		if row >= 0 {
 			y = top + row*rowH + rowH/2
+		} else if !taskRow {
+			taskRow = true
+			fmt.Fprintf(&b, `<text class="label" x="4" y="%d">task</text>`, y+4)
 		}
 		xx := x(m.Time)
 		fmt.Fprintf(&b, `<g class="decision"><title>%s</title><path d="M%.1f %d l5 5 l-5 5 l-5 -5 z"/></g>`,
