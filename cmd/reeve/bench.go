@@ -43,7 +43,12 @@ after their complete-by) and "killed" (its steps declare a 1 s heartbeat
 timeout; it heartbeats once, then its connection drops) — and a healthy agent
 completes what is re-dispatched. It reports, per scenario, re-dispatch latency
 percentiles from each step's deadline to its re-dispatch, the time from the
-first deadline to the last task done, and lost and stuck tasks.`,
+first deadline to the last task done, and lost and stuck tasks.
+
+--quota-bytes N (with --embedded) gives the embedded etcd that space quota
+and makes the run a flood check: RESOURCE_EXHAUSTED refusals are counted, not
+errors, and the report adds accepted, refused, completed and lost tasks,
+whether etcd raised NOSPACE and the peak database size over the quota.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cfg.Embedded {
