@@ -67,6 +67,13 @@ run rss-10k-in-flight --address "$addr" --etcd-endpoints "$etcd" --server-pid "$
 cleanup
 trap - EXIT
 
+# Flood (issue 12 defect 11): open loop at 1,000 tasks/s for 45 s, faster
+# than the agents complete (2 × 100 steps held 500 ms: at most 400/s), against
+# a 64 MiB quota; then the drain. Its "flood" object must show refusals,
+# lost 0 and nospace_raised false.
+run flood-64mib --embedded --quota-bytes 67108864 --space-check-interval 1s --space-reclaim-interval 10s \
+	--tasks 10000000 --rate 1000 --duration 45s --work 500ms --agents 2 --agent-concurrency 100
+
 run soak-1000 --embedded --tasks 10000000 --duration "$SOAK" --rate 1000 --steps 1 --retention 30s
 
 echo "== Go benchmarks   [load $(cut -d' ' -f1 /proc/loadavg)]"

@@ -15,11 +15,13 @@ import (
 
 func newBenchCmd(g *globals) *cobra.Command {
 	var (
-		cfg      bench.Config
-		rawEtcd  int
-		recovery bool
-		prof     pprofFlag
-		gcf      perfFlags
+		cfg            bench.Config
+		rawEtcd        int
+		recovery       bool
+		reservePerStep int64
+		reclaimEvery   time.Duration
+		prof           pprofFlag
+		gcf            perfFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout] | --embedded --recovery [--tasks N]",
@@ -41,7 +43,12 @@ after their complete-by) and "killed" (its steps declare a 1 s heartbeat
 timeout; it heartbeats once, then its connection drops) — and a healthy agent
 completes what is re-dispatched. It reports, per scenario, re-dispatch latency
 percentiles from each step's deadline to its re-dispatch, the time from the
-first deadline to the last task done, and lost and stuck tasks.`,
+first deadline to the last task done, and lost and stuck tasks.
+
+--quota-bytes N (with --embedded) gives the embedded etcd that space quota
+and makes the run a flood check: RESOURCE_EXHAUSTED refusals are counted, not
+errors, and the report adds accepted, refused, completed and lost tasks,
+whether etcd raised NOSPACE and the peak database size over the quota.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cfg.Embedded {
@@ -52,6 +59,16 @@ first deadline to the last task done, and lost and stuck tasks.`,
 			}
 			if err := checkBenchFlags(cfg, rawEtcd); err != nil {
 				return err
+			}
+			if err := checkSpaceFlags(cmd, cfg, reservePerStep, reclaimEvery); err != nil {
+				return err
+			}
+			cfg.SpaceReservePerStep, cfg.SpaceReclaim = reservePerStep, reclaimEvery
+			if reservePerStep == 0 {
+				cfg.SpaceReservePerStep = -1 // none
+			}
+			if reclaimEvery == 0 {
+				cfg.SpaceReclaim = -1 // off
 			}
 			if _, _, err := gcf.apply(cmd); err != nil {
 				return err
@@ -125,6 +142,11 @@ first deadline to the last task done, and lost and stuck tasks.`,
 					fmt.Fprintf(tw, "GC\t%.1f %% of Go CPU, %d cycles\n", *rep.GCCPUFraction*100, rep.GCCycles)
 				}
 			}
+			if fl := rep.Flood; fl != nil {
+				fmt.Fprintf(tw, "flood\t%d accepted, %d refused (RESOURCE_EXHAUSTED), %d completed, %d lost\n", fl.Accepted, fl.Refused, fl.Completed, fl.Lost)
+				fmt.Fprintf(tw, "etcd quota\t%.1f MiB; peak database file %.1f %%, in use %.1f %%; NOSPACE raised %v, at the end %v\n",
+					float64(fl.QuotaBytes)/(1<<20), fl.PeakDBFraction*100, fl.PeakInUseFraction*100, fl.NoSpaceRaised, fl.NoSpaceAtEnd)
+			}
 			printWindows(tw, rep.Windows)
 			if cfg.ServerPID > 0 {
 				fmt.Fprintf(tw, "server CPU\t%.1f s (%.0f µs per task)\n", rep.ServerCPUSec, rep.ServerCPUSec/float64(max(1, rep.Completed))*1e6)
@@ -152,6 +174,10 @@ first deadline to the last task done, and lost and stuck tasks.`,
 	f.BoolVar(&recovery, "recovery", false, "measure recovery of expired steps (silent and killed agent scenarios; needs --embedded; --tasks at most 10000)")
 	f.IntVar(&rawEtcd, "raw-etcd", 0, "instead, run this many raw etcd transactions shaped like a task transition (--concurrency clients, embedded etcd)")
 	f.DurationVar(&cfg.MaxDuration, "max-duration", 5*time.Minute, "stop after this long whatever happened (--duration + 2m when that is longer and the flag is not given)")
+	f.Int64Var(&cfg.QuotaBytes, "quota-bytes", 0, "embedded: etcd's space quota in bytes, and a flood check: RESOURCE_EXHAUSTED refusals are counted, and the report adds accepted, refused, completed and lost tasks, NOSPACE and the peak database size over the quota (0: etcd's default 2 GiB, no flood report)")
+	f.Int64Var(&reservePerStep, "space-reserve-per-step", 4<<10, "embedded: the scheduler's --space-reserve-per-step (etcd bytes reserved per execution in flight; 0: none)")
+	f.DurationVar(&cfg.SpaceCheckInterval, "space-check-interval", 5*time.Second, "embedded: how often the scheduler reads etcd's space and alarms")
+	f.DurationVar(&reclaimEvery, "space-reclaim-interval", time.Minute, "embedded: the scheduler's --space-reclaim-interval (0: never reclaims by itself)")
 	prof.register(cmd)
 	gcf.register(cmd, g.getenv, 400)
 	return cmd
@@ -201,6 +227,27 @@ func runRecoveryBench(cmd *cobra.Command, g *globals, cfg bench.Config) error {
 			s.RedispatchP50Ms, s.RedispatchP99Ms, s.RedispatchMaxMs, s.LastDoneMs, s.DeadlineSpreadMs, s.Lost, s.Stuck, s.ProcessCPUSec)
 	}
 	return tw.Flush()
+}
+
+// checkSpaceFlags refuses the quota and space flags where they cannot
+// apply: they configure the embedded etcd and scheduler.
+func checkSpaceFlags(cmd *cobra.Command, cfg bench.Config, reservePerStep int64, reclaimEvery time.Duration) error {
+	for _, name := range []string{"quota-bytes", "space-reserve-per-step", "space-check-interval", "space-reclaim-interval"} {
+		if cmd.Flags().Changed(name) && !cfg.Embedded {
+			return usagef("--%s: only with --embedded (it configures the embedded etcd and scheduler)", name)
+		}
+	}
+	switch {
+	case cfg.QuotaBytes < 0 || (cfg.QuotaBytes > 0 && cfg.QuotaBytes < 8<<20) || cfg.QuotaBytes > 8<<30:
+		return usagef("--quota-bytes: want 0 (etcd's default) or 8 MiB to 8 GiB, got %d", cfg.QuotaBytes)
+	case reservePerStep < 0 || reservePerStep > 1<<30:
+		return usagef("--space-reserve-per-step: %d is outside [0, 1 GiB]", reservePerStep)
+	case cfg.SpaceCheckInterval < 100*time.Millisecond || cfg.SpaceCheckInterval > time.Minute:
+		return usagef("--space-check-interval: %s is outside [100ms, 1m]", cfg.SpaceCheckInterval)
+	case reclaimEvery < 0:
+		return usagef("--space-reclaim-interval: want a non-negative duration, got %s", reclaimEvery)
+	}
+	return nil
 }
 
 // checkBenchFlags refuses flag values the run cannot honour, as usage errors

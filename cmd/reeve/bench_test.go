@@ -134,9 +134,14 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--memory-limit", "lots"},
 		{"bench", "--embedded", "--gc-percent", "-2"},
 		{"bench", "--embedded", "--commit-window", "-1ms"},
-		{"bench", "--embedded", "--gc-percent", "-1", "--memory-limit", "off"}, // no collection at all
-		{"bench", "--recovery", "--tasks", "10"},                               // recovery runs its own system
-		{"bench", "--embedded", "--recovery", "--tasks", "10001"},              // one agent holds them all
+		{"bench", "--embedded", "--gc-percent", "-1", "--memory-limit", "off"},                                       // no collection at all
+		{"bench", "--recovery", "--tasks", "10"},                                                                     // recovery runs its own system
+		{"bench", "--embedded", "--recovery", "--tasks", "10001"},                                                    // one agent holds them all
+		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--quota-bytes", "16777216"}, // embedded only
+		{"bench", "--embedded", "--quota-bytes", "1000"},                                                             // below 8 MiB
+		{"bench", "--embedded", "--space-reserve-per-step", "-1"},
+		{"bench", "--embedded", "--space-check-interval", "1ms"},
+		{"bench", "--embedded", "--space-reclaim-interval", "-1s"},
 	} {
 		var out, errOut bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -153,6 +158,9 @@ func TestBenchDurationBoundsOpenLoop(t *testing.T) {
 	rep := benchJSON(t, "--embedded", "--tasks", "1000000", "--rate", "200", "--duration", "1s", "-o", "json")
 	if c := rep["completed"].(float64); c < 100 || c > 260 || rep["failed"] != 0.0 {
 		t.Fatalf("completed %v (failed %v) in a 1s run at 200/s", c, rep["failed"])
+	}
+	if _, ok := rep["flood"]; ok {
+		t.Errorf("a run without --quota-bytes has a flood report: %v", rep["flood"])
 	}
 }
 
@@ -193,4 +201,48 @@ func TestContractBenchRecoveryJSON(t *testing.T) {
 			t.Errorf("%s: percentiles out of order: p50 %v p99 %v max %v", want, p50, p99, mx)
 		}
 	}
+}
+
+// floodArgs is a short flood (issue 12 defect 11) at a size a test runs:
+// open loop at 1,000 tasks/s for 8 s against a 16 MiB quota while the
+// agents complete at most 200 tasks/s (2 × 50 steps held 500 ms each), so a
+// backlog builds that must still drain within the quota.
+func floodArgs(reservePerStep string) []string {
+	return []string{"--embedded", "--quota-bytes", "16777216", "--space-check-interval", "500ms", "--space-reclaim-interval", "5s",
+		"--space-reserve-per-step", reservePerStep, "--rate", "1000", "--duration", "8s", "--work", "500ms",
+		"--agents", "2", "--agent-concurrency", "50", "--tasks", "10000000", "--max-duration", "100s", "-o", "json"}
+}
+
+// checkFlood asserts what a flood must end with: refusals happened (the
+// run exercised admission), every accepted task completed, none lost, and
+// etcd's NOSPACE alarm was never raised.
+func checkFlood(t *testing.T, rep map[string]any) {
+	t.Helper()
+	fl, ok := rep["flood"].(map[string]any)
+	if !ok {
+		t.Fatalf("no flood report: %v", rep)
+	}
+	for _, f := range []string{"quota_bytes", "accepted", "refused", "completed", "lost", "peak_db_fraction", "peak_in_use_fraction"} {
+		if v, ok := fl[f].(float64); !ok || v < 0 {
+			t.Fatalf("flood.%s missing, not a number or negative: %v", f, fl)
+		}
+	}
+	if fl["refused"].(float64) == 0 {
+		t.Errorf("no submission refused: the flood did not reach admission's limit: %v", fl)
+	}
+	if fl["accepted"].(float64) == 0 || fl["completed"] != fl["accepted"] || fl["lost"] != 0.0 || rep["errors"] != 0.0 {
+		t.Errorf("accepted %v, completed %v, lost %v, errors %v (%v); want every accepted task completed", fl["accepted"], fl["completed"], fl["lost"], rep["errors"], rep["first_error"])
+	}
+	if fl["nospace_raised"] != false || fl["nospace_at_end"] != false {
+		t.Errorf("NOSPACE raised %v, at the end %v; want never (peak database file %v of the quota)", fl["nospace_raised"], fl["nospace_at_end"], fl["peak_db_fraction"])
+	}
+	if p := fl["peak_in_use_fraction"].(float64); p <= 0 || p >= 1 {
+		t.Errorf("peak_in_use_fraction %v; want in (0, 1)", p)
+	}
+}
+
+// TestBenchFloodAdmission: a flood faster than the tasks complete is
+// refused while what it queued can still drain within the quota.
+func TestBenchFloodAdmission(t *testing.T) {
+	checkFlood(t, benchJSON(t, floodArgs("4096")...))
 }

@@ -17,10 +17,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/reeve-org/reeve/agentsdk"
@@ -73,6 +76,22 @@ type Config struct {
 	Retention time.Duration
 	// MaxDuration bounds the run; default 5m.
 	MaxDuration time.Duration
+	// QuotaBytes, when positive, is the embedded etcd's space quota and
+	// makes the run a flood check: submissions refused with
+	// RESOURCE_EXHAUSTED are counted (not errors), and the report's Flood
+	// part gives accepted, refused, completed and lost tasks, whether etcd
+	// raised NOSPACE and the peak database size as a fraction of the quota.
+	QuotaBytes int64
+	// SpaceReservePerStep is the embedded scheduler's
+	// scheduler.WithSpaceReserve; 0 takes the scheduler's default (4 KiB),
+	// negative reserves nothing.
+	SpaceReservePerStep int64
+	// SpaceCheckInterval is the embedded scheduler's
+	// scheduler.WithSpaceCheckInterval; 0 takes its default (5s).
+	SpaceCheckInterval time.Duration
+	// SpaceReclaim is the embedded scheduler's scheduler.WithSpaceReclaim;
+	// 0 takes its default (1m), negative turns it off.
+	SpaceReclaim time.Duration
 	// Log receives progress; default discards.
 	Log *slog.Logger
 }
@@ -166,6 +185,33 @@ type Report struct {
 	AllocBytesPerTask float64  `json:"alloc_bytes_per_task,omitempty"`
 	GCCPUFraction     *float64 `json:"gc_cpu_fraction,omitempty"` // set in embedded mode, even when 0
 	GCCycles          int      `json:"gc_cycles,omitempty"`
+	// Flood is set when the run had a quota (Config.QuotaBytes).
+	Flood *FloodReport `json:"flood,omitempty"`
+}
+
+// FloodReport is the outcome of a flood against a small etcd quota: did
+// admission refuse what etcd could not hold, and did everything it
+// accepted finish?
+type FloodReport struct {
+	QuotaBytes int64 `json:"quota_bytes"`
+	// Accepted counts submissions that succeeded, Refused those refused
+	// with RESOURCE_EXHAUSTED, Completed the accepted tasks that ended
+	// (succeeded or not) by the end of the drain, and Lost the accepted
+	// ones that did not.
+	Accepted  int `json:"accepted"`
+	Refused   int `json:"refused"`
+	Completed int `json:"completed"`
+	Lost      int `json:"lost"`
+	// NoSpaceRaised tells whether etcd's NOSPACE alarm was seen at any
+	// time (the alarm list is read every second), NoSpaceAtEnd whether it
+	// was still raised after the drain.
+	NoSpaceRaised bool `json:"nospace_raised"`
+	NoSpaceAtEnd  bool `json:"nospace_at_end"`
+	// PeakDBFraction is the largest database file size seen (sampled every
+	// second) over the quota; PeakInUseFraction the same for the part in
+	// use.
+	PeakDBFraction    float64 `json:"peak_db_fraction"`
+	PeakInUseFraction float64 `json:"peak_in_use_fraction"`
 }
 
 // target is a scheduler to load, and how to observe its etcd.
@@ -233,15 +279,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cpu0 := cpuSeconds()
 	db := &dbSampler{size: tg.dbSize}
 	stopSampling := db.start()
+	alarms := &alarmSampler{cli: tg.etcd}
+	stopAlarms := func() {}
+	if cfg.QuotaBytes > 0 {
+		stopAlarms = alarms.start()
+	}
 	srv := &procSampler{pid: cfg.ServerPID}
 	stopServer := srv.start()
 	rt0 := sampleRuntime()
 	start := time.Now()
 	wins := newWindows(start)
-	latencies, errs, firstErr := load(ctx, cfg, client, wf.GetName(), done, wins)
+	latencies, counts, errs, firstErr := load(ctx, cfg, client, wf.GetName(), done, wins)
 	elapsed := time.Since(start)
 	rt1 := sampleRuntime()
 	stopSampling()
+	stopAlarms()
 	stopServer()
 	if len(latencies) == 0 && firstErr != nil {
 		return nil, fmt.Errorf("bench: %w", firstErr)
@@ -281,6 +333,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.GCCPUFraction = &gc
 	}
 	rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB = db.report()
+	if cfg.QuotaBytes > 0 {
+		q := float64(cfg.QuotaBytes)
+		rep.Flood = &FloodReport{
+			QuotaBytes: cfg.QuotaBytes,
+			Accepted:   counts.accepted, Refused: counts.refused, Completed: len(latencies),
+			Lost:              counts.accepted - len(latencies),
+			NoSpaceRaised:     alarms.seen || alarms.end(after),
+			NoSpaceAtEnd:      alarms.end(after),
+			PeakDBFraction:    math.Round(float64(db.max)/q*1000) / 1000,
+			PeakInUseFraction: math.Round(float64(db.maxInUse)/q*1000) / 1000,
+		}
+	}
 	rep.ServerCPUSec, rep.ServerPeakRSSMB = srv.report()
 	qw, err := queueWaits(after, st)
 	if err != nil {
@@ -311,7 +375,7 @@ func workflow(cfg Config) *reevev1.Workflow {
 
 // load submits cfg.Tasks tasks, closed or open loop, and returns the
 // submit-to-completed latency of each completed task.
-func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf string, done *completions, wins *windows) (latencies []time.Duration, errs int, firstErr error) {
+func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf string, done *completions, wins *windows) (latencies []time.Duration, counts submitCounts, errs int, firstErr error) {
 	var (
 		mu   sync.Mutex
 		next atomic.Int64
@@ -325,7 +389,25 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		ch := done.expect(id)
 		began := time.Now()
 		_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: wf}}})
+		if cfg.QuotaBytes > 0 && status.Code(err) == codes.ResourceExhausted {
+			// A flood check counts refusals; a refused submitter waits a
+			// little, as a client backing off would, before its next one.
+			done.forget(id)
+			mu.Lock()
+			counts.refused++
+			mu.Unlock()
+			if cfg.Rate == 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(floodBackoff):
+				}
+			}
+			return
+		}
 		if err == nil {
+			mu.Lock()
+			counts.accepted++
+			mu.Unlock()
 			select {
 			case <-ch:
 			case <-ctx.Done():
@@ -355,7 +437,7 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 				select {
 				case <-ctx.Done():
 					wg.Wait()
-					return nil, errs, ctx.Err()
+					return nil, counts, errs, ctx.Err()
 				case <-time.After(d):
 				}
 			}
@@ -378,8 +460,62 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		}
 	}
 	wg.Wait()
-	return latencies, errs, firstErr
+	return latencies, counts, errs, firstErr
 }
+
+// floodBackoff is how long a closed-loop submitter of a flood check waits
+// after a refusal.
+const floodBackoff = 20 * time.Millisecond
+
+// submitCounts counts the outcomes of submissions.
+type submitCounts struct {
+	accepted, refused int
+}
+
+// alarmSampler reads etcd's alarm list every second and records whether
+// NOSPACE was ever raised.
+type alarmSampler struct {
+	cli  *clientv3.Client
+	seen bool
+}
+
+func (a *alarmSampler) nospace(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := a.cli.AlarmList(ctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range resp.Alarms {
+		if m.GetAlarm() == etcdserverpb.AlarmType_NOSPACE {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *alarmSampler) start() (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if a.nospace(context.Background()) {
+					a.seen = true
+				}
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// end reads the alarm list once more, after the run.
+func (a *alarmSampler) end(ctx context.Context) bool { return a.nospace(ctx) }
 
 // describe summarizes a task's state, for the error about a task that did
 // not complete.
@@ -480,6 +616,13 @@ func (c *completions) finish(_, id, state string) {
 	c.ended[id] = true
 }
 
+// forget drops a task that will never exist (its submission was refused).
+func (c *completions) forget(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.waiting, id)
+}
+
 func (c *completions) failedCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -547,6 +690,7 @@ func (e *agentErrors) report() (int, string) {
 type dbSampler struct {
 	size             func() (total, inUse int64)
 	start0, max, end int64
+	maxInUse         int64
 	inUse            []int64
 }
 
@@ -556,7 +700,7 @@ func (d *dbSampler) start() (stop func()) {
 	}
 	var used int64
 	d.start0, used = d.size()
-	d.max = d.start0
+	d.max, d.maxInUse = d.start0, used
 	d.inUse = append(d.inUse, used)
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -570,6 +714,7 @@ func (d *dbSampler) start() (stop func()) {
 			case <-t.C:
 				total, used := d.size()
 				d.max = max(d.max, total)
+				d.maxInUse = max(d.maxInUse, used)
 				if n%10 == 0 {
 					d.inUse = append(d.inUse, used)
 				}
@@ -582,6 +727,7 @@ func (d *dbSampler) start() (stop func()) {
 		var used int64
 		d.end, used = d.size()
 		d.max = max(d.max, d.end)
+		d.maxInUse = max(d.maxInUse, used)
 		d.inUse = append(d.inUse, used)
 	}
 }

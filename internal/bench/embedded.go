@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,15 +30,29 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 		}
 		dir, cleanup = tmp, func() { _ = os.RemoveAll(tmp) }
 	}
-	etcd, err := etcdserver.Start(ctx, etcdserver.Config{DataDir: dir, UnsafeNoFsync: cfg.NoFsync, Logger: zap.NewNop()})
+	etcd, err := etcdserver.Start(ctx, etcdserver.Config{DataDir: dir, UnsafeNoFsync: cfg.NoFsync, QuotaBytes: cfg.QuotaBytes, Logger: zap.NewNop()})
 	if err != nil {
 		cleanup()
 		return nil, err
 	}
 	cli := etcd.Client()
+	closeCli := func() {}
+	if cfg.QuotaBytes > 0 {
+		// A flood drives the scheduler to reclaim space, and etcd's
+		// in-process client panics on Defragment (its maintenance server
+		// has no health notifier): talk to etcd over its client port.
+		cli, err = clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			etcd.Close()
+			cleanup()
+			return nil, err
+		}
+		closeCli = func() { _ = cli.Close() }
+	}
+	etcdClose := func() { closeCli(); etcd.Close() }
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		etcd.Close()
+		etcdClose()
 		cleanup()
 		return nil, err
 	}
@@ -47,6 +62,15 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	}
 	if cfg.Retention > 0 {
 		opts = append(opts, scheduler.WithRetention(cfg.Retention), scheduler.WithSweepInterval(min(time.Minute, cfg.Retention)))
+	}
+	if cfg.SpaceReservePerStep != 0 {
+		opts = append(opts, scheduler.WithSpaceReserve(max(cfg.SpaceReservePerStep, 0)))
+	}
+	if cfg.SpaceCheckInterval > 0 {
+		opts = append(opts, scheduler.WithSpaceCheckInterval(cfg.SpaceCheckInterval))
+	}
+	if cfg.SpaceReclaim != 0 {
+		opts = append(opts, scheduler.WithSpaceReclaim(max(cfg.SpaceReclaim, 0)))
 	}
 	srv := scheduler.New(cli, opts...)
 	g := grpc.NewServer(scheduler.ServerOptions()...)
@@ -60,7 +84,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 		stopRun()
 		<-ran
 		g.Stop()
-		etcd.Close()
+		etcdClose()
 		cleanup()
 		return nil, err
 	}
@@ -71,7 +95,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 		<-ran
 		_ = supCC.Close()
 		g.Stop()
-		etcd.Close()
+		etcdClose()
 		cleanup()
 		return nil, err
 	}
@@ -94,7 +118,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 			case <-time.After(5 * time.Second):
 				g.Stop()
 			}
-			etcd.Close()
+			etcdClose()
 			cleanup()
 		},
 	}, nil
