@@ -78,6 +78,14 @@ func defaultOptions() options {
 // Option configures a Server.
 type Option func(*options)
 
+// WithEmbeddedDefragmenter tells a scheduler whose etcd client is
+// in process (reeve dev, reeve bench --embedded) how to defragment that
+// member when it reclaims space (etcdserver.Server.Defragment); etcd's
+// in-process client cannot. Not needed with a network client.
+func WithEmbeddedDefragmenter(f func() error) Option {
+	return func(o *options) { o.storeOpts = append(o.storeOpts, store.WithDefragmenter(f)) }
+}
+
 // WithCommitWindow sets the store's adaptive commit window; default 1ms, 0
 // turns it off. While task writes arrive less than d apart, a small batch
 // of writes waits until its oldest has waited d (or until 16 are queued) so

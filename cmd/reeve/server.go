@@ -151,7 +151,7 @@ port with client certificates, and prints the environment a client needs.`,
 					return nil
 				}
 				return startDemo(ctx, log, srv, addr, dev.agentOpts...)
-			}, append(append(append([]scheduler.Option{scheduler.WithLogger(log)}, lim.options()...), degOpts...), gcf.schedulerOptions()...)...)
+			}, append(append(append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithEmbeddedDefragmenter(etcd.Defragment)}, lim.options()...), degOpts...), gcf.schedulerOptions()...)...)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "./.reeve", "directory for the embedded etcd's data")

@@ -56,7 +56,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 		cleanup()
 		return nil, err
 	}
-	opts := []scheduler.Option{scheduler.WithLogger(cfg.Log)}
+	opts := []scheduler.Option{scheduler.WithLogger(cfg.Log), scheduler.WithEmbeddedDefragmenter(etcd.Defragment)}
 	if cfg.CommitWindow != 0 {
 		opts = append(opts, scheduler.WithCommitWindow(max(cfg.CommitWindow, 0)))
 	}

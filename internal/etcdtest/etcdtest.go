@@ -99,3 +99,6 @@ func (m *Member) Client() *clientv3.Client {
 // InProcessClient returns a client that talks to the member without a
 // network hop, as `reeve dev` does; valid until the member stops.
 func (m *Member) InProcessClient() *clientv3.Client { return m.srv.Client() }
+
+// Defragment defragments the member in process (etcdserver.Server.Defragment).
+func (m *Member) Defragment() error { return m.srv.Defragment() }

@@ -66,6 +66,7 @@ type Store struct {
 	maxQueued                          int
 	commitWindow                       time.Duration
 	maxTxnOps                          int
+	defrag                             func() error // WithDefragmenter
 	commits                            *committer
 	cache                              *recordCache
 	txns, taskWrites                   atomic.Int64
@@ -105,6 +106,12 @@ func WithGroupCommit(maxBatch, maxCommitters int) Option {
 func WithCommitWindow(d time.Duration) Option {
 	return func(s *Store) { s.commitWindow = max(d, 0) }
 }
+
+// WithDefragmenter gives a store whose client talks to etcd in process
+// (no endpoints) the way to defragment that member (Reclaim); without it
+// such a store compacts but does not defragment. A store with endpoints
+// defragments each through its client and ignores this.
+func WithDefragmenter(f func() error) Option { return func(s *Store) { s.defrag = f } }
 
 // WithMaxTxnOps tells the store etcd's limit on the operations of one
 // transaction list (etcd's --max-txn-ops; default 128, the etcd default).
