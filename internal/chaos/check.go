@@ -56,12 +56,18 @@ func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []planned
 		} else if t.GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
 			rep.violate("canceled only by an operator", pt.ID, "no operator canceled the task, yet it is CANCELED")
 		}
+		if pt.CompensateAfter > 0 {
+			rep.OperatorCompensations++
+			if t.GetState() == reevev1.TaskState_TASK_STATE_COMPENSATED {
+				rep.CompensatedByOperator++
+			}
+		}
 		if pt.Input.FailStep != "" {
 			rep.DesignedToFail++
 			if t.GetState() == reevev1.TaskState_TASK_STATE_SUCCEEDED {
 				rep.violate("designed failure not ignored", pt.ID, "step "+pt.Input.FailStep+" always fails for good, yet the task SUCCEEDED")
 			}
-		} else if t.GetState() == reevev1.TaskState_TASK_STATE_COMPENSATED {
+		} else if t.GetState() == reevev1.TaskState_TASK_STATE_COMPENSATED && pt.CompensateAfter == 0 {
 			rep.CompensatedByFaults++
 		}
 		checkHistory(t, rep)

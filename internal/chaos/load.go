@@ -28,10 +28,18 @@ type plannedTask struct {
 	// CancelAfter: an operator cancels the task this long after it was
 	// accepted (0: never), at whatever point it has reached.
 	CancelAfter time.Duration
+	// CompensateAfter: an operator compensates the task (CompensateTask,
+	// no fence) this long after it was accepted (0: never), at whatever
+	// point it has reached. Never together with CancelAfter.
+	CompensateAfter time.Duration
 }
 
-// cancelShare is the share of tasks an operator cancels at a random point.
-const cancelShare = 0.05
+// cancelShare and compensateShare are the shares of tasks an operator
+// cancels, or compensates, at a random point.
+const (
+	cancelShare     = 0.05
+	compensateShare = 0.05
+)
 
 // planTasks decides every task's behaviour from rng.
 func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
@@ -49,6 +57,14 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 	for i := range out {
 		if ops.Float64() < cancelShare {
 			out[i].CancelAfter = time.Duration(ops.Int64N(int64(2 * time.Second)))
+		}
+	}
+	// Compensations from a stream of their own, so that a seed's cancels
+	// stay what they were.
+	comp := rand.New(rand.NewPCG(cfg.Seed^0xc0de, cfg.Seed))
+	for i := range out {
+		if comp.Float64() < compensateShare && out[i].CancelAfter == 0 {
+			out[i].CompensateAfter = time.Duration(comp.Int64N(int64(2*time.Second))) + time.Millisecond
 		}
 	}
 	return out
@@ -75,6 +91,7 @@ func submit(ctx context.Context, addrs []string, plan []plannedTask, rate float6
 	}
 	defer cc.Close()
 	c := reevev1.NewSchedulerServiceClient(cc)
+	sup := reevev1.NewSupervisorServiceClient(cc)
 	var accepted atomic.Int64
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
@@ -103,6 +120,14 @@ func submit(ctx context.Context, addrs []string, plan []plannedTask, rate float6
 			accepted.Add(1)
 			if pt.CancelAfter > 0 {
 				if err := cancelOne(ctx, c, pt); err != nil {
+					errOnce.Do(func() { firstErr = err })
+				}
+			}
+			if pt.CompensateAfter > 0 {
+				if err := operatorAct(ctx, pt.CompensateAfter, "compensate "+pt.ID, func(rctx context.Context) error {
+					_, err := sup.CompensateTask(rctx, &reevev1.CompensateTaskRequest{TaskId: pt.ID, Reason: "chaos: operator compensate"})
+					return err
+				}); err != nil {
 					errOnce.Do(func() { firstErr = err })
 				}
 			}
@@ -147,29 +172,39 @@ func submitOne(ctx context.Context, c reevev1.SchedulerServiceClient, pt planned
 	}
 }
 
-// cancelOne cancels the task after its delay, as an operator would, retried
-// through faults; a task that ended first is refused (FAILED_PRECONDITION),
-// which is an outcome, not an error.
+// cancelOne cancels the task after its delay, as an operator would (see
+// operatorAct).
 func cancelOne(ctx context.Context, c reevev1.SchedulerServiceClient, pt plannedTask) error {
+	return operatorAct(ctx, pt.CancelAfter, "cancel "+pt.ID, func(rctx context.Context) error {
+		_, err := c.CancelTask(rctx, &reevev1.CancelTaskRequest{TaskId: pt.ID, Reason: "chaos: operator cancel"})
+		return err
+	})
+}
+
+// operatorAct runs an operator action after its delay, retried through
+// faults; a refusal because of the task's state (FAILED_PRECONDITION: it
+// ended, or the action does not apply where it is) is an outcome, not an
+// error.
+func operatorAct(ctx context.Context, after time.Duration, what string, act func(context.Context) error) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(pt.CancelAfter): // the operator's chosen moment, not a wait for a condition
+	case <-time.After(after): // the operator's chosen moment, not a wait for a condition
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := c.CancelTask(rctx, &reevev1.CancelTaskRequest{TaskId: pt.ID, Reason: "chaos: operator cancel"})
+		err := act(rctx)
 		cancel()
 		switch status.Code(err) {
 		case codes.OK, codes.FailedPrecondition:
 			return nil
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Canceled:
 		default:
-			return fmt.Errorf("cancel %s: %w", pt.ID, err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("cancel %s: %w", pt.ID, errors.Join(err, ctx.Err()))
+			return fmt.Errorf("%s: %w", what, errors.Join(err, ctx.Err()))
 		}
 		select {
 		case <-ctx.Done():

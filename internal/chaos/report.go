@@ -19,8 +19,13 @@ type Report struct {
 	DesignedToFail int            `json:"designed_to_fail"`
 	// OperatorCancels: tasks an operator canceled at a random point
 	// (CancelTask while queued, running, compensating or already ended).
-	OperatorCancels     int `json:"operator_cancels"`
-	CompensatedByFaults int `json:"compensated_by_faults"`
+	OperatorCancels int `json:"operator_cancels"`
+	// OperatorCompensations: tasks an operator compensated at a random
+	// point (CompensateTask without a fence; refused once the task ended);
+	// CompensatedByOperator of them ended COMPENSATED.
+	OperatorCompensations int `json:"operator_compensations"`
+	CompensatedByOperator int `json:"compensated_by_operator"`
+	CompensatedByFaults   int `json:"compensated_by_faults"`
 	// Faults counts injected faults by kind; FaultLog lists them in order.
 	Faults         map[string]int `json:"faults"`
 	FaultsTotal    int            `json:"faults_total"`
@@ -85,6 +90,8 @@ func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
 	}
 	row("designed to fail and compensate", r.DesignedToFail)
 	row("canceled by an operator at a random point", r.OperatorCancels)
+	row("compensated by an operator at a random point", r.OperatorCompensations)
+	row("  of which ended COMPENSATED", r.CompensatedByOperator)
 	row("compensated after faults exhausted retries", r.CompensatedByFaults)
 	row("faults injected", r.FaultsTotal)
 	for _, k := range sortedKeys(r.Faults) {
