@@ -48,13 +48,23 @@ func (s *Store) BackfillCreatedIndexes(ctx context.Context) (visited int, err er
 				return visited, err
 			}
 			var puts []clientv3.Op
+			var primary string // the created/ key: written with the others, so its absence means all are missing
 			for key, val := range s.k.indexKeys(v.Record) {
 				if strings.HasPrefix(key, s.k.prefix+"created") {
 					puts = append(puts, clientv3.OpPut(key, val))
 				}
+				if strings.HasPrefix(key, s.k.prefix+"created/") {
+					primary = key
+				}
+			}
+			// Only where they are missing: rewriting keys a newer Reeve
+			// wrote would change them under readers for nothing.
+			then := puts
+			if primary != "" {
+				then = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(primary), "=", 0)}, puts, nil)}
 			}
 			nested = append(nested, clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}, puts, nil))
+				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}, then, nil))
 		}
 		octx, cancel = s.opCtx(ctx)
 		tresp, err := s.c.Txn(octx).Then(nested...).Commit()

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -54,6 +55,37 @@ func TestBackfillCreatedIndexesListsOldTasks(t *testing.T) {
 	}
 	if visited, err := s.BackfillCreatedIndexes(ctx(t)); err != nil || visited != 0 {
 		t.Fatalf("second backfill visited %d, %v; want 0 (done once)", visited, err)
+	}
+}
+
+// The backfill writes created keys only where they are missing: a task a
+// newer Reeve wrote keeps its keys untouched (a scheduler's start-up
+// backfill once rewrote them under a test comparing etcd before and after).
+func TestBackfillLeavesExistingCreatedKeysAlone(t *testing.T) {
+	s, c := newStore(t)
+	if _, _, err := s.CreateTask(ctx(t), recordAt(1, "wf", reevev1.TaskState_TASK_STATE_PENDING)); err != nil {
+		t.Fatal(err)
+	}
+	revs := func() map[string]int64 {
+		resp, err := c.Get(ctx(t), "/reeve/created", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, kv := range resp.Kvs {
+			out[string(kv.Key)] = kv.ModRevision
+		}
+		return out
+	}
+	before := revs()
+	if len(before) != 4 {
+		t.Fatalf("%d created keys, want 4: %v", len(before), before)
+	}
+	if _, err := s.BackfillCreatedIndexes(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if after := revs(); !maps.Equal(before, after) {
+		t.Fatalf("backfill rewrote existing created keys: %v -> %v", before, after)
 	}
 }
 
