@@ -17,7 +17,7 @@ HELM_VERSION               := v3.19.0
 OTELCOL_VERSION            := v0.162.0
 OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 
-.PHONY: all tools generate check-generate check-fmt lint build run test vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster e2e-console
+.PHONY: all tools generate check-generate check-fmt lint build run test test-throughput vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster e2e-console
 
 all: build
 
@@ -181,10 +181,16 @@ fuzz:
 
 test: check-generate check-fmt lint vet
 	go test -race -count=1 -timeout 15m ./...
+	$(MAKE) test-throughput
 	$(MAKE) test-cluster
 	$(MAKE) fuzz
 	$(MAKE) e2e
 	$(MAKE) test-deploy
+
+# Throughput scenarios that skip themselves under the race detector (a
+# race-instrumented flood cannot outrun its agents on a loaded machine).
+test-throughput:
+	go test -count=1 -timeout 5m -run '^TestBenchFloodAdmission$$' ./cmd/reeve/
 
 # Tests that start real clusters of separate processes (internal/cluster,
 # and the short chaos run of internal/chaos: about 2 minutes in all). A

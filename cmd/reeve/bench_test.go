@@ -203,14 +203,17 @@ func TestContractBenchRecoveryJSON(t *testing.T) {
 	}
 }
 
-// floodArgs is a short flood (issue 12 defect 11) at a size a test runs:
-// open loop at 1,000 tasks/s for 8 s against a 16 MiB quota while the
-// agents complete at most 200 tasks/s (2 × 50 steps held 500 ms each), so a
-// backlog builds that must still drain within the quota.
+// floodArgs is a short flood (issue 12 defect 11) at a size a test runs
+// under the race detector on a busy machine: open loop at 300 tasks/s for
+// 8 s against a 16 MiB quota while the agents complete at most 80 tasks/s
+// (2 × 20 steps held 500 ms each), so a backlog builds that must still
+// drain within the quota. The reserve is 16 KiB per execution in flight so
+// that admission refuses once about 700 wait, well inside the 2,400 the
+// flood submits.
 func floodArgs(reservePerStep string) []string {
 	return []string{"--embedded", "--quota-bytes", "16777216", "--space-check-interval", "500ms", "--space-reclaim-interval", "5s",
-		"--space-reserve-per-step", reservePerStep, "--rate", "1000", "--duration", "8s", "--work", "500ms",
-		"--agents", "2", "--agent-concurrency", "50", "--tasks", "10000000", "--max-duration", "100s", "-o", "json"}
+		"--space-reserve-per-step", reservePerStep, "--rate", "300", "--duration", "8s", "--work", "500ms",
+		"--agents", "2", "--agent-concurrency", "20", "--tasks", "10000000", "--max-duration", "100s", "-o", "json"}
 }
 
 // checkFlood asserts what a flood must end with: refusals happened (the
@@ -243,6 +246,14 @@ func checkFlood(t *testing.T, rep map[string]any) {
 
 // TestBenchFloodAdmission: a flood faster than the tasks complete is
 // refused while what it queued can still drain within the quota.
+//
+// It is a throughput scenario: the flood must outrun the agents, which a
+// race-instrumented process on a loaded machine cannot do (its submissions
+// timed out in etcd instead of reaching admission's limit). `make test` runs
+// it without the race detector, after the race-enabled run of every package.
 func TestBenchFloodAdmission(t *testing.T) {
-	checkFlood(t, benchJSON(t, floodArgs("4096")...))
+	if raceDetector {
+		t.Skip("a throughput scenario; make test runs it without -race")
+	}
+	checkFlood(t, benchJSON(t, floodArgs("16384")...))
 }
