@@ -139,6 +139,11 @@ func printFailover(cmd *cobra.Command, g *globals, rep failoverReport) error {
 		fmt.Fprintf(tw, "round %d: %s\t%d\t%.0f / %.0f ms\t%.0f ms\t%.0f ms\t%d of %d tasks\t%d\t%.0f ms\t%v\n", r.Round, r.Killed, r.AgentsMoved,
 			r.ReconnectP50Ms, r.ReconnectMaxMs, r.FirstResultMs, r.AllResumedMs, r.InFlightAccepted, r.Tasks, r.Retried, r.TargetMs, r.Met)
 	}
+	for _, r := range rep.Scheduler {
+		for _, why := range r.RetriedWhy {
+			fmt.Fprintf(tw, "  retried in round %d\t%s\n", r.Round, why)
+		}
+	}
 	var sup, sched []float64
 	for _, r := range rep.Supervisor {
 		sup = append(sup, r.FirstRecoveryMs)

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,7 +72,10 @@ type SchedulerFailover struct {
 	// Retried: executions of the round's tasks that needed more than one
 	// attempt (a result lost or refused in the failover).
 	Retried int `json:"retried"`
-	Tasks   int `json:"tasks"`
+	// RetriedWhy describes up to 5 retried executions: the events of the
+	// attempt before, with times relative to the kill.
+	RetriedWhy []string `json:"retried_why,omitempty"`
+	Tasks      int      `json:"tasks"`
 	// TargetMs is 2,000 ms (issue 13); Met: AllResumedMs within it.
 	TargetMs float64 `json:"target_ms"`
 	Met      bool    `json:"met"`
@@ -230,6 +234,9 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 			}
 			if e.GetKind() == "step.dispatched" && e.GetAttempt() > 1 {
 				r.Retried++
+				if len(r.RetriedWhy) < 5 {
+					r.RetriedWhy = append(r.RetriedWhy, describeAttempt(t, e.GetStep(), e.GetAttempt()-1, killed))
+				}
 			}
 			agent, ok := actorIs(e.GetActor(), "agent")
 			if !ok || !at.After(killed) {
@@ -264,6 +271,18 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 		return r, err
 	}
 	return r, cluster.WaitServing(ctx, victim.Addr)
+}
+
+// describeAttempt lists the history events of one attempt of a step.
+func describeAttempt(t *reevev1.Task, step string, attempt int32, killed time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%s attempt %d:", t.GetId(), step, attempt)
+	for _, e := range t.GetHistory() {
+		if e.GetStep() == step && e.GetAttempt() == attempt {
+			fmt.Fprintf(&b, " %s by %s at %+.0f ms (%s);", e.GetKind(), e.GetActor(), ms(e.GetTime().AsTime().Sub(killed)), e.GetMessage())
+		}
+	}
+	return b.String()
 }
 
 func terminal(st reevev1.TaskState) bool {
