@@ -129,10 +129,10 @@ func printFailover(cmd *cobra.Command, g *globals, rep failoverReport) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "supervisor leader SIGKILLed\tlease deleted\tfirst recovery\tlast recovery\tfirst re-dispatch\ttarget (TTL + 500 ms)\tmet\n")
+	fmt.Fprintf(tw, "supervisor leader SIGKILLed\tlease deleted\tfirst recovery\t(after lease)\tlast recovery\tfirst re-dispatch\ttarget (TTL + 500 ms)\tmet\n")
 	for _, r := range rep.Supervisor {
-		fmt.Fprintf(tw, "round %d: %s → %s\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%v\n", r.Round, r.Killed, r.NewLeader,
-			r.LeaseGoneMs, r.FirstRecoveryMs, r.LastRecoveryMs, r.FirstRedispatchMs, r.TargetMs, r.Met)
+		fmt.Fprintf(tw, "round %d: %s → %s\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%v\n", r.Round, r.Killed, r.NewLeader,
+			r.LeaseGoneMs, r.FirstRecoveryMs, r.RecoveryAfterLeaseMs, r.LastRecoveryMs, r.FirstRedispatchMs, r.TargetMs, r.Met)
 	}
 	fmt.Fprintf(tw, "\nscheduler SIGKILLed\tagents moved\treconnect p50 / max\tfirst result\tall agents reporting\tin-flight results accepted\tretried\ttarget\tmet\n")
 	for _, r := range rep.Scheduler {
