@@ -59,7 +59,10 @@ tasks hang (they expire with no leader; reported: kill to the first
 recovery by the standby, target TTL + 500 ms), then the scheduler most
 agents are connected to is SIGKILLed while their steps run (reported: kill
 to every moved agent having a result accepted through the other scheduler,
-target 2 s).`,
+target 2 s), then an agent running heartbeat steps (1 s heartbeat timeout)
+is cut off for good as its scheduler is SIGKILLed (reported: kill to the
+supervisor's AGENT_LOST decision and to the steps' re-dispatch on a healthy
+agent; the issue's target is heartbeat timeout + 200 ms).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if fo.on {

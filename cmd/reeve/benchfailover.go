@@ -41,6 +41,7 @@ func (f *failoverFlags) register(fs *pflag.FlagSet) {
 type failoverReport struct {
 	Supervisor []failover.SupervisorFailover `json:"supervisor"`
 	Scheduler  []failover.SchedulerFailover  `json:"scheduler"`
+	LostAgent  []failover.LostAgent          `json:"lost_agent"`
 	// Load1Start, Load1End: the machine's 1-minute load average.
 	Load1Start string `json:"load1_start"`
 	Load1End   string `json:"load1_end"`
@@ -92,7 +93,7 @@ func runFailoverBench(cmd *cobra.Command, g *globals, f failoverFlags) (err erro
 		return err
 	}
 	defer m.Close()
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(f.rounds)*(time.Duration(f.sessionTTL)*time.Second+3*time.Minute))
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(f.rounds)*(time.Duration(f.sessionTTL+failover.SchedulerSessionTTL)*time.Second+4*time.Minute))
 	defer cancel()
 	if err := m.WaitReady(rctx); err != nil {
 		return err
@@ -113,6 +114,14 @@ func runFailoverBench(cmd *cobra.Command, g *globals, f failoverFlags) (err erro
 		}
 		fmt.Fprintf(progress, "scheduler round %d: every moved agent reported %.0f ms after the kill\n", i, r.AllResumedMs)
 		rep.Scheduler = append(rep.Scheduler, r)
+	}
+	for i := 1; i <= f.rounds; i++ {
+		r, err := m.LostAgentRound(rctx, i, 4)
+		if err != nil {
+			return fmt.Errorf("lost-agent round %d: %w", i, err)
+		}
+		fmt.Fprintf(progress, "lost-agent round %d: heartbeat steps re-dispatched %.0f ms after the kill\n", i, r.RedispatchMs)
+		rep.LostAgent = append(rep.LostAgent, r)
 	}
 	rep.Load1End = load1()
 	return printFailover(cmd, g, rep)
@@ -143,6 +152,11 @@ func printFailover(cmd *cobra.Command, g *globals, rep failoverReport) error {
 		for _, why := range r.RetriedWhy {
 			fmt.Fprintf(tw, "  retried in round %d\t%s\n", r.Round, why)
 		}
+	}
+	fmt.Fprintf(tw, "\nagent and its scheduler lost\tsteps\tAGENT_LOST decided\texpired\tre-dispatched first / last\ttarget (heartbeat timeout + 200 ms)\tmet\n")
+	for _, r := range rep.LostAgent {
+		fmt.Fprintf(tw, "round %d: %s (lease TTL %d s)\t%d\t%.0f ms\t%.0f ms\t%.0f / %.0f ms\t%.0f ms\t%v\n", r.Round, r.Killed, r.SchedulerTTLSec, r.Steps,
+			r.AgentLostMs, r.ExpiredMs, r.RedispatchMs, r.LastRedispatchMs, r.TargetMs, r.Met)
 	}
 	var sup, sched []float64
 	for _, r := range rep.Supervisor {

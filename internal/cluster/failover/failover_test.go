@@ -25,7 +25,11 @@ func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 //   - the scheduler most chaos agents are connected to is SIGKILLed while
 //     their steps run; they register with the other scheduler, results of
 //     attempts the killed scheduler dispatched are accepted through the
-//     other one, and every task succeeds.
+//     other one, and every task succeeds;
+//   - an agent running heartbeat steps is cut off for good when its
+//     scheduler is SIGKILLed: the supervisor sees its record vanish with the
+//     scheduler's lease, decides AGENT_LOST, and the steps run again on a
+//     healthy agent long before their 1-minute complete-by.
 func TestFailoverMechanisms(t *testing.T) {
 	reeve, etcd := clustertest.Reeve(t), clustertest.Tool(t, "etcd")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -79,6 +83,16 @@ func TestFailoverMechanisms(t *testing.T) {
 		}
 		if r.InFlightAccepted == 0 {
 			t.Errorf("no attempt dispatched by the killed %s had its result accepted through the other scheduler", r.Killed)
+		}
+	})
+	t.Run("agent and its scheduler lost together", func(t *testing.T) {
+		r, err := m.LostAgentRound(ctx, 1, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%+v", r)
+		if r.AgentLostMs <= 0 {
+			t.Errorf("no AGENT_LOST decision by the supervisor: the heartbeat steps waited for something else (re-dispatched %.0f ms after the kill)", r.RedispatchMs)
 		}
 	})
 	clustertest.Verify(ctx, t, m.Etcd())
