@@ -14,6 +14,7 @@ import (
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/cluster"
 )
 
 // heartbeatWorkflow has one step that heartbeats until it is canceled; its
@@ -221,7 +222,7 @@ func (m *Measurer) LostAgentRound(ctx context.Context, round, steps int) (LostAg
 	if err := victim.Start(); err != nil {
 		return r, err
 	}
-	return r, nil
+	return r, cluster.WaitServing(ctx, victim.Addr)
 }
 
 // cutProxy forwards TCP connections to target until cut, which closes the
