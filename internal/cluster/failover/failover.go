@@ -110,12 +110,17 @@ func (m *Measurer) WaitReady(ctx context.Context) error {
 	}
 	return poll(ctx, "agents connected", func(ctx context.Context) (bool, error) {
 		p, _, err := m.placement(ctx)
-		return len(p) == len(m.c.Agents), err
+		for _, a := range m.c.Agents {
+			if _, ok := p[a.Name]; !ok {
+				return false, err
+			}
+		}
+		return err == nil, err
 	})
 }
 
 // placement returns agent id → scheduler id from the agent records, and
-// the revision read.
+// the revision read. The cluster's agents' ids are their process names.
 func (m *Measurer) placement(ctx context.Context) (map[string]string, int64, error) {
 	resp, err := m.cli.Get(ctx, agentsPrefix, clientv3.WithPrefix())
 	if err != nil {

@@ -96,9 +96,13 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 	if err != nil {
 		return r, err
 	}
+	chaosAgent := map[string]bool{}
+	for _, a := range m.c.Agents {
+		chaosAgent[a.Name] = a.Name != demoAgent
+	}
 	count := map[string]int{}
 	for agent, sched := range place {
-		if agent != demoAgent {
+		if chaosAgent[agent] {
 			count[sched]++
 		}
 	}
@@ -113,7 +117,7 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 	}
 	moved := map[string]bool{}
 	for agent, sched := range place {
-		if sched == r.Killed && agent != demoAgent {
+		if sched == r.Killed && chaosAgent[agent] {
 			moved[agent] = true
 		}
 	}
