@@ -22,9 +22,10 @@ func newBenchCmd(g *globals) *cobra.Command {
 		reclaimEvery   time.Duration
 		prof           pprofFlag
 		gcf            perfFlags
+		fo             failoverFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout] | --embedded --recovery [--tasks N]",
+		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout] | --embedded --recovery [--tasks N] | --failover [--etcd-bin PATH] [--rounds N] [--session-ttl S]",
 		Short: "Measure throughput and latency of no-op tasks end to end",
 		Long: `bench submits --tasks tasks of a no-op workflow (closed loop with --concurrency
 tasks in flight, or open loop at --rate tasks/s), serves them with --agents no-op
@@ -48,9 +49,25 @@ first deadline to the last task done, and lost and stuck tasks.
 --quota-bytes N (with --embedded) gives the embedded etcd that space quota
 and makes the run a flood check: RESOURCE_EXHAUSTED refusals are counted, not
 errors, and the report adds accepted, refused, completed and lost tasks,
-whether etcd raised NOSPACE and the peak database size over the quota.`,
+whether etcd raised NOSPACE and the peak database size over the quota.
+
+--failover measures failover times on a local cluster of separate processes
+(as 'reeve cluster': --etcd-bin, 3 etcd members, 2 schedulers, 2 supervisors
+with --session-ttl, a demo agent and 3 chaos agents), --rounds times each:
+the supervisor leader is SIGKILLed while first attempts of demo.timeout
+tasks hang (they expire with no leader; reported: kill to the first
+recovery by the standby, target TTL + 500 ms), then the scheduler most
+agents are connected to is SIGKILLed while their steps run (reported: kill
+to every moved agent having a result accepted through the other scheduler,
+target 2 s), then an agent running heartbeat steps (1 s heartbeat timeout)
+is cut off for good as its scheduler is SIGKILLed (reported: kill to the
+supervisor's AGENT_LOST decision and to the steps' re-dispatch on a healthy
+agent; the issue's target is heartbeat timeout + 200 ms).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fo.on {
+				return runFailoverBench(cmd, g, fo)
+			}
 			if !cfg.Embedded {
 				cfg.Address = g.address
 			}
@@ -178,6 +195,7 @@ whether etcd raised NOSPACE and the peak database size over the quota.`,
 	f.Int64Var(&reservePerStep, "space-reserve-per-step", 4<<10, "embedded: the scheduler's --space-reserve-per-step (etcd bytes reserved per execution in flight; 0: none)")
 	f.DurationVar(&cfg.SpaceCheckInterval, "space-check-interval", 5*time.Second, "embedded: how often the scheduler reads etcd's space and alarms")
 	f.DurationVar(&reclaimEvery, "space-reclaim-interval", time.Minute, "embedded: the scheduler's --space-reclaim-interval (0: never reclaims by itself)")
+	fo.register(f)
 	prof.register(cmd)
 	gcf.register(cmd, g.getenv, 400)
 	return cmd

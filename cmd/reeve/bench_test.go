@@ -142,6 +142,12 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--space-reserve-per-step", "-1"},
 		{"bench", "--embedded", "--space-check-interval", "1ms"},
 		{"bench", "--embedded", "--space-reclaim-interval", "-1s"},
+		// An --etcd-bin that resolves, so that only the flag under test refuses.
+		{"bench", "--failover", "--etcd-bin", "true", "--session-ttl", "2"}, // the hung steps would not expire before the lease
+		{"bench", "--failover", "--etcd-bin", "true", "--rounds", "0"},
+		{"bench", "--failover", "--etcd-bin", "true", "--failover-work", "0s"},
+		{"bench", "--failover", "--etcd-bin", "true", "--failover-work", "5s"}, // beyond the chaos steps' 3 s timeout
+		{"bench", "--failover", "--etcd-bin", "/nonexistent/etcd"},
 	} {
 		var out, errOut bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

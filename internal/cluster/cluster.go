@@ -176,6 +176,9 @@ func (c *Cluster) process(name, path, addr string, args ...string) *Process {
 	return &Process{Name: name, Addr: addr, path: path, args: args, logPath: filepath.Join(c.cfg.Dir, "logs", name+".log")}
 }
 
+// SessionTTL returns the supervisors' session TTL in seconds.
+func (c *Cluster) SessionTTL() int { return c.cfg.SessionTTL }
+
 // Dir returns the cluster's directory.
 func (c *Cluster) Dir() string { return c.cfg.Dir }
 
