@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,26 +26,23 @@ import (
 // 32 compensable roots and its history (more than a record keeps) is put
 // together from the record's versions; the checker finds nothing wrong and
 // counts all of it.
-func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
+// startChaosEnv starts etcd (with the chaos cluster's --max-txn-ops), a
+// scheduler told so, a supervisor (it recovers executions whose results
+// were not recorded in time), registers the chaos workflows and runs one
+// chaos agent logging to cfg's side-effect directory.
+func startChaosEnv(t *testing.T) (*testenv.Env, *testenv.Scheduler, Config) {
+	t.Helper()
 	env := testenv.New(t, etcdtest.WithMaxTxnOps(MaxTxnOps))
 	s := env.StartScheduler("", scheduler.WithEtcdMaxTxnOps(MaxTxnOps))
-	// A supervisor recovers executions whose results were not recorded in
-	// time.
 	env.StartSupervisor([]*testenv.Scheduler{s})
 	c := s.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, w := range Workflows() {
 		if _, err := c.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
 			t.Fatalf("register %s: %v", w.GetName(), err)
 		}
 	}
-	// A scheduler told etcd's default limit refuses the wide workflow.
-	narrow := env.StartScheduler("")
-	if _, err := narrow.Client(t).RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: Workflows()[2]}); status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("wide workflow on a scheduler told 128 operations per transaction: %v, want INVALID_ARGUMENT", err)
-	}
-
 	cfg := Config{Dir: t.TempDir()}
 	if err := os.MkdirAll(cfg.sideEffectDir(), 0o755); err != nil {
 		t.Fatal(err)
@@ -53,7 +51,6 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer log.Close()
 	// At most 8 steps at once: a task's results are recorded one write
 	// after another (a store batch holds one write per task), and with the
 	// race detector on a loaded machine 64 of them took longer than the
@@ -66,7 +63,20 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	actx, stopAgent := context.WithCancel(context.Background())
 	agentDone := make(chan error, 1)
 	go func() { agentDone <- agent.Run(actx) }()
-	defer func() { stopAgent(); <-agentDone }()
+	t.Cleanup(func() { stopAgent(); <-agentDone; log.Close() })
+	return env, s, cfg
+}
+
+func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
+	env, s, cfg := startChaosEnv(t)
+	c := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A scheduler told etcd's default limit refuses the wide workflow.
+	narrow := env.StartScheduler("")
+	if _, err := narrow.Client(t).RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: Workflows()[2]}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("wide workflow on a scheduler told 128 operations per transaction: %v, want INVALID_ARGUMENT", err)
+	}
 
 	cli := env.Etcd.Client()
 	head, err := cli.Get(ctx, "start")
@@ -133,5 +143,51 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	// The join failed for good: its 32 compensable roots were undone.
 	if rep.Compensations != WideWidth/2+2 {
 		t.Fatalf("%d compensations, want %d (32 wide roots, a and b of the saga)", rep.Compensations, WideWidth/2+2)
+	}
+}
+
+// losingSupervisor answers the first accepted RetryStep with UNAVAILABLE,
+// as a fault between the scheduler and the operator would: the retry was
+// applied, its answer lost.
+type losingSupervisor struct {
+	reevev1.SupervisorServiceClient
+	lost int
+}
+
+func (l *losingSupervisor) RetryStep(ctx context.Context, in *reevev1.RetryStepRequest, opts ...grpc.CallOption) (*reevev1.RetryStepResponse, error) {
+	resp, err := l.SupervisorServiceClient.RetryStep(ctx, in, opts...)
+	if err == nil && l.lost == 0 {
+		l.lost++
+		return nil, status.Error(codes.Unavailable, "chaos test: answer lost")
+	}
+	return resp, err
+}
+
+// An operator's RetryStep whose answer was lost is re-sent and refused,
+// because the first call was applied (RetryStep without a fence is not
+// idempotent): the operator sees the task moved on and does not report a
+// refused retry (seed 7 of the full run did, before).
+func TestRetryOperatorSurvivesALostAnswer(t *testing.T) {
+	_, s, _ := startChaosEnv(t)
+	c := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pt := plannedTask{ID: "lost", Workflow: WorkflowFail, Input: Input{FailStep: "a", FailUntilAttempt: maxAttempts}, OperatorRetry: true}
+	if err := submitOne(ctx, c, pt); err != nil {
+		t.Fatal(err)
+	}
+	sup := &losingSupervisor{SupervisorServiceClient: reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))}
+	log := &operatorLog{}
+	if err := retryOperator(ctx, c, sup, pt, log); err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{}
+	log.report(rep)
+	if !rep.OK() || sup.lost != 1 || rep.RetriesAppliedThenRefused != 1 || rep.RetriesAccepted != 1 {
+		t.Fatalf("answers lost %d; report %+v; want one retry applied, its answer lost, counted accepted, no violation", sup.lost, rep)
+	}
+	tk, err := getTask(ctx, c, pt.ID)
+	if err != nil || tk.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task %v (%v), want SUCCEEDED", tk.GetState(), err)
 	}
 }

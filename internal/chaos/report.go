@@ -42,6 +42,11 @@ type Report struct {
 	RetriesAccepted             int `json:"retries_accepted"`
 	RetriesRefused              int `json:"retries_refused"`
 	RetriesRefusedAtWrongPoints int `json:"retries_refused_at_wrong_points"`
+	// RetriesAppliedThenRefused: retries of a failed step whose answer a
+	// fault lost; re-sent, they were refused because the first call had
+	// been applied (the task had moved on). Counted as accepted: RetryStep
+	// without a fence is not idempotent.
+	RetriesAppliedThenRefused int `json:"retries_applied_then_refused"`
 	// WideTasks ran the wide workflow (64 parallel steps and a join);
 	// WideStates counts them by final state; WideHistoryPaged: those whose
 	// history outgrew the record and was put together from its versions.
@@ -124,6 +129,7 @@ func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
 	row("  succeeded in their first round (no retry needed)", r.RetryNotNeeded)
 	row("RetryStep calls accepted / refused", fmt.Sprintf("%d / %d", r.RetriesAccepted, r.RetriesRefused))
 	row("  refused at a wrong point (running, not FAILED, SUCCEEDED)", r.RetriesRefusedAtWrongPoints)
+	row("  applied, answer lost, re-sent and refused (counted accepted)", r.RetriesAppliedThenRefused)
 	row("tasks that were FAILED, each with an alert", r.FailedWithAlert)
 	row(fmt.Sprintf("wide tasks (%d parallel steps and a join)", WideWidth), r.WideTasks)
 	for _, k := range sortedKeys(r.WideStates) {

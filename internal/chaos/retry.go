@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 // operatorLog records what the operators' RetryStep calls were answered.
@@ -18,6 +19,10 @@ type operatorLog struct {
 	// accepted and refused count RetryStep calls answered OK and
 	// FAILED_PRECONDITION; wrongRefused those of them made at a wrong point.
 	accepted, refused, wrongRefused int
+	// appliedThenRefused: retries of the failed step whose answer was lost
+	// to a fault, re-sent and refused because the first call had been
+	// applied (counted as accepted).
+	appliedThenRefused int
 	// violations: a RetryStep accepted where it cannot apply (a step that
 	// is not FAILED of a FAILED task, or of a SUCCEEDED task), or a retry
 	// operator that gave up.
@@ -48,6 +53,7 @@ func (l *operatorLog) report(r *Report) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r.RetriesAccepted, r.RetriesRefused, r.RetriesRefusedAtWrongPoints = l.accepted, l.refused, l.wrongRefused
+	r.RetriesAppliedThenRefused = l.appliedThenRefused
 	for _, v := range l.violations {
 		r.add(v)
 	}
@@ -127,11 +133,26 @@ func retryOperator(ctx context.Context, c reevev1.SchedulerServiceClient, sup re
 			if err != nil {
 				return err
 			}
-			log.count(code, false)
 			if code != codes.OK {
-				log.violate(Violation{Invariant: "a retried task ends SUCCEEDED", Task: pt.ID, Step: failed, Detail: "RetryStep of the FAILED step of a FAILED task was refused"})
-				return nil
+				// A call re-sent after a fault (its answer lost) is refused
+				// when the first one was applied: RetryStep without a fence
+				// is not idempotent. Nothing but the operator moves a FAILED
+				// task, so the task having moved on tells.
+				t, err := getTask(ctx, c, pt.ID)
+				if err != nil {
+					return err
+				}
+				if st := taskstate.FindStep(t, failed); t.GetState() == reevev1.TaskState_TASK_STATE_FAILED && st.GetState() == reevev1.StepState_STEP_STATE_FAILED {
+					log.count(code, false)
+					log.violate(Violation{Invariant: "a retried task ends SUCCEEDED", Task: pt.ID, Step: failed, Detail: "RetryStep of the FAILED step of a FAILED task was refused"})
+					return nil
+				}
+				code = codes.OK
+				log.mu.Lock()
+				log.appliedThenRefused++
+				log.mu.Unlock()
 			}
+			log.count(code, false)
 		case reevev1.TaskState_TASK_STATE_CANCELED, reevev1.TaskState_TASK_STATE_COMPENSATED:
 			return nil // the checker reports it: nothing here cancels or compensates
 		}
