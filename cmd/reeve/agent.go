@@ -42,7 +42,9 @@ registered twice).
 
   --demo    the demo workflows of 'reeve dev --demo' (demo.orders, ...)
   --chaos   the chaos suite's workflows; every side effect is appended to
-            --side-effects (one JSON line per execution, see docs/reliability.md)
+            --side-effects (one JSON line per execution, see docs/reliability.md);
+            chaos.wide (64 parallel steps) needs schedulers run with
+            --etcd-max-txn-ops 204 or more, and etcd members with that --max-txn-ops
 
 With the TLS flags (--tls-ca, --tls-cert, --tls-key, --token) it connects
 like the client commands; registering workflows then needs the admin role,

@@ -32,12 +32,24 @@ supervisor, agent or etcd member (one member at a time: never quorum), or a
 toxic (latency, reset_peer, timeout, bandwidth) on one link. The --seed
 (printed) fixes the fault schedule and the tasks' behaviour.
 
+Operators act at random points: 5% of the tasks are canceled, 5% compensated,
+and 5% run a variant escalating to fail whose step fails for good in its first
+round only: the task ends FAILED with an alert and an operator retries the
+failed step (RetryStep), also at wrong points (while the task runs, on a step
+that is not FAILED, after it SUCCEEDED: those must be refused); a retried task
+must end SUCCEEDED. --wide-tasks of the tasks run a wide workflow (64 parallel
+steps, every other one compensable, and a compensable join), so the etcd
+members run with --max-txn-ops 512 and the schedulers are told so.
+
 When the load has drained it checks, from etcd and the agents' side-effect
 logs: every task terminal; no result accepted twice; every side effect
 attributable to a current or superseded attempt of an existing step; every
 COMPENSATED task's succeeded steps compensated exactly once in reverse order;
 no dispatched step without a deadline at any sample; one supervisor action per
-expired execution. It prints a table, writes --json, and exits 1 on any
+expired execution; an operator retry only of a FAILED task; nothing undone that
+never succeeded; an accepted attempt's side effect logged once; every FAILED
+task alerted; then the store checks of 'reeve verify'. The wide tasks' history
+(more than a record keeps) is put together from a watch of their records. It prints a table, writes --json, and exits 1 on any
 violation. See docs/reliability.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -84,6 +96,7 @@ violation. See docs/reliability.md.`,
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule and task behaviour; 0 picks one (printed)")
 	f.IntVar(&cfg.Tasks, "tasks", 2000, "tasks to submit")
 	f.Float64Var(&cfg.FailShare, "fail-share", 0.2, "share of tasks designed to fail for good and compensate")
+	f.IntVar(&cfg.WideTasks, "wide-tasks", 20, "tasks (of --tasks) running the wide workflow, spread over the run; negative: none")
 	f.IntVar(&cfg.TransientPerMille, "transient-per-mille", 50, "attempts that fail transiently, per mille")
 	f.Float64Var(&cfg.Rate, "rate", 25, "tasks submitted per second; faults are injected while submitting")
 	f.DurationVar(&cfg.FaultEvery, "fault-every", 1500*time.Millisecond, "mean time between faults")

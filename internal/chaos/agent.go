@@ -16,11 +16,39 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
-// Workflow is the name of the chaos suite's workflow.
-const Workflow = "chaos.saga"
+// Workflow is the name of the chaos suite's main workflow; WorkflowFail is
+// the same steps escalating to fail (the task ends FAILED, for an operator
+// to retry); WorkflowWide is the wide one.
+const (
+	Workflow     = "chaos.saga"
+	WorkflowFail = "chaos.saga-fail"
+	WorkflowWide = "chaos.wide"
+)
 
 // StepNames are the steps of the chaos workflow, in dependency order.
 var StepNames = []string{"a", "b", "c"}
+
+// WideWidth is how many parallel root steps the wide workflow has (w00 …
+// w63); every other one (the even ones) has a compensation, and a step
+// "join", with a compensation, depends on all of them.
+const WideWidth = 64
+
+// WideJoin is the wide workflow's last step.
+const WideJoin = "join"
+
+// WideStepNames are the wide workflow's steps, roots first, then the join.
+func WideStepNames() []string {
+	out := make([]string, 0, WideWidth+1)
+	for i := range WideWidth {
+		out = append(out, fmt.Sprintf("w%02d", i))
+	}
+	return append(out, WideJoin)
+}
+
+// MaxTxnOps is the --max-txn-ops the chaos cluster's etcd members run with
+// (and its schedulers are told): the wide workflow needs 2·64 + 2·32 + 12 =
+// 204 operations in one transaction, more than etcd's default of 128.
+const MaxTxnOps = 512
 
 // Step timing of the chaos workflow: short enough that a killed agent costs
 // seconds, long enough that network faults of a few hundred ms do not expire
@@ -30,33 +58,58 @@ const (
 	maxAttempts = 6
 )
 
-// Workflows returns the chaos workflow: a → b → c, each step with a
-// compensation, escalating to compensation when it fails for good. The
-// compensation retries longer than the step so that faults alone do not
-// make a task FAILED.
+// Workflows returns the chaos workflows. chaos.saga: a → b → c, each step
+// with a compensation, escalating to compensation when it fails for good.
+// chaos.saga-fail: the same steps escalating to fail. chaos.wide: 64
+// parallel roots, the even ones with a compensation, joined by a
+// compensable step; escalation compensate. Compensations retry longer than
+// steps so that faults alone do not make a task FAILED. Registering
+// chaos.wide needs schedulers told an etcd limit of at least 204
+// operations per transaction (MaxTxnOps).
 func Workflows() []*reevev1.Workflow {
 	retry := &reevev1.RetryPolicy{MaxAttempts: maxAttempts, InitialBackoff: durationpb.New(100 * time.Millisecond), MaxBackoff: durationpb.New(time.Second)}
 	undoRetry := &reevev1.RetryPolicy{MaxAttempts: 3 * maxAttempts, InitialBackoff: durationpb.New(100 * time.Millisecond), MaxBackoff: durationpb.New(time.Second)}
-	w := &reevev1.Workflow{Name: Workflow, Description: "Chaos suite: three steps, each undone by its compensation when a later one fails for good."}
-	var prev []string
-	for _, name := range StepNames {
-		w.Steps = append(w.Steps, &reevev1.StepSpec{
-			Name: name, Type: "chaos.work", DependsOn: prev, Timeout: durationpb.New(stepTimeout), RetryPolicy: retry,
-			Compensation: &reevev1.CompensationSpec{Type: "chaos.undo", Timeout: durationpb.New(stepTimeout), RetryPolicy: undoRetry},
-			Escalation:   reevev1.Escalation_ESCALATION_COMPENSATE,
-		})
-		prev = []string{name}
+	step := func(name string, deps []string, undo bool, esc reevev1.Escalation) *reevev1.StepSpec {
+		sp := &reevev1.StepSpec{Name: name, Type: "chaos.work", DependsOn: deps, Timeout: durationpb.New(stepTimeout), RetryPolicy: retry, Escalation: esc}
+		if undo {
+			sp.Compensation = &reevev1.CompensationSpec{Type: "chaos.undo", Timeout: durationpb.New(stepTimeout), RetryPolicy: undoRetry}
+		}
+		return sp
 	}
-	return []*reevev1.Workflow{w}
+	saga := func(name, desc string, esc reevev1.Escalation) *reevev1.Workflow {
+		w := &reevev1.Workflow{Name: name, Description: desc}
+		var prev []string
+		for _, n := range StepNames {
+			w.Steps = append(w.Steps, step(n, prev, true, esc))
+			prev = []string{n}
+		}
+		return w
+	}
+	wide := &reevev1.Workflow{Name: WorkflowWide, Description: "Chaos suite: 64 parallel steps (the even ones compensable) and a join."}
+	names := WideStepNames()
+	for i, n := range names[:WideWidth] {
+		wide.Steps = append(wide.Steps, step(n, nil, i%2 == 0, reevev1.Escalation_ESCALATION_COMPENSATE))
+	}
+	wide.Steps = append(wide.Steps, step(WideJoin, names[:WideWidth], true, reevev1.Escalation_ESCALATION_COMPENSATE))
+	return []*reevev1.Workflow{
+		saga(Workflow, "Chaos suite: three steps, each undone by its compensation when a later one fails for good.", reevev1.Escalation_ESCALATION_COMPENSATE),
+		saga(WorkflowFail, "Chaos suite: three steps; a step that fails for good fails the task, for an operator to retry.", reevev1.Escalation_ESCALATION_FAIL),
+		wide,
+	}
 }
 
 // Input is a chaos task's input: which step fails for good (none when
 // empty), the share of attempts that fail transiently (per mille) and how
-// long each step works.
+// long each step works. With FailUntilAttempt > 0 the fail step fails
+// (retryably) only while its attempt is at most FailUntilAttempt: with
+// FailUntilAttempt = the retry policy's max attempts it fails for good in
+// its first round (which ends at an attempt ≥ max attempts) and succeeds
+// once an operator retried it (the attempt keeps growing).
 type Input struct {
-	FailStep       string `json:"fail_step,omitempty"`
-	TransientPerMl int    `json:"transient_per_mille,omitempty"`
-	WorkMillis     int    `json:"work_ms,omitempty"`
+	FailStep         string `json:"fail_step,omitempty"`
+	FailUntilAttempt int    `json:"fail_until_attempt,omitempty"`
+	TransientPerMl   int    `json:"transient_per_mille,omitempty"`
+	WorkMillis       int    `json:"work_ms,omitempty"`
 }
 
 // SideEffect is one line of an agent's side-effect log: an execution that
@@ -127,7 +180,12 @@ func Register(a *agentsdk.Agent, log *SideEffectLog) {
 			}
 		}
 		if !s.Compensation && s.Name == in.FailStep {
-			return nil, agentsdk.Permanent(errors.New("chaos: designed to fail"))
+			if in.FailUntilAttempt == 0 {
+				return nil, agentsdk.Permanent(errors.New("chaos: designed to fail"))
+			}
+			if s.Attempt <= in.FailUntilAttempt {
+				return nil, fmt.Errorf("chaos: designed to fail until attempt %d", in.FailUntilAttempt)
+			}
 		}
 		if in.TransientPerMl > 0 && int(hash(s.IdempotencyKey, s.Attempt)%1000) < in.TransientPerMl {
 			return nil, errors.New("chaos: transient failure")

@@ -24,6 +24,9 @@ type Config struct {
 	// FailShare is the share of tasks designed to fail for good at a random
 	// step and compensate; default 0.2.
 	FailShare float64
+	// WideTasks of the Tasks run the wide workflow (64 parallel steps and
+	// a join); default 20, negative: none.
+	WideTasks int
 	// TransientPerMille is the share of attempts that fail transiently; default 50.
 	TransientPerMille int
 	// Rate is the submission rate (tasks/s); default 25. Faults are injected
@@ -69,6 +72,7 @@ func (c *Config) defaults() error {
 	setInt(&c.Tasks, 2000)
 	setInt(&c.TransientPerMille, 50)
 	setInt(&c.Agents, 4)
+	setInt(&c.WideTasks, 20)
 	if c.FailShare == 0 {
 		c.FailShare = 0.2
 	}
@@ -85,6 +89,9 @@ func (c *Config) defaults() error {
 	switch {
 	case c.Tasks < 0, c.FailShare < 0, c.FailShare > 1, c.Rate < 0, c.Agents < 2:
 		return fmt.Errorf("chaos: want tasks ≥ 0, 0 ≤ fail share ≤ 1, rate > 0, agents ≥ 2; got %d, %v, %v, %d", c.Tasks, c.FailShare, c.Rate, c.Agents)
+	}
+	if c.WideTasks < 0 {
+		c.WideTasks = 0
 	}
 	return nil
 }
@@ -108,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: cfg.Dir, Reeve: cfg.Reeve, Etcd: cfg.Etcd, Toxiproxy: cfg.Toxiproxy, NoFsync: true,
-		Agents: cfg.Agents, SupervisorTick: 500 * time.Millisecond, SessionTTL: 3,
+		Agents: cfg.Agents, SupervisorTick: 500 * time.Millisecond, SessionTTL: 3, EtcdMaxTxnOps: MaxTxnOps,
 		AgentArgs: func(i int) []string {
 			return []string{"--chaos", "--side-effects", filepath.Join(cfg.sideEffectDir(), fmt.Sprintf("agent-%d.jsonl", i+1)), "--log-level", "warn"}
 		},
@@ -137,11 +144,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	smp := newSampler(cli, cfg.OverdueWindow)
 	sampleDone := make(chan struct{})
 	go func() { defer close(sampleDone); smp.run(runCtx, cfg.SampleEvery) }()
+	// The wide tasks' histories outgrow their records: keep every version.
+	rctx, cancelRev := context.WithTimeout(ctx, 10*time.Second)
+	head, err := cli.Get(rctx, "reeve-chaos-start")
+	cancelRev()
+	if err != nil {
+		stopRun()
+		<-sampleDone
+		return nil, fmt.Errorf("chaos: read etcd's revision: %w", err)
+	}
+	pager := newHistoryPager(cli, fmt.Sprintf("/reeve/tasks/default/chaos-%d-wide-", cfg.Seed))
+	pagerDone := make(chan struct{})
+	go func() { defer close(pagerDone); pager.run(runCtx, head.Header.Revision+1) }()
+	ops := &operatorLog{}
 
 	started := time.Now()
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); inj.run(runCtx) }()
-	submitted, subErr := submit(runCtx, c.SchedulerAddrs, plan, cfg.Rate, logf)
+	submitted, subErr := submit(runCtx, c.SchedulerAddrs, plan, cfg.Rate, ops, logf)
 	inj.stop()
 	<-faultsDone
 	lastFault := inj.heal(ctx)
@@ -151,6 +171,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if subErr != nil {
 		stopRun()
 		<-sampleDone
+		<-pagerDone
 		return nil, subErr
 	}
 
@@ -161,12 +182,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	stopRun()
 	<-sampleDone
+	<-pagerDone
 	inj.report(rep)
 	smp.report(rep)
+	ops.report(rep)
 	logf("chaos: drained %.1fs after the last fault; checking", rep.DrainAfterLastFault)
 
 	// Check while etcd is up; agents write each side effect with one write(2).
-	if err := check(ctx, cli, cfg, plan, rep); err != nil {
+	if err := check(ctx, cli, cfg, plan, pager, rep); err != nil {
 		return nil, err
 	}
 	// And the store's own invariants, as `reeve verify` checks them.

@@ -20,15 +20,16 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// The short chaos run of `make test`: 300 tasks submitted over 30 s while
-// processes are killed and links degraded, then every invariant checked.
+// The short chaos run of `make test`: 300 tasks (5 of them wide, ~15 for
+// operator retries) submitted over 30 s while processes are killed and
+// links degraded, then every invariant checked.
 // REEVE_CHAOS_SEED replays a seed.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run skipped in -short mode")
 	}
 	cfg := chaos.Config{
-		Tasks: 300, Rate: 10, FaultEvery: time.Second, DrainTimeout: 2 * time.Minute,
+		Tasks: 300, WideTasks: 5, Rate: 10, FaultEvery: time.Second, DrainTimeout: 2 * time.Minute,
 		Dir: t.TempDir(), Reeve: clustertest.Reeve(t), Etcd: clustertest.Tool(t, "etcd"), Toxiproxy: clustertest.Tool(t, "toxiproxy-server"),
 		Log: logWriter{t},
 	}
@@ -53,6 +54,9 @@ func TestChaosShort(t *testing.T) {
 	}
 	if rep.FaultsTotal == 0 || rep.Samples == 0 {
 		t.Errorf("a run without faults (%d) or samples (%d) proves nothing", rep.FaultsTotal, rep.Samples)
+	}
+	if rep.WideTasks != cfg.WideTasks || rep.RetryTasks == 0 || rep.TasksRetried == 0 {
+		t.Errorf("%d wide tasks (want %d), %d retry tasks of which %d retried: the run did not exercise them", rep.WideTasks, cfg.WideTasks, rep.RetryTasks, rep.TasksRetried)
 	}
 	if !rep.OK() {
 		t.Fatalf("%d invariant violations; replay with REEVE_CHAOS_SEED=%d", len(rep.Violations), rep.Seed)

@@ -21,8 +21,9 @@ import (
 )
 
 // check reads every task and the side-effect logs and records violations
-// and counts in rep. It returns an error only if it cannot read.
-func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []plannedTask, rep *Report) error {
+// and counts in rep. The wide tasks' histories come from pager when they
+// outgrew their records. It returns an error only if it cannot read.
+func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []plannedTask, pager *historyPager, rep *Report) error {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	resp, err := cli.Get(rctx, "/reeve/tasks/default/", clientv3.WithPrefix())
@@ -37,7 +38,11 @@ func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []planned
 		}
 		tasks[rec.GetTask().GetId()] = rec.GetTask()
 	}
-	rep.States = map[string]int{}
+	alerted, err := alertedTasks(rctx, cli)
+	if err != nil {
+		return err
+	}
+	rep.States, rep.WideStates = map[string]int{}, map[string]int{}
 	for _, pt := range plan {
 		t := tasks[pt.ID]
 		if t == nil {
@@ -51,6 +56,20 @@ func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []planned
 		if !taskstate.TerminalTask(t.GetState()) {
 			rep.violate("every task terminal", pt.ID, "task is "+t.GetState().String())
 		}
+		if pt.Workflow == WorkflowWide {
+			rep.WideTasks++
+			rep.WideStates[state]++
+			if t.GetHistoryDropped() > 0 {
+				full, why := pager.full(t)
+				if why != "" {
+					rep.violate("history complete", pt.ID, why)
+				} else {
+					rep.WideHistoryPaged++
+					t = full
+					tasks[pt.ID] = full
+				}
+			}
+		}
 		if pt.CancelAfter > 0 {
 			rep.OperatorCancels++
 		} else if t.GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
@@ -62,17 +81,75 @@ func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []planned
 				rep.CompensatedByOperator++
 			}
 		}
-		if pt.Input.FailStep != "" {
+		switch {
+		case pt.OperatorRetry:
+			checkRetried(t, pt, rep)
+		case pt.Input.FailStep != "":
 			rep.DesignedToFail++
 			if t.GetState() == reevev1.TaskState_TASK_STATE_SUCCEEDED {
 				rep.violate("designed failure not ignored", pt.ID, "step "+pt.Input.FailStep+" always fails for good, yet the task SUCCEEDED")
 			}
-		} else if t.GetState() == reevev1.TaskState_TASK_STATE_COMPENSATED && pt.CompensateAfter == 0 {
+		case t.GetState() == reevev1.TaskState_TASK_STATE_COMPENSATED && pt.CompensateAfter == 0:
 			rep.CompensatedByFaults++
+		}
+		if slices.ContainsFunc(t.GetHistory(), func(ev *reevev1.HistoryEvent) bool { return ev.GetKind() == "task.failed" }) {
+			if alerted[pt.ID] {
+				rep.FailedWithAlert++
+			} else {
+				rep.violate("a failed task raises an alert", pt.ID, "the task was FAILED, and no alert names it")
+			}
 		}
 		checkHistory(t, rep)
 	}
 	return checkSideEffects(cfg.sideEffectDir(), tasks, rep)
+}
+
+// alertedTasks returns the ids of the tasks an alert names.
+func alertedTasks(ctx context.Context, cli *clientv3.Client) (map[string]bool, error) {
+	resp, err := cli.Get(ctx, "/reeve/alerts/default/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read alerts: %w", err)
+	}
+	out := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		var a reevev1.Alert
+		if err := proto.Unmarshal(kv.Value, &a); err != nil {
+			return nil, fmt.Errorf("chaos: alert %s: %w", kv.Key, err)
+		}
+		out[a.GetTaskId()] = true
+	}
+	return out, nil
+}
+
+// checkRetried checks a task of the operator retry share: retried (an
+// accepted RetryStep) it ended SUCCEEDED; not retried it can only have
+// succeeded in its first round; and its fail step never succeeded at an
+// attempt the agent fails.
+func checkRetried(t *reevev1.Task, pt plannedTask, rep *Report) {
+	rep.RetryTasks++
+	retried := 0
+	for _, ev := range t.GetHistory() {
+		switch {
+		case ev.GetKind() == "step.retried_by_operator":
+			retried++
+		case ev.GetKind() == "step.succeeded" && ev.GetStep() == pt.Input.FailStep && int(ev.GetAttempt()) <= pt.Input.FailUntilAttempt:
+			rep.add(Violation{Invariant: "designed failure not ignored", Task: t.GetId(), Step: ev.GetStep(), Attempt: ev.GetAttempt(),
+				Detail: fmt.Sprintf("succeeded at attempt %d; the agent fails every attempt up to %d", ev.GetAttempt(), pt.Input.FailUntilAttempt)})
+		}
+	}
+	succeeded := t.GetState() == reevev1.TaskState_TASK_STATE_SUCCEEDED
+	switch {
+	case retried > 0 && succeeded:
+		rep.TasksRetried++
+		rep.RetriedSucceeded++
+	case retried > 0:
+		rep.TasksRetried++
+		rep.violate("a retried task ends SUCCEEDED", t.GetId(), fmt.Sprintf("retried %d times, ended %s", retried, t.GetState()))
+	case succeeded:
+		rep.RetryNotNeeded++
+	default:
+		rep.violate("a retried task ends SUCCEEDED", t.GetId(), fmt.Sprintf("ended %s and was never retried", t.GetState()))
+	}
 }
 
 type execKey struct {
@@ -81,8 +158,10 @@ type execKey struct {
 }
 
 // checkHistory checks one task's history: results accepted at most once,
-// supervisor actions by one leader per execution, and for a COMPENSATED
-// task every succeeded step compensated exactly once, in reverse order.
+// supervisor actions by one leader per execution, an operator retry only of
+// a FAILED task at rest, nothing undone that never succeeded, and for a
+// COMPENSATED task every succeeded step that has a compensation compensated
+// exactly once, downstream steps before their upstream ones.
 func checkHistory(t *reevev1.Task, rep *Report) {
 	id := t.GetId()
 	if t.GetHistoryDropped() > 0 {
@@ -92,8 +171,11 @@ func checkHistory(t *reevev1.Task, rep *Report) {
 	supervisors := map[execKey][]string{}
 	succeeded := map[string]int{}
 	compensated := map[string]int{}
-	var succeededOrder, compensatedOrder []string
-	for _, ev := range t.GetHistory() {
+	undoneAt := map[string]int{} // step → index of its compensation.succeeded
+	// The task's last task-level event and whether any execution was
+	// dispatched since: an operator retry needs the task FAILED, at rest.
+	lastTaskEvent, dispatchedSince := "", false
+	for i, ev := range t.GetHistory() {
 		k := execKey{ev.GetStep(), ev.GetAttempt()}
 		switch {
 		case strings.HasPrefix(ev.GetActor(), "agent/") && (strings.HasSuffix(ev.GetKind(), ".succeeded") || strings.HasSuffix(ev.GetKind(), ".failed")):
@@ -107,13 +189,29 @@ func checkHistory(t *reevev1.Task, rep *Report) {
 		switch ev.GetKind() {
 		case "step.succeeded":
 			succeeded[ev.GetStep()]++
-			succeededOrder = append(succeededOrder, ev.GetStep())
 		case "compensation.succeeded":
+			if succeeded[ev.GetStep()] == 0 {
+				rep.add(Violation{Invariant: "nothing undone that never succeeded", Task: id, Step: ev.GetStep(), Attempt: ev.GetAttempt(), Detail: "compensated before any success of the step"})
+			}
 			compensated[ev.GetStep()]++
-			compensatedOrder = append(compensatedOrder, ev.GetStep())
+			undoneAt[ev.GetStep()] = i
 			rep.Compensations++
 		case "step.retry_scheduled":
 			rep.RetriesScheduled++
+		case "step.dispatched", "compensation.dispatched":
+			dispatchedSince = true
+		case "step.retried_by_operator":
+			if lastTaskEvent != "task.failed" || dispatchedSince {
+				detail := fmt.Sprintf("the task was not FAILED: its last task-level event before was %q", lastTaskEvent)
+				if lastTaskEvent == "task.failed" {
+					detail = "executions were dispatched between the task's failure and the retry"
+				}
+				rep.add(Violation{Invariant: "operator retry only of a FAILED task", Task: id, Step: ev.GetStep(), Attempt: ev.GetAttempt(), Detail: detail})
+			}
+			lastTaskEvent, dispatchedSince = "operator retry", false
+		}
+		if ev.GetStep() == "" && strings.HasPrefix(ev.GetKind(), "task.") {
+			lastTaskEvent, dispatchedSince = ev.GetKind(), false
 		}
 	}
 	for k, kinds := range results {
@@ -137,21 +235,27 @@ func checkHistory(t *reevev1.Task, rep *Report) {
 		}
 		return
 	}
-	// Every step that succeeded declares a compensation in the chaos
-	// workflow: each is undone exactly once, the last to succeed first.
-	want := slices.Clone(succeededOrder)
-	slices.Reverse(want)
-	for _, step := range succeededOrder {
-		if compensated[step] != 1 {
-			rep.add(Violation{Invariant: "compensated exactly once, in reverse order", Task: id, Step: step, Detail: fmt.Sprintf("succeeded, compensated %d times", compensated[step])})
-		}
-	}
-	if !slices.Equal(compensatedOrder, want) {
-		rep.violate("compensated exactly once, in reverse order", id, fmt.Sprintf("succeeded in order %v, compensated in order %v", succeededOrder, compensatedOrder))
-	}
+	const inv = "compensated exactly once, in reverse order"
 	for _, st := range t.GetSteps() {
-		if succeeded[st.GetName()] > 0 && st.GetState() != reevev1.StepState_STEP_STATE_COMPENSATED {
-			rep.add(Violation{Invariant: "compensated exactly once, in reverse order", Task: id, Step: st.GetName(), Detail: "succeeded step ended " + st.GetState().String()})
+		name := st.GetName()
+		undoable := taskstate.Spec(t, name).GetCompensation() != nil
+		switch {
+		case !undoable && compensated[name] > 0:
+			rep.add(Violation{Invariant: inv, Task: id, Step: name, Detail: fmt.Sprintf("the step has no compensation, yet was compensated %d times", compensated[name])})
+		case undoable && succeeded[name] > 0 && compensated[name] != 1:
+			rep.add(Violation{Invariant: inv, Task: id, Step: name, Detail: fmt.Sprintf("succeeded, compensated %d times", compensated[name])})
+		case undoable && succeeded[name] > 0 && st.GetState() != reevev1.StepState_STEP_STATE_COMPENSATED:
+			rep.add(Violation{Invariant: inv, Task: id, Step: name, Detail: "succeeded step ended " + st.GetState().String()})
+		}
+		// Undone only after every undone step downstream of it.
+		at, ok := undoneAt[name]
+		if !ok {
+			continue
+		}
+		for _, up := range taskstate.Upstream(t, name) {
+			if upAt, ok := undoneAt[up]; ok && upAt < at {
+				rep.add(Violation{Invariant: inv, Task: id, Step: up, Detail: fmt.Sprintf("compensated before %q, which depends on it", name)})
+			}
 		}
 	}
 }
@@ -169,6 +273,7 @@ func checkSideEffects(dir string, tasks map[string]*reevev1.Task, rep *Report) e
 		attempt    int32
 	}
 	done := map[execRef]bool{}
+	forward := map[execRef]int{} // forward executions logged
 	keys := map[string]int{}
 	for _, f := range files {
 		fh, err := os.Open(f)
@@ -185,6 +290,9 @@ func checkSideEffects(dir string, tasks map[string]*reevev1.Task, rep *Report) e
 			rep.SideEffects++
 			keys[fmt.Sprintf("%s/%d", e.Key, e.Attempt)]++
 			done[execRef{e.Task, e.Step, int32(e.Attempt)}] = true
+			if !e.Compensation {
+				forward[execRef{e.Task, e.Step, int32(e.Attempt)}]++
+			}
 			t := tasks[e.Task]
 			var st *reevev1.Step
 			if t != nil {
@@ -223,9 +331,15 @@ func checkSideEffects(dir string, tasks map[string]*reevev1.Task, rep *Report) e
 	}
 	for _, t := range tasks {
 		for _, ev := range t.GetHistory() {
-			if (ev.GetKind() == "step.succeeded" || ev.GetKind() == "compensation.succeeded") && !done[execRef{t.GetId(), ev.GetStep(), ev.GetAttempt()}] {
+			ref := execRef{t.GetId(), ev.GetStep(), ev.GetAttempt()}
+			if (ev.GetKind() == "step.succeeded" || ev.GetKind() == "compensation.succeeded") && !done[ref] {
 				rep.add(Violation{Invariant: "side effect attributable", Task: t.GetId(), Step: ev.GetStep(), Attempt: ev.GetAttempt(),
 					Detail: "result accepted for an execution that logged no side effect"})
+			}
+			// An accepted result of a forward execution: the attempt ran once.
+			if (ev.GetKind() == "step.succeeded" || ev.GetKind() == "step.failed") && strings.HasPrefix(ev.GetActor(), "agent/") && forward[ref] > 1 {
+				rep.add(Violation{Invariant: "forward side effect at most once per accepted attempt", Task: t.GetId(), Step: ev.GetStep(), Attempt: ev.GetAttempt(),
+					Detail: fmt.Sprintf("the attempt's result was accepted and its side effect logged %d times", forward[ref])})
 			}
 		}
 	}

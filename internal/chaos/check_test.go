@@ -15,6 +15,7 @@ import (
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/etcdtest"
+	"github.com/reeve-org/reeve/internal/store"
 )
 
 // ev is a history event.
@@ -26,7 +27,7 @@ func ev(kind, step string, attempt int32, actor string) *reevev1.HistoryEvent {
 // for good, b then a were compensated.
 func compensatedTask() *reevev1.Task {
 	return &reevev1.Task{
-		Namespace: "default", Id: "t1", State: reevev1.TaskState_TASK_STATE_COMPENSATED,
+		Namespace: "default", Id: "t1", State: reevev1.TaskState_TASK_STATE_COMPENSATED, Workflow: Workflows()[0],
 		Steps: []*reevev1.Step{
 			{Name: "a", State: reevev1.StepState_STEP_STATE_COMPENSATED, Attempt: 3, IdempotencyKey: "k-a", Compensation: true},
 			{Name: "b", State: reevev1.StepState_STEP_STATE_COMPENSATED, Attempt: 2, IdempotencyKey: "k-b", Compensation: true},
@@ -115,6 +116,8 @@ func TestCheckSideEffectsFindsViolations(t *testing.T) {
 		{"compensation of a step never compensated", append(slices.Clone(good), SideEffect{Key: "k-c:compensate", Task: "t1", Step: "c", Attempt: 1, Compensation: true}), 1},
 		{"expired attempt that logged nothing", good[1:], 0},
 		{"accepted success without side effect", slices.Delete(slices.Clone(good), 2, 3), 1},
+		{"accepted attempt executed twice", append(slices.Clone(good), good[2]), 1},
+		{"expired attempt executed twice", append(slices.Clone(good), good[0]), 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,5 +230,215 @@ func TestSeedFixesScheduleAndPlan(t *testing.T) {
 	}
 	if failing < 60 || failing > 140 {
 		t.Fatalf("%d of 500 tasks designed to fail, want about 20%%", failing)
+	}
+}
+
+// More history invariants: an operator retry only of a FAILED task at rest,
+// nothing undone that never succeeded.
+func TestCheckHistoryOperatorRetryAndUndo(t *testing.T) {
+	retried := func() *reevev1.Task {
+		return &reevev1.Task{
+			Namespace: "default", Id: "r1", State: reevev1.TaskState_TASK_STATE_SUCCEEDED, Workflow: Workflows()[1],
+			History: []*reevev1.HistoryEvent{
+				ev("task.submitted", "", 0, "client"),
+				ev("step.dispatched", "a", 1, "scheduler/s1"),
+				ev("step.succeeded", "a", 1, "agent/x"),
+				ev("step.dispatched", "b", 1, "scheduler/s1"),
+				ev("step.failed", "b", 1, "agent/x"),
+				ev("task.failed", "", 0, "agent/x"),
+				ev("step.retried_by_operator", "b", 2, "operator"),
+				ev("step.dispatched", "b", 2, "scheduler/s1"),
+				ev("step.succeeded", "b", 2, "agent/x"),
+				ev("step.dispatched", "c", 1, "scheduler/s1"),
+				ev("step.succeeded", "c", 1, "agent/x"),
+				ev("task.succeeded", "", 0, "scheduler"),
+			},
+		}
+	}
+	cases := []struct {
+		name, invariant string
+		breakIt         func(*reevev1.Task)
+	}{
+		{"clean", "", func(*reevev1.Task) {}},
+		{"retry of a running task", "operator retry only of a FAILED task", func(tk *reevev1.Task) {
+			tk.History = slices.Insert(tk.History, 3, ev("step.retried_by_operator", "a", 1, "operator"))
+		}},
+		{"second retry without a failure", "operator retry only of a FAILED task", func(tk *reevev1.Task) {
+			tk.History = slices.Insert(tk.History, 8, ev("step.retried_by_operator", "b", 3, "operator"))
+		}},
+		{"dispatch between failure and retry", "operator retry only of a FAILED task", func(tk *reevev1.Task) {
+			tk.History = slices.Insert(tk.History, 6, ev("step.dispatched", "c", 1, "scheduler/s1"))
+		}},
+		{"undone without success", "nothing undone that never succeeded", func(tk *reevev1.Task) {
+			tk.State = reevev1.TaskState_TASK_STATE_COMPENSATED
+			tk.History = slices.Insert(tk.History, 2, ev("compensation.succeeded", "a", 2, "agent/x"))
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := retried()
+			tc.breakIt(tk)
+			rep := &Report{}
+			checkHistory(tk, rep)
+			var got []string
+			for _, v := range rep.Violations {
+				got = append(got, v.Invariant)
+			}
+			if tc.invariant == "" && len(got) > 0 || tc.invariant != "" && !slices.Contains(got, tc.invariant) {
+				t.Fatalf("violations %q, want %q", got, tc.invariant)
+			}
+		})
+	}
+}
+
+// A wide task: only steps with a compensation are undone, the join before
+// the roots it depends on.
+func TestCheckHistoryWideCompensation(t *testing.T) {
+	wide := func() *reevev1.Task {
+		tk := &reevev1.Task{Namespace: "default", Id: "w1", State: reevev1.TaskState_TASK_STATE_COMPENSATED, Workflow: Workflows()[2],
+			History: []*reevev1.HistoryEvent{
+				ev("step.succeeded", "w00", 1, "agent/x"),
+				ev("step.succeeded", "w01", 1, "agent/x"),
+				ev("step.succeeded", WideJoin, 1, "agent/x"),
+				ev("task.compensating", "", 0, "operator"),
+				ev("compensation.succeeded", WideJoin, 2, "agent/x"),
+				ev("compensation.succeeded", "w00", 2, "agent/x"),
+			}}
+		for _, n := range WideStepNames() {
+			st := &reevev1.Step{Name: n, State: reevev1.StepState_STEP_STATE_SKIPPED}
+			switch n {
+			case "w00", WideJoin:
+				st.State = reevev1.StepState_STEP_STATE_COMPENSATED
+			case "w01":
+				st.State = reevev1.StepState_STEP_STATE_SUCCEEDED // no compensation
+			}
+			tk.Steps = append(tk.Steps, st)
+		}
+		return tk
+	}
+	const inv = "compensated exactly once, in reverse order"
+	cases := []struct {
+		name, invariant string
+		breakIt         func(*reevev1.Task)
+	}{
+		{"clean", "", func(*reevev1.Task) {}},
+		{"root undone before the join", inv, func(tk *reevev1.Task) { tk.History[4], tk.History[5] = tk.History[5], tk.History[4] }},
+		{"step without compensation undone", inv, func(tk *reevev1.Task) {
+			tk.History = append(tk.History, ev("compensation.succeeded", "w01", 2, "agent/x"))
+		}},
+		{"compensable root never undone", inv, func(tk *reevev1.Task) { tk.History = tk.History[:5] }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := wide()
+			tc.breakIt(tk)
+			rep := &Report{}
+			checkHistory(tk, rep)
+			var got []string
+			for _, v := range rep.Violations {
+				got = append(got, v.Invariant)
+			}
+			if tc.invariant == "" && len(got) > 0 || tc.invariant != "" && !slices.Contains(got, tc.invariant) {
+				t.Fatalf("violations %q, want %q", got, tc.invariant)
+			}
+		})
+	}
+}
+
+// A task of the retry share: retried, it must end SUCCEEDED; its fail step
+// never succeeds at an attempt the agent fails.
+func TestCheckRetried(t *testing.T) {
+	pt := plannedTask{ID: "r1", Workflow: WorkflowFail, OperatorRetry: true, Input: Input{FailStep: "b", FailUntilAttempt: maxAttempts}}
+	task := func(state reevev1.TaskState, events ...*reevev1.HistoryEvent) *reevev1.Task {
+		return &reevev1.Task{Id: "r1", State: state, History: events}
+	}
+	retry := ev("step.retried_by_operator", "b", 6, "operator")
+	cases := []struct {
+		name       string
+		task       *reevev1.Task
+		violations int
+		retried    int
+	}{
+		{"retried, succeeded", task(reevev1.TaskState_TASK_STATE_SUCCEEDED, retry, ev("step.succeeded", "b", 7, "agent/x")), 0, 1},
+		{"retried, still failed", task(reevev1.TaskState_TASK_STATE_FAILED, retry), 1, 1},
+		{"never retried, failed", task(reevev1.TaskState_TASK_STATE_FAILED), 1, 0},
+		{"first round succeeded past its failing attempts", task(reevev1.TaskState_TASK_STATE_SUCCEEDED, ev("step.succeeded", "b", 7, "agent/x")), 0, 0},
+		{"success at a failing attempt", task(reevev1.TaskState_TASK_STATE_SUCCEEDED, ev("step.succeeded", "b", 3, "agent/x")), 1, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &Report{}
+			checkRetried(tc.task, pt, rep)
+			if len(rep.Violations) != tc.violations || rep.TasksRetried != tc.retried {
+				t.Fatalf("violations %+v, retried %d; want %d violations, %d retried", rep.Violations, rep.TasksRetried, tc.violations, tc.retried)
+			}
+		})
+	}
+}
+
+// The pager puts a history together from record versions, and says so
+// when a version it needed was never seen.
+func TestHistoryPagerJoinsVersions(t *testing.T) {
+	events := func(from, to int) []*reevev1.HistoryEvent {
+		var out []*reevev1.HistoryEvent
+		for i := from; i < to; i++ {
+			out = append(out, ev(fmt.Sprintf("e%d", i), "", 0, "x"))
+		}
+		return out
+	}
+	version := func(from, to int) *reevev1.Task {
+		return &reevev1.Task{Id: "w", History: events(from, to), HistoryDropped: int32(from)}
+	}
+	h := newHistoryPager(nil, "")
+	h.addTask(version(0, 200))
+	h.addTask(version(100, 300))
+	full, why := h.full(version(150, 350))
+	if why != "" || len(full.GetHistory()) != 350 || full.GetHistoryDropped() != 0 || full.GetHistory()[349].GetKind() != "e349" {
+		t.Fatalf("got %d events (dropped %d), %q; want all 350", len(full.GetHistory()), full.GetHistoryDropped(), why)
+	}
+	h = newHistoryPager(nil, "")
+	h.addTask(version(0, 200))
+	if _, why := h.full(version(201, 401)); why == "" {
+		t.Fatal("event 200 was never seen, yet the history was called complete")
+	}
+}
+
+// The plan: a retry share of about 5 % on the fail variant, never with a
+// cancel or compensate; wrong-point retries on another step; the wide
+// tasks spread over the run.
+func TestPlanRetryAndWideShares(t *testing.T) {
+	plan := planTasks(planRNG(7), Config{Seed: 7, Tasks: 2000, FailShare: 0.2, TransientPerMille: 50, WideTasks: 20})
+	retry, wrong, wide := 0, 0, 0
+	for i, pt := range plan {
+		switch pt.Workflow {
+		case WorkflowWide:
+			wide++
+			if i == 0 || i == len(plan)-1 {
+				t.Errorf("wide task at position %d: want them spread", i)
+			}
+		case WorkflowFail:
+			retry++
+			if !pt.OperatorRetry || pt.CancelAfter > 0 || pt.CompensateAfter > 0 || pt.Input.FailUntilAttempt != maxAttempts || pt.Input.FailStep == "" {
+				t.Errorf("retry task %+v", pt)
+			}
+			if pt.RetryWrongAfter > 0 {
+				wrong++
+				if pt.RetryWrongStep == pt.Input.FailStep || !slices.Contains(StepNames, pt.RetryWrongStep) {
+					t.Errorf("wrong-point retry of step %q, fail step %q", pt.RetryWrongStep, pt.Input.FailStep)
+				}
+			}
+		}
+	}
+	if wide != 20 || retry < 60 || retry > 110 || wrong < retry/4 || wrong > 3*retry/4 {
+		t.Fatalf("%d wide, %d retry (%d with wrong-point retries); want 20, about 90, about half", wide, retry, wrong)
+	}
+}
+
+// The wide workflow needs more operations per transaction than etcd's
+// default allows, and no more than the chaos cluster's members allow.
+func TestWideWorkflowFitsTheRaisedLimit(t *testing.T) {
+	ops, width, compWidth := store.WorstCaseOps(Workflows()[2])
+	if width != WideWidth || ops <= store.DefaultMaxTxnOps || ops > MaxTxnOps {
+		t.Fatalf("wide workflow: width %d (compensable %d), %d operations; want width %d, more than %d and at most %d", width, compWidth, ops, WideWidth, store.DefaultMaxTxnOps, MaxTxnOps)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +24,11 @@ import (
 
 // plannedTask is one task of the load and its designed behaviour.
 type plannedTask struct {
-	ID    string
-	Input Input
+	ID string
+	// Workflow is Workflow, WorkflowFail (operator retry share) or
+	// WorkflowWide.
+	Workflow string
+	Input    Input
 	// CancelAfter: an operator cancels the task this long after it was
 	// accepted (0: never), at whatever point it has reached.
 	CancelAfter time.Duration
@@ -32,16 +36,43 @@ type plannedTask struct {
 	// no fence) this long after it was accepted (0: never), at whatever
 	// point it has reached. Never together with CancelAfter.
 	CompensateAfter time.Duration
+	// OperatorRetry: the task runs WorkflowFail, its Input.FailStep fails
+	// for good in its first round, the task ends FAILED and an operator
+	// retries the failed step (RetryStep, no fence); it must then end
+	// SUCCEEDED. Never together with CancelAfter or CompensateAfter.
+	OperatorRetry bool
+	// RetryWrongAfter: an operator also calls RetryStep on RetryWrongStep
+	// this long after the task was accepted (0: never), while it is still
+	// running, and again on a step that is not FAILED once the task is
+	// FAILED: FAILED_PRECONDITION is the expected outcome.
+	RetryWrongAfter time.Duration
+	RetryWrongStep  string
 }
 
-// cancelShare and compensateShare are the shares of tasks an operator
-// cancels, or compensates, at a random point.
+// cancelShare, compensateShare and retryShare are the shares of tasks an
+// operator cancels, compensates, or retries once they failed.
 const (
 	cancelShare     = 0.05
 	compensateShare = 0.05
+	retryShare      = 0.05
 )
 
-// planTasks decides every task's behaviour from rng.
+// wideFailStep picks what fails for good in a wide task: the join (30 %:
+// every compensable root is then undone), a root (20 %: the running roots
+// are canceled, the succeeded compensable ones undone) or nothing.
+func wideFailStep(rng *rand.Rand) string {
+	switch r := rng.Float64(); {
+	case r < 0.3:
+		return WideJoin
+	case r < 0.5:
+		return WideStepNames()[rng.IntN(WideWidth)]
+	}
+	return ""
+}
+
+// planTasks decides every task's behaviour from rng and streams of the seed
+// of their own (one per kind of operator action, one for the wide tasks),
+// so that adding a kind leaves a seed's other choices what they were.
 func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 	out := make([]plannedTask, cfg.Tasks)
 	for i := range out {
@@ -49,22 +80,43 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 		if rng.Float64() < cfg.FailShare {
 			in.FailStep = StepNames[rng.IntN(len(StepNames))]
 		}
-		out[i] = plannedTask{ID: fmt.Sprintf("chaos-%d-%05d", cfg.Seed, i), Input: in}
+		out[i] = plannedTask{ID: fmt.Sprintf("chaos-%d-%05d", cfg.Seed, i), Workflow: Workflow, Input: in}
 	}
-	// Operator actions come from their own stream, so that a seed's task
-	// behaviours stay what they were.
+	// Wide tasks replace tasks spread evenly over the submission, so that
+	// they run under faults.
+	wide := rand.New(rand.NewPCG(cfg.Seed^0x77de, cfg.Seed))
+	for k := range min(cfg.WideTasks, cfg.Tasks) {
+		i := (k + 1) * cfg.Tasks / (min(cfg.WideTasks, cfg.Tasks) + 1)
+		out[i] = plannedTask{ID: fmt.Sprintf("chaos-%d-wide-%05d", cfg.Seed, i), Workflow: WorkflowWide,
+			Input: Input{TransientPerMl: cfg.TransientPerMille, WorkMillis: 20 + wide.IntN(100), FailStep: wideFailStep(wide)}}
+	}
 	ops := rand.New(rand.NewPCG(cfg.Seed^0xc0ffee, cfg.Seed))
 	for i := range out {
 		if ops.Float64() < cancelShare {
 			out[i].CancelAfter = time.Duration(ops.Int64N(int64(2 * time.Second)))
 		}
 	}
-	// Compensations from a stream of their own, so that a seed's cancels
-	// stay what they were.
 	comp := rand.New(rand.NewPCG(cfg.Seed^0xc0de, cfg.Seed))
 	for i := range out {
 		if comp.Float64() < compensateShare && out[i].CancelAfter == 0 {
 			out[i].CompensateAfter = time.Duration(comp.Int64N(int64(2*time.Second))) + time.Millisecond
+		}
+	}
+	// Operator retries: every draw is made for every task, so that a task's
+	// choices do not depend on its neighbours'.
+	retry := rand.New(rand.NewPCG(cfg.Seed^0x4e7e7, cfg.Seed))
+	for i := range out {
+		pick, step, wrongStep := retry.Float64(), retry.IntN(len(StepNames)), retry.IntN(len(StepNames)-1)
+		wrong, after := retry.Float64(), time.Duration(retry.Int64N(int64(2*time.Second)))+time.Millisecond
+		pt := &out[i]
+		if pick >= retryShare || pt.CancelAfter > 0 || pt.CompensateAfter > 0 || pt.Workflow != Workflow {
+			continue
+		}
+		pt.Workflow, pt.OperatorRetry = WorkflowFail, true
+		pt.Input.FailStep, pt.Input.FailUntilAttempt = StepNames[step], maxAttempts
+		if wrong < 0.5 {
+			// Any step but the one that fails.
+			pt.RetryWrongAfter, pt.RetryWrongStep = after, slices.Delete(slices.Clone(StepNames), step, step+1)[wrongStep]
 		}
 	}
 	return out
@@ -84,7 +136,7 @@ func dialSchedulers(addrs []string) (*grpc.ClientConn, error) {
 
 // submit submits the planned tasks at rate per second, each retried (same
 // task id: idempotent) until accepted. It returns how many were accepted.
-func submit(ctx context.Context, addrs []string, plan []plannedTask, rate float64, logf func(string, ...any)) (int, error) {
+func submit(ctx context.Context, addrs []string, plan []plannedTask, rate float64, ops *operatorLog, logf func(string, ...any)) (int, error) {
 	cc, err := dialSchedulers(addrs)
 	if err != nil {
 		return 0, err
@@ -112,8 +164,11 @@ func submit(ctx context.Context, addrs []string, plan []plannedTask, rate float6
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := submitOne(ctx, c, pt); err != nil {
+			// The pool bounds submissions in flight; operators act
+			// outside it (an operator retry waits for the task to fail).
+			err := submitOne(ctx, c, pt)
+			<-sem
+			if err != nil {
 				errOnce.Do(func() { firstErr = err })
 				return
 			}
@@ -131,6 +186,11 @@ func submit(ctx context.Context, addrs []string, plan []plannedTask, rate float6
 					errOnce.Do(func() { firstErr = err })
 				}
 			}
+			if pt.OperatorRetry {
+				if err := retryOperator(ctx, c, sup, pt, ops); err != nil {
+					errOnce.Do(func() { firstErr = err })
+				}
+			}
 		})
 		if (i+1)%500 == 0 {
 			logf("chaos: %d tasks submitted", i+1)
@@ -144,11 +204,12 @@ func submit(ctx context.Context, addrs []string, plan []plannedTask, rate float6
 }
 
 func submitOne(ctx context.Context, c reevev1.SchedulerServiceClient, pt plannedTask) error {
-	in, err := structpb.NewValue(map[string]any{"fail_step": pt.Input.FailStep, "transient_per_mille": pt.Input.TransientPerMl, "work_ms": pt.Input.WorkMillis})
+	in, err := structpb.NewValue(map[string]any{"fail_step": pt.Input.FailStep, "fail_until_attempt": pt.Input.FailUntilAttempt,
+		"transient_per_mille": pt.Input.TransientPerMl, "work_ms": pt.Input.WorkMillis})
 	if err != nil {
 		return err
 	}
-	req := &reevev1.SubmitTaskRequest{TaskId: pt.ID, Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: Workflow}}, Input: in}
+	req := &reevev1.SubmitTaskRequest{TaskId: pt.ID, Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: pt.Workflow}}, Input: in}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

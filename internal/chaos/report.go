@@ -26,6 +26,36 @@ type Report struct {
 	OperatorCompensations int `json:"operator_compensations"`
 	CompensatedByOperator int `json:"compensated_by_operator"`
 	CompensatedByFaults   int `json:"compensated_by_faults"`
+	// RetryTasks: tasks designed to end FAILED (their fail step fails for
+	// good in its first round) for an operator to retry; TasksRetried of
+	// them were retried (RetryStep accepted) and RetriedSucceeded of those
+	// ended SUCCEEDED; RetryNotNeeded succeeded in their first round (faults
+	// took attempts without failures: the fail step's attempt passed its
+	// failing ones). RetriesAccepted and RetriesRefused count the operators'
+	// RetryStep calls answered OK and FAILED_PRECONDITION;
+	// RetriesRefusedAtWrongPoints those refused that were made while the
+	// task ran, on a step not FAILED, or after the task SUCCEEDED.
+	RetryTasks                  int `json:"retry_tasks"`
+	TasksRetried                int `json:"tasks_retried"`
+	RetriedSucceeded            int `json:"retried_succeeded"`
+	RetryNotNeeded              int `json:"retry_not_needed"`
+	RetriesAccepted             int `json:"retries_accepted"`
+	RetriesRefused              int `json:"retries_refused"`
+	RetriesRefusedAtWrongPoints int `json:"retries_refused_at_wrong_points"`
+	// RetriesAppliedThenRefused: retries of a failed step whose answer a
+	// fault lost; re-sent, they were refused because the first call had
+	// been applied (the task had moved on). Counted as accepted: RetryStep
+	// without a fence is not idempotent.
+	RetriesAppliedThenRefused int `json:"retries_applied_then_refused"`
+	// WideTasks ran the wide workflow (64 parallel steps and a join);
+	// WideStates counts them by final state; WideHistoryPaged: those whose
+	// history outgrew the record and was put together from its versions.
+	WideTasks        int            `json:"wide_tasks"`
+	WideStates       map[string]int `json:"wide_states"`
+	WideHistoryPaged int            `json:"wide_history_paged"`
+	// FailedWithAlert: tasks that were FAILED at some point, each with an
+	// alert.
+	FailedWithAlert int `json:"failed_with_alert"`
 	// Faults counts injected faults by kind; FaultLog lists them in order.
 	Faults         map[string]int `json:"faults"`
 	FaultsTotal    int            `json:"faults_total"`
@@ -93,6 +123,19 @@ func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
 	row("compensated by an operator at a random point", r.OperatorCompensations)
 	row("  of which ended COMPENSATED", r.CompensatedByOperator)
 	row("compensated after faults exhausted retries", r.CompensatedByFaults)
+	row("designed to end FAILED for an operator retry", r.RetryTasks)
+	row("  retried by an operator (RetryStep accepted)", r.TasksRetried)
+	row("  of which ended SUCCEEDED", r.RetriedSucceeded)
+	row("  succeeded in their first round (no retry needed)", r.RetryNotNeeded)
+	row("RetryStep calls accepted / refused", fmt.Sprintf("%d / %d", r.RetriesAccepted, r.RetriesRefused))
+	row("  refused at a wrong point (running, not FAILED, SUCCEEDED)", r.RetriesRefusedAtWrongPoints)
+	row("  applied, answer lost, re-sent and refused (counted accepted)", r.RetriesAppliedThenRefused)
+	row("tasks that were FAILED, each with an alert", r.FailedWithAlert)
+	row(fmt.Sprintf("wide tasks (%d parallel steps and a join)", WideWidth), r.WideTasks)
+	for _, k := range sortedKeys(r.WideStates) {
+		row("  ended "+k, r.WideStates[k])
+	}
+	row("  history put together from record versions", r.WideHistoryPaged)
 	row("faults injected", r.FaultsTotal)
 	for _, k := range sortedKeys(r.Faults) {
 		row("  "+k, r.Faults[k])

@@ -45,6 +45,11 @@ type Config struct {
 	// (the page cache survives them), not against a machine crash. For tests
 	// on a shared machine.
 	NoFsync bool
+	// EtcdMaxTxnOps, when set, runs every etcd member with --max-txn-ops
+	// and tells the schedulers the same (--etcd-max-txn-ops), so that
+	// workflows wider than etcd's default of 128 operations per transaction
+	// allows can be registered. Default 0: etcd's default.
+	EtcdMaxTxnOps int
 	// StartTimeout bounds Start; default 2 minutes.
 	StartTimeout time.Duration
 }
@@ -139,8 +144,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 	}
 	for i, addr := range c.SchedulerAddrs {
-		p := c.process(fmt.Sprintf("scheduler-%d", i+1), cfg.Reeve, addr,
-			"scheduler", "--etcd-endpoints", strings.Join(c.ComponentEtcdEndpoints, ","), "--listen", addr, "--id", fmt.Sprintf("scheduler-%d", i+1))
+		args := []string{"scheduler", "--etcd-endpoints", strings.Join(c.ComponentEtcdEndpoints, ","), "--listen", addr, "--id", fmt.Sprintf("scheduler-%d", i+1)}
+		if cfg.EtcdMaxTxnOps > 0 {
+			args = append(args, "--etcd-max-txn-ops", strconv.Itoa(cfg.EtcdMaxTxnOps))
+		}
+		p := c.process(fmt.Sprintf("scheduler-%d", i+1), cfg.Reeve, addr, args...)
 		c.Schedulers = append(c.Schedulers, p)
 		if err := p.Start(); err != nil {
 			return c, err
@@ -212,6 +220,9 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		}
 		if c.cfg.NoFsync {
 			args = append(args, "--unsafe-no-fsync")
+		}
+		if c.cfg.EtcdMaxTxnOps > 0 {
+			args = append(args, "--max-txn-ops", strconv.Itoa(c.cfg.EtcdMaxTxnOps))
 		}
 		p := c.process(name, c.cfg.Etcd, strings.TrimPrefix(m.client, "http://"), args...)
 		c.Etcd = append(c.Etcd, p)

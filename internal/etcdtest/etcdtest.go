@@ -20,6 +20,7 @@ type Member struct {
 	client  string
 	peer    string
 	quota   int64
+	maxOps  int
 	srv     *etcdserver.Server
 }
 
@@ -29,6 +30,10 @@ type Option func(*Member)
 // WithQuotaBytes sets the member's backend space quota; default etcd's
 // (2 GiB).
 func WithQuotaBytes(n int64) Option { return func(m *Member) { m.quota = n } }
+
+// WithMaxTxnOps sets etcd's --max-txn-ops, the operations one transaction
+// may hold; default etcd's (128).
+func WithMaxTxnOps(n int) Option { return func(m *Member) { m.maxOps = n } }
 
 // New starts a member on free loopback ports in a temporary directory; it is
 // stopped when the test ends.
@@ -54,6 +59,7 @@ func (m *Member) start() {
 		Fast:       true,
 		Logger:     zap.NewNop(),
 		QuotaBytes: m.quota,
+		MaxTxnOps:  m.maxOps,
 	})
 	if err != nil {
 		m.t.Fatalf("start etcd: %v", err)
