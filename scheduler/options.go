@@ -25,6 +25,7 @@ type options struct {
 	sweepInterval       time.Duration
 	drainTimeout        time.Duration
 	claimConcurrency    int
+	dispatchOnSubmit    bool
 	sessionTTL          int
 	scheduleToStart     time.Duration
 	spaceSoftLimit      float64
@@ -57,6 +58,7 @@ func defaultOptions() options {
 		sweepInterval:       time.Minute,
 		drainTimeout:        10 * time.Second,
 		claimConcurrency:    256,
+		dispatchOnSubmit:    true,
 		sessionTTL:          10,
 		scheduleToStart:     time.Hour,
 		spaceSoftLimit:      0.8,
@@ -130,6 +132,13 @@ func WithDrainTimeout(d time.Duration) Option { return func(o *options) { o.drai
 // WithClaimConcurrency bounds the claims in flight; default 256. Claims in
 // flight together share etcd transactions (group commit in the store).
 func WithClaimConcurrency(n int) Option { return func(o *options) { o.claimConcurrency = n } }
+
+// WithDispatchOnSubmit, on by default, lets a submission whose first ready
+// step an agent of this scheduler has room for, while no step of that type
+// waits here, be written already claimed by that agent: one etcd write
+// instead of two (create, then claim), and no ready key. Off, every step
+// goes through the ready queue.
+func WithDispatchOnSubmit(on bool) Option { return func(o *options) { o.dispatchOnSubmit = on } }
 
 // WithTracerProvider sets where the scheduler's spans go; default the
 // global provider (a no-op unless telemetry is set up). Build it with

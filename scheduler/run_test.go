@@ -18,8 +18,9 @@ func TestSubmitRunsOnAgentToSucceeded(t *testing.T) {
 		TaskId: "t1", Workflow: inline(step("only", "echo")),
 		Input: testenv.Value(t, map[string]any{"order_id": "o-1"}),
 	})
-	if task.GetState() != reevev1.TaskState_TASK_STATE_PENDING || task.GetNamespace() != "default" {
-		t.Fatalf("submitted task: state %v namespace %q, want PENDING in default", task.GetState(), task.GetNamespace())
+	// The agent is idle: the task is created with its step claimed.
+	if task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING || task.GetNamespace() != "default" {
+		t.Fatalf("submitted task: state %v namespace %q, want RUNNING (claimed on submit) in default", task.GetState(), task.GetNamespace())
 	}
 
 	as := agent.NextAssignment(wait)

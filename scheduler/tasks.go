@@ -73,7 +73,13 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 		RequestDigest: digest,
 		TraceContext:  telemetry.Inject(ctx),
 	}
+	// With an agent idle here, the task is created with its first step
+	// already claimed: one write instead of two.
+	sc := s.claimOnSubmit(rec)
 	existing, created, err := s.store.CreateTask(ctx, rec)
+	if sc != nil {
+		s.settleSubmitClaim(sc, rec, created, err)
+	}
 	if err != nil {
 		return nil, statusErr(err)
 	}

@@ -768,11 +768,15 @@ func queueWaits(ctx context.Context, st *store.Store) ([]time.Duration, error) {
 	var out []time.Duration
 	after := ""
 	for read := 0; read < queueWaitSample; read += 1000 {
-		tasks, more, err := st.ListTasks(ctx, "default", reevev1.TaskState_TASK_STATE_SUCCEEDED, after, 1000)
+		tasks, more, err := st.ListTasks(ctx, "default", after, 1000)
 		if err != nil {
 			return nil, err
 		}
 		for _, t := range tasks {
+			after = t.GetId()
+			if t.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+				continue
+			}
 			ready := map[string]time.Time{}
 			for _, h := range t.GetHistory() {
 				switch h.GetKind() {
@@ -784,7 +788,6 @@ func queueWaits(ctx context.Context, st *store.Store) ([]time.Duration, error) {
 					}
 				}
 			}
-			after = t.GetId()
 		}
 		if !more {
 			return out, nil

@@ -283,7 +283,7 @@ func waitDrained(ctx context.Context, cli *clientv3.Client, n int, timeout time.
 		live, ended = 0, 0
 		ok := true
 		for _, st := range []reevev1.TaskState{reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING, reevev1.TaskState_TASK_STATE_COMPENSATING} {
-			cnt, err := countPrefix(ctx, cli, "/reeve/states/default/"+st.String()+"/")
+			cnt, err := countPrefix(ctx, cli, "/reeve/created-state/default/"+st.String()+"/")
 			if err != nil {
 				ok = false
 				break
@@ -292,7 +292,7 @@ func waitDrained(ctx context.Context, cli *clientv3.Client, n int, timeout time.
 		}
 		if ok {
 			for _, st := range []reevev1.TaskState{reevev1.TaskState_TASK_STATE_SUCCEEDED, reevev1.TaskState_TASK_STATE_FAILED, reevev1.TaskState_TASK_STATE_COMPENSATED, reevev1.TaskState_TASK_STATE_CANCELED} {
-				cnt, err := countPrefix(ctx, cli, "/reeve/states/default/"+st.String()+"/")
+				cnt, err := countPrefix(ctx, cli, "/reeve/created-state/default/"+st.String()+"/")
 				if err != nil {
 					ok = false
 					break

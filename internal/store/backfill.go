@@ -94,3 +94,39 @@ func (s *Store) BackfillCreatedIndexes(ctx context.Context) (visited int, err er
 	}
 	return visited, nil
 }
+
+// legacyPage is how many keys of the old state index one step deletes.
+const legacyPage = 1000
+
+// DropLegacyStateIndex deletes the states/ index of the layout before issue
+// 15 (keys.go), a page of keys per transaction, and returns how many keys it
+// deleted. Nothing reads that index any more (counts by state read
+// created-state), and nothing but an older scheduler writes it: keys such a
+// scheduler writes while both versions run are deleted at the next start of
+// a newer one, or with their task by the retention sweep. A store without
+// the index costs one count-only read.
+func (s *Store) DropLegacyStateIndex(ctx context.Context) (deleted int64, err error) {
+	prefix := s.k.legacyStates()
+	for {
+		octx, cancel := s.opCtx(ctx)
+		page, err := s.c.Get(octx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(legacyPage))
+		cancel()
+		if err != nil {
+			return deleted, etcdErr(ctx, "drop legacy state index", err)
+		}
+		if len(page.Kvs) == 0 {
+			return deleted, nil
+		}
+		last := string(page.Kvs[len(page.Kvs)-1].Key)
+		octx, cancel = s.opCtx(ctx)
+		resp, err := s.c.Delete(octx, prefix, clientv3.WithRange(last+"\x00"))
+		cancel()
+		if err != nil {
+			return deleted, etcdErr(ctx, "drop legacy state index", err)
+		}
+		deleted += resp.Deleted
+		if !page.More {
+			return deleted, nil
+		}
+	}
+}

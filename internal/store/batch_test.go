@@ -191,7 +191,7 @@ func TestSweepEndedInBatches(t *testing.T) {
 	if err != nil || got != n {
 		t.Fatalf("swept %d (%v), want %d", got, err, n)
 	}
-	for _, prefix := range []string{"tasks/", "states/", "ended/"} {
+	for _, prefix := range []string{"tasks/", "created-state/", "ended/"} {
 		if left := keys(t, c, prefix); len(left) != 1 && prefix != "ended/" || prefix == "ended/" && len(left) != 0 {
 			t.Errorf("%s keys left: %v", prefix, left)
 		}

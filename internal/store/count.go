@@ -10,7 +10,7 @@ import (
 )
 
 // CountActive returns how many tasks of namespace ns are not terminal, from
-// the state index in one read (count-only ranges: etcd walks the index keys
+// the created-state index in one read (count-only ranges: etcd walks the index keys
 // in memory and returns no values). Its cost grows with the count, so
 // callers cache it rather than calling it per request.
 func (s *Store) CountActive(ctx context.Context, ns string) (int64, error) {
@@ -20,7 +20,7 @@ func (s *Store) CountActive(ctx context.Context, ns string) (int64, error) {
 		if st == reevev1.TaskState_TASK_STATE_UNSPECIFIED || taskstate.TerminalTask(st) {
 			continue
 		}
-		ops = append(ops, clientv3.OpGet(s.k.stateOf(ns, st.String()), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+		ops = append(ops, clientv3.OpGet(s.k.createdOf(ns, "", st.String()), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
@@ -35,12 +35,13 @@ func (s *Store) CountActive(ctx context.Context, ns string) (int64, error) {
 	return n, nil
 }
 
-// CountTasks counts the tasks of a namespace in one state through the state
-// index (a count-only range: etcd walks the index keys of that state only).
+// CountTasks counts the tasks of a namespace in one state through the
+// created-state index (a count-only range: etcd walks the index keys of that
+// state only).
 func (s *Store) CountTasks(ctx context.Context, ns string, state reevev1.TaskState) (int64, error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	prefix := s.k.stateOf(ns, state.String())
+	prefix := s.k.createdOf(ns, "", state.String())
 	resp, err := s.c.Get(octx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithCountOnly(), clientv3.WithSerializable())
 	if err != nil {
 		return 0, etcdErr(ctx, "count tasks", err)

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"strconv"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -10,34 +12,46 @@ import (
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
-// indexKeys returns every index key a task record implies, with its value.
-// The indexes are a pure function of the record, so writing the difference
-// between the old and new record's keys in the record's own transaction keeps
-// them exact.
-func (k keys) indexKeys(rec *storev1.TaskRecord) map[string]string {
+// indexKey is one index key a task record implies, with its value.
+type indexKey struct{ key, val string }
+
+// appendIndexKeys appends every index key a task record implies, with its
+// value, in a fixed order. The indexes are a pure function of the record,
+// so writing the difference between the old and new record's keys in the
+// record's own transaction keeps them exact. Each key is built in one
+// allocation (this runs twice per task write).
+func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKey {
 	t := rec.GetTask()
 	ns, id := t.GetNamespace(), t.GetId()
-	out := map[string]string{
-		k.stateOf(ns, t.GetState().String()) + id: "",
+	var buf []byte
+	build := func(parts ...string) string {
+		buf = buf[:0]
+		for _, p := range parts {
+			buf = append(buf, p...)
+		}
+		return string(buf)
 	}
 	// The created indexes: one key per listing order (see keys.go). A record
-	// without a create time (none is written so) has none.
+	// without a create time (none is written so) has none. The state-keyed
+	// ones also serve the counts by state.
 	if ct := t.GetCreateTime(); ct != nil {
-		a := age(ct.AsTime())
+		var ab [20]byte
+		a := string(appendAge(ab[:0], ct.AsTime()))
 		st, wf := t.GetState().String(), t.GetWorkflow().GetName()
-		out[k.createdOf(ns, "", "")+a+"/"+id] = ""
-		out[k.createdOf(ns, "", st)+a+"/"+id] = ""
+		dst = append(dst,
+			indexKey{build(k.prefix, "created/", ns, "/", a, "/", id), ""},
+			indexKey{build(k.prefix, "created-state/", ns, "/", st, "/", a, "/", id), ""})
 		if wf != "" {
-			out[k.createdOf(ns, wf, "")+a+"/"+id] = ""
-			out[k.createdOf(ns, wf, st)+a+"/"+id] = ""
+			dst = append(dst,
+				indexKey{build(k.prefix, "created-wf/", ns, "/", wf, "/", a, "/", id), ""},
+				indexKey{build(k.prefix, "created-wf-state/", ns, "/", wf, "/", st, "/", a, "/", id), ""})
 		}
 	}
 	if taskstate.TerminalTask(t.GetState()) && t.GetEndTime() != nil {
-		out[k.ended(t.GetEndTime().AsTime(), ns, id)] = t.GetState().String()
+		dst = append(dst, indexKey{k.ended(t.GetEndTime().AsTime(), ns, id), t.GetState().String()})
 	}
 	for _, s := range t.GetSteps() {
-		switch {
-		case taskstate.Queued(s):
+		if taskstate.Queued(s) {
 			entry := &storev1.ReadyEntry{
 				Namespace:    ns,
 				TaskId:       id,
@@ -51,20 +65,30 @@ func (k keys) indexKeys(rec *storev1.TaskRecord) map[string]string {
 			if err != nil {
 				panic(err) // a well-formed message always marshals
 			}
-			out[k.ready(ns, id, s.GetName())] = string(b)
+			dst = append(dst, indexKey{k.ready(ns, id, s.GetName()), string(b)})
 		}
 		// A dispatched execution with a heartbeat timeout is indexed by its
 		// agent, so that when the agent is lost with its scheduler (whose
 		// memory held the beats) the supervisor finds its executions.
 		if taskstate.Dispatched(s) && s.GetLockedByAgent() != "" && taskstate.Spec(t, s.GetName()).GetHeartbeatTimeout() != nil {
-			out[k.beating(ns, s.GetLockedByAgent(), id, s.GetName(), s.GetAttempt())] = ""
+			dst = append(dst, indexKey{k.beating(ns, s.GetLockedByAgent(), id, s.GetName(), s.GetAttempt()), ""})
 		}
 		// Every execution someone must act on by a time has one deadline
 		// key: a dispatched one at its complete-by, a queued one with a
 		// schedule-to-start timeout at its schedule-to-start deadline.
 		if at, ok := taskstate.Deadline(s); ok {
-			out[k.deadline(at, ns, id, s.GetName(), s.GetAttempt())] = ""
+			dst = append(dst, indexKey{k.deadline(at, ns, id, s.GetName(), s.GetAttempt()), ""})
 		}
+	}
+	return dst
+}
+
+// indexKeys returns every index key a task record implies, with its value.
+func (k keys) indexKeys(rec *storev1.TaskRecord) map[string]string {
+	ks := k.appendIndexKeys(nil, rec)
+	out := make(map[string]string, len(ks))
+	for _, e := range ks {
+		out[e.key] = e.val
 	}
 	return out
 }
@@ -72,14 +96,14 @@ func (k keys) indexKeys(rec *storev1.TaskRecord) map[string]string {
 // indexOps returns the puts and deletes that turn the indexes of before
 // (nil for a new task) into those of after (nil for a deleted task).
 func (k keys) indexOps(before, after *storev1.TaskRecord) []clientv3.Op {
-	var old, cur map[string]string
+	var old, cur []indexKey
 	if before != nil {
-		old = k.indexKeys(before)
+		old = k.appendIndexKeys(make([]indexKey, 0, 8), before)
 	}
 	if after != nil {
-		cur = k.indexKeys(after)
+		cur = k.appendIndexKeys(make([]indexKey, 0, 8), after)
 	}
-	var ops []clientv3.Op
+	ops := make([]clientv3.Op, 0, len(old)+len(cur))
 	// A task that leaves the ready queue entirely (it ended, or nothing of
 	// it is queued any more) drops all its ready keys with one range
 	// delete, which counts as one operation of etcd's per-transaction
@@ -96,30 +120,67 @@ func (k keys) indexOps(before, after *storev1.TaskRecord) []clientv3.Op {
 			ops = append(ops, clientv3.OpDelete(readyAll, clientv3.WithPrefix()))
 		}
 	}
-	for key, v := range cur {
-		if ov, ok := old[key]; !ok || ov != v {
-			ops = append(ops, clientv3.OpPut(key, v))
+	// Both lists hold a handful of keys (two per queued step beyond the
+	// fixed ones), so a linear lookup beats building maps; a wide task
+	// uses a map.
+	find := func(list []indexKey) func(string) (string, bool) {
+		if len(list) <= 32 {
+			return func(key string) (string, bool) {
+				for _, e := range list {
+					if e.key == key {
+						return e.val, true
+					}
+				}
+				return "", false
+			}
+		}
+		m := make(map[string]string, len(list))
+		for _, e := range list {
+			m[e.key] = e.val
+		}
+		return func(key string) (string, bool) { v, ok := m[key]; return v, ok }
+	}
+	inOld, inCur := find(old), find(cur)
+	for _, e := range cur {
+		if ov, ok := inOld(e.key); !ok || ov != e.val {
+			ops = append(ops, clientv3.OpPut(e.key, e.val))
 		}
 	}
-	for key := range old {
-		if readyAll != "" && strings.HasPrefix(key, readyAll) {
+	for _, e := range old {
+		if readyAll != "" && strings.HasPrefix(e.key, readyAll) {
 			continue
 		}
-		if _, ok := cur[key]; !ok {
-			ops = append(ops, clientv3.OpDelete(key))
+		if _, ok := inCur(e.key); !ok {
+			ops = append(ops, clientv3.OpDelete(e.key))
 		}
 	}
 	return ops
 }
 
-func countPrefix(m map[string]string, prefix string) int {
+func countPrefix(list []indexKey, prefix string) int {
 	n := 0
-	for key := range m {
-		if strings.HasPrefix(key, prefix) {
+	for _, e := range list {
+		if strings.HasPrefix(e.key, prefix) {
 			n++
 		}
 	}
 	return n
+}
+
+// appendAge appends the age of a creation time (see the key layout): 20
+// digits, zero-padded.
+func appendAge(dst []byte, created time.Time) []byte {
+	return appendPadded(dst, ageOf(created))
+}
+
+// appendPadded appends n (not negative) as 20 zero-padded digits.
+func appendPadded(dst []byte, n int64) []byte {
+	var d [20]byte
+	s := strconv.AppendInt(d[:0], n, 10)
+	for range 20 - len(s) {
+		dst = append(dst, '0')
+	}
+	return append(dst, s...)
 }
 
 // DerivedKeys returns every index key (full etcd key, below the store's

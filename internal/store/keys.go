@@ -18,11 +18,11 @@ import (
 //	deadlines/<complete-by:%020d>/<ns>/<task-id>/<step>/<attempt>
 //	                                            empty: executions by deadline (unix ns): dispatched ones
 //	                                            at complete-by, queued ones at their schedule-to-start deadline
-//	states/<ns>/<TASK_STATE_X>/<task-id>        empty: tasks by state
 //	ended/<end-time:%020d>/<ns>/<task-id>       state name: terminal tasks by end time, for retention
 //	created/<ns>/<age>/<task-id>                empty: tasks newest first (see below)
 //	created-state/<ns>/<TASK_STATE_X>/<age>/<task-id>
-//	                                            empty: tasks of one state, newest first
+//	                                            empty: tasks of one state, newest first; also
+//	                                            what counts by state read (count-only ranges)
 //	created-wf/<ns>/<workflow>/<age>/<task-id>  empty: tasks of one workflow, newest first
 //	created-wf-state/<ns>/<workflow>/<TASK_STATE_X>/<age>/<task-id>
 //	                                            empty: tasks of one workflow in one state, newest first
@@ -36,6 +36,11 @@ import (
 //	                                            lease, refreshed every few seconds while it changes
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
 //	supervisor/election/...                     concurrency.Election of the supervisors
+//
+// A task's state is in two keys (created-state, created-wf-state), moved on
+// every state change. Until issue 15 a third, states/<ns>/<TASK_STATE_X>/<task-id>,
+// held the same as created-state in id order; a scheduler deletes what is
+// left of it at start (DropLegacyStateIndex).
 //
 // <age> is math.MaxInt64 minus the task's create_time in unix ns, as %020d,
 // so that etcd's ascending key order is newest first: etcd sorts a range in
@@ -56,7 +61,7 @@ func (k keys) agentLoad(ns, id string) string { return k.prefix + "agent-load/" 
 func (k keys) alerts(ns string) string        { return k.prefix + "alerts/" + ns + "/" }
 func (k keys) scheduler(id string) string     { return k.prefix + "schedulers/" + id }
 func (k keys) election() string               { return k.prefix + "supervisor/election" }
-func (k keys) stateOf(ns, st string) string   { return k.prefix + "states/" + ns + "/" + st + "/" }
+func (k keys) legacyStates() string           { return k.prefix + "states/" }
 
 func (k keys) createdMeta() string { return k.prefix + "meta/created-index" }
 
@@ -76,7 +81,8 @@ func (k keys) createdOf(ns, wf, state string) string {
 
 // age orders creation times newest first (see the key layout).
 func age(created time.Time) string {
-	return fmt.Sprintf("%020d", int64(math.MaxInt64)-created.UnixNano())
+	var b [20]byte
+	return string(appendAge(b[:0], created))
 }
 
 // parseAge inverts age.
@@ -104,7 +110,18 @@ func (k keys) beatingOf(ns, agent string) string {
 }
 
 func (k keys) beating(ns, agent, id, step string, attempt int32) string {
-	return fmt.Sprintf("%s%s/%s/%d", k.beatingOf(ns, agent), id, step, attempt)
+	b := make([]byte, 0, len(k.prefix)+len(ns)+len(agent)+len(id)+len(step)+24)
+	b = append(b, k.prefix...)
+	b = append(b, "beating/"...)
+	b = append(b, ns...)
+	b = append(b, '/')
+	b = append(b, agent...)
+	b = append(b, '/')
+	b = append(b, id...)
+	b = append(b, '/')
+	b = append(b, step...)
+	b = append(b, '/')
+	return string(strconv.AppendInt(b, int64(attempt), 10))
 }
 
 func (k keys) ready(ns, id, step string) string {
@@ -112,7 +129,27 @@ func (k keys) ready(ns, id, step string) string {
 }
 
 func (k keys) deadline(at time.Time, ns, id, step string, attempt int32) string {
-	return fmt.Sprintf("%s%020d/%s/%s/%s/%d", k.deadlinePrefix(), at.UnixNano(), ns, id, step, attempt)
+	b := make([]byte, 0, len(k.prefix)+len(ns)+len(id)+len(step)+48)
+	b = append(b, k.prefix...)
+	b = append(b, "deadlines/"...)
+	b = appendTime(b, at.UnixNano())
+	b = append(b, '/')
+	b = append(b, ns...)
+	b = append(b, '/')
+	b = append(b, id...)
+	b = append(b, '/')
+	b = append(b, step...)
+	b = append(b, '/')
+	return string(strconv.AppendInt(b, int64(attempt), 10))
+}
+
+// appendTime appends unix nanoseconds as %020d does (times before 1970,
+// which no key holds, through fmt).
+func appendTime(dst []byte, nanos int64) []byte {
+	if nanos < 0 {
+		return fmt.Appendf(dst, "%020d", nanos)
+	}
+	return appendPadded(dst, nanos)
 }
 
 // deadlinesUntil is the exclusive end of the deadline range up to and
@@ -122,7 +159,14 @@ func (k keys) deadlinesUntil(t time.Time) string {
 }
 
 func (k keys) ended(at time.Time, ns, id string) string {
-	return fmt.Sprintf("%s%020d/%s/%s", k.endedPrefix(), at.UnixNano(), ns, id)
+	b := make([]byte, 0, len(k.prefix)+len(ns)+len(id)+30)
+	b = append(b, k.prefix...)
+	b = append(b, "ended/"...)
+	b = appendTime(b, at.UnixNano())
+	b = append(b, '/')
+	b = append(b, ns...)
+	b = append(b, '/')
+	return string(append(b, id...))
 }
 
 func (k keys) endedUntil(t time.Time) string {

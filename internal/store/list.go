@@ -281,10 +281,7 @@ func (s *Store) CountTasksByState(ctx context.Context, ns, wf string) (counts ma
 		if st == reevev1.TaskState_TASK_STATE_UNSPECIFIED {
 			continue
 		}
-		prefix := s.k.stateOf(ns, st.String())
-		if wf != "" {
-			prefix = s.k.createdOf(ns, wf, st.String())
-		}
+		prefix := s.k.createdOf(ns, wf, st.String())
 		ops = append(ops, clientv3.OpGet(prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithCountOnly()))
 		states = append(states, st)
 	}

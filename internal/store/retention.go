@@ -12,7 +12,7 @@ import (
 )
 
 // SweepEnded deletes up to limit tasks that ended at or before `before`,
-// with every key derived from their records (see indexKeys: state, ended,
+// with every key derived from their records (see indexKeys: created, ended,
 // and any ready or deadline key a record still implies), in one transaction
 // per task guarded by its ended key's and its record's revisions, so a task
 // revived or changed meanwhile is left alone. Deletions are grouped, up to
@@ -62,7 +62,9 @@ func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (in
 		}
 	}
 	for _, v := range victims {
-		del := map[string]bool{s.k.task(v.ns, v.id): true, string(v.ended.Key): true, s.k.stateOf(v.ns, v.state) + v.id: true}
+		// The state key of the layout before issue 15 too: a task an older
+		// scheduler wrote last may still have one.
+		del := map[string]bool{s.k.task(v.ns, v.id): true, string(v.ended.Key): true, s.k.legacyStates() + v.ns + "/" + v.state + "/" + v.id: true}
 		readyAll := s.k.ready(v.ns, v.id, "")
 		if v.rec != nil {
 			for key := range s.k.indexKeys(v.rec.Record) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,8 +63,11 @@ func TestCreateTaskWritesRecordAndIndexesOnce(t *testing.T) {
 	if got := keys(t, c, "ready/"); len(got) != 1 || got[0] != "/reeve/ready/default/t1/a" {
 		t.Fatalf("ready keys %v, want only step a", got)
 	}
-	if got := keys(t, c, "states/"); len(got) != 1 || got[0] != "/reeve/states/default/TASK_STATE_PENDING/t1" {
+	if got := keys(t, c, "created-state/"); len(got) != 1 || !strings.HasPrefix(got[0], "/reeve/created-state/default/TASK_STATE_PENDING/") {
 		t.Fatalf("state keys %v", got)
+	}
+	if got := keys(t, c, "states/"); len(got) != 0 {
+		t.Fatalf("keys of the old state index written: %v", got)
 	}
 	existing, created, err := s.CreateTask(ctx(t), record("t1"))
 	if err != nil || created || existing.GetTask().GetId() != "t1" {
@@ -92,7 +96,7 @@ func TestUpdateTaskMovesIndexesWithTheRecord(t *testing.T) {
 	if early, _ := s.ExpiredDeadlines(ctx(t), t0.Add(59*time.Second), 10); len(early) != 0 {
 		t.Fatalf("deadline reported before it passed: %v", early)
 	}
-	if got := keys(t, c, "states/"); len(got) != 1 || got[0] != "/reeve/states/default/TASK_STATE_RUNNING/t1" {
+	if got := keys(t, c, "created-state/"); len(got) != 1 || !strings.HasPrefix(got[0], "/reeve/created-state/default/TASK_STATE_RUNNING/") {
 		t.Fatalf("state keys %v", got)
 	}
 	ref := taskstate.Ref(after.GetTask(), taskstate.FindStep(after.GetTask(), "a"))
@@ -213,7 +217,7 @@ func TestSweepEndedRemovesOnlyOldTerminalTasks(t *testing.T) {
 			t.Fatalf("%s: %v, want kept", id, err)
 		}
 	}
-	if got := keys(t, c, "states/default/TASK_STATE_CANCELED/"); len(got) != 1 {
+	if got := keys(t, c, "created-state/default/TASK_STATE_CANCELED/"); len(got) != 1 {
 		t.Fatalf("state index %v, want only the new task", got)
 	}
 }

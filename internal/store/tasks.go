@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -76,63 +75,27 @@ func ctxErr(ctx context.Context, err error) error {
 }
 
 // ListTasks returns up to limit tasks of a namespace in id order, starting
-// after the id `after`, optionally only those in one state (through the
-// state index, never scanning other tasks). more reports whether tasks remain.
-func (s *Store) ListTasks(ctx context.Context, ns string, state reevev1.TaskState, after string, limit int) (tasks []*reevev1.Task, more bool, err error) {
+// after the id `after`. more reports whether tasks remain. (Listings by
+// state, workflow or time go through QueryTasks and the created indexes.)
+func (s *Store) ListTasks(ctx context.Context, ns string, after string, limit int) (tasks []*reevev1.Task, more bool, err error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	if state == reevev1.TaskState_TASK_STATE_UNSPECIFIED {
-		prefix := s.k.tasksOf(ns)
-		resp, err := s.c.Get(octx, rangeStart(prefix, after), clientv3.WithRange(prefixEnd(prefix)), clientv3.WithLimit(int64(limit+1)))
-		if err != nil {
-			return nil, false, etcdErr(ctx, "list tasks", err)
-		}
-		for i, kv := range resp.Kvs {
-			if i == limit {
-				return tasks, true, nil
-			}
-			v, err := unmarshalTask(kv)
-			if err != nil {
-				return nil, false, err
-			}
-			tasks = append(tasks, v.Record.GetTask())
-		}
-		return tasks, false, nil
-	}
-	prefix := s.k.stateOf(ns, state.String())
-	resp, err := s.c.Get(octx, rangeStart(prefix, after), clientv3.WithRange(prefixEnd(prefix)),
-		clientv3.WithLimit(int64(limit+1)), clientv3.WithKeysOnly())
+	prefix := s.k.tasksOf(ns)
+	resp, err := s.c.Get(octx, rangeStart(prefix, after), clientv3.WithRange(prefixEnd(prefix)), clientv3.WithLimit(int64(limit+1)))
 	if err != nil {
 		return nil, false, etcdErr(ctx, "list tasks", err)
 	}
-	more = len(resp.Kvs) > limit
-	if more {
-		resp.Kvs = resp.Kvs[:limit]
-	}
-	// Fetch the records in transactions of at most 100 reads, all at the
-	// index's revision so that the page is one consistent snapshot.
-	for start := 0; start < len(resp.Kvs); start += 100 {
-		end := min(start+100, len(resp.Kvs))
-		var gets []clientv3.Op
-		for _, kv := range resp.Kvs[start:end] {
-			id := strings.TrimPrefix(string(kv.Key), prefix)
-			gets = append(gets, clientv3.OpGet(s.k.task(ns, id), clientv3.WithRev(resp.Header.Revision)))
+	for i, kv := range resp.Kvs {
+		if i == limit {
+			return tasks, true, nil
 		}
-		tresp, err := s.c.Txn(octx).Then(gets...).Commit()
+		v, err := unmarshalTask(kv)
 		if err != nil {
-			return nil, false, etcdErr(ctx, "list tasks", err)
+			return nil, false, err
 		}
-		for _, r := range tresp.Responses {
-			for _, kv := range r.GetResponseRange().GetKvs() {
-				v, err := unmarshalTask(kv)
-				if err != nil {
-					return nil, false, err
-				}
-				tasks = append(tasks, v.Record.GetTask())
-			}
-		}
+		tasks = append(tasks, v.Record.GetTask())
 	}
-	return tasks, more, nil
+	return tasks, false, nil
 }
 
 // WatchTask calls fn with the task's current record and again after every

@@ -25,11 +25,13 @@ const (
 	// writes need about 8 operations.
 	minTxnOps = 16
 	// fixedTxnOps bounds the operations of a task write that do not depend
-	// on the number of steps it moves: the record; its state key and the
-	// two created keys that name the state (created-state, created-wf-state),
-	// each a delete and a put when the state changes; its ended key; an
-	// alert; the range delete of its ready keys; the acting step's own
-	// deadline and beating keys.
+	// on the number of steps it moves: the record; the two created keys
+	// that name the state (created-state, created-wf-state), each a delete
+	// and a put when the state changes; its ended key; an alert; the range
+	// delete of its ready keys; the acting step's own deadline and beating
+	// keys: 10. It stays 12, the bound of the layout before issue 15 (with
+	// a states/ key moved too), so that a workflow this scheduler accepts
+	// can still be written by an older one during an upgrade.
 	fixedTxnOps = 12
 )
 

@@ -47,10 +47,10 @@ func taskKeys(t *testing.T, c *clientv3.Client, prefix, id string) int {
 	return n
 }
 
-// Defect 1: a task with 61 queued steps (128 operations to create, the most
-// one transaction holds: the record, its state key, its four created keys
-// and 122 ready and deadline keys; the issue's 63 before the created
-// indexes) could be neither canceled nor failed: ending it
+// Defect 1: a task with 61 queued steps (127 operations to create since
+// issue 15 dropped the state index, 128 before: the record, its four
+// created keys and 122 ready and deadline keys; the issue's 63 before the
+// created indexes) could be neither canceled nor failed: ending it
 // deleted 126 index keys one by one next to the record, state and ended
 // keys, over etcd's limit, and the failure was a retryable UNAVAILABLE.
 func TestTaskWith61QueuedStepsCanBeCanceledAndFailed(t *testing.T) {
@@ -243,7 +243,7 @@ func TestSweepEndedDeletesEveryKeyDerivedFromTheRecord(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("swept %d (%v), want 1", n, err)
 	}
-	for _, p := range []string{"tasks/", "ready/", "deadlines/", "states/", "ended/"} {
+	for _, p := range []string{"tasks/", "ready/", "deadlines/", "created-state/", "ended/"} {
 		if got := taskKeys(t, c, p, "stray"); got != 0 {
 			t.Errorf("%d %s keys of the swept task left: %v", got, p, keys(t, c, p))
 		}

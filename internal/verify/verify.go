@@ -124,7 +124,10 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	if err := ck.scanRecords(ctx); err != nil {
 		return nil, err
 	}
-	for _, idx := range []string{"ready/", "deadlines/", "states/", "ended/"} {
+	// states/ is the state index of the layout before issue 15: a store
+	// should have none left once a newer scheduler started (each is
+	// reported).
+	for _, idx := range []string{"ready/", "deadlines/", "created-state/", "ended/", "states/"} {
 		if err := ck.scanIndex(ctx, idx); err != nil {
 			return nil, err
 		}
@@ -329,6 +332,9 @@ func (ck *checker) scanIndex(ctx context.Context, idx string) error {
 				derived[tk] = d
 			}
 			switch val, ok := d[kv.key]; {
+			case !ok && idx == "states/":
+				ck.add(Violation{Kind: KindMismatch, Key: kv.key, Namespace: r.ns, TaskID: r.id,
+					Detail: "a key of the state index before issue 15, which nothing reads; a scheduler deletes them at start"})
 			case !ok:
 				ck.add(Violation{Kind: KindMismatch, Key: kv.key, Namespace: r.ns, TaskID: r.id,
 					Detail: fmt.Sprintf("the %s task's record does not imply this key", rec.GetTask().GetState())})
@@ -346,8 +352,9 @@ func (ck *checker) scanIndex(ctx context.Context, idx string) error {
 //
 //	ready/<ns>/<task-id>/<step>
 //	deadlines/<at>/<ns>/<task-id>/<step>/<attempt>
-//	states/<ns>/<STATE>/<task-id>
+//	created-state/<ns>/<STATE>/<age>/<task-id>
 //	ended/<at>/<ns>/<task-id>
+//	states/<ns>/<STATE>/<task-id> (before issue 15)
 func parseIndexKey(idx, rest string) (ns, id string, ok bool) {
 	p := strings.Split(rest, "/")
 	switch {
@@ -355,6 +362,8 @@ func parseIndexKey(idx, rest string) (ns, id string, ok bool) {
 		return p[0], p[1], true
 	case idx == "deadlines/" && len(p) == 5:
 		return p[1], p[2], true
+	case idx == "created-state/" && len(p) == 4:
+		return p[0], p[3], true
 	case idx == "states/" && len(p) == 3:
 		return p[0], p[2], true
 	case idx == "ended/" && len(p) == 3:

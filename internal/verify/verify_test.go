@@ -106,6 +106,12 @@ func TestEveryViolationIsReported(t *testing.T) {
 	put(fmt.Sprintf("/reeve/deadlines/%020d/default/ghost/a/1", t0.UnixNano()), "")
 	// A deadline of another attempt of a live task.
 	put(fmt.Sprintf("/reeve/deadlines/%020d/default/ok-01/a/7", t0.UnixNano()), "")
+	// An orphan created-state key (counts by state read that index).
+	put("/reeve/created-state/default/TASK_STATE_RUNNING/09223372035000000000/ghost2", "")
+	// A state key of the layout before issue 15, left by an older
+	// scheduler, and a created-state key in a state the task is not in.
+	put("/reeve/states/default/TASK_STATE_PENDING/ok-02", "")
+	put("/reeve/created-state/default/TASK_STATE_RUNNING/09223372035000000000/ok-03", "")
 	// A ready key of a queued step removed.
 	if _, err := c.Delete(ctx(t), "/reeve/ready/default/ok-00/a"); err != nil {
 		t.Fatal(err)
@@ -130,6 +136,9 @@ func TestEveryViolationIsReported(t *testing.T) {
 		{verify.KindOrphan, "ghost", "/reeve/deadlines/"},
 		{verify.KindMismatch, "ok-01", "/a/7"},
 		{verify.KindMissing, "ok-00", "/reeve/ready/default/ok-00/a"},
+		{verify.KindOrphan, "ghost2", "/reeve/created-state/"},
+		{verify.KindMismatch, "ok-02", "/reeve/states/default/TASK_STATE_PENDING/ok-02"},
+		{verify.KindMismatch, "ok-03", "/reeve/created-state/default/TASK_STATE_RUNNING/"},
 		{verify.KindTerminalLive, "term", "/reeve/tasks/default/term"},
 		{verify.KindWedged, "stuck", "/reeve/tasks/default/stuck"},
 	}
@@ -145,7 +154,7 @@ func TestEveryViolationIsReported(t *testing.T) {
 		}
 	}
 	for _, v := range rep.Violations {
-		if strings.HasPrefix(v.TaskID, "ok-") && !(v.TaskID == "ok-01" || v.TaskID == "ok-00") {
+		if strings.HasPrefix(v.TaskID, "ok-") && !(v.TaskID == "ok-01" || v.TaskID == "ok-00" || v.TaskID == "ok-02" || v.TaskID == "ok-03") {
 			t.Errorf("healthy task reported: %+v", v)
 		}
 	}

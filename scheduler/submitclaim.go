@@ -1,0 +1,81 @@
+package scheduler
+
+import (
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+)
+
+// submitClaim is a claim made in a new task's record before it is created
+// (WithDispatchOnSubmit): the create commits the task with the step
+// already running on conn, in one transaction guarded like any creation.
+type submitClaim struct {
+	conn *agentConn
+	a    *reevev1.StepAssignment
+	st   *reevev1.Step
+}
+
+// claimOnSubmit claims, in rec (not yet written), the first queued step
+// that is due, for an agent of this scheduler with room for it, when no
+// ready step of its type waits in this scheduler's queue (those go first).
+// It returns nil, and leaves rec as it was, when there is no such agent.
+// The agent's capacity stays reserved until settleSubmitClaim.
+func (s *Server) claimOnSubmit(rec *storev1.TaskRecord) *submitClaim {
+	if !s.opts.dispatchOnSubmit {
+		return nil
+	}
+	t := rec.GetTask()
+	now := s.opts.clock.Now()
+	var st *reevev1.Step
+	for _, cand := range t.GetSteps() {
+		if taskstate.Queued(cand) {
+			st = cand
+			break
+		}
+	}
+	if st == nil || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
+		return nil
+	}
+	d := s.disp
+	k := queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)}
+	d.lock()
+	defer d.unlock()
+	if q := d.queues[k]; q != nil && q.Len() > 0 {
+		return nil
+	}
+	conn := d.agents.pick(k, now)
+	if conn == nil {
+		return nil
+	}
+	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), s.opts.id, conn.agentID, now); err != nil {
+		return nil // rec is unchanged: Claim checks before it writes
+	}
+	conn.reserved++
+	return &submitClaim{conn: conn, a: assignment(t, st), st: st}
+}
+
+// settleSubmitClaim ends a claim made on submit once the create returned:
+// the assignment goes to the agent if the task was created; the
+// reservation is released if it was not (the id was taken: the existing
+// task is the answer); and if the outcome is unknown (the create may have
+// committed after the call gave up) the attempt is taken back, as for a
+// claim whose outcome is unknown.
+func (s *Server) settleSubmitClaim(c *submitClaim, rec *storev1.TaskRecord, created bool, err error) {
+	d := s.disp
+	ref := c.a.GetRef()
+	if err != nil {
+		s.log.Warn("submit with claim: outcome unknown, taking the attempt back", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
+		s.goWork(func() { s.takeBack(ref, c.conn.agentID, "claim on submit, outcome unknown: "+err.Error()) })
+	}
+	d.lock()
+	c.conn.reserved--
+	if err == nil && created {
+		d.deliver(c.conn, c.a)
+	}
+	d.unlock()
+	if err != nil || !created {
+		d.poke()
+		return
+	}
+	s.tel.claimed(rec, c.st, c.a, s.opts.id, c.conn.agentID, s.opts.clock.Now())
+}
