@@ -1,8 +1,11 @@
 package scheduler
 
 import (
+	"errors"
+
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
@@ -63,7 +66,7 @@ func (s *Server) claimOnSubmit(rec *storev1.TaskRecord) *submitClaim {
 func (s *Server) settleSubmitClaim(c *submitClaim, rec *storev1.TaskRecord, created bool, err error) {
 	d := s.disp
 	ref := c.a.GetRef()
-	if err != nil {
+	if err != nil && !notWritten(err) {
 		s.log.Warn("submit with claim: outcome unknown, taking the attempt back", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
 		s.goWork(func() { s.takeBack(ref, c.conn.agentID, "claim on submit, outcome unknown: "+err.Error()) })
 	}
@@ -78,4 +81,13 @@ func (s *Server) settleSubmitClaim(c *submitClaim, rec *storev1.TaskRecord, crea
 		return
 	}
 	s.tel.claimed(rec, c.st, c.a, s.opts.id, c.conn.agentID, s.opts.clock.Now())
+}
+
+// notWritten reports whether a create failed in a way that certainly wrote
+// nothing: refused before it reached etcd (overloaded, too many operations,
+// too large) or by etcd as a whole (out of space). Only other failures
+// (unavailable, timed out) leave the outcome unknown.
+func notWritten(err error) bool {
+	return errors.Is(err, store.ErrOverloaded) || errors.Is(err, store.ErrTooManyOps) ||
+		errors.Is(err, store.ErrTooLarge) || errors.Is(err, store.ErrNoSpace)
 }
