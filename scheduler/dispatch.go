@@ -249,21 +249,7 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 		if cur := d.items[it.key]; cur == it {
 			delete(d.items, it.key)
 		}
-		// An agent that is draining (it asked, or this scheduler is
-		// shutting down and sent Drain) would find the assignment behind
-		// the Drain message: take it back rather than send it.
-		if conn.draining || !conn.sendAssignment(a) {
-			d.s.log.Warn("assignment not delivered: agent draining, stream gone or not reading; taking it back", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
-			d.takeBack(a.GetRef(), conn.agentID, "assignment could not be delivered to agent "+conn.agentID)
-			return
-		}
-		k := refKey(a.GetRef())
-		now := d.s.opts.clock.Now()
-		conn.running[k] = a.GetCompleteBy().AsTime()
-		conn.unacked[k] = &pendingAck{ref: a.GetRef(), sent: now}
-		if hb := a.GetHeartbeatTimeout(); hb != nil {
-			conn.beats[k] = &beat{ref: a.GetRef(), timeout: hb.AsDuration(), last: now}
-		}
+		d.handOver(conn, a)
 	case errors.Is(err, taskstate.ErrNotDue):
 		it.claiming = false
 		d.enqueue(it)
