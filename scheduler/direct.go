@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"sync"
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -88,17 +89,28 @@ func (d *dispatcher) handOver(conn *agentConn, a *reevev1.StepAssignment) {
 // agent has room, taskstate.Claim for it. slot keeps the reservation across
 // re-runs of the transition (a lost race runs it again on the fresh record);
 // claimed reports whether this run claimed.
+//
+// The store may run the transition again after UpdateTask returned (its
+// caller's context ended while the write was queued or committing): once
+// finish is called, a run neither reserves nor claims. Guarded by mu.
 type retryDirect struct {
-	d       *dispatcher
-	slot    *directSlot
-	claimed bool
-	ref     *reevev1.StepRef // the claimed attempt
+	d        *dispatcher
+	mu       sync.Mutex
+	finished bool
+	slot     *directSlot
+	claimed  bool
+	ref      *reevev1.StepRef // the claimed attempt
 }
 
 func (r *retryDirect) apply(t *reevev1.Task, step string, attempt int32, delay time.Duration, actor string, now time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.claimed = false
 	if err := taskstate.RetryExpired(t, step, attempt, delay, actor, now); err != nil {
 		return err
+	}
+	if r.finished {
+		return nil
 	}
 	st := taskstate.FindStep(t, step)
 	if !taskstate.Queued(st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
@@ -118,6 +130,15 @@ func (r *retryDirect) apply(t *reevev1.Task, step string, attempt int32, delay t
 	}
 	r.claimed, r.ref = true, taskstate.Ref(t, st)
 	return nil
+}
+
+// finish ends the transition's use of the slot and returns it, with
+// whether the last run claimed and the claimed attempt.
+func (r *retryDirect) finish() (slot *directSlot, claimed bool, ref *reevev1.StepRef) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.finished = true
+	return r.slot, r.claimed, r.ref
 }
 
 // serves reports whether the slot's agent takes steps of k.

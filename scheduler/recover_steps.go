@@ -133,15 +133,16 @@ func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.Recove
 			return taskstate.FailExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
 		}
 	}, fences...)
-	if err != nil && direct.claimed {
+	slot, claimed, ref := direct.finish()
+	if err != nil && claimed {
 		// The claim was in the write whose outcome is unknown (etcd
 		// unavailable, the call gave up): take the attempt back if it
 		// committed, as a claim's unknown outcome is (dispatcher.claim).
-		s.disp.takeBack(direct.ref, direct.slot.conn.agentID, "direct dispatch outcome unknown: "+err.Error())
+		s.disp.takeBack(ref, slot.conn.agentID, "direct dispatch outcome unknown: "+err.Error())
 	}
-	if err != nil || !direct.claimed {
-		s.disp.unreserve(direct.slot)
-		direct.slot = nil
+	if err != nil || !claimed {
+		s.disp.unreserve(slot)
+		slot = nil
 	}
 	if err != nil {
 		st := toStatus(err)
@@ -149,12 +150,12 @@ func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.Recove
 	}
 	s.tel.ended1(before.GetTask(), after.GetTask())
 	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
-	if direct.slot != nil {
+	if slot != nil {
 		t := after.GetTask()
 		st := taskstate.FindStep(t, d.GetStep())
 		a := assignment(t, st)
-		s.tel.claimed(after, st, a, s.opts.id, direct.slot.conn.agentID, s.opts.clock.Now())
-		s.disp.deliver(direct.slot, a)
+		s.tel.claimed(after, st, a, s.opts.id, slot.conn.agentID, s.opts.clock.Now())
+		s.disp.deliver(slot, a)
 	}
 	s.log.InfoContext(ctx, "recovery applied", "task_id", d.GetTaskId(), "step", d.GetStep(), "attempt", d.GetAttempt(),
 		"actor", actor, "action", d.GetAction().String(), "task_state", after.GetTask().GetState())

@@ -149,7 +149,25 @@ func runScenario(parent context.Context, cfg Config, name string) (*RecoveryScen
 	deadlines := map[string]time.Time{} // task id -> deadline
 	var refs []*reevev1.StepRef
 	var first, last time.Time
+	beat := func() error {
+		for i := 0; i < len(refs); i += 1000 {
+			m := &reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: refs[i:min(i+1000, len(refs))]}}}
+			if err := holder.Send(m); err != nil {
+				return fmt.Errorf("holder heartbeat: %w", err)
+			}
+		}
+		return nil
+	}
+	lastBeat := time.Now()
 	for len(refs) < n {
+		// The killed holder heartbeats what it holds while it takes the
+		// rest (taking 10,000 can outlast the heartbeat timeout).
+		if name == "killed" && time.Since(lastBeat) >= recoveryHeartbeat/4 {
+			if err := beat(); err != nil {
+				return nil, err
+			}
+			lastBeat = time.Now()
+		}
 		m, err := holder.Recv()
 		if err != nil {
 			return nil, fmt.Errorf("holder: after %d of %d assignments: %w", len(refs), n, err)
@@ -169,13 +187,10 @@ func runScenario(parent context.Context, cfg Config, name string) (*RecoveryScen
 	}
 	if name == "killed" {
 		// Beat once for everything, then drop the connection.
-		for i := 0; i < len(refs); i += 1000 {
-			beat := &reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: refs[i:min(i+1000, len(refs))]}}}
-			if err := holder.Send(beat); err != nil {
-				return nil, fmt.Errorf("holder heartbeat: %w", err)
-			}
+		if err := beat(); err != nil {
+			return nil, err
 		}
-		lastBeat := time.Now()
+		lastBeat = time.Now()
 		// Give the scheduler time to take the beats in before the
 		// connection drops (a drop discards what it has not read): the
 		// deadline it writes is then at or after lastBeat + the timeout,
