@@ -249,7 +249,7 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 		if cur := d.items[it.key]; cur == it {
 			delete(d.items, it.key)
 		}
-		d.deliver(conn, a)
+		d.handOver(conn, a)
 	case errors.Is(err, taskstate.ErrNotDue):
 		it.claiming = false
 		d.enqueue(it)
@@ -267,28 +267,6 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 			it.due = d.s.opts.clock.Now().Add(200 * time.Millisecond)
 			d.enqueue(it)
 		}
-	}
-}
-
-// deliver sends a committed claim's assignment to its agent and tracks it
-// (acknowledgement, deadline, heartbeats), or takes it back when the agent
-// cannot take it. d.mu is held.
-func (d *dispatcher) deliver(conn *agentConn, a *reevev1.StepAssignment) {
-	// An agent that is draining (it asked, or this scheduler is shutting
-	// down and sent Drain) would find the assignment behind the Drain
-	// message: take it back rather than send it.
-	if conn.draining || !conn.sendAssignment(a) {
-		ref := a.GetRef()
-		d.s.log.Warn("assignment not delivered: agent draining, stream gone or not reading; taking it back", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
-		d.takeBack(ref, conn.agentID, "assignment could not be delivered to agent "+conn.agentID)
-		return
-	}
-	k := refKey(a.GetRef())
-	now := d.s.opts.clock.Now()
-	conn.running[k] = a.GetCompleteBy().AsTime()
-	conn.unacked[k] = &pendingAck{ref: a.GetRef(), sent: now}
-	if hb := a.GetHeartbeatTimeout(); hb != nil {
-		conn.beats[k] = &beat{ref: a.GetRef(), timeout: hb.AsDuration(), last: now}
 	}
 }
 

@@ -113,11 +113,14 @@ func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.Recove
 		}
 		span.End()
 	}()
+	direct := &retryDirect{d: s.disp}
 	before, after, err := s.store.UpdateTask(ctx, ns, d.GetTaskId(), func(t *reevev1.Task) error {
 		now := s.opts.clock.Now()
 		switch d.GetAction() {
 		case reevev1.RecoveryAction_RECOVERY_ACTION_RETRY:
-			return taskstate.RetryExpired(t, d.GetStep(), d.GetAttempt(), d.GetDelay().AsDuration(), actor, now)
+			// The next attempt goes straight to an agent here with room
+			// when it is due at once (direct.go).
+			return direct.apply(t, d.GetStep(), d.GetAttempt(), d.GetDelay().AsDuration(), actor, now)
 		case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE:
 			return taskstate.CompensateExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
 		case reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST:
@@ -130,12 +133,30 @@ func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.Recove
 			return taskstate.FailExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
 		}
 	}, fences...)
+	slot, claimed, ref := direct.finish()
+	if err != nil && claimed {
+		// The claim was in the write whose outcome is unknown (etcd
+		// unavailable, the call gave up): take the attempt back if it
+		// committed, as a claim's unknown outcome is (dispatcher.claim).
+		s.disp.takeBack(ref, slot.conn.agentID, "direct dispatch outcome unknown: "+err.Error())
+	}
+	if err != nil || !claimed {
+		s.disp.unreserve(slot)
+		slot = nil
+	}
 	if err != nil {
 		st := toStatus(err)
 		return &reevev1.RecoveryOutcome{Code: int32(st.Code()), Message: st.Message()}
 	}
 	s.tel.ended1(before.GetTask(), after.GetTask())
 	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
+	if slot != nil {
+		t := after.GetTask()
+		st := taskstate.FindStep(t, d.GetStep())
+		a := assignment(t, st)
+		s.tel.claimed(after, st, a, s.opts.id, slot.conn.agentID, s.opts.clock.Now())
+		s.disp.deliver(slot, a)
+	}
 	s.log.InfoContext(ctx, "recovery applied", "task_id", d.GetTaskId(), "step", d.GetStep(), "attempt", d.GetAttempt(),
 		"actor", actor, "action", d.GetAction().String(), "task_state", after.GetTask().GetState())
 	return &reevev1.RecoveryOutcome{Applied: true, TaskState: after.GetTask().GetState()}

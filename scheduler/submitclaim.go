@@ -11,9 +11,10 @@ import (
 
 // submitClaim is a claim made in a new task's record before it is created
 // (WithDispatchOnSubmit): the create commits the task with the step
-// already running on conn, in one transaction guarded like any creation.
+// already running on the slot's agent, in one transaction guarded like any
+// creation.
 type submitClaim struct {
-	conn *agentConn
+	slot *directSlot
 	a    *reevev1.StepAssignment
 	st   *reevev1.Step
 }
@@ -39,22 +40,15 @@ func (s *Server) claimOnSubmit(rec *storev1.TaskRecord) *submitClaim {
 	if st == nil || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
 		return nil
 	}
-	d := s.disp
-	k := queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)}
-	d.lock()
-	defer d.unlock()
-	if q := d.queues[k]; q != nil && q.Len() > 0 {
+	slot := s.disp.reserveDirect(queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)})
+	if slot == nil {
 		return nil
 	}
-	conn := d.agents.pick(k, now)
-	if conn == nil {
+	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), s.opts.id, slot.conn.agentID, now); err != nil {
+		s.disp.unreserve(slot) // rec is unchanged: Claim checks before it writes
 		return nil
 	}
-	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), s.opts.id, conn.agentID, now); err != nil {
-		return nil // rec is unchanged: Claim checks before it writes
-	}
-	conn.reserved++
-	return &submitClaim{conn: conn, a: assignment(t, st), st: st}
+	return &submitClaim{slot: slot, a: assignment(t, st), st: st}
 }
 
 // settleSubmitClaim ends a claim made on submit once the create returned:
@@ -64,23 +58,18 @@ func (s *Server) claimOnSubmit(rec *storev1.TaskRecord) *submitClaim {
 // committed after the call gave up) the attempt is taken back, as for a
 // claim whose outcome is unknown.
 func (s *Server) settleSubmitClaim(c *submitClaim, rec *storev1.TaskRecord, created bool, err error) {
-	d := s.disp
-	ref := c.a.GetRef()
+	agentID := c.slot.conn.agentID
 	if err != nil && !notWritten(err) {
+		ref := c.a.GetRef()
 		s.log.Warn("submit with claim: outcome unknown, taking the attempt back", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
-		s.goWork(func() { s.takeBack(ref, c.conn.agentID, "claim on submit, outcome unknown: "+err.Error()) })
+		s.goWork(func() { s.takeBack(ref, agentID, "claim on submit, outcome unknown: "+err.Error()) })
 	}
-	d.lock()
-	c.conn.reserved--
-	if err == nil && created {
-		d.deliver(c.conn, c.a)
-	}
-	d.unlock()
 	if err != nil || !created {
-		d.poke()
+		s.disp.unreserve(c.slot)
 		return
 	}
-	s.tel.claimed(rec, c.st, c.a, s.opts.id, c.conn.agentID, s.opts.clock.Now())
+	s.disp.deliver(c.slot, c.a)
+	s.tel.claimed(rec, c.st, c.a, s.opts.id, agentID, s.opts.clock.Now())
 }
 
 // notWritten reports whether a create failed in a way that certainly wrote

@@ -152,7 +152,7 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 		}
 		now := s.opts.clock.Now()
 		next := now.Add(s.opts.tick)
-		if at, ok, _, err := s.store.NextDeadline(sess.Ctx(), passAt); err == nil && ok && at.Before(next) {
+		if at, ok, _, err := s.store.NextDeadline(sess.Ctx(), passAt, next); err == nil && ok && at.Before(next) {
 			next = at
 		}
 		for _, b := range s.backoff {
@@ -222,7 +222,10 @@ func (w *waker) take() (time.Time, bool) {
 // and reads again when the watch fails (after a compaction, at once).
 func (s *Supervisor) watchDeadlines(ctx context.Context, w *waker) {
 	for ctx.Err() == nil {
-		at, ok, rev, err := s.store.NextDeadline(ctx, s.opts.clock.Now())
+		// Only a deadline within the tick can wake the leader earlier
+		// than it wakes anyway.
+		now := s.opts.clock.Now()
+		at, ok, rev, err := s.store.NextDeadline(ctx, now, now.Add(s.opts.tick))
 		if err != nil {
 			s.sleep(ctx, time.Second)
 			continue

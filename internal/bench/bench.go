@@ -92,6 +92,14 @@ type Config struct {
 	// SpaceReclaim is the embedded scheduler's scheduler.WithSpaceReclaim;
 	// 0 takes its default (1m), negative turns it off.
 	SpaceReclaim time.Duration
+	// AckTimeout is the embedded scheduler's scheduler.WithAckTimeout; 0
+	// takes its default (5s).
+	AckTimeout time.Duration
+	// RecoveryCPUProfile, in recovery mode, is a file name: each scenario
+	// writes a CPU profile of the whole process, from the healthy agent's
+	// connection to the scenario's end, to it with the scenario's name
+	// appended ("cpu.pprof.silent"). Empty: no profile.
+	RecoveryCPUProfile string
 	// Log receives progress; default discards.
 	Log *slog.Logger
 }

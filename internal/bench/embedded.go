@@ -60,6 +60,9 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	if cfg.CommitWindow != 0 {
 		opts = append(opts, scheduler.WithCommitWindow(max(cfg.CommitWindow, 0)))
 	}
+	if cfg.AckTimeout > 0 {
+		opts = append(opts, scheduler.WithAckTimeout(cfg.AckTimeout))
+	}
 	if cfg.Retention > 0 {
 		opts = append(opts, scheduler.WithRetention(cfg.Retention), scheduler.WithSweepInterval(min(time.Minute, cfg.Retention)))
 	}

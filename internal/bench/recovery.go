@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,11 +24,13 @@ import (
 // connected; a holding agent then takes them all, so their deadlines fall
 // within a short window, and fails:
 //
-//   - silent: it asks for no more work (Drain), keeps its stream open and
-//     never answers; each step is re-dispatched after its complete-by (the
-//     step timeout).
-//   - killed: its steps declare a heartbeat timeout; it heartbeats, then its
-//     connection drops without a goodbye; each step is re-dispatched after
+//   - silent: it acknowledges every assignment as it arrives (as the SDK
+//     does, before running the handler), asks for no more work (Drain),
+//     keeps its stream open and never answers: a hung handler behind a
+//     live connection. Each step is re-dispatched after its complete-by
+//     (the step timeout).
+//   - killed: its steps declare a heartbeat timeout; it acknowledges and
+//     heartbeats them, then its connection drops without a goodbye; each step is re-dispatched after
 //     its last heartbeat plus the heartbeat timeout (their complete-by is a
 //     minute away).
 //
@@ -41,11 +45,16 @@ type RecoveryScenario struct {
 	Scenario string `json:"scenario"`
 	Tasks    int    `json:"tasks"`
 	// Redispatched counts steps the healthy agent received again.
-	Redispatched    int     `json:"redispatched"`
-	RedispatchP50Ms float64 `json:"redispatch_p50_ms"`
-	RedispatchP95Ms float64 `json:"redispatch_p95_ms"`
-	RedispatchP99Ms float64 `json:"redispatch_p99_ms"`
-	RedispatchMaxMs float64 `json:"redispatch_max_ms"`
+	Redispatched int `json:"redispatched"`
+	// RedispatchedEarly counts re-dispatches before the step's deadline
+	// (the scenario is then not measuring recovery: e.g. the scheduler's
+	// ack timeout took the attempt back first). Included in the
+	// percentiles, as negative latencies.
+	RedispatchedEarly int     `json:"redispatched_early"`
+	RedispatchP50Ms   float64 `json:"redispatch_p50_ms"`
+	RedispatchP95Ms   float64 `json:"redispatch_p95_ms"`
+	RedispatchP99Ms   float64 `json:"redispatch_p99_ms"`
+	RedispatchMaxMs   float64 `json:"redispatch_max_ms"`
 	// DeadlineSpreadMs is the time between the first and last deadline.
 	DeadlineSpreadMs float64 `json:"deadline_spread_ms"`
 	// LastDoneMs is from the first deadline to the last task's success
@@ -140,7 +149,25 @@ func runScenario(parent context.Context, cfg Config, name string) (*RecoveryScen
 	deadlines := map[string]time.Time{} // task id -> deadline
 	var refs []*reevev1.StepRef
 	var first, last time.Time
+	beat := func() error {
+		for i := 0; i < len(refs); i += 1000 {
+			m := &reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: refs[i:min(i+1000, len(refs))]}}}
+			if err := holder.Send(m); err != nil {
+				return fmt.Errorf("holder heartbeat: %w", err)
+			}
+		}
+		return nil
+	}
+	lastBeat := time.Now()
 	for len(refs) < n {
+		// The killed holder heartbeats what it holds while it takes the
+		// rest (taking 10,000 can outlast the heartbeat timeout).
+		if name == "killed" && time.Since(lastBeat) >= recoveryHeartbeat/4 {
+			if err := beat(); err != nil {
+				return nil, err
+			}
+			lastBeat = time.Now()
+		}
 		m, err := holder.Recv()
 		if err != nil {
 			return nil, fmt.Errorf("holder: after %d of %d assignments: %w", len(refs), n, err)
@@ -149,18 +176,21 @@ func runScenario(parent context.Context, cfg Config, name string) (*RecoveryScen
 		if a == nil {
 			continue
 		}
+		// Acknowledge at once, as an agent whose gRPC side works does
+		// (even when its handlers hang): otherwise the scheduler's ack
+		// timeout takes the attempt back before its deadline.
+		if err := holder.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: a.GetRef()}}}); err != nil {
+			return nil, fmt.Errorf("holder ack: %w", err)
+		}
 		refs = append(refs, a.GetRef())
 		deadlines[a.GetRef().GetTaskId()] = a.GetCompleteBy().AsTime()
 	}
 	if name == "killed" {
 		// Beat once for everything, then drop the connection.
-		for i := 0; i < len(refs); i += 1000 {
-			beat := &reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: refs[i:min(i+1000, len(refs))]}}}
-			if err := holder.Send(beat); err != nil {
-				return nil, fmt.Errorf("holder heartbeat: %w", err)
-			}
+		if err := beat(); err != nil {
+			return nil, err
 		}
-		lastBeat := time.Now()
+		lastBeat = time.Now()
 		// Give the scheduler time to take the beats in before the
 		// connection drops (a drop discards what it has not read): the
 		// deadline it writes is then at or after lastBeat + the timeout,
@@ -199,11 +229,16 @@ func runScenario(parent context.Context, cfg Config, name string) (*RecoveryScen
 	if err != nil {
 		return nil, err
 	}
+	stopProfile, err := startCPUProfile(cfg.RecoveryCPUProfile, name)
+	if err != nil {
+		return nil, err
+	}
 	cpu0 := cpuSeconds()
 	var (
 		lat      samples
 		acked    = map[string]bool{}
 		lastDone time.Time
+		early    int
 		sendMu   sync.Mutex
 		failures atomic.Int64
 	)
@@ -218,10 +253,16 @@ func runScenario(parent context.Context, cfg Config, name string) (*RecoveryScen
 			a := m.GetAssignment()
 			if d, ok := deadlines[a.GetRef().GetTaskId()]; ok && a.GetRef().GetAttempt() == 2 {
 				lat.add(now.Sub(d))
+				if now.Before(d) {
+					early++
+				}
 			}
 			sendMu.Lock()
-			err := healthy.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{
-				Ref: a.GetRef(), Output: structpb.NewNullValue()}}})
+			err := healthy.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: a.GetRef()}}})
+			if err == nil {
+				err = healthy.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{
+					Ref: a.GetRef(), Output: structpb.NewNullValue()}}})
+			}
 			sendMu.Unlock()
 			if err != nil {
 				failures.Add(1)
@@ -234,8 +275,11 @@ func runScenario(parent context.Context, cfg Config, name string) (*RecoveryScen
 		}
 	}
 	cpu := cpuSeconds() - cpu0
+	if err := stopProfile(); err != nil {
+		return nil, err
+	}
 
-	sc := &RecoveryScenario{Scenario: name, Tasks: n, Redispatched: len(lat.all()),
+	sc := &RecoveryScenario{Scenario: name, Tasks: n, Redispatched: len(lat.all()), RedispatchedEarly: early,
 		DeadlineSpreadMs: ms(last.Sub(first)), ProcessCPUSec: cpu}
 	sc.RedispatchP50Ms, sc.RedispatchP95Ms, sc.RedispatchP99Ms, sc.RedispatchMaxMs = percentiles(lat.all())
 	if !lastDone.IsZero() {
@@ -317,4 +361,24 @@ func openAgent(ctx context.Context, cc *grpc.ClientConn, id string, max int) (re
 		return nil, errors.New("agent " + id + ": no Registered")
 	}
 	return st, nil
+}
+
+// startCPUProfile writes a CPU profile of the process to path + "." +
+// scenario until the returned function is called; nothing when path is "".
+func startCPUProfile(path, scenario string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path + "." + scenario)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

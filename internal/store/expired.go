@@ -56,12 +56,21 @@ func (s *Store) ExpiredAfter(ctx context.Context, after string, now time.Time, l
 	return out, nil
 }
 
-// NextDeadline returns the earliest deadline in the index after the given time, and
-// the revision the index was read at (to resume a watch from).
-func (s *Store) NextDeadline(ctx context.Context, now time.Time) (at time.Time, ok bool, rev int64, err error) {
+// NextDeadline returns the earliest deadline in the index after now and
+// before until (the zero time: no bound), and the revision the index was
+// read at (to resume a watch from). etcd visits every key of a range to
+// count it even with a limit, so a caller that only cares about deadlines
+// within a horizon (the supervisor's safety-net tick) bounds the range:
+// after a mass recovery the index holds one future deadline per running
+// step, and an unbounded read of the head visited them all.
+func (s *Store) NextDeadline(ctx context.Context, now, until time.Time) (at time.Time, ok bool, rev int64, err error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.c.Get(octx, s.k.deadlinesUntil(now), clientv3.WithRange(prefixEnd(s.k.deadlinePrefix())),
+	end := prefixEnd(s.k.deadlinePrefix())
+	if !until.IsZero() {
+		end = s.k.deadlinesUntil(until)
+	}
+	resp, err := s.c.Get(octx, s.k.deadlinesUntil(now), clientv3.WithRange(end),
 		clientv3.WithKeysOnly(), clientv3.WithLimit(1))
 	if err != nil {
 		return time.Time{}, false, 0, etcdErr(ctx, "next deadline", err)
