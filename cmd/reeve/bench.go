@@ -126,12 +126,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 			}
 			out := cmd.OutOrStdout()
 			if g.output == "json" {
-				b, err := json.Marshal(rep)
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintln(out, string(b))
-				return err
+				return printJSONObject(out, rep)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			fmt.Fprintf(tw, "mode\t%s\n", rep.Mode)
@@ -232,12 +227,7 @@ func runRecoveryBench(cmd *cobra.Command, g *globals, cfg bench.Config) error {
 	}
 	out := cmd.OutOrStdout()
 	if g.output == "json" {
-		b, err := json.Marshal(rep)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(out, string(b))
-		return err
+		return printJSONObject(out, rep)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "scenario\ttasks\tre-dispatch p50\tp99\tmax\tlast done\tdeadline spread\tlost\tstuck\tCPU\n")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -130,12 +129,7 @@ func runFailoverBench(cmd *cobra.Command, g *globals, f failoverFlags) (err erro
 func printFailover(cmd *cobra.Command, g *globals, rep failoverReport) error {
 	out := cmd.OutOrStdout()
 	if g.output == "json" {
-		b, err := json.Marshal(rep)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(out, string(b))
-		return err
+		return printJSONObject(out, rep)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "supervisor leader SIGKILLed\tlease deleted\tfirst recovery\t(after lease)\tlast recovery\tfirst re-dispatch\ttarget (TTL + 500 ms)\tmet\n")

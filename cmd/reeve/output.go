@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -18,6 +19,17 @@ import (
 // printJSON prints the protojson of m, indented.
 func printJSON(w io.Writer, m proto.Message) error {
 	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// printJSONObject prints a report (a Go struct with json tags) as one JSON
+// object on one line, as the bench commands' -o json promises.
+func printJSONObject(w io.Writer, rep any) error {
+	b, err := json.Marshal(rep)
 	if err != nil {
 		return err
 	}
