@@ -786,9 +786,10 @@ func (x *StepResult) GetError() *StepError {
 //	                                      (an output over 64 KiB also fails
 //	                                      the step with "output_too_large")
 //	false     7 PERMISSION_DENIED         ref.namespace is not the agent's
-//	false     14 UNAVAILABLE, 8, 10, 13   not recorded (etcd unreachable
-//	                                      until complete_by, out of space, a
-//	                                      conflict, an internal error); the
+//	false     14 UNAVAILABLE, 4, 8, 10,   not recorded (etcd unreachable
+//	          13                          until complete_by, the write timed
+//	                                      out, out of space, a conflict, an
+//	                                      internal error); the
 //	                                      supervisor recovers the step after
 //	                                      its complete_by
 //
