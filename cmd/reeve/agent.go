@@ -45,6 +45,7 @@ registered twice).
             --side-effects (one JSON line per execution, see docs/reliability.md);
             chaos.wide (64 parallel steps) needs schedulers run with
             --etcd-max-txn-ops 204 or more, and etcd members with that --max-txn-ops
+            (refused otherwise: the agent logs it and serves the others)
 
 With the TLS flags (--tls-ca, --tls-cert, --tls-key, --token) it connects
 like the client commands; registering workflows then needs the admin role,
@@ -156,6 +157,13 @@ func registerWorkflows(ctx context.Context, log *slog.Logger, g *globals, addrs 
 			if status.Code(err) == codes.PermissionDenied {
 				log.Warn("not allowed to register workflows (admin role); serving those an admin registered", "err", err)
 				return nil
+			}
+			if status.Code(err) == codes.InvalidArgument {
+				// Refused for good (e.g. chaos.wide against schedulers
+				// without a raised --etcd-max-txn-ops): retrying cannot
+				// help, and the other workflows still serve.
+				log.Warn("workflow refused; not registered, tasks of it cannot be submitted", "workflow", w.GetName(), "err", err)
+				break
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("register workflow %s: %w", w.GetName(), errors.Join(err, ctx.Err()))
