@@ -68,8 +68,10 @@ func (s *Server) settleSubmitClaim(c *submitClaim, rec *storev1.TaskRecord, crea
 		s.disp.unreserve(c.slot)
 		return
 	}
-	s.disp.deliver(c.slot, c.a)
+	// claimed puts the attempt's trace context in the assignment: before
+	// it goes to the stream, whose send loop encodes it.
 	s.tel.claimed(rec, c.st, c.a, s.opts.id, agentID, s.opts.clock.Now())
+	s.disp.deliver(c.slot, c.a)
 }
 
 // notWritten reports whether a create failed in a way that certainly wrote
