@@ -35,7 +35,9 @@ func TestListAgentsAcrossSchedulers(t *testing.T) {
 	_ = a2
 
 	// Condition wait: the in-flight counts of the other scheduler's agent
-	// arrive within its publication interval.
+	// arrive within its publication interval, and the queued steps reach
+	// this scheduler's queue through its watch of ready/ (the work tasks
+	// may be claimed on submit, before the watch has delivered those).
 	deadline := time.Now().Add(wait)
 	var resp *reevev1.ListAgentsResponse
 	for {
@@ -48,11 +50,17 @@ func TestListAgentsAcrossSchedulers(t *testing.T) {
 		for _, a := range resp.GetAgents() {
 			total += a.GetInFlight()
 		}
-		if len(resp.GetAgents()) == 2 && total == 2 {
+		var nobody int64
+		for _, q := range resp.GetQueues() {
+			if q.GetStepType() == "nobody" {
+				nobody = q.GetDepth()
+			}
+		}
+		if len(resp.GetAgents()) == 2 && total == 2 && nobody == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("agents %v: want 2 agents running 2 steps between them", resp.GetAgents())
+			t.Fatalf("agents %v, queues %v: want 2 agents running 2 steps between them and 3 steps queued for nobody", resp.GetAgents(), resp.GetQueues())
 		}
 		time.Sleep(50 * time.Millisecond) // polling an eventually consistent read, bounded above
 	}
