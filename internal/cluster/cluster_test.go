@@ -3,8 +3,6 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,22 +26,8 @@ func TestKilledSchedulerMovesItsAgents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, Reeve: reeve, Etcd: etcd, NoFsync: true,
+	c := clustertest.Start(ctx, t, cluster.Config{Dir: dir, Reeve: reeve, Etcd: etcd, NoFsync: true,
 		Supervisors: 1, Agents: 3, AgentArgs: func(int) []string { return []string{"--demo"} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(15 * time.Second); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-		if t.Failed() {
-			for _, name := range []string{"scheduler-1", "scheduler-2", "agent-1", "agent-2", "agent-3"} {
-				b, _ := os.ReadFile(filepath.Join(dir, "logs", name+".log"))
-				t.Logf("%s:\n%s", name, b)
-			}
-		}
-	})
 	cli, err := c.Client()
 	if err != nil {
 		t.Fatal(err)

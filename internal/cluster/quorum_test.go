@@ -3,8 +3,6 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -42,23 +40,9 @@ func TestQuorumLossGivesUnavailableAndResumes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, Reeve: reeve, Etcd: etcd, NoFsync: true,
+	c := clustertest.Start(ctx, t, cluster.Config{Dir: dir, Reeve: reeve, Etcd: etcd, NoFsync: true,
 		Supervisors: 2, Agents: 2, SessionTTL: 5, AgentArgs: func(int) []string { return []string{"--demo"} }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	reeveProcs := append(append(append([]*cluster.Process(nil), c.Schedulers...), c.Supervisors...), c.Agents...)
-	t.Cleanup(func() {
-		if err := c.Stop(15 * time.Second); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-		if t.Failed() {
-			for _, p := range append(reeveProcs, c.Etcd...) {
-				b, _ := os.ReadFile(filepath.Join(dir, "logs", p.Name+".log"))
-				t.Logf("%s:\n%s", p.Name, b)
-			}
-		}
-	})
 	allAlive := func(when string) {
 		t.Helper()
 		for _, p := range reeveProcs {

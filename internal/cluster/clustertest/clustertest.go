@@ -9,11 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/reeve-org/reeve/internal/cluster"
 	"github.com/reeve-org/reeve/internal/verify"
 )
 
@@ -100,4 +103,27 @@ func Verify(ctx context.Context, t testing.TB, cli *clientv3.Client) {
 		t.Errorf("reeve verify: %s %s/%s %s: %s", v.Kind, v.Namespace, v.TaskID, v.Key, v.Detail)
 	}
 	t.Logf("reeve verify: %d tasks, %d index keys, %d violations", rep.Tasks, rep.IndexKeys, len(rep.Violations))
+}
+
+// Start starts a cluster for a test and stops it when the test ends; when
+// the test failed, it logs every process's log (schedulers, supervisors,
+// agents, etcd members) first.
+func Start(ctx context.Context, t testing.TB, cfg cluster.Config) *cluster.Cluster {
+	t.Helper()
+	c, err := cluster.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(15 * time.Second); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		if t.Failed() {
+			for _, p := range slices.Concat(c.Schedulers, c.Supervisors, c.Agents, c.Etcd) {
+				b, _ := os.ReadFile(filepath.Join(cfg.Dir, "logs", p.Name+".log"))
+				t.Logf("%s:\n%s", p.Name, b)
+			}
+		}
+	})
+	return c
 }

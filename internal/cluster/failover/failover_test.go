@@ -3,11 +3,9 @@ package failover_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/reeve-org/reeve/internal/cluster"
 	"github.com/reeve-org/reeve/internal/cluster/clustertest"
 	"github.com/reeve-org/reeve/internal/cluster/failover"
 )
@@ -35,21 +33,7 @@ func TestFailoverMechanisms(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := cluster.Start(ctx, failover.ClusterConfig(dir, reeve, etcd, 4, 3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(15 * time.Second); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-		if t.Failed() {
-			for _, p := range append(append(append([]*cluster.Process(nil), c.Schedulers...), c.Supervisors...), c.Agents...) {
-				b, _ := os.ReadFile(filepath.Join(dir, "logs", p.Name+".log"))
-				t.Logf("%s:\n%s", p.Name, b)
-			}
-		}
-	})
+	c := clustertest.Start(ctx, t, failover.ClusterConfig(dir, reeve, etcd, 4, 3))
 	m, err := failover.New(c)
 	if err != nil {
 		t.Fatal(err)
