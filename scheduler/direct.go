@@ -113,24 +113,52 @@ func (r *retryDirect) apply(t *reevev1.Task, step string, attempt int32, delay t
 	if r.finished {
 		return nil
 	}
-	st := taskstate.FindStep(t, step)
-	if !taskstate.Queued(st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
+	r.claimLocked(t, taskstate.FindStep(t, step), now)
+	return nil
+}
+
+// claimAfter runs a transition of t and, when it succeeds, claims the
+// task's first queued step if it is due and an agent here has room for it:
+// the next step a result made ready (resultclaim.go).
+func (r *retryDirect) claimAfter(t *reevev1.Task, now time.Time, transition func() error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.claimed = false
+	if err := transition(); err != nil {
+		return err
+	}
+	if r.finished {
 		return nil
+	}
+	for _, st := range t.GetSteps() {
+		if taskstate.Queued(st) {
+			r.claimLocked(t, st, now)
+			break
+		}
+	}
+	return nil
+}
+
+// claimLocked claims st, queued in t, for the reserved slot's agent (it
+// reserves one on first use) when st is due and the agent takes its type.
+// r.mu is held.
+func (r *retryDirect) claimLocked(t *reevev1.Task, st *reevev1.Step, now time.Time) {
+	if !taskstate.Queued(st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
+		return
 	}
 	k := queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)}
 	if r.slot == nil {
 		r.slot = r.d.reserveDirect(k)
 	}
 	if r.slot == nil || !r.slot.serves(k) {
-		return nil
+		return
 	}
 	// Claim refuses before it changes anything: on a refusal the record is
-	// the recovery alone, and the step waits in the ready queue.
-	if err := taskstate.Claim(t, step, st.GetAttempt(), r.d.s.opts.id, r.slot.conn.agentID, now); err != nil {
-		return nil
+	// the transition alone, and the step waits in the ready queue.
+	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), r.d.s.opts.id, r.slot.conn.agentID, now); err != nil {
+		return
 	}
 	r.claimed, r.ref = true, taskstate.Ref(t, st)
-	return nil
 }
 
 // finish ends the transition's use of the slot and returns it, with

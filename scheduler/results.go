@@ -58,8 +58,7 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	}
 	log := s.log.With("task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
 
-	apply := func(t *reevev1.Task) error {
-		now := s.opts.clock.Now()
+	record := func(t *reevev1.Task, now time.Time) error {
 		if err := checkNotLate(t, ref, conn.agentID, now); err != nil {
 			return err
 		}
@@ -75,7 +74,7 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		return taskstate.Complete(t, ref, conn.agentID, res.GetOutput(), now)
 	}
 
-	beforeRec, afterRec, err := s.updateUntil(s.resultDeadline(conn, ref), ref, apply)
+	beforeRec, afterRec, next, err := s.recordResult(s.resultDeadline(conn, ref), ref, record)
 	before, after := beforeRec.GetTask(), afterRec.GetTask()
 	s.disp.releaseRef(conn.agentID, ref)
 	if err != nil {
@@ -88,6 +87,7 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	}
 	s.tel.resulted(beforeRec, afterRec, ref, res, conn.agentID, s.opts.clock.Now())
 	s.disp.revoke(taskstate.Revoked(before, after, ref), "task "+after.GetState().String())
+	s.deliverNext(afterRec, next)
 	ack.Accepted = true
 	return ack
 }
