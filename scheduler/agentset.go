@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
@@ -22,7 +23,7 @@ type agentConn struct {
 	reserved int                    // claims in flight for this agent
 	running  map[string]time.Time   // attempts it runs (refKey) -> complete-by
 	unacked  map[string]*pendingAck // sent, not yet acknowledged (refKey)
-	beats    map[string]*beat       // attempts with a heartbeat timeout (refKey)
+	beats    map[string]*beat       // attempts with a heartbeat timeout or a reassign_after_disconnect (refKey)
 	draining bool                   // the agent asked for no more work
 	// stuck: an assignment went unacknowledged past the ack timeout. The
 	// agent gets no work but one probe assignment at probeAt; an ack
@@ -134,11 +135,33 @@ func (c *agentConn) sendAssignment(a *reevev1.StepAssignment) bool {
 	return false
 }
 
-// beat is the in-memory liveness of one attempt with a heartbeat timeout.
+// beat is the in-memory liveness of one attempt whose step sets a
+// heartbeat timeout or a reassign_after_disconnect (either may be 0: unset).
 type beat struct {
 	ref     *reevev1.StepRef
-	timeout time.Duration
-	last    time.Time
+	timeout time.Duration // heartbeat timeout
+	grace   time.Duration // reassign_after_disconnect
+	last    time.Time     // last heartbeat (or dispatch, or adoption)
+}
+
+func newBeat(ref *reevev1.StepRef, heartbeat, reassign *durationpb.Duration, now time.Time) *beat {
+	return &beat{ref: ref, timeout: heartbeat.AsDuration(), grace: reassign.AsDuration(), last: now}
+}
+
+// lostAt is when the attempt stops being its agent's once the agent's
+// stream ended at end: its last heartbeat plus the heartbeat timeout, or
+// the end plus the reassign grace, whichever is earlier.
+func (b *beat) lostAt(end time.Time) time.Time {
+	var at time.Time
+	if b.timeout > 0 {
+		at = b.last.Add(b.timeout)
+	}
+	if b.grace > 0 {
+		if g := end.Add(b.grace); at.IsZero() || g.Before(at) {
+			at = g
+		}
+	}
+	return at
 }
 
 // missedBeats returns, and forgets, the attempts whose agent has not
@@ -148,7 +171,7 @@ func (s *agentSet) missedBeats(now time.Time) []*beat {
 	for _, conns := range s.byAgent {
 		for _, c := range conns {
 			for k, b := range c.beats {
-				if now.Sub(b.last) > b.timeout {
+				if b.timeout > 0 && now.Sub(b.last) > b.timeout {
 					out = append(out, b)
 					delete(c.beats, k)
 				}

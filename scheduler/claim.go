@@ -32,14 +32,15 @@ func (s *Server) claim(ctx context.Context, e *storev1.ReadyEntry, agentID strin
 func assignment(t *reevev1.Task, st *reevev1.Step) *reevev1.StepAssignment {
 	spec := taskstate.Spec(t, st.GetName())
 	a := &reevev1.StepAssignment{
-		Ref:               taskstate.Ref(t, st),
-		Type:              taskstate.ExecutionType(t, st),
-		IdempotencyKey:    st.GetIdempotencyKey(),
-		Input:             t.GetInput(),
-		Config:            spec.GetConfig(),
-		CompleteBy:        st.GetCompleteBy(),
-		HeartbeatTimeout:  spec.GetHeartbeatTimeout(),
-		DependencyOutputs: map[string]*structpb.Value{},
+		Ref:                     taskstate.Ref(t, st),
+		Type:                    taskstate.ExecutionType(t, st),
+		IdempotencyKey:          st.GetIdempotencyKey(),
+		Input:                   t.GetInput(),
+		Config:                  spec.GetConfig(),
+		CompleteBy:              st.GetCompleteBy(),
+		HeartbeatTimeout:        spec.GetHeartbeatTimeout(),
+		ReassignAfterDisconnect: spec.GetReassignAfterDisconnect(),
+		DependencyOutputs:       map[string]*structpb.Value{},
 	}
 	if taskstate.Compensating(st) {
 		// The compensation gets the output of the step it undoes.

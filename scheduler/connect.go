@@ -186,9 +186,9 @@ func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reev
 		if taskstate.Dispatched(st) && st.GetAttempt() == ref.GetAttempt() && st.GetLockedByAgent() == conn.agentID {
 			conn.running[refKey(ref)] = st.GetCompleteBy().AsTime()
 			// Liveness is watched on the stream the agent is on now.
-			if hb := taskstate.Spec(v.Record.GetTask(), ref.GetStep()).GetHeartbeatTimeout(); hb != nil {
+			if spec := taskstate.Spec(v.Record.GetTask(), ref.GetStep()); spec.GetHeartbeatTimeout() != nil || spec.GetReassignAfterDisconnect() != nil {
 				conn.running[refKey(ref)] = s.restoreDeadline(ctx, ref, conn.agentID, st)
-				conn.beats[refKey(ref)] = &beat{ref: ref, timeout: hb.AsDuration(), last: s.opts.clock.Now()}
+				conn.beats[refKey(ref)] = newBeat(ref, spec.GetHeartbeatTimeout(), spec.GetReassignAfterDisconnect(), s.opts.clock.Now())
 			}
 		}
 	}

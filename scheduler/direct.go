@@ -80,8 +80,8 @@ func (d *dispatcher) handOver(conn *agentConn, a *reevev1.StepAssignment) {
 	now := d.s.opts.clock.Now()
 	conn.running[k] = a.GetCompleteBy().AsTime()
 	conn.unacked[k] = &pendingAck{ref: a.GetRef(), sent: now}
-	if hb := a.GetHeartbeatTimeout(); hb != nil {
-		conn.beats[k] = &beat{ref: a.GetRef(), timeout: hb.AsDuration(), last: now}
+	if a.GetHeartbeatTimeout() != nil || a.GetReassignAfterDisconnect() != nil {
+		conn.beats[k] = newBeat(a.GetRef(), a.GetHeartbeatTimeout(), a.GetReassignAfterDisconnect(), now)
 	}
 }
 

@@ -59,6 +59,7 @@ func (s *Server) persistBeats(agentID string, beats []*beat) {
 	if len(beats) == 0 || s.base.Err() != nil {
 		return
 	}
+	end := s.opts.clock.Now()
 	for _, b := range beats {
 		s.goWork(func() {
 			// Generous: after a mass disconnect these writes queue behind
@@ -71,7 +72,7 @@ func (s *Server) persistBeats(agentID string, beats []*beat) {
 				if s.disp.watches(agentID, ref) {
 					return taskstate.ErrStale // the agent is back on this scheduler
 				}
-				return taskstate.ShortenOnDisconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, b.last.Add(b.timeout),
+				return taskstate.ShortenOnDisconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, b.lostAt(end),
 					"scheduler/"+s.opts.id, s.opts.clock.Now())
 			})
 			if err != nil && !errors.Is(err, taskstate.ErrStale) && !errors.Is(err, context.Canceled) {

@@ -124,11 +124,11 @@ func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.Recove
 		case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE:
 			return taskstate.CompensateExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
 		case reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST:
-			hb := taskstate.Spec(t, d.GetStep()).GetHeartbeatTimeout()
-			if hb == nil {
-				return fmt.Errorf("step %q declares no heartbeat timeout: %w", d.GetStep(), taskstate.ErrStale)
+			grace, ok := workflow.DisconnectGrace(taskstate.Spec(t, d.GetStep()))
+			if !ok {
+				return fmt.Errorf("step %q declares no heartbeat timeout or reassign_after_disconnect: %w", d.GetStep(), taskstate.ErrStale)
 			}
-			return taskstate.ShortenOnDisconnect(t, d.GetStep(), d.GetAttempt(), d.GetAgentId(), now.Add(hb.AsDuration()), actor, now)
+			return taskstate.ShortenOnDisconnect(t, d.GetStep(), d.GetAttempt(), d.GetAgentId(), now.Add(grace), actor, now)
 		default:
 			return taskstate.FailExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
 		}

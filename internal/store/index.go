@@ -9,7 +9,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // indexKey is one index key a task record implies, with its value.
@@ -67,10 +69,11 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 			}
 			dst = append(dst, indexKey{k.ready(ns, id, s.GetName()), string(b)})
 		}
-		// A dispatched execution with a heartbeat timeout is indexed by its
-		// agent, so that when the agent is lost with its scheduler (whose
-		// memory held the beats) the supervisor finds its executions.
-		if taskstate.Dispatched(s) && s.GetLockedByAgent() != "" && taskstate.Spec(t, s.GetName()).GetHeartbeatTimeout() != nil {
+		// A dispatched execution with a heartbeat timeout or a
+		// reassign_after_disconnect is indexed by its agent, so that when the
+		// agent is lost with its scheduler (whose memory held the beats and
+		// saw the stream) the supervisor finds its executions.
+		if taskstate.Dispatched(s) && s.GetLockedByAgent() != "" && disconnectGraced(taskstate.Spec(t, s.GetName())) {
 			dst = append(dst, indexKey{k.beating(ns, s.GetLockedByAgent(), id, s.GetName(), s.GetAttempt()), ""})
 		}
 		// Every execution someone must act on by a time has one deadline
@@ -191,3 +194,8 @@ func (s *Store) DerivedKeys(rec *storev1.TaskRecord) map[string]string { return 
 
 // Prefix returns the store's key prefix.
 func (s *Store) Prefix() string { return s.k.prefix }
+
+func disconnectGraced(spec *reevev1.StepSpec) bool {
+	_, ok := workflow.DisconnectGrace(spec)
+	return ok
+}

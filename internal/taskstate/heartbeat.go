@@ -35,7 +35,7 @@ func ShortenOnDisconnect(t *reevev1.Task, name string, attempt int32, agent stri
 	}
 	s.CompleteBy = timestamppb.New(at)
 	addHistory(t, now, "step.agent_disconnected", name, attempt, actor,
-		fmt.Sprintf("agent %s's stream ended; complete-by moved to its last heartbeat plus the heartbeat timeout (%s)", agent, at.UTC().Format(time.RFC3339Nano)))
+		fmt.Sprintf("agent %s's stream ended; complete-by moved to its last heartbeat plus the heartbeat timeout or the end plus reassign_after_disconnect (%s)", agent, at.UTC().Format(time.RFC3339Nano)))
 	return nil
 }
 

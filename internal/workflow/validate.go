@@ -243,7 +243,31 @@ func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names 
 			return err
 		}
 	}
+	if g := s.GetReassignAfterDisconnect(); g != nil {
+		if err := validateDuration(field+".reassign_after_disconnect", g, MinTimeout, EffectiveTimeout(w, s)); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// DisconnectGrace is how long an execution of the step stays its agent's
+// once the agent is known to be cut off (its stream ended, or it was lost
+// with its scheduler), counted from the agent's last sign of life: the
+// heartbeat timeout, the reassign_after_disconnect, the earlier of the two
+// when both are set; ok is false when the step sets neither (its
+// executions wait for their complete-by).
+func DisconnectGrace(s *reevev1.StepSpec) (grace time.Duration, ok bool) {
+	hb, g := s.GetHeartbeatTimeout(), s.GetReassignAfterDisconnect()
+	switch {
+	case hb != nil && g != nil:
+		return min(hb.AsDuration(), g.AsDuration()), true
+	case hb != nil:
+		return hb.AsDuration(), true
+	case g != nil:
+		return g.AsDuration(), true
+	}
+	return 0, false
 }
 
 func anyCompensation(w *reevev1.Workflow) bool {

@@ -64,6 +64,13 @@ func TestValidateWorkflow(t *testing.T) {
 			w.Steps[0].Timeout = durationpb.New(time.Second)
 			w.Steps[0].HeartbeatTimeout = durationpb.New(time.Minute)
 		}, "workflow.steps[0].heartbeat_timeout"},
+		{"reassign after disconnect over timeout", func(w *reevev1.Workflow) {
+			w.Steps[0].Timeout = durationpb.New(time.Second)
+			w.Steps[0].ReassignAfterDisconnect = durationpb.New(2 * time.Second)
+		}, "workflow.steps[0].reassign_after_disconnect"},
+		{"reassign after disconnect too short", func(w *reevev1.Workflow) {
+			w.Steps[0].ReassignAfterDisconnect = durationpb.New(time.Millisecond)
+		}, "workflow.steps[0].reassign_after_disconnect"},
 		{"config too large", func(w *reevev1.Workflow) {
 			w.Steps[0].Config = structpb.NewStringValue(strings.Repeat("x", workflow.MaxConfigBytes))
 		}, "workflow.steps[0].config"},
@@ -274,5 +281,30 @@ func BenchmarkWidth100Steps(b *testing.B) {
 				workflow.Width(w, nil)
 			}
 		})
+	}
+}
+
+func TestDisconnectGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		hb, g     time.Duration // 0: unset
+		want      time.Duration
+		wantGrace bool
+	}{
+		{"neither", 0, 0, 0, false},
+		{"heartbeat", 2 * time.Second, 0, 2 * time.Second, true},
+		{"reassign", 0, 3 * time.Second, 3 * time.Second, true},
+		{"both: the shorter", 5 * time.Second, 3 * time.Second, 3 * time.Second, true},
+	} {
+		s := &reevev1.StepSpec{}
+		if tc.hb > 0 {
+			s.HeartbeatTimeout = durationpb.New(tc.hb)
+		}
+		if tc.g > 0 {
+			s.ReassignAfterDisconnect = durationpb.New(tc.g)
+		}
+		if got, ok := workflow.DisconnectGrace(s); got != tc.want || ok != tc.wantGrace {
+			t.Errorf("%s: DisconnectGrace = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.wantGrace)
+		}
 	}
 }

@@ -541,9 +541,15 @@ type StepAssignment struct {
 	// expired execution, and its late result is refused.
 	HeartbeatTimeout *durationpb.Duration `protobuf:"bytes,9,opt,name=heartbeat_timeout,json=heartbeatTimeout,proto3" json:"heartbeat_timeout,omitempty"`
 	// True when this attempt undoes the step (a compensation).
-	Compensation  bool `protobuf:"varint,10,opt,name=compensation,proto3" json:"compensation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Compensation bool `protobuf:"varint,10,opt,name=compensation,proto3" json:"compensation,omitempty"`
+	// The step's reassign_after_disconnect, when set: if this agent's stream
+	// ends and it does not reconnect and list the execution in
+	// Register.running within this long, the execution is re-dispatched and
+	// this attempt's result will be refused. An agent cut off longer than
+	// this may stop the handler.
+	ReassignAfterDisconnect *durationpb.Duration `protobuf:"bytes,11,opt,name=reassign_after_disconnect,json=reassignAfterDisconnect,proto3" json:"reassign_after_disconnect,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *StepAssignment) Reset() {
@@ -644,6 +650,13 @@ func (x *StepAssignment) GetCompensation() bool {
 		return x.Compensation
 	}
 	return false
+}
+
+func (x *StepAssignment) GetReassignAfterDisconnect() *durationpb.Duration {
+	if x != nil {
+		return x.ReassignAfterDisconnect
+	}
+	return nil
 }
 
 // AssignmentAck tells the scheduler the agent took an assignment. Send it at
@@ -1062,7 +1075,7 @@ const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"Registered\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
-	"\fscheduler_id\x18\x02 \x01(\tR\vschedulerId\"\xc9\x05\n" +
+	"\fscheduler_id\x18\x02 \x01(\tR\vschedulerId\"\xa0\x06\n" +
 	"\x0eStepAssignment\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12'\n" +
@@ -1075,7 +1088,8 @@ const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"\rtrace_context\x18\b \x03(\v2*.reeve.v1.StepAssignment.TraceContextEntryR\ftraceContext\x12F\n" +
 	"\x11heartbeat_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\x12\"\n" +
 	"\fcompensation\x18\n" +
-	" \x01(\bR\fcompensation\x1a\\\n" +
+	" \x01(\bR\fcompensation\x12U\n" +
+	"\x19reassign_after_disconnect\x18\v \x01(\v2\x19.google.protobuf.DurationR\x17reassignAfterDisconnect\x1a\\\n" +
 	"\x16DependencyOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value:\x028\x01\x1a?\n" +
@@ -1157,21 +1171,22 @@ var file_reeve_v1_agent_service_proto_depIdxs = []int32{
 	15, // 15: reeve.v1.StepAssignment.complete_by:type_name -> google.protobuf.Timestamp
 	13, // 16: reeve.v1.StepAssignment.trace_context:type_name -> reeve.v1.StepAssignment.TraceContextEntry
 	16, // 17: reeve.v1.StepAssignment.heartbeat_timeout:type_name -> google.protobuf.Duration
-	3,  // 18: reeve.v1.AssignmentAck.ref:type_name -> reeve.v1.StepRef
-	3,  // 19: reeve.v1.StepResult.ref:type_name -> reeve.v1.StepRef
-	14, // 20: reeve.v1.StepResult.output:type_name -> google.protobuf.Value
-	17, // 21: reeve.v1.StepResult.error:type_name -> reeve.v1.StepError
-	3,  // 22: reeve.v1.ResultAck.ref:type_name -> reeve.v1.StepRef
-	3,  // 23: reeve.v1.Heartbeat.refs:type_name -> reeve.v1.StepRef
-	3,  // 24: reeve.v1.CancelStep.ref:type_name -> reeve.v1.StepRef
-	14, // 25: reeve.v1.StepAssignment.DependencyOutputsEntry.value:type_name -> google.protobuf.Value
-	0,  // 26: reeve.v1.AgentService.Connect:input_type -> reeve.v1.ConnectRequest
-	1,  // 27: reeve.v1.AgentService.Connect:output_type -> reeve.v1.ConnectResponse
-	27, // [27:28] is the sub-list for method output_type
-	26, // [26:27] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	16, // 18: reeve.v1.StepAssignment.reassign_after_disconnect:type_name -> google.protobuf.Duration
+	3,  // 19: reeve.v1.AssignmentAck.ref:type_name -> reeve.v1.StepRef
+	3,  // 20: reeve.v1.StepResult.ref:type_name -> reeve.v1.StepRef
+	14, // 21: reeve.v1.StepResult.output:type_name -> google.protobuf.Value
+	17, // 22: reeve.v1.StepResult.error:type_name -> reeve.v1.StepError
+	3,  // 23: reeve.v1.ResultAck.ref:type_name -> reeve.v1.StepRef
+	3,  // 24: reeve.v1.Heartbeat.refs:type_name -> reeve.v1.StepRef
+	3,  // 25: reeve.v1.CancelStep.ref:type_name -> reeve.v1.StepRef
+	14, // 26: reeve.v1.StepAssignment.DependencyOutputsEntry.value:type_name -> google.protobuf.Value
+	0,  // 27: reeve.v1.AgentService.Connect:input_type -> reeve.v1.ConnectRequest
+	1,  // 28: reeve.v1.AgentService.Connect:output_type -> reeve.v1.ConnectResponse
+	28, // [28:29] is the sub-list for method output_type
+	27, // [27:28] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_agent_service_proto_init() }

@@ -243,8 +243,19 @@ type StepSpec struct {
 	// fills at submission, 1h by default); no limit when neither is set (the
 	// step waits until an agent of its type connects).
 	ScheduleToStartTimeout *durationpb.Duration `protobuf:"bytes,11,opt,name=schedule_to_start_timeout,json=scheduleToStartTimeout,proto3" json:"schedule_to_start_timeout,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Opt-in reassignment of an execution whose agent's stream ends, for
+	// steps without heartbeats: when the stream ends and the agent does not
+	// reconnect (to any scheduler) and list the execution in Register.running
+	// within this long, the execution is treated as expired then (the step's
+	// retry policy applies) instead of at its complete-by. The trade-off: an
+	// agent cut off by a network partition may still be running the step, so
+	// with this set a step can run twice at once (the first run's result is
+	// refused); leave it unset for steps that must not. Between 100ms and the
+	// step's timeout. With a heartbeat_timeout too, the earlier of the two
+	// deadlines applies (last heartbeat + heartbeat_timeout, stream end + this).
+	ReassignAfterDisconnect *durationpb.Duration `protobuf:"bytes,12,opt,name=reassign_after_disconnect,json=reassignAfterDisconnect,proto3" json:"reassign_after_disconnect,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *StepSpec) Reset() {
@@ -350,6 +361,13 @@ func (x *StepSpec) GetHeartbeatTimeout() *durationpb.Duration {
 func (x *StepSpec) GetScheduleToStartTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.ScheduleToStartTimeout
+	}
+	return nil
+}
+
+func (x *StepSpec) GetReassignAfterDisconnect() *durationpb.Duration {
+	if x != nil {
+		return x.ReassignAfterDisconnect
 	}
 	return nil
 }
@@ -533,7 +551,7 @@ const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\x0fdefault_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0edefaultTimeout\x12;\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12c\n" +
-	"!default_schedule_to_start_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x1ddefaultScheduleToStartTimeout\"\xc8\x04\n" +
+	"!default_schedule_to_start_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x1ddefaultScheduleToStartTimeout\"\x9f\x05\n" +
 	"\bStepSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1d\n" +
@@ -549,7 +567,8 @@ const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\x0fescalation_wait\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0eescalationWait\x12F\n" +
 	"\x11heartbeat_timeout\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\x12T\n" +
-	"\x19schedule_to_start_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x16scheduleToStartTimeout\"\x9a\x02\n" +
+	"\x19schedule_to_start_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x16scheduleToStartTimeout\x12U\n" +
+	"\x19reassign_after_disconnect\x18\f \x01(\v2\x19.google.protobuf.DurationR\x17reassignAfterDisconnect\"\x9a\x02\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x12B\n" +
 	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12:\n" +
@@ -608,17 +627,18 @@ var file_reeve_v1_workflow_proto_depIdxs = []int32{
 	5,  // 10: reeve.v1.StepSpec.escalation_wait:type_name -> google.protobuf.Duration
 	5,  // 11: reeve.v1.StepSpec.heartbeat_timeout:type_name -> google.protobuf.Duration
 	5,  // 12: reeve.v1.StepSpec.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	5,  // 13: reeve.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	5,  // 14: reeve.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	7,  // 15: reeve.v1.CompensationSpec.config:type_name -> google.protobuf.Value
-	5,  // 16: reeve.v1.CompensationSpec.timeout:type_name -> google.protobuf.Duration
-	3,  // 17: reeve.v1.CompensationSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
-	5,  // 18: reeve.v1.CompensationSpec.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	5,  // 13: reeve.v1.StepSpec.reassign_after_disconnect:type_name -> google.protobuf.Duration
+	5,  // 14: reeve.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	5,  // 15: reeve.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	7,  // 16: reeve.v1.CompensationSpec.config:type_name -> google.protobuf.Value
+	5,  // 17: reeve.v1.CompensationSpec.timeout:type_name -> google.protobuf.Duration
+	3,  // 18: reeve.v1.CompensationSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
+	5,  // 19: reeve.v1.CompensationSpec.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_workflow_proto_init() }
