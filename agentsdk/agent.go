@@ -48,6 +48,11 @@ type execution struct {
 	result     *reevev1.StepResult
 	lastBeat   time.Time
 	beatEvery  time.Duration // heartbeats are coalesced to one per beatEvery
+	// grace is the step's reassign_after_disconnect (0: unset); cutOff
+	// fires that long after the agent lost its stream, unless it got one
+	// back (see detach).
+	grace  time.Duration
+	cutOff *time.Timer
 }
 
 // New returns an agent for the schedulers at addresses (host:port); it
@@ -172,7 +177,8 @@ func (a *Agent) start(as *reevev1.StepAssignment) {
 	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: ref}}})
 	completeBy := as.GetCompleteBy().AsTime()
 	ctx, cancel := context.WithDeadline(a.base, completeBy)
-	ex := &execution{ref: ref, completeBy: completeBy, cancel: cancel, beatEvery: time.Second}
+	ex := &execution{ref: ref, completeBy: completeBy, cancel: cancel, beatEvery: time.Second,
+		grace: as.GetReassignAfterDisconnect().AsDuration()}
 	if hb := as.GetHeartbeatTimeout().AsDuration(); hb > 0 {
 		ex.beatEvery = min(ex.beatEvery, hb/3)
 	}
@@ -208,6 +214,9 @@ func (a *Agent) finish(ex *execution, out any, herr error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.running, key)
+	if ex.cutOff != nil {
+		ex.cutOff.Stop()
+	}
 	defer a.signalIdle()
 	if ex.canceled || !time.Now().Before(ex.completeBy) {
 		a.opts.log.Info("no result sent: step canceled or past its complete-by", "task_id", ex.ref.GetTaskId(), "step", ex.ref.GetStep(), "attempt", ex.ref.GetAttempt())

@@ -371,3 +371,60 @@ func TestLongNonASCIIErrorIsDelivered(t *testing.T) {
 			final.GetState(), len(got), utf8.ValidString(got))
 	}
 }
+
+// An agent cut off from its only scheduler for longer than a step's
+// reassign_after_disconnect stops that step's handler (the scheduler that saw
+// the stream end re-dispatches it then, and its result would be refused); a
+// step without it keeps running.
+func TestCutOffAgentStopsStepsThatAreReassigned(t *testing.T) {
+	const grace = 300 * time.Millisecond
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	// Its scheduler is gone for good: the plain step's result is never
+	// acknowledged, so the agent's shutdown gives up on it quickly.
+	a := newAgent(t, []string{s.Addr}, agentsdk.WithShutdownTimeout(100*time.Millisecond))
+	started, canceled := make(chan string, 2), make(chan string, 2)
+	release := make(chan struct{})
+	a.Handle("long", func(ctx context.Context, st *agentsdk.Step) (any, error) {
+		started <- st.TaskID
+		select {
+		case <-ctx.Done():
+			canceled <- st.TaskID
+			return nil, ctx.Err()
+		case <-release:
+			return nil, nil
+		}
+	})
+	runAgent(t, a)
+	t.Cleanup(func() { close(release) }) // runs before the agent is stopped
+	c := s.Client(t)
+	graced := spec("x", "long", time.Minute)
+	graced.ReassignAfterDisconnect = durationpb.New(grace)
+	submit(t, c, "graced", graced)
+	submit(t, c, "plain", spec("x", "long", time.Minute))
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(wait):
+			t.Fatal("steps not started")
+		}
+	}
+	cut := time.Now()
+	s.Kill() // the agent's only scheduler: it stays cut off
+	select {
+	case id := <-canceled:
+		if id != "graced" {
+			t.Fatalf("%s canceled, want graced", id)
+		}
+		if d := time.Since(cut); d < grace {
+			t.Fatalf("canceled %v after the cut, before the %v grace", d, grace)
+		}
+	case <-time.After(wait):
+		t.Fatal("graced step not canceled while cut off")
+	}
+	select {
+	case id := <-canceled:
+		t.Fatalf("%s canceled too: only a step with reassign_after_disconnect is", id)
+	case <-time.After(3 * grace):
+	}
+}

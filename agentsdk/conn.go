@@ -212,6 +212,12 @@ func (a *Agent) attach(out chan<- *reevev1.ConnectRequest) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.out = out
+	for _, ex := range a.running {
+		if ex.cutOff != nil {
+			ex.cutOff.Stop()
+			ex.cutOff = nil
+		}
+	}
 	a.expirePending(time.Now())
 	for _, ex := range a.pending {
 		a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: ex.result}})
@@ -221,10 +227,34 @@ func (a *Agent) attach(out chan<- *reevev1.ConnectRequest) {
 	}
 }
 
+// detach ends out's use. Without a stream, an execution whose step sets
+// reassign_after_disconnect is canceled once that long has passed with no
+// new stream (attach stops the timers): the scheduler that saw the stream
+// end re-dispatches it then, and its result would be refused.
 func (a *Agent) detach(out chan<- *reevev1.ConnectRequest) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.out == out {
-		a.out = nil
+	if a.out != out {
+		return
 	}
+	a.out = nil
+	for _, ex := range a.running {
+		if ex.grace > 0 && ex.cutOff == nil {
+			ex.cutOff = time.AfterFunc(ex.grace, func() { a.cutOff(ex) })
+		}
+	}
+}
+
+// cutOff cancels an execution cut off from every scheduler for longer than
+// its step's reassign_after_disconnect: no result is sent for it.
+func (a *Agent) cutOff(ex *execution) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.out != nil || a.running[refKey(ex.ref)] != ex || ex.canceled {
+		return // a stream came back, or the handler already returned
+	}
+	a.opts.log.Warn("step canceled: cut off from the schedulers for longer than its reassign_after_disconnect",
+		"task_id", ex.ref.GetTaskId(), "step", ex.ref.GetStep(), "attempt", ex.ref.GetAttempt(), "grace", ex.grace)
+	ex.canceled = true
+	ex.cancel()
 }

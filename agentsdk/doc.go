@@ -19,6 +19,9 @@
 // scheduler already counts the attempt as failed and may have given the
 // step to another agent. Make remote calls idempotent with
 // Step.IdempotencyKey, which is the same for every attempt of a step.
+// Likewise, a step that sets reassign_after_disconnect has its handler's ctx
+// canceled once the agent has been without a scheduler stream that long (no
+// result is sent: the step has been given to another agent).
 //
 // The agent connects to one scheduler at a time over one gRPC stream,
 // reconnects with jittered backoff across its addresses, re-sends results
