@@ -54,12 +54,15 @@ const MaxTxnOps = 512
 // seconds, long enough that network faults of a few hundred ms do not expire
 // every attempt.
 const (
-	stepTimeout = 3 * time.Second
-	maxAttempts = 6
+	stepTimeout   = 3 * time.Second
+	maxAttempts   = 6
+	reassignAfter = time.Second
 )
 
 // Workflows returns the chaos workflows. chaos.saga: a → b → c, each step
-// with a compensation, escalating to compensation when it fails for good.
+// with a compensation, escalating to compensation when it fails for good,
+// and reassigned reassignAfter after its agent's stream ends (rather than at
+// its complete-by).
 // chaos.saga-fail: the same steps escalating to fail. chaos.wide: 64
 // parallel roots, the even ones with a compensation, joined by a
 // compensable step; escalation compensate. Compensations retry longer than
@@ -85,6 +88,10 @@ func Workflows() []*reevev1.Workflow {
 		}
 		return w
 	}
+	reassigned := saga(Workflow, "Chaos suite: three steps, each undone by its compensation when a later one fails for good.", reevev1.Escalation_ESCALATION_COMPENSATE)
+	for _, sp := range reassigned.Steps {
+		sp.ReassignAfterDisconnect = durationpb.New(reassignAfter)
+	}
 	wide := &reevev1.Workflow{Name: WorkflowWide, Description: "Chaos suite: 64 parallel steps (the even ones compensable) and a join."}
 	names := WideStepNames()
 	for i, n := range names[:WideWidth] {
@@ -92,7 +99,7 @@ func Workflows() []*reevev1.Workflow {
 	}
 	wide.Steps = append(wide.Steps, step(WideJoin, names[:WideWidth], true, reevev1.Escalation_ESCALATION_COMPENSATE))
 	return []*reevev1.Workflow{
-		saga(Workflow, "Chaos suite: three steps, each undone by its compensation when a later one fails for good.", reevev1.Escalation_ESCALATION_COMPENSATE),
+		reassigned,
 		saga(WorkflowFail, "Chaos suite: three steps; a step that fails for good fails the task, for an operator to retry.", reevev1.Escalation_ESCALATION_FAIL),
 		wide,
 	}
