@@ -54,6 +54,7 @@ type writeReq struct {
 	ns, id   string
 	key      string
 	create   *storev1.TaskRecord       // CreateTask: the new record
+	absent   string                    // CreateTaskOfLatest: a key that must not exist (the workflow's next version)
 	fn       func(*reevev1.Task) error // UpdateTask: the transition
 	fences   []clientv3.Cmp            // UpdateTask: extra compares
 	cur      *Versioned                // UpdateTask: the record fn applies to; nil to look it up
@@ -357,6 +358,9 @@ func (s *Store) prepare(r *writeReq) error {
 
 func (r *writeReq) cmps() []clientv3.Cmp {
 	if r.create != nil {
+		if r.absent != "" {
+			return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0), clientv3.Compare(clientv3.CreateRevision(r.absent), "=", 0)}
+		}
 		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0)}
 	}
 	return append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(r.key), "=", r.cur.Revision)}, r.fences...)
@@ -435,6 +439,11 @@ func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (
 		kvs = resp.GetResponses()[0].GetResponseRange().GetKvs()
 	}
 	if r.create != nil {
+		if len(kvs) == 0 && r.absent != "" {
+			// The task does not exist: the workflow compare failed.
+			r.done <- writeRes{err: fmt.Errorf("create task %s/%s: %w", r.ns, r.id, ErrStaleWorkflow)}
+			return false
+		}
 		if len(kvs) == 0 {
 			r.done <- writeRes{err: fmt.Errorf("create task: %w", ErrConflict)}
 			return false

@@ -35,6 +35,26 @@ func (s *Store) CreateTask(ctx context.Context, rec *storev1.TaskRecord) (existi
 	return res.after, res.created, nil
 }
 
+// CreateTaskOfLatest is CreateTask for a task whose workflow snapshot was
+// returned by WorkflowForSubmit as the latest version: its transaction also
+// checks that no next version of the workflow exists (a compare on the
+// create revision of workflows/<ns>/<name>/<v+1>). If one does, nothing is
+// written and the error is ErrStaleWorkflow (unless the task id is taken:
+// the existing task is returned as by CreateTask).
+func (s *Store) CreateTaskOfLatest(ctx context.Context, rec *storev1.TaskRecord) (existing *storev1.TaskRecord, created bool, err error) {
+	t := rec.GetTask()
+	w := t.GetWorkflow()
+	next := s.k.workflow(w.GetNamespace(), w.GetName(), w.GetVersion()+1)
+	res := s.commits.do(&writeReq{ctx: ctx, ns: t.GetNamespace(), id: t.GetId(), key: s.k.task(t.GetNamespace(), t.GetId()), create: rec, absent: next})
+	if errors.Is(res.err, ErrStaleWorkflow) {
+		s.workflows.stale(s.k.workflowVersions(w.GetNamespace(), w.GetName()), w.GetVersion())
+	}
+	if res.err != nil {
+		return nil, false, ctxErr(ctx, res.err)
+	}
+	return res.after, res.created, nil
+}
+
 // GetTask returns a task record. Reads are linearizable.
 func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 	octx, cancel := s.opCtx(ctx)
