@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -518,7 +519,9 @@ func (c *recordCache) get(key string) (Versioned, bool) {
 		return Versioned{}, false
 	}
 	rec := &storev1.TaskRecord{}
-	if err := proto.Unmarshal([]byte(e.val), rec); err != nil {
+	// Decoding copies what it keeps (bytes and strings), so the cached
+	// string is read in place rather than copied to a []byte first.
+	if err := proto.Unmarshal(unsafe.Slice(unsafe.StringData(e.val), len(e.val)), rec); err != nil {
 		return Versioned{}, false
 	}
 	return Versioned{Record: rec, Revision: e.rev}, true
