@@ -56,7 +56,12 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	if ref.GetNamespace() != conn.ns {
 		return reject(status.Errorf(codes.PermissionDenied, "ref.namespace: agent is registered in namespace %q", conn.ns))
 	}
-	log := s.log.With("task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
+	// Built only to log a refusal: a logger With attributes is several
+	// allocations (and, for the JSON and text handlers, their encoding) per
+	// result.
+	log := func() *slog.Logger {
+		return s.log.With("task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
+	}
 
 	record := func(t *reevev1.Task, now time.Time) error {
 		if err := checkNotLate(t, ref, conn.agentID, now); err != nil {
@@ -79,10 +84,10 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	s.disp.releaseRef(conn.agentID, ref)
 	if err != nil {
 		if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
-			log.Info("stale result refused", "err", err)
+			log().Info("stale result refused", "err", err)
 			return reject(status.Error(codes.FailedPrecondition, err.Error()))
 		}
-		s.logs.log(log, slog.LevelWarn, "record result: "+errKind(err), "record result", "err", err)
+		s.logs.log(log(), slog.LevelWarn, "record result: "+errKind(err), "record result", "err", err)
 		return reject(err)
 	}
 	s.tel.resulted(beforeRec, afterRec, ref, res, conn.agentID, s.opts.clock.Now())

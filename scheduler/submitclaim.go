@@ -76,9 +76,10 @@ func (s *Server) settleSubmitClaim(c *submitClaim, rec *storev1.TaskRecord, crea
 
 // notWritten reports whether a create failed in a way that certainly wrote
 // nothing: refused before it reached etcd (overloaded, too many operations,
-// too large) or by etcd as a whole (out of space). Only other failures
+// too large), by etcd as a whole (out of space) or by its workflow compare
+// (a newer version exists). Only other failures
 // (unavailable, timed out) leave the outcome unknown.
 func notWritten(err error) bool {
 	return errors.Is(err, store.ErrOverloaded) || errors.Is(err, store.ErrTooManyOps) ||
-		errors.Is(err, store.ErrTooLarge) || errors.Is(err, store.ErrNoSpace)
+		errors.Is(err, store.ErrTooLarge) || errors.Is(err, store.ErrNoSpace) || errors.Is(err, store.ErrStaleWorkflow)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +15,7 @@ import (
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/internal/workflow"
@@ -55,12 +55,9 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 		}
 		req.TaskId = id.String()
 	}
-	wf, err := s.resolveWorkflow(ctx, req)
+	wf, latest, err := s.resolveWorkflow(ctx, req)
 	if err != nil {
 		return nil, statusErr(err)
-	}
-	if d := s.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
-		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
 	}
 	digest, err := requestDigest(req)
 	if err != nil {
@@ -68,17 +65,17 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	}
 	ctx, span := s.tel.startSubmit(ctx, req)
 	defer span.End()
-	rec := &storev1.TaskRecord{
-		Task:          taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), s.opts.clock.Now()),
-		RequestDigest: digest,
-		TraceContext:  telemetry.Inject(ctx),
-	}
-	// With an agent idle here, the task is created with its first step
-	// already claimed: one write instead of two.
-	sc := s.claimOnSubmit(rec)
-	existing, created, err := s.store.CreateTask(ctx, rec)
-	if sc != nil {
-		s.settleSubmitClaim(sc, rec, created, err)
+	existing, created, err := s.createTask(ctx, req, wf, digest, latest)
+	if errors.Is(err, store.ErrStaleWorkflow) {
+		// The cached latest version is not the latest any more (registered
+		// through another scheduler): create the task on the version a
+		// linearizable read returns. That read is the submission's
+		// linearization point, so no compare is needed this time.
+		ref := req.GetWorkflowRef()
+		if wf, err = s.store.GetWorkflow(ctx, req.GetNamespace(), ref.GetName(), 0); err != nil {
+			return nil, statusErr(err)
+		}
+		existing, created, err = s.createTask(ctx, req, wf, digest, false)
 	}
 	if err != nil {
 		return nil, statusErr(err)
@@ -88,10 +85,37 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	}
 	if created {
 		s.adm.created(req.GetNamespace())
-		s.tel.submitted.Add(ctx, 1, metric.WithAttributes(telemetry.KeyNamespace.String(req.GetNamespace())))
+		s.tel.submittedOne(ctx, req.GetNamespace())
 		s.log.InfoContext(ctx, "task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
 	}
 	return &reevev1.SubmitTaskResponse{Task: existing.GetTask(), Created: created}, nil
+}
+
+// createTask creates the task of a submission running wf (which it keeps
+// in the record), claimed on submit when an agent here has room. ofLatest:
+// wf is the cached latest version, to be checked in the create's
+// transaction (store.CreateTaskOfLatest).
+func (s *Server) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest, wf *reevev1.Workflow, digest []byte, ofLatest bool) (existing *storev1.TaskRecord, created bool, err error) {
+	if d := s.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
+		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
+	}
+	rec := &storev1.TaskRecord{
+		Task:          taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), s.opts.clock.Now()),
+		RequestDigest: digest,
+		TraceContext:  telemetry.Inject(ctx),
+	}
+	// With an agent idle here, the task is created with its first step
+	// already claimed: one write instead of two.
+	sc := s.claimOnSubmit(rec)
+	if ofLatest {
+		existing, created, err = s.store.CreateTaskOfLatest(ctx, rec)
+	} else {
+		existing, created, err = s.store.CreateTask(ctx, rec)
+	}
+	if sc != nil {
+		s.settleSubmitClaim(sc, rec, created, err)
+	}
+	return existing, created, err
 }
 
 // sameSubmission returns the task req already created (same client-chosen
@@ -112,22 +136,23 @@ func (s *Server) sameSubmission(ctx context.Context, req *reevev1.SubmitTaskRequ
 }
 
 // resolveWorkflow returns the workflow a submission runs, as the snapshot the
-// task keeps.
-func (s *Server) resolveWorkflow(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.Workflow, error) {
+// task keeps (a copy the caller may modify). latest: it is the latest
+// version the store's workflow cache knows, which the create must check.
+func (s *Server) resolveWorkflow(ctx context.Context, req *reevev1.SubmitTaskRequest) (wf *reevev1.Workflow, latest bool, err error) {
 	if inline := req.GetInlineWorkflow(); inline != nil {
 		wf := proto.Clone(inline).(*reevev1.Workflow)
 		wf.Namespace = req.GetNamespace()
 		wf.Version = 0
 		if proto.Size(wf) > workflow.MaxWorkflowBytes {
-			return nil, &workflow.FieldError{Field: "inline_workflow", Reason: fmt.Sprintf("definition is %d bytes encoded, more than %d", proto.Size(wf), workflow.MaxWorkflowBytes)}
+			return nil, false, &workflow.FieldError{Field: "inline_workflow", Reason: fmt.Sprintf("definition is %d bytes encoded, more than %d", proto.Size(wf), workflow.MaxWorkflowBytes)}
 		}
 		if err := s.store.CheckWorkflowOps("inline_workflow", wf); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		return wf, nil
+		return wf, false, nil
 	}
 	ref := req.GetWorkflowRef()
-	return s.store.GetWorkflow(ctx, req.GetNamespace(), ref.GetName(), ref.GetVersion())
+	return s.store.WorkflowForSubmit(ctx, req.GetNamespace(), ref.GetName(), ref.GetVersion())
 }
 
 // requestDigest fingerprints a submission, to tell an idempotent retry from a

@@ -25,6 +25,7 @@ type instruments struct {
 	ended     map[reevev1.TaskState]metric.Int64Counter
 	queueWait metric.Float64Histogram
 	runTime   metric.Float64Histogram
+	attrs     attrSets
 
 	mu         sync.Mutex
 	namespaces map[string]bool // namespaces whose task counts are reported
@@ -170,6 +171,13 @@ func (d *dispatcher) load() (running int, byType map[queueKey]int) {
 	return running, byType
 }
 
+// submittedOne counts a task created in namespace ns.
+func (in *instruments) submittedOne(ctx context.Context, ns string) {
+	in.submitted.Add(ctx, 1, in.attrs.get([5]string{"submitted", ns}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{telemetry.KeyNamespace.String(ns)}
+	}))
+}
+
 // startSubmit starts the span whose context the task record keeps: every
 // later span of the task is in its trace.
 func (in *instruments) startSubmit(ctx context.Context, req *reevev1.SubmitTaskRequest) (context.Context, trace.Span) {
@@ -205,14 +213,17 @@ func (in *instruments) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *ree
 		due = now
 	}
 	wait := now.Sub(due)
-	attrs := stepAttrs(t, st)
-	in.queueWait.Record(context.Background(), wait.Seconds(), metric.WithAttributes(attrs[0], attrs[4], attrs[6]))
+	ns, typ, comp := t.GetNamespace(), taskstate.ExecutionType(t, st), taskstate.Compensating(st)
+	in.queueWait.Record(context.Background(), wait.Seconds(), in.attrs.get([5]string{"queue_wait", ns, typ, boolKey(comp)}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{telemetry.KeyNamespace.String(ns), telemetry.KeyStepType.String(typ), telemetry.KeyCompensation.Bool(comp)}
+	}))
 
 	ctx := taskContext(rec)
 	task := trace.SpanContextFromContext(ctx)
 	if !task.IsValid() {
 		return
 	}
+	attrs := stepAttrs(t, st)
 	self := telemetry.AttemptSpanContext(task, t.GetNamespace(), t.GetId(), st.GetName(), st.GetAttempt())
 	opts := []trace.SpanStartOption{
 		trace.WithTimestamp(due),
@@ -233,11 +244,12 @@ func (in *instruments) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *ree
 // attempt's span, the attempt's run time and the task's end.
 func (in *instruments) resulted(before, after *storev1.TaskRecord, ref *reevev1.StepRef, res *reevev1.StepResult, agentID string, now time.Time) {
 	bt, at := before.GetTask(), after.GetTask()
-	st := taskstate.FindStep(at, ref.GetStep())
-	attrs := stepAttrs(bt, taskstate.FindStep(bt, ref.GetStep()))
+	st, bst := taskstate.FindStep(at, ref.GetStep()), taskstate.FindStep(bt, ref.GetStep())
 	if dispatched, ok := dispatchTime(bt, ref); ok {
-		in.runTime.Record(context.Background(), now.Sub(dispatched).Seconds(), metric.WithAttributes(attrs[0], attrs[4], attrs[6],
-			telemetry.KeyOutcome.String(outcomeOf(res))))
+		ns, typ, comp, outcome := bt.GetNamespace(), taskstate.ExecutionType(bt, bst), taskstate.Compensating(bst), outcomeOf(res)
+		in.runTime.Record(context.Background(), now.Sub(dispatched).Seconds(), in.attrs.get([5]string{"run_time", ns, typ, boolKey(comp), outcome}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{telemetry.KeyNamespace.String(ns), telemetry.KeyStepType.String(typ), telemetry.KeyCompensation.Bool(comp), telemetry.KeyOutcome.String(outcome)}
+		}))
 	}
 	in.ended1(bt, at)
 
@@ -245,6 +257,7 @@ func (in *instruments) resulted(before, after *storev1.TaskRecord, ref *reevev1.
 	if !task.IsValid() {
 		return
 	}
+	attrs := stepAttrs(bt, bst)
 	parent := telemetry.AttemptSpanContext(task, ref.GetNamespace(), ref.GetTaskId(), ref.GetStep(), ref.GetAttempt())
 	_, span := in.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), telemetry.SpanResult,
 		trace.WithTimestamp(now), trace.WithAttributes(attrs...),
@@ -266,8 +279,10 @@ func (in *instruments) ended1(before, after *reevev1.Task) {
 		return
 	}
 	if c := in.ended[after.GetState()]; c != nil {
-		c.Add(context.Background(), 1, metric.WithAttributes(telemetry.KeyNamespace.String(after.GetNamespace()),
-			telemetry.KeyWorkflow.String(workflowLabel(after))))
+		ns, wf := after.GetNamespace(), workflowLabel(after)
+		c.Add(context.Background(), 1, in.attrs.get([5]string{"ended", ns, wf}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{telemetry.KeyNamespace.String(ns), telemetry.KeyWorkflow.String(wf)}
+		}))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -54,6 +55,7 @@ type writeReq struct {
 	ns, id   string
 	key      string
 	create   *storev1.TaskRecord       // CreateTask: the new record
+	absent   string                    // CreateTaskOfLatest: a key that must not exist (the workflow's next version)
 	fn       func(*reevev1.Task) error // UpdateTask: the transition
 	fences   []clientv3.Cmp            // UpdateTask: extra compares
 	cur      *Versioned                // UpdateTask: the record fn applies to; nil to look it up
@@ -357,6 +359,9 @@ func (s *Store) prepare(r *writeReq) error {
 
 func (r *writeReq) cmps() []clientv3.Cmp {
 	if r.create != nil {
+		if r.absent != "" {
+			return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0), clientv3.Compare(clientv3.CreateRevision(r.absent), "=", 0)}
+		}
 		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0)}
 	}
 	return append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(r.key), "=", r.cur.Revision)}, r.fences...)
@@ -435,6 +440,11 @@ func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (
 		kvs = resp.GetResponses()[0].GetResponseRange().GetKvs()
 	}
 	if r.create != nil {
+		if len(kvs) == 0 && r.absent != "" {
+			// The task does not exist: the workflow compare failed.
+			r.done <- writeRes{err: fmt.Errorf("create task %s/%s: %w", r.ns, r.id, ErrStaleWorkflow)}
+			return false
+		}
 		if len(kvs) == 0 {
 			r.done <- writeRes{err: fmt.Errorf("create task: %w", ErrConflict)}
 			return false
@@ -509,7 +519,9 @@ func (c *recordCache) get(key string) (Versioned, bool) {
 		return Versioned{}, false
 	}
 	rec := &storev1.TaskRecord{}
-	if err := proto.Unmarshal([]byte(e.val), rec); err != nil {
+	// Decoding copies what it keeps (bytes and strings), so the cached
+	// string is read in place rather than copied to a []byte first.
+	if err := proto.Unmarshal(unsafe.Slice(unsafe.StringData(e.val), len(e.val)), rec); err != nil {
 		return Versioned{}, false
 	}
 	return Versioned{Record: rec, Revision: e.rev}, true

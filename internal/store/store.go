@@ -44,6 +44,9 @@ var (
 	// against the limit when registered (CheckWorkflowOps), so it means the
 	// limit is lower than the store was told (WithMaxTxnOps).
 	ErrTooManyOps = errors.New("store: transaction exceeds etcd's operation limit")
+	// ErrStaleWorkflow means CreateTaskOfLatest found a newer version of the
+	// task's workflow registered: nothing was written.
+	ErrStaleWorkflow = errors.New("store: a newer workflow version exists")
 )
 
 // NotFoundError names what was not found; it matches ErrNotFound.
@@ -69,6 +72,7 @@ type Store struct {
 	defrag                             func() error // WithDefragmenter
 	commits                            *committer
 	cache                              *recordCache
+	workflows                          *workflowCache
 	txns, taskWrites                   atomic.Int64
 	meters                             metric.MeterProvider
 	metrics                            storeMetrics
@@ -143,6 +147,7 @@ func New(c *clientv3.Client, opts ...Option) *Store {
 	s.commits = newCommitter(s, s.maxBatch, s.maxCommitters, s.maxQueued)
 	s.commits.window.length = s.commitWindow
 	s.cache = newRecordCache(s.cacheSize)
+	s.workflows = newWorkflowCache()
 	s.metrics = newStoreMetrics(s.meters)
 	return s
 }

@@ -35,11 +35,15 @@ const (
 	fixedTxnOps = 12
 )
 
-// nops is the length of a write's longest list: If (its compare and
-// fences), Then (record and index diff) and Else (one read).
+// nops is the length of a write's longest list: If (its compare, and the
+// workflow compare of CreateTaskOfLatest or the fences), Then (record and
+// index diff) and Else (one read).
 func (r *writeReq) nops() int {
 	n := max(len(r.ops), 1)
 	if r.create != nil {
+		if r.absent != "" {
+			return max(n, 2)
+		}
 		return n
 	}
 	return max(n, 1+len(r.fences))

@@ -42,6 +42,7 @@ func (s *Store) PutWorkflow(ctx context.Context, w *reevev1.Workflow, fingerprin
 			return nil, false, etcdErr(ctx, "put workflow", err)
 		}
 		if resp.Succeeded {
+			s.workflows.put(s.k.workflowVersions(w.GetNamespace(), w.GetName()), key, proto.Clone(w).(*reevev1.Workflow), len(val), true)
 			return w, true, nil
 		}
 	}
@@ -49,6 +50,8 @@ func (s *Store) PutWorkflow(ctx context.Context, w *reevev1.Workflow, fingerprin
 }
 
 // GetWorkflow returns one version of a workflow; version 0 means the latest.
+// The read is linearizable (and fills the workflow cache: see
+// workflowcache.go).
 func (s *Store) GetWorkflow(ctx context.Context, ns, name string, version int32) (*reevev1.Workflow, error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
@@ -70,7 +73,40 @@ func (s *Store) GetWorkflow(ctx context.Context, ns, name string, version int32)
 		}
 		return nil, notFound("workflow %q in namespace %q", name, ns)
 	}
-	return unmarshalWorkflow(resp.Kvs[0].Value)
+	kv := resp.Kvs[0]
+	w, err := unmarshalWorkflow(kv.Value)
+	if err != nil {
+		return nil, err
+	}
+	s.workflows.put(s.k.workflowVersions(ns, name), string(kv.Key), proto.Clone(w).(*reevev1.Workflow), len(kv.Value), version == 0)
+	return w, nil
+}
+
+// WorkflowForSubmit returns a copy of the workflow version a submission
+// runs, from the workflow cache when it can (see workflowcache.go), else as
+// GetWorkflow. For version 0 it returns the latest version this store knows,
+// which may be stale: latest is true then, and the task must be created
+// with CreateTaskOfLatest, whose transaction checks that no newer version
+// exists.
+func (s *Store) WorkflowForSubmit(ctx context.Context, ns, name string, version int32) (w *reevev1.Workflow, latest bool, err error) {
+	if version == 0 {
+		v, ok := s.workflows.latestVersion(s.k.workflowVersions(ns, name))
+		if !ok {
+			w, err := s.GetWorkflow(ctx, ns, name, 0)
+			return w, false, err
+		}
+		version, latest = v, true
+	}
+	if w, ok := s.workflows.version(s.k.workflow(ns, name, version)); ok {
+		return w, latest, nil
+	}
+	if latest {
+		// The version was evicted: read the latest afresh.
+		w, err := s.GetWorkflow(ctx, ns, name, 0)
+		return w, false, err
+	}
+	w, err = s.GetWorkflow(ctx, ns, name, version)
+	return w, false, err
 }
 
 // ListWorkflows returns the latest version of up to limit workflows of a

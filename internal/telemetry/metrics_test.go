@@ -83,6 +83,11 @@ func TestPrometheusMetrics(t *testing.T) {
 		{`reeve_supervisor_recoveries_total{reeve_supervisor_action="retry"`, eq(1)},
 		{`reeve_step_queue_wait_seconds_count`, atLeast(4)}, // ok/book, undone/book, pay#1, pay#2, unbook
 		{`reeve_step_run_time_seconds_count`, atLeast(3)},
+		// The attribute sets the scheduler memoizes (scheduler/metricattrs.go).
+		{`reeve_tasks_submitted_total{reeve_namespace="default"`, eq(2)},
+		{`reeve_step_queue_wait_seconds_count{reeve_namespace="default",reeve_step_compensation="false",reeve_step_type="pay"`, eq(2)},
+		{`reeve_step_queue_wait_seconds_count{reeve_namespace="default",reeve_step_compensation="true",reeve_step_type="unbook"`, eq(1)},
+		{`reeve_step_run_time_seconds_count{reeve_namespace="default",reeve_step_compensation="false",reeve_step_outcome="failed",reeve_step_type="pay"`, atLeast(1)},
 		{`reeve_steps_in_flight`, eq(0)},
 		{`reeve_agents_connected{reeve_namespace="default",reeve_step_type="pay"`, eq(1)},
 		{`reeve_tasks{reeve_namespace="default",reeve_task_state="TASK_STATE_RUNNING"`, eq(0)},
