@@ -214,14 +214,29 @@ type LostAgent struct {
 // WatchLostAgents calls fn for every agent record deleted after revision rev
 // while the scheduler that held it is gone too: its lease expired (the
 // scheduler died), as opposed to a stream that ended on a live scheduler,
-// which writes its agent's heartbeat deadlines itself. It returns when ctx
-// ends or the watch fails (ErrCompacted: start again from a fresh revision).
+// which handles its agent's heartbeat deadlines itself. The same holds for a
+// disconnected/ key (PutDisconnected): a stream that ended on a scheduler
+// that died before it resolved the stream's heartbeat deadlines. It returns
+// when ctx ends or a watch fails (ErrCompacted: start again from a fresh
+// revision).
 func (s *Store) WatchLostAgents(ctx context.Context, rev int64, fn func(LostAgent)) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	prefix := s.k.prefix + "agents/"
-	wch := s.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithFilterPut(), clientv3.WithPrevKV())
-	for resp := range wch {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(rev + 1), clientv3.WithFilterPut(), clientv3.WithPrevKV()}
+	agents := s.c.Watch(wctx, s.k.prefix+"agents/", opts...)
+	disconnected := s.c.Watch(wctx, s.k.prefix+"disconnected/", opts...)
+	// Either watch ending (its channel closed: ctx ended or etcd failed)
+	// ends the call.
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-agents:
+		case resp, ok = <-disconnected:
+		}
+		if !ok {
+			break
+		}
 		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 			return ErrCompacted
 		}
