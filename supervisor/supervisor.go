@@ -419,7 +419,7 @@ func (s *Supervisor) send(ctx context.Context, fence *reevev1.Fence, batch []pen
 			dctx, span := s.tel.startDecision(ctx, p.rec.Record, p.st, p.d.Deadline, p.action, p.delay)
 			spans[i] = span
 			dec := &reevev1.RecoveryDecision{Namespace: p.d.Namespace, TaskId: p.d.TaskID, Step: p.d.Step, Attempt: p.d.Attempt,
-				Action: recoveryAction(p.action), TraceContext: telemetry.Inject(dctx)}
+				Action: p.action.RecoveryAction(), TraceContext: telemetry.Inject(dctx)}
 			if p.action == taskstate.ActionRetry {
 				dec.Delay = durationpb.New(p.delay)
 			}
@@ -484,16 +484,6 @@ func transient(c codes.Code) bool {
 		return true
 	}
 	return false
-}
-
-func recoveryAction(a taskstate.Action) reevev1.RecoveryAction {
-	switch a {
-	case taskstate.ActionRetry:
-		return reevev1.RecoveryAction_RECOVERY_ACTION_RETRY
-	case taskstate.ActionCompensate:
-		return reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE
-	}
-	return reevev1.RecoveryAction_RECOVERY_ACTION_FAIL
 }
 
 // call tries the schedulers in turn, moving on from unavailable ones.
