@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -111,53 +111,74 @@ func (s *Server) orphaned(conn *agentConn, beats []*beat) {
 
 // expireOrphans recovers the executions beats of the ended stream conn at
 // their heartbeat deadlines, then deletes the stream's disconnected/ key.
-// It returns early, leaving the key, when the scheduler stops.
+// Due executions are started as soon as a slot is free (at most
+// expiriesInFlight in flight on this scheduler), never a round at a time:
+// each write joins whatever group commit is open. It returns early, leaving
+// the key, when the scheduler stops.
 func (s *Server) expireOrphans(conn *agentConn, beats []*beat) {
 	type pending struct {
 		b  *beat
 		at time.Time // when to try: the heartbeat deadline, or a retry
 	}
-	var todo []pending
+	todo := make([]pending, 0, len(beats))
 	for _, b := range beats {
 		todo = append(todo, pending{b, b.last.Add(b.timeout)})
 	}
-	for len(todo) > 0 {
-		slices.SortFunc(todo, func(a, b pending) int { return a.at.Compare(b.at) })
-		if wait := todo[0].at.Sub(s.opts.clock.Now()); wait > 0 {
-			t := s.opts.clock.NewTimer(wait)
-			select {
-			case <-s.stopping.Done():
-				t.Stop()
-				return
-			case <-t.Chan():
-			}
-		}
-		if s.stopping.Err() != nil {
-			return
-		}
+	slices.SortFunc(todo, func(a, b pending) int { return a.at.Compare(b.at) })
+	// Buffered for every execution: a finished recovery never blocks.
+	retry := make(chan *beat, len(beats))
+	inFlight := 0
+	for len(todo) > 0 || inFlight > 0 {
 		now := s.opts.clock.Now()
-		n := 0
-		for n < len(todo) && !todo[n].at.After(now) {
-			n++
+		for len(todo) > 0 && !todo[0].at.After(now) {
+			b := todo[0].b
+			todo = todo[1:]
+			select {
+			case s.expiries <- struct{}{}:
+			case <-s.stopping.Done():
+				for ; inFlight > 0; inFlight-- {
+					<-retry
+				}
+				return
+			}
+			inFlight++
+			go func() {
+				settled := s.expireOrphan(conn, b)
+				<-s.expiries
+				if settled {
+					retry <- nil
+				} else {
+					retry <- b
+				}
+			}()
 		}
-		due := todo[:n]
-		again := make([]bool, n)
-		var wg sync.WaitGroup
-		for i, p := range due {
-			s.expiries <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-s.expiries }()
-				again[i] = !s.expireOrphan(conn, p.b)
-			})
+		var timer <-chan time.Time
+		var t clockwork.Timer
+		if len(todo) > 0 {
+			t = s.opts.clock.NewTimer(todo[0].at.Sub(now))
+			timer = t.Chan()
 		}
-		wg.Wait()
-		rest := todo[n:]
-		for i, p := range due {
-			if again[i] {
-				rest = append(rest, pending{p.b, s.opts.clock.Now().Add(expiryRetry)})
+		select {
+		case <-s.stopping.Done():
+			// Left to the supervisor once the lease is revoked; the
+			// recoveries in flight finish (bounded by their write's
+			// timeout) so that none outlives Run.
+			for ; inFlight > 0; inFlight-- {
+				<-retry
+			}
+			return
+		case <-timer:
+		case b := <-retry:
+			inFlight--
+			if b != nil {
+				at := s.opts.clock.Now().Add(expiryRetry)
+				k, _ := slices.BinarySearchFunc(todo, at, func(p pending, at time.Time) int { return p.at.Compare(at) })
+				todo = slices.Insert(todo, k, pending{b, at})
 			}
 		}
-		todo = rest
+		if t != nil {
+			t.Stop()
+		}
 	}
 	ctx, cancel := context.WithTimeout(s.base, 2*time.Second)
 	defer cancel()
