@@ -35,9 +35,10 @@ import (
 // supervisor leader acts as for an agent lost with its scheduler
 // (store.WatchLostAgents, RECOVERY_ACTION_AGENT_LOST). On a graceful stop
 // the timers stop and the keys are left to that same path (the lease is
-// revoked); a stream that ends while the scheduler stops or holds no lease
-// writes its heartbeat deadlines down instead (persistBeats), as it did
-// before this scheduler recovered them itself.
+// revoked); a stream that ends while the scheduler stops writes its
+// heartbeat deadlines down instead (persistBeats), and one that ends while
+// the scheduler holds no lease (or cannot write the key) writes them down
+// too, besides its timers.
 
 // expiriesInFlight bounds the concurrent recoveries of dropped agents'
 // executions (as RecoverSteps' 256 decisions × 4 calls do): enough to fill
@@ -87,22 +88,26 @@ func (s *Server) orphaned(conn *agentConn, beats []*beat) {
 	if len(beats) == 0 || s.base.Err() != nil {
 		return
 	}
-	lease := s.currentLease()
-	if s.stopping.Err() != nil || lease == 0 {
+	if s.stopping.Err() != nil {
 		s.persistBeats(conn.agentID, beats)
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.base, 2*time.Second)
-	err := s.store.PutDisconnected(ctx, &storev1.AgentRecord{
-		Namespace: conn.ns, AgentId: conn.agentID, StepTypes: conn.types, MaxConcurrentSteps: int32(conn.max),
-		SchedulerId: s.opts.id, SessionId: conn.sessionID, ConnectTime: timestamppb.New(s.opts.clock.Now()),
-	}, lease)
-	cancel()
+	err := errors.New("no instance lease")
+	if lease := s.currentLease(); lease != 0 {
+		ctx, cancel := context.WithTimeout(s.base, 2*time.Second)
+		err = s.store.PutDisconnected(ctx, &storev1.AgentRecord{
+			Namespace: conn.ns, AgentId: conn.agentID, StepTypes: conn.types, MaxConcurrentSteps: int32(conn.max),
+			SchedulerId: s.opts.id, SessionId: conn.sessionID, ConnectTime: timestamppb.New(s.opts.clock.Now()),
+		}, lease)
+		cancel()
+	}
 	if err != nil {
-		s.log.Warn("record the agent's disconnect; writing its heartbeat deadlines down instead",
+		// Nothing would tell the supervisor should this scheduler die:
+		// the deadlines are written down too (a second write each; this
+		// scheduler's timers still recover them first when it lives).
+		s.log.Warn("record the agent's disconnect; writing its heartbeat deadlines down too",
 			"agent_id", conn.agentID, "session_id", conn.sessionID, "err", err)
 		s.persistBeats(conn.agentID, beats)
-		return
 	}
 	// Not started once the scheduler stopped: the key then goes with the
 	// lease, and the supervisor takes over.

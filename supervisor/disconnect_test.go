@@ -64,6 +64,7 @@ func TestReconnectedAgentKeepsItsHeartbeatStep(t *testing.T) {
 	c := s.Client(t)
 	env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(time.Minute))
 	a := testenv.ConnectRaw(t, s.Addr, register("a", "work"))
+	waitKeys(t, env.Etcd.Client(), "/reeve/agents/", 1) // the scheduler holds its lease
 	st := step("x", "work", time.Minute)
 	st.HeartbeatTimeout = durationpb.New(hb)
 	submit(t, c, "kept", st)
@@ -187,6 +188,7 @@ func TestDroppedAgentsStepRecoveredByItsSchedulerInOneWrite(t *testing.T) {
 	c := s.Client(t)
 	cli := env.Etcd.Client()
 	doomed := testenv.ConnectRaw(t, s.Addr, register("doomed", "work"))
+	waitKeys(t, cli, "/reeve/agents/", 1) // the scheduler holds its lease
 	st := step("x", "work", time.Minute)
 	st.HeartbeatTimeout = durationpb.New(hb)
 	st.RetryPolicy.InitialBackoff = durationpb.New(0) // due at once: dispatched in the recovery's write
@@ -233,6 +235,7 @@ func TestAgentReconnectedElsewhereKeepsItsHeartbeatStep(t *testing.T) {
 	c := a.Client(t)
 	cli := env.Etcd.Client()
 	old := testenv.ConnectRaw(t, a.Addr, register("mover", "work"))
+	waitKeys(t, cli, "/reeve/agents/", 1) // A holds its lease
 	st := step("x", "work", time.Minute)
 	st.HeartbeatTimeout = durationpb.New(hb)
 	submit(t, c, "moved", st)
@@ -268,12 +271,24 @@ func TestAgentReconnectedElsewhereKeepsItsHeartbeatStep(t *testing.T) {
 	}
 }
 
-// Scheduler A dies (as SIGKILL would) after an agent's stream to it ended
-// and before the heartbeat deadline it kept in memory: its disconnected/ key
-// goes with its lease, and the supervisor has another scheduler give the
-// step a deadline of its own, so it is still re-dispatched long before its
-// one-minute complete-by.
-func TestHeartbeatStepOfADroppedAgentSurvivesItsSchedulerCrash(t *testing.T) {
+// Scheduler A dies (as SIGKILL would), or stops gracefully, after an
+// agent's stream to it ended and before the heartbeat deadline it kept in
+// memory: its disconnected/ key goes with its lease, and the supervisor has
+// another scheduler give the step a deadline of its own, so it is still
+// re-dispatched long before its one-minute complete-by.
+func TestHeartbeatStepOfADroppedAgentSurvivesItsScheduler(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(*testenv.Scheduler)
+	}{
+		{"crash", (*testenv.Scheduler).Crash},
+		{"graceful stop", (*testenv.Scheduler).Stop},
+	} {
+		t.Run(tc.name, func(t *testing.T) { droppedAgentOutlivesScheduler(t, tc.end) })
+	}
+}
+
+func droppedAgentOutlivesScheduler(t *testing.T, end func(*testenv.Scheduler)) {
 	const hb = 3 * time.Second
 	env := testenv.New(t)
 	doomedSched := env.StartScheduler("", scheduler.WithSessionTTL(2))
@@ -282,6 +297,7 @@ func TestHeartbeatStepOfADroppedAgentSurvivesItsSchedulerCrash(t *testing.T) {
 	c := other.Client(t)
 	cli := env.Etcd.Client()
 	dropped := testenv.ConnectRaw(t, doomedSched.Addr, register("dropped", "work"))
+	waitKeys(t, cli, "/reeve/agents/", 1) // A holds its lease
 	st := step("x", "work", time.Minute)
 	st.HeartbeatTimeout = durationpb.New(hb)
 	submit(t, c, "orphan", st)
@@ -295,8 +311,8 @@ func TestHeartbeatStepOfADroppedAgentSurvivesItsSchedulerCrash(t *testing.T) {
 	dropped.Close()
 	waitKeys(t, cli, "/reeve/disconnected/", 1)
 	waitKeys(t, cli, "/reeve/agents/", 0) // only the disconnected/ key tells
-	crashed := time.Now()
-	doomedSched.Crash() // before the heartbeat deadline: nothing of A's timer runs
+	ended := time.Now()
+	end(doomedSched) // before the heartbeat deadline: nothing of A's timer runs
 
 	survivor := testenv.ConnectRaw(t, other.Addr, register("survivor", "work"))
 	as := survivor.NextAssignment(wait)
@@ -304,8 +320,8 @@ func TestHeartbeatStepOfADroppedAgentSurvivesItsSchedulerCrash(t *testing.T) {
 		t.Fatalf("survivor got %v, want attempt 2", as.GetRef())
 	}
 	// Lease TTL (2 s) + heartbeat timeout + slack for a loaded machine.
-	if after := time.Since(crashed); after > 20*time.Second {
-		t.Fatalf("re-dispatched %v after the crash", after)
+	if after := time.Since(ended); after > 20*time.Second {
+		t.Fatalf("re-dispatched %v after the scheduler ended", after)
 	}
 	if h := history(getTask(t, c, "orphan"), "step.agent_disconnected"); len(h) != 1 || h[0].GetActor() != "supervisor/"+sup.ID() {
 		t.Fatalf("disconnect history %v, want one event by supervisor/%s", h, sup.ID())

@@ -106,9 +106,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		// Agent records deleted from here on are seen by the lost-agent
+		// watch, even when it starts after Leading reports true.
+		from, err := s.store.Revision(sess.Ctx())
+		if err != nil {
+			from = 0 // the watch reads the revision itself
+		}
 		s.leading.Store(true)
 		s.log.Info("leading", "election_key", el.Key(), "revision", el.Rev())
-		s.lead(ctx, sess, el)
+		s.lead(ctx, sess, el, from)
 		s.leading.Store(false)
 		s.log.Info("stopped leading")
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -123,7 +129,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 // a call shows that this supervisor was deposed. It wakes at the earliest
 // deadline in the index (kept current by a watch on the index), after
 // backoffs of entries it failed on, and at least every tick as a safety net.
-func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *concurrency.Election) {
+func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *concurrency.Election, from int64) {
 	fence := &reevev1.Fence{ElectionKey: el.Key(), Revision: el.Rev(), SupervisorId: s.opts.id}
 	wctx, cancel := context.WithCancel(sess.Ctx())
 	w := newWaker()
@@ -135,7 +141,7 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 	}()
 	go func() {
 		defer close(lostDone)
-		s.watchLostAgents(wctx, fence)
+		s.watchLostAgents(wctx, fence, from)
 	}()
 	defer func() {
 		cancel()
@@ -241,15 +247,23 @@ func (s *Supervisor) watchDeadlines(ctx context.Context, w *waker) {
 	}
 }
 
-// watchLostAgents acts on agents lost together with their scheduler: the
-// beats of their executions were in that scheduler's memory only, so the
-// leader asks a scheduler to move each heartbeat execution's complete-by to
-// now plus its heartbeat timeout (RECOVERY_ACTION_AGENT_LOST); the deadline
-// index does the rest. Agents lost before this leader started watching are
-// not seen: their executions wait for their complete-by.
-func (s *Supervisor) watchLostAgents(ctx context.Context, fence *reevev1.Fence) {
+// watchLostAgents acts on agents lost together with their scheduler (their
+// agents/ record, or the disconnected/ key of a stream that had ended,
+// vanished with the scheduler's lease): the beats of their executions were
+// in that scheduler's memory only, so the leader asks a scheduler to move
+// each heartbeat execution's complete-by to now plus its heartbeat timeout
+// (RECOVERY_ACTION_AGENT_LOST); the deadline index does the rest. It
+// watches from revision from (read before leadership was reported), or
+// from the current revision after a failed watch. Agents lost before this
+// leader led, or while its watch was down, are not seen: their executions
+// wait for their complete-by.
+func (s *Supervisor) watchLostAgents(ctx context.Context, fence *reevev1.Fence, from int64) {
 	for ctx.Err() == nil {
-		rev, err := s.store.Revision(ctx)
+		rev, err := from, error(nil)
+		from = 0 // after a failed watch: from now on
+		if rev == 0 {
+			rev, err = s.store.Revision(ctx)
+		}
 		if err != nil {
 			s.sleep(ctx, time.Second)
 			continue
