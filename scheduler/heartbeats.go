@@ -111,8 +111,12 @@ func (s *Server) orphaned(conn *agentConn, beats []*beat) {
 	}
 	// Not started once the scheduler stopped: the key then goes with the
 	// lease, and the supervisor takes over.
-	s.goWork(func() { s.expireOrphans(conn, beats) })
+	st := endedStream{ns: conn.ns, agentID: conn.agentID, sessionID: conn.sessionID} // not conn: its maps stay behind
+	s.goWork(func() { s.expireOrphans(st, beats) })
 }
+
+// endedStream names the stream whose executions a scheduler recovers.
+type endedStream struct{ ns, agentID, sessionID string }
 
 // expireOrphans recovers the executions beats of the ended stream conn at
 // their heartbeat deadlines, then deletes the stream's disconnected/ key.
@@ -120,7 +124,7 @@ func (s *Server) orphaned(conn *agentConn, beats []*beat) {
 // expiriesInFlight in flight on this scheduler), never a round at a time:
 // each write joins whatever group commit is open. It returns early, leaving
 // the key, when the scheduler stops.
-func (s *Server) expireOrphans(conn *agentConn, beats []*beat) {
+func (s *Server) expireOrphans(conn endedStream, beats []*beat) {
 	type pending struct {
 		b  *beat
 		at time.Time // when to try: the heartbeat deadline, or a retry
@@ -198,7 +202,7 @@ func (s *Server) expireOrphans(conn *agentConn, beats []*beat) {
 // deadline passed, unless the agent took it back. It reports whether the
 // execution is settled (recovered, or no longer this scheduler's to
 // recover); false means try again.
-func (s *Server) expireOrphan(conn *agentConn, b *beat) bool {
+func (s *Server) expireOrphan(conn endedStream, b *beat) bool {
 	ctx, cancel := context.WithTimeout(s.base, 30*time.Second)
 	defer cancel()
 	actor := "scheduler/" + s.opts.id
