@@ -327,3 +327,71 @@ func droppedAgentOutlivesScheduler(t *testing.T, end func(*testenv.Scheduler)) {
 		t.Fatalf("disconnect history %v, want one event by supervisor/%s", h, sup.ID())
 	}
 }
+
+// An agent dropped by scheduler A reconnects to scheduler B and adopts its
+// heartbeat step; then A dies before the heartbeat deadline it held. The
+// supervisor, told by A's vanished disconnected/ key, leaves the adopted
+// step alone: the agent keeps heartbeating it on B and its result counts.
+func TestAdoptedStepSurvivesTheOldSchedulersCrash(t *testing.T) {
+	const hb = 2 * time.Second
+	env := testenv.New(t)
+	a := env.StartScheduler("", scheduler.WithSessionTTL(2))
+	b := env.StartScheduler("")
+	sup := env.StartSupervisor([]*testenv.Scheduler{b}, supervisor.WithTick(time.Minute))
+	c := b.Client(t)
+	cli := env.Etcd.Client()
+	for deadline := time.Now().Add(wait); !sup.Leading(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+	old := testenv.ConnectRaw(t, a.Addr, register("mover", "work"))
+	waitKeys(t, cli, "/reeve/agents/", 1) // A holds its lease
+	st := step("x", "work", time.Minute)
+	st.HeartbeatTimeout = durationpb.New(hb)
+	submit(t, c, "adopted", st)
+	as := old.NextAssignment(wait)
+	beat := &reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{as.GetRef()}}}}
+	old.Send(beat)
+	old.Close()
+	waitKeys(t, cli, "/reeve/disconnected/", 1)
+
+	reg := register("mover", "work")
+	reg.Running = []*reevev1.StepRef{as.GetRef()}
+	again := testenv.ConnectRaw(t, b.Addr, reg)
+	waitKeys(t, cli, "/reeve/agents/", 1) // B's record of the agent: adopted
+	a.Crash()
+	quiet := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			again.Send(beat)
+			if m, ok := again.Recv(hb / 4); ok && (m.GetAssignment() != nil || m.GetCancel() != nil) {
+				t.Fatalf("while heartbeating on scheduler B: %v", m)
+			}
+		}
+	}
+	// Until A's lease is gone (its key with it), then two heartbeat
+	// timeouts more: long past any deadline the supervisor would set.
+	for deadline := time.Now().Add(wait); ; {
+		quiet(hb / 2)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := cli.Get(ctx, "/reeve/disconnected/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err == nil && resp.Count == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A's disconnected/ key outlived its lease")
+		}
+	}
+	quiet(2 * hb)
+	task := getTask(t, c, "adopted")
+	if h := history(task, "step.agent_disconnected"); len(h) != 0 {
+		t.Fatalf("the adopted step was treated as lost: %v", h)
+	}
+	if ack := again.Succeed(as.GetRef(), nil); !ack.GetAccepted() {
+		t.Fatalf("result refused: %v", ack)
+	}
+	if final := testenv.WaitTask(t, c, "default", "adopted", wait); final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || final.GetSteps()[0].GetAttempt() != 1 {
+		t.Fatalf("task %v at attempt %d, want SUCCEEDED at attempt 1", final.GetState(), final.GetSteps()[0].GetAttempt())
+	}
+}

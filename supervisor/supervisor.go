@@ -282,6 +282,9 @@ func (s *Supervisor) agentLost(ctx context.Context, fence *reevev1.Fence, a stor
 		s.log.Warn("list a lost agent's heartbeat executions", "agent_id", a.AgentID, "err", err)
 		return
 	}
+	if !a.Disconnected.IsZero() {
+		refs = s.notAdopted(ctx, refs, a.Disconnected)
+	}
 	s.log.Info("agent lost with its scheduler", "agent_id", a.AgentID, "namespace", a.Namespace, "scheduler_id", a.SchedulerID, "heartbeat_executions", len(refs))
 	for len(refs) > 0 {
 		chunk := refs[:min(len(refs), decisionsPerCall)]
@@ -300,6 +303,42 @@ func (s *Supervisor) agentLost(ctx context.Context, fence *reevev1.Fence, a stor
 			s.log.Warn("report a lost agent's executions", "agent_id", a.AgentID, "err", err)
 		}
 	}
+}
+
+// notAdopted drops from refs the executions a reconnecting agent adopted
+// after since (its stream to the dead scheduler ended then): the scheduler
+// it reconnected to watches their heartbeats, and shortening their
+// complete-by would take them from a live agent. A record that cannot be
+// read is kept (acted on); one that is gone is dropped. An adoption that
+// commits after this read is not seen (the execution's deadline is then
+// shortened, and it is retried if the agent's result does not come first).
+func (s *Supervisor) notAdopted(ctx context.Context, refs []*reevev1.StepRef, since time.Time) []*reevev1.StepRef {
+	keep := make([]bool, len(refs))
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for i, r := range refs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			v, err := s.store.GetTask(ctx, r.GetNamespace(), r.GetTaskId())
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				keep[i] = true
+			default:
+				_, adopted := taskstate.AdoptedSince(v.Record.GetTask(), r.GetStep(), r.GetAttempt(), since)
+				keep[i] = !adopted
+			}
+		})
+	}
+	wg.Wait()
+	out := refs[:0:0]
+	for i, r := range refs {
+		if keep[i] {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // entryBackoff delays the next attempt at a deadline key whose recovery

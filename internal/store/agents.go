@@ -155,7 +155,8 @@ func (s *Store) DeleteAgentSession(ctx context.Context, ns, id, sessionID string
 }
 
 // PutDisconnected records, under lease (the scheduler's session lease), that
-// the stream of rec's agent ended while the scheduler still holds the
+// the stream of rec's agent (rec.connect_time: when the stream ended) ended
+// while the scheduler still holds the
 // heartbeat deadlines of its executions in memory. Written before the agent
 // record is deleted, so that one of the two keys exists until the deadlines
 // are resolved: if the scheduler dies meanwhile, the key vanishes with its

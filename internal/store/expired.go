@@ -209,6 +209,10 @@ func (s *Store) HeartbeatExecutions(ctx context.Context, ns, agent string) ([]*r
 // LostAgent is an agent whose record vanished with its scheduler's lease.
 type LostAgent struct {
 	Namespace, AgentID, SchedulerID string
+	// Disconnected is when the agent's stream ended, for a disconnected/
+	// key (the stream had ended before its scheduler died); zero for an
+	// agents/ record.
+	Disconnected time.Time
 }
 
 // WatchLostAgents calls fn for every agent record deleted after revision rev
@@ -257,7 +261,11 @@ func (s *Store) WatchLostAgents(ctx context.Context, rev int64, fn func(LostAgen
 			if err != nil || sch.Count > 0 {
 				continue // the scheduler lives (or cannot tell): it handled the stream's end
 			}
-			fn(LostAgent{Namespace: rec.GetNamespace(), AgentID: rec.GetAgentId(), SchedulerID: rec.GetSchedulerId()})
+			lost := LostAgent{Namespace: rec.GetNamespace(), AgentID: rec.GetAgentId(), SchedulerID: rec.GetSchedulerId()}
+			if strings.HasPrefix(string(ev.PrevKv.Key), s.k.prefix+"disconnected/") {
+				lost.Disconnected = rec.GetConnectTime().AsTime()
+			}
+			fn(lost)
 		}
 	}
 	if ctx.Err() != nil {

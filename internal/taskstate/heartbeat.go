@@ -105,11 +105,9 @@ func ExpireDisconnected(t *reevev1.Task, name string, attempt int32, agent strin
 		return 0, 0, &refusal{ErrStale, fmt.Sprintf("attempt %d of step %q is no longer agent %s's: the step is %s at attempt %d, held by %q",
 			attempt, name, agent, StateName(s.GetState()), s.GetAttempt(), s.GetLockedByAgent())}
 	}
-	for _, h := range t.GetHistory() {
-		if h.GetKind() == "step.agent_reconnected" && h.GetStep() == name && h.GetAttempt() == attempt && h.GetTime().AsTime().After(lastBeat) {
-			return 0, 0, &refusal{ErrStale, fmt.Sprintf("agent %s adopted attempt %d of step %q again at %s, after its last heartbeat here",
-				agent, attempt, name, h.GetTime().AsTime().UTC().Format(time.RFC3339Nano))}
-		}
+	if at, ok := AdoptedSince(t, name, attempt, lastBeat); ok {
+		return 0, 0, &refusal{ErrStale, fmt.Sprintf("agent %s adopted attempt %d of step %q again at %s, after its last heartbeat here",
+			agent, attempt, name, at.UTC().Format(time.RFC3339Nano))}
 	}
 	if now.Before(deadline) {
 		return 0, 0, &refusal{ErrNotExpired, fmt.Sprintf("attempt %d of step %q has not expired: its heartbeat deadline is %s",
@@ -123,6 +121,17 @@ func ExpireDisconnected(t *reevev1.Task, name string, attempt int32, agent strin
 			lastBeat.UTC().Format(time.RFC3339Nano), deadline.UTC().Format(time.RFC3339Nano)))
 	action, delay := Decide(t, s)
 	return action, delay, nil
+}
+
+// AdoptedSince reports whether a reconnecting agent adopted the attempt
+// (step.agent_reconnected) after since, and when.
+func AdoptedSince(t *reevev1.Task, name string, attempt int32, since time.Time) (time.Time, bool) {
+	for _, h := range t.GetHistory() {
+		if h.GetKind() == "step.agent_reconnected" && h.GetStep() == name && h.GetAttempt() == attempt && h.GetTime().AsTime().After(since) {
+			return h.GetTime().AsTime(), true
+		}
+	}
+	return time.Time{}, false
 }
 
 func later(a, b time.Time) time.Time {
