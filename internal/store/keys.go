@@ -32,7 +32,7 @@ import (
 //	beating/<ns>/<agent-id>/<task-id>/<step>/<attempt>
 //	                                            empty: dispatched executions with a heartbeat timeout, by agent
 //	agents/<ns>/<agent-id>                      AgentRecord, under the scheduler's lease
-//	disconnected/<ns>/<agent-id>/<session-id>   AgentRecord of a stream that ended while its
+//	disconnected/<ns>/<agent-id>/<session-id>   AgentRecord (connect_time: when it ended) of a stream that ended while its
 //	                                            scheduler still watches the heartbeat deadlines of
 //	                                            its executions, under the scheduler's lease
 //	agent-load/<ns>/<agent-id>                  "<session-id> <in-flight>", under the scheduler's
