@@ -62,7 +62,8 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	})
 	err = s.recvLoop(stream, conn)
 
-	s.persistBeats(conn.agentID, s.disp.removeAgent(conn))
+	// Before the agent's record goes (orphaned records the disconnect).
+	s.orphaned(conn, s.disp.removeAgent(conn))
 	wg.Wait()
 	s.disp.takeBackUnsent(conn, unsent)
 	// By session, not by rev alone: when the stream connected before the
@@ -169,30 +170,73 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 }
 
 // adoptRunning counts the attempts an agent still runs from an earlier
-// connection against its capacity, if they are still current.
+// connection against its capacity, if they are still current. An attempt
+// with a heartbeat timeout costs one write (restoreDeadline: it records the
+// adoption, which a scheduler waiting to recover it after the old stream's
+// end must see); the checks run concurrently (adoptsInFlight), so a
+// reconnect listing thousands of attempts shares group-commit transactions.
 func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reevev1.StepRef) error {
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, adoptsInFlight)
+	)
 	for _, ref := range refs {
 		if ref.GetNamespace() != conn.ns {
 			continue
 		}
-		v, err := s.store.GetTask(ctx, ref.GetNamespace(), ref.GetTaskId())
-		if errors.Is(err, store.ErrNotFound) {
-			continue // deleted by retention: not running
-		}
-		if err != nil {
-			return fmt.Errorf("register.running: check %s/%s: %w", ref.GetTaskId(), ref.GetStep(), err)
-		}
-		st := taskstate.FindStep(v.Record.GetTask(), ref.GetStep())
-		if taskstate.Dispatched(st) && st.GetAttempt() == ref.GetAttempt() && st.GetLockedByAgent() == conn.agentID {
-			conn.running[refKey(ref)] = st.GetCompleteBy().AsTime()
-			// Liveness is watched on the stream the agent is on now.
-			if spec := taskstate.Spec(v.Record.GetTask(), ref.GetStep()); spec.GetHeartbeatTimeout() != nil || spec.GetReassignAfterDisconnect() != nil {
-				conn.running[refKey(ref)] = s.restoreDeadline(ctx, ref, conn.agentID, st)
-				conn.beats[refKey(ref)] = newBeat(ref, spec.GetHeartbeatTimeout(), spec.GetReassignAfterDisconnect(), s.opts.clock.Now())
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			by, beats, ok, err := s.adoptOne(ctx, conn.agentID, ref)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
 			}
-		}
+			if ok {
+				conn.running[refKey(ref)] = by
+				if beats != nil {
+					conn.beats[refKey(ref)] = beats
+				}
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return first
+}
+
+// adoptsInFlight bounds the concurrent checks of one Register.running.
+const adoptsInFlight = 256
+
+// adoptOne checks one attempt a reconnecting agent lists: ok when it is
+// still current and the agent's, with its complete-by and, for an attempt
+// with a heartbeat timeout or a reassign_after_disconnect, its liveness (watched on the new stream).
+func (s *Server) adoptOne(ctx context.Context, agentID string, ref *reevev1.StepRef) (by time.Time, b *beat, ok bool, err error) {
+	v, err := s.store.GetTask(ctx, ref.GetNamespace(), ref.GetTaskId())
+	if errors.Is(err, store.ErrNotFound) {
+		return time.Time{}, nil, false, nil // deleted by retention: not running
+	}
+	if err != nil {
+		return time.Time{}, nil, false, fmt.Errorf("register.running: check %s/%s: %w", ref.GetTaskId(), ref.GetStep(), err)
+	}
+	st := taskstate.FindStep(v.Record.GetTask(), ref.GetStep())
+	if !taskstate.Dispatched(st) || st.GetAttempt() != ref.GetAttempt() || st.GetLockedByAgent() != agentID {
+		return time.Time{}, nil, false, nil
+	}
+	spec := taskstate.Spec(v.Record.GetTask(), ref.GetStep())
+	if spec.GetHeartbeatTimeout() == nil && spec.GetReassignAfterDisconnect() == nil {
+		return st.GetCompleteBy().AsTime(), nil, true, nil
+	}
+	by, err = s.restoreDeadline(ctx, ref, agentID)
+	if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
+		return time.Time{}, nil, false, nil // expired or recovered meanwhile
+	}
+	if err != nil {
+		return time.Time{}, nil, false, fmt.Errorf("register.running: adopt %s/%s: %w", ref.GetTaskId(), ref.GetStep(), err)
+	}
+	return by, newBeat(ref, spec.GetHeartbeatTimeout(), spec.GetReassignAfterDisconnect(), s.opts.clock.Now()), true, nil
 }
 
 // publishAgent records the agent in etcd under the instance lease; it

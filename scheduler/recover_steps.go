@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -98,47 +99,75 @@ func validateDecision(d *reevev1.RecoveryDecision) (string, error) {
 
 // applyDecision applies one validated decision, as the fenced RetryStep,
 // CompensateTask or FailTask would.
-func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.RecoveryDecision, actor string, fences []clientv3.Cmp) (out *reevev1.RecoveryOutcome) {
+func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.RecoveryDecision, actor string, fences []clientv3.Cmp) *reevev1.RecoveryOutcome {
+	ref := &reevev1.StepRef{Namespace: ns, TaskId: d.GetTaskId(), Step: d.GetStep(), Attempt: d.GetAttempt()}
+	return s.applyRecovery(ctx, ref, d.GetTraceContext(), actor, fences, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
+		return d, nil
+	})
+}
+
+// decideFunc returns, on the fresh record of a recovery's write, the
+// decision to apply to it (its action, delay, reason and agent id are
+// used), or a refusal.
+type decideFunc func(t *reevev1.Task, now time.Time) (*reevev1.RecoveryDecision, error)
+
+// applyRecovery recovers the execution ref in one task write: decide says
+// what to do on the fresh record, then the write applies it as the fenced
+// RetryStep, CompensateTask or FailTask would (a RETRY due at once goes
+// straight to an agent here with room: direct.go), compared against fences.
+// The supervisor's decisions (applyDecision) and this scheduler's own
+// recovery of a dropped agent's heartbeat executions (heartbeats.go) both
+// come through here. traceCtx is the parent span's context, if any.
+func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
+	fences []clientv3.Cmp, decide decideFunc) (out *reevev1.RecoveryOutcome) {
+	ns, id, step, attempt := ref.GetNamespace(), ref.GetTaskId(), ref.GetStep(), ref.GetAttempt()
 	// A child of the decision's span when it came with one, else of the
-	// RecoverSteps call.
-	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), d.GetTraceContext())); sc.IsValid() {
+	// caller's.
+	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), traceCtx)); sc.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
 	_, span := s.tel.tracer.Start(ctx, telemetry.SpanRecoveryApply, trace.WithAttributes(
-		telemetry.KeyNamespace.String(ns), telemetry.KeyTaskID.String(d.GetTaskId()), telemetry.KeyStep.String(d.GetStep()),
-		telemetry.KeyAttempt.Int(int(d.GetAttempt())), telemetry.KeyAction.String(d.GetAction().String())))
+		telemetry.KeyNamespace.String(ns), telemetry.KeyTaskID.String(id), telemetry.KeyStep.String(step),
+		telemetry.KeyAttempt.Int(int(attempt))))
+	var action reevev1.RecoveryAction // of the write's last run
 	defer func() {
+		span.SetAttributes(telemetry.KeyAction.String(action.String()))
 		if !out.GetApplied() {
 			span.SetStatus(otelcodes.Error, out.GetMessage())
 		}
 		span.End()
 	}()
 	direct := &retryDirect{d: s.disp}
-	before, after, err := s.store.UpdateTask(ctx, ns, d.GetTaskId(), func(t *reevev1.Task) error {
+	before, after, err := s.store.UpdateTask(ctx, ns, id, func(t *reevev1.Task) error {
 		now := s.opts.clock.Now()
-		switch d.GetAction() {
+		d, err := decide(t, now)
+		if err != nil {
+			return err
+		}
+		action = d.GetAction()
+		switch action {
 		case reevev1.RecoveryAction_RECOVERY_ACTION_RETRY:
 			// The next attempt goes straight to an agent here with room
 			// when it is due at once (direct.go).
-			return direct.apply(t, d.GetStep(), d.GetAttempt(), d.GetDelay().AsDuration(), actor, now)
+			return direct.apply(t, step, attempt, d.GetDelay().AsDuration(), actor, now)
 		case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE:
-			return taskstate.CompensateExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
+			return taskstate.CompensateExpired(t, step, attempt, d.GetReason(), actor, now)
 		case reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST:
-			grace, ok := workflow.DisconnectGrace(taskstate.Spec(t, d.GetStep()))
+			grace, ok := workflow.DisconnectGrace(taskstate.Spec(t, step))
 			if !ok {
-				return fmt.Errorf("step %q declares no heartbeat timeout or reassign_after_disconnect: %w", d.GetStep(), taskstate.ErrStale)
+				return fmt.Errorf("step %q declares no heartbeat timeout or reassign_after_disconnect: %w", step, taskstate.ErrStale)
 			}
-			return taskstate.ShortenOnDisconnect(t, d.GetStep(), d.GetAttempt(), d.GetAgentId(), now.Add(grace), actor, now)
+			return taskstate.ShortenOnDisconnect(t, step, attempt, d.GetAgentId(), now.Add(grace), actor, now)
 		default:
-			return taskstate.FailExpired(t, d.GetStep(), d.GetAttempt(), d.GetReason(), actor, now)
+			return taskstate.FailExpired(t, step, attempt, d.GetReason(), actor, now)
 		}
 	}, fences...)
-	slot, claimed, ref := direct.finish()
+	slot, claimed, claimedRef := direct.finish()
 	if err != nil && claimed {
 		// The claim was in the write whose outcome is unknown (etcd
 		// unavailable, the call gave up): take the attempt back if it
 		// committed, as a claim's unknown outcome is (dispatcher.claim).
-		s.disp.takeBack(ref, slot.conn.agentID, "direct dispatch outcome unknown: "+err.Error())
+		s.disp.takeBack(claimedRef, slot.conn.agentID, "direct dispatch outcome unknown: "+err.Error())
 	}
 	if err != nil || !claimed {
 		s.disp.unreserve(slot)
@@ -152,12 +181,12 @@ func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.Recove
 	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
 	if slot != nil {
 		t := after.GetTask()
-		st := taskstate.FindStep(t, d.GetStep())
+		st := taskstate.FindStep(t, step)
 		a := assignment(t, st)
 		s.tel.claimed(after, st, a, s.opts.id, slot.conn.agentID, s.opts.clock.Now())
 		s.disp.deliver(slot, a)
 	}
-	s.log.InfoContext(ctx, "recovery applied", "task_id", d.GetTaskId(), "step", d.GetStep(), "attempt", d.GetAttempt(),
-		"actor", actor, "action", d.GetAction().String(), "task_state", after.GetTask().GetState())
+	s.log.InfoContext(ctx, "recovery applied", "task_id", id, "step", step, "attempt", attempt,
+		"actor", actor, "action", action.String(), "task_state", after.GetTask().GetState())
 	return &reevev1.RecoveryOutcome{Applied: true, TaskState: after.GetTask().GetState()}
 }

@@ -56,6 +56,12 @@ type Server struct {
 
 	unregistered atomic.Int64 // agent streams waiting for their Register
 
+	// stopping ends when Run's context does: the timers of dropped agents'
+	// heartbeat executions stop (heartbeats.go).
+	stopping   context.Context
+	stopTimers context.CancelFunc
+	expiries   chan struct{} // one slot per recovery of a dropped agent's execution in flight
+
 	mu    sync.Mutex
 	lease clientv3.LeaseID // current instance lease, 0 while etcd is unreachable
 }
@@ -68,7 +74,11 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		opt(&o)
 	}
 	base, cancel := context.WithCancel(context.Background())
+	stopping, stopTimers := context.WithCancel(context.Background())
 	s := &Server{
+		stopping:   stopping,
+		stopTimers: stopTimers,
+		expiries:   make(chan struct{}, expiriesInFlight),
 		opts:       o,
 		store:      store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithMaxTxnOps(cmp.Or(o.maxTxnOps, store.DefaultMaxTxnOps))}, o.storeOpts...)...),
 		log:        o.log.With("scheduler_id", o.id),
@@ -140,7 +150,9 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 
 // Run dispatches work until ctx ends, then shuts down in order:
 //  1. stop dispatching new attempts (claims in flight finish: they run on
-//     the server's lifetime context);
+//     the server's lifetime context), and the timers of dropped agents'
+//     heartbeat executions (their disconnected/ keys go with the lease, and
+//     the supervisor takes over: heartbeats.go);
 //  2. send Drain to every agent and wait (up to the drain timeout) for them
 //     to close their streams, so running steps report through other
 //     schedulers; an attempt claimed after its agent was told to drain, or
@@ -162,6 +174,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { s.publishLoads(runCtx) })
 	wg.Go(func() { s.backfillIndexes(runCtx) })
 	<-ctx.Done()
+	s.stopTimers()
 	stop()
 	wg.Wait()
 

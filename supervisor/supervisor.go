@@ -106,9 +106,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		// Agent records deleted from here on are seen by the lost-agent
+		// watch, even when it starts after Leading reports true.
+		from, err := s.store.Revision(sess.Ctx())
+		if err != nil {
+			from = 0 // the watch reads the revision itself
+		}
 		s.leading.Store(true)
 		s.log.Info("leading", "election_key", el.Key(), "revision", el.Rev())
-		s.lead(ctx, sess, el)
+		s.lead(ctx, sess, el, from)
 		s.leading.Store(false)
 		s.log.Info("stopped leading")
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -123,7 +129,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 // a call shows that this supervisor was deposed. It wakes at the earliest
 // deadline in the index (kept current by a watch on the index), after
 // backoffs of entries it failed on, and at least every tick as a safety net.
-func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *concurrency.Election) {
+func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *concurrency.Election, from int64) {
 	fence := &reevev1.Fence{ElectionKey: el.Key(), Revision: el.Rev(), SupervisorId: s.opts.id}
 	wctx, cancel := context.WithCancel(sess.Ctx())
 	w := newWaker()
@@ -135,7 +141,7 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 	}()
 	go func() {
 		defer close(lostDone)
-		s.watchLostAgents(wctx, fence)
+		s.watchLostAgents(wctx, fence, from)
 	}()
 	defer func() {
 		cancel()
@@ -241,15 +247,23 @@ func (s *Supervisor) watchDeadlines(ctx context.Context, w *waker) {
 	}
 }
 
-// watchLostAgents acts on agents lost together with their scheduler: the
-// beats of their executions were in that scheduler's memory only, so the
-// leader asks a scheduler to move each heartbeat execution's complete-by to
-// now plus its heartbeat timeout (RECOVERY_ACTION_AGENT_LOST); the deadline
-// index does the rest. Agents lost before this leader started watching are
-// not seen: their executions wait for their complete-by.
-func (s *Supervisor) watchLostAgents(ctx context.Context, fence *reevev1.Fence) {
+// watchLostAgents acts on agents lost together with their scheduler (their
+// agents/ record, or the disconnected/ key of a stream that had ended,
+// vanished with the scheduler's lease): the beats of their executions were
+// in that scheduler's memory only, so the leader asks a scheduler to move
+// each heartbeat execution's complete-by to now plus its heartbeat timeout
+// (RECOVERY_ACTION_AGENT_LOST); the deadline index does the rest. It
+// watches from revision from (read before leadership was reported), or
+// from the current revision after a failed watch. Agents lost before this
+// leader led, or while its watch was down, are not seen: their executions
+// wait for their complete-by.
+func (s *Supervisor) watchLostAgents(ctx context.Context, fence *reevev1.Fence, from int64) {
 	for ctx.Err() == nil {
-		rev, err := s.store.Revision(ctx)
+		rev, err := from, error(nil)
+		from = 0 // after a failed watch: from now on
+		if rev == 0 {
+			rev, err = s.store.Revision(ctx)
+		}
 		if err != nil {
 			s.sleep(ctx, time.Second)
 			continue
@@ -267,6 +281,9 @@ func (s *Supervisor) agentLost(ctx context.Context, fence *reevev1.Fence, a stor
 	if err != nil {
 		s.log.Warn("list a lost agent's heartbeat executions", "agent_id", a.AgentID, "err", err)
 		return
+	}
+	if !a.Disconnected.IsZero() {
+		refs = s.notAdopted(ctx, refs, a.Disconnected)
 	}
 	s.log.Info("agent lost with its scheduler", "agent_id", a.AgentID, "namespace", a.Namespace, "scheduler_id", a.SchedulerID, "heartbeat_executions", len(refs))
 	for len(refs) > 0 {
@@ -286,6 +303,42 @@ func (s *Supervisor) agentLost(ctx context.Context, fence *reevev1.Fence, a stor
 			s.log.Warn("report a lost agent's executions", "agent_id", a.AgentID, "err", err)
 		}
 	}
+}
+
+// notAdopted drops from refs the executions a reconnecting agent adopted
+// after since (its stream to the dead scheduler ended then): the scheduler
+// it reconnected to watches their heartbeats, and shortening their
+// complete-by would take them from a live agent. A record that cannot be
+// read is kept (acted on); one that is gone is dropped. An adoption that
+// commits after this read is not seen (the execution's deadline is then
+// shortened, and it is retried if the agent's result does not come first).
+func (s *Supervisor) notAdopted(ctx context.Context, refs []*reevev1.StepRef, since time.Time) []*reevev1.StepRef {
+	keep := make([]bool, len(refs))
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for i, r := range refs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			v, err := s.store.GetTask(ctx, r.GetNamespace(), r.GetTaskId())
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				keep[i] = true
+			default:
+				_, adopted := taskstate.AdoptedSince(v.Record.GetTask(), r.GetStep(), r.GetAttempt(), since)
+				keep[i] = !adopted
+			}
+		})
+	}
+	wg.Wait()
+	out := refs[:0:0]
+	for i, r := range refs {
+		if keep[i] {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // entryBackoff delays the next attempt at a deadline key whose recovery
@@ -419,7 +472,7 @@ func (s *Supervisor) send(ctx context.Context, fence *reevev1.Fence, batch []pen
 			dctx, span := s.tel.startDecision(ctx, p.rec.Record, p.st, p.d.Deadline, p.action, p.delay)
 			spans[i] = span
 			dec := &reevev1.RecoveryDecision{Namespace: p.d.Namespace, TaskId: p.d.TaskID, Step: p.d.Step, Attempt: p.d.Attempt,
-				Action: recoveryAction(p.action), TraceContext: telemetry.Inject(dctx)}
+				Action: p.action.RecoveryAction(), TraceContext: telemetry.Inject(dctx)}
 			if p.action == taskstate.ActionRetry {
 				dec.Delay = durationpb.New(p.delay)
 			}
@@ -484,16 +537,6 @@ func transient(c codes.Code) bool {
 		return true
 	}
 	return false
-}
-
-func recoveryAction(a taskstate.Action) reevev1.RecoveryAction {
-	switch a {
-	case taskstate.ActionRetry:
-		return reevev1.RecoveryAction_RECOVERY_ACTION_RETRY
-	case taskstate.ActionCompensate:
-		return reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE
-	}
-	return reevev1.RecoveryAction_RECOVERY_ACTION_FAIL
 }
 
 // call tries the schedulers in turn, moving on from unavailable ones.

@@ -153,3 +153,30 @@ func (s *Store) DeleteAgentSession(ctx context.Context, ns, id, sessionID string
 	_, err = s.c.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpDelete(key)).Commit()
 	return etcdErr(ctx, "delete agent", err)
 }
+
+// PutDisconnected records, under lease (the scheduler's session lease), that
+// the stream of rec's agent (rec.connect_time: when the stream ended) ended
+// while the scheduler still holds the
+// heartbeat deadlines of its executions in memory. Written before the agent
+// record is deleted, so that one of the two keys exists until the deadlines
+// are resolved: if the scheduler dies meanwhile, the key vanishes with its
+// lease and WatchLostAgents reports the agent.
+func (s *Store) PutDisconnected(ctx context.Context, rec *storev1.AgentRecord, lease clientv3.LeaseID) error {
+	val, err := marshal(rec)
+	if err != nil {
+		return err
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	_, err = s.c.Put(octx, s.k.disconnected(rec.GetNamespace(), rec.GetAgentId(), rec.GetSessionId()), val, clientv3.WithLease(lease))
+	return etcdErr(ctx, "put disconnected agent", err)
+}
+
+// DeleteDisconnected removes the key PutDisconnected wrote, once the
+// scheduler resolved every deadline it held for that stream.
+func (s *Store) DeleteDisconnected(ctx context.Context, ns, id, sessionID string) error {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	_, err := s.c.Delete(octx, s.k.disconnected(ns, id, sessionID))
+	return etcdErr(ctx, "delete disconnected agent", err)
+}

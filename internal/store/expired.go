@@ -209,19 +209,38 @@ func (s *Store) HeartbeatExecutions(ctx context.Context, ns, agent string) ([]*r
 // LostAgent is an agent whose record vanished with its scheduler's lease.
 type LostAgent struct {
 	Namespace, AgentID, SchedulerID string
+	// Disconnected is when the agent's stream ended, for a disconnected/
+	// key (the stream had ended before its scheduler died); zero for an
+	// agents/ record.
+	Disconnected time.Time
 }
 
 // WatchLostAgents calls fn for every agent record deleted after revision rev
 // while the scheduler that held it is gone too: its lease expired (the
 // scheduler died), as opposed to a stream that ended on a live scheduler,
-// which writes its agent's heartbeat deadlines itself. It returns when ctx
-// ends or the watch fails (ErrCompacted: start again from a fresh revision).
+// which handles its agent's heartbeat deadlines itself. The same holds for a
+// disconnected/ key (PutDisconnected): a stream that ended on a scheduler
+// that died before it resolved the stream's heartbeat deadlines. It returns
+// when ctx ends or a watch fails (ErrCompacted: start again from a fresh
+// revision).
 func (s *Store) WatchLostAgents(ctx context.Context, rev int64, fn func(LostAgent)) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	prefix := s.k.prefix + "agents/"
-	wch := s.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithFilterPut(), clientv3.WithPrevKV())
-	for resp := range wch {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(rev + 1), clientv3.WithFilterPut(), clientv3.WithPrevKV()}
+	agents := s.c.Watch(wctx, s.k.prefix+"agents/", opts...)
+	disconnected := s.c.Watch(wctx, s.k.prefix+"disconnected/", opts...)
+	// Either watch ending (its channel closed: ctx ended or etcd failed)
+	// ends the call.
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-agents:
+		case resp, ok = <-disconnected:
+		}
+		if !ok {
+			break
+		}
 		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 			return ErrCompacted
 		}
@@ -242,7 +261,11 @@ func (s *Store) WatchLostAgents(ctx context.Context, rev int64, fn func(LostAgen
 			if err != nil || sch.Count > 0 {
 				continue // the scheduler lives (or cannot tell): it handled the stream's end
 			}
-			fn(LostAgent{Namespace: rec.GetNamespace(), AgentID: rec.GetAgentId(), SchedulerID: rec.GetSchedulerId()})
+			lost := LostAgent{Namespace: rec.GetNamespace(), AgentID: rec.GetAgentId(), SchedulerID: rec.GetSchedulerId()}
+			if strings.HasPrefix(string(ev.PrevKv.Key), s.k.prefix+"disconnected/") {
+				lost.Disconnected = rec.GetConnectTime().AsTime()
+			}
+			fn(lost)
 		}
 	}
 	if ctx.Err() != nil {

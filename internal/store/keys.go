@@ -32,6 +32,9 @@ import (
 //	beating/<ns>/<agent-id>/<task-id>/<step>/<attempt>
 //	                                            empty: dispatched executions with a heartbeat timeout, by agent
 //	agents/<ns>/<agent-id>                      AgentRecord, under the scheduler's lease
+//	disconnected/<ns>/<agent-id>/<session-id>   AgentRecord (connect_time: when it ended) of a stream that ended while its
+//	                                            scheduler still watches the heartbeat deadlines of
+//	                                            its executions, under the scheduler's lease
 //	agent-load/<ns>/<agent-id>                  "<session-id> <in-flight>", under the scheduler's
 //	                                            lease, refreshed every few seconds while it changes
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
@@ -58,10 +61,13 @@ func (k keys) deadlinePrefix() string         { return k.prefix + "deadlines/" }
 func (k keys) endedPrefix() string            { return k.prefix + "ended/" }
 func (k keys) agent(ns, id string) string     { return k.prefix + "agents/" + ns + "/" + id }
 func (k keys) agentLoad(ns, id string) string { return k.prefix + "agent-load/" + ns + "/" + id }
-func (k keys) alerts(ns string) string        { return k.prefix + "alerts/" + ns + "/" }
-func (k keys) scheduler(id string) string     { return k.prefix + "schedulers/" + id }
-func (k keys) election() string               { return k.prefix + "supervisor/election" }
-func (k keys) legacyStates() string           { return k.prefix + "states/" }
+func (k keys) disconnected(ns, id, session string) string {
+	return k.prefix + "disconnected/" + ns + "/" + id + "/" + session
+}
+func (k keys) alerts(ns string) string    { return k.prefix + "alerts/" + ns + "/" }
+func (k keys) scheduler(id string) string { return k.prefix + "schedulers/" + id }
+func (k keys) election() string           { return k.prefix + "supervisor/election" }
+func (k keys) legacyStates() string       { return k.prefix + "states/" }
 
 func (k keys) createdMeta() string { return k.prefix + "meta/created-index" }
 

@@ -193,6 +193,8 @@ func (m *model) event() error {
 			what = fmt.Sprintf("heartbeat missed %s#%d", s.GetName(), s.GetAttempt())
 			err = taskstate.ExpireNow(m.task, s.GetName(), s.GetAttempt(), "scheduler/s1", m.now)
 		}
+	case k < 90:
+		what, err = m.dropped()
 	default:
 		what, err = m.operator()
 	}
@@ -327,6 +329,61 @@ func (m *model) result() (string, error) {
 		return what, violation("result of the current execution %v: accepted %v, err %v", current, err == nil, err)
 	}
 	return what, nil
+}
+
+// dropped is an agent's stream ending while it holds a dispatched
+// execution: sometimes the agent adopts it again (RestoreOnReconnect, here
+// or elsewhere), then the scheduler's timer fires at the heartbeat deadline
+// (sometimes early, for another agent or a superseded attempt) and applies
+// the supervisor's decision in the same step, as scheduler/heartbeats.go does.
+func (m *model) dropped() (string, error) {
+	s := m.pick(taskstate.Dispatched)
+	if s == nil {
+		return "agent dropped (nothing dispatched)", nil
+	}
+	m.now = m.now.Add(10 * time.Millisecond) // later than any earlier adoption
+	name, cur, holder := s.GetName(), s.GetAttempt(), s.GetLockedByAgent()
+	agent, attempt := holder, cur
+	if m.r.IntN(8) == 0 {
+		agent = "other"
+	}
+	if m.r.IntN(8) == 0 {
+		attempt--
+	}
+	lastBeat := m.now
+	deadline := lastBeat.Add(time.Duration(m.r.IntN(3000)+2) * time.Millisecond)
+	readopted := false
+	if m.r.IntN(5) == 0 {
+		readopted = taskstate.RestoreOnReconnect(m.task, name, cur, holder, "scheduler/s2", lastBeat.Add(time.Millisecond)) == nil
+	}
+	if m.r.IntN(5) != 0 {
+		m.now = deadline
+	}
+	what := fmt.Sprintf("agent %s dropped %s#%d (re-adopted %v, deadline %s)", agent, name, attempt, readopted, deadline.Sub(t0))
+	before := proto.Clone(m.task).(*reevev1.Task)
+	act, delay, err := taskstate.ExpireDisconnected(m.task, name, attempt, agent, lastBeat, deadline, "scheduler/s1", m.now)
+	due := agent == holder && attempt == cur && !readopted && !m.now.Before(deadline)
+	if due != (err == nil) {
+		return what, violation("expiry of a dropped agent's execution, due=%v: err %v", due, err)
+	}
+	if err != nil {
+		if !proto.Equal(before, m.task) {
+			return what, violation("refused expiry (%v) changed the task", err)
+		}
+		return what, nil
+	}
+	switch act {
+	case taskstate.ActionRetry:
+		err = taskstate.RetryExpired(m.task, name, attempt, delay, "scheduler/s1", m.now)
+	case taskstate.ActionCompensate:
+		err = taskstate.CompensateExpired(m.task, name, attempt, "", "scheduler/s1", m.now)
+	case taskstate.ActionFail:
+		err = taskstate.FailExpired(m.task, name, attempt, "", "scheduler/s1", m.now)
+	}
+	if err != nil {
+		return what, violation("%v after an accepted expiry: %v", act, err)
+	}
+	return what + " " + act.String(), nil
 }
 
 // supervise moves the clock and acts on an expired execution as the

@@ -47,6 +47,17 @@ func (a Action) String() string {
 	return fmt.Sprintf("Action(%d)", int(a))
 }
 
+// RecoveryAction is the action's RecoverSteps form.
+func (a Action) RecoveryAction() reevev1.RecoveryAction {
+	switch a {
+	case ActionRetry:
+		return reevev1.RecoveryAction_RECOVERY_ACTION_RETRY
+	case ActionCompensate:
+		return reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE
+	}
+	return reevev1.RecoveryAction_RECOVERY_ACTION_FAIL
+}
+
 // Expiry error codes, recorded as the step's last error and matched against
 // RetryPolicy.non_retryable_error_codes.
 const (

@@ -10,7 +10,8 @@ import (
 )
 
 // DataKeys returns every key under the default prefix /reeve/ but the
-// liveness records of schedulers and agents (agents/, agent-load/) and the
+// liveness records of schedulers and agents (agents/, agent-load/,
+// disconnected/) and the
 // markers schedulers write at start (meta/), with its mod revision: any
 // write a request makes changes it, so comparing two calls shows whether a
 // refused request changed anything.
@@ -27,7 +28,7 @@ func DataKeys(t testing.TB, c *clientv3.Client) map[string]int64 {
 		k := string(kv.Key)
 		switch {
 		case strings.HasPrefix(k, "/reeve/schedulers/"), strings.HasPrefix(k, "/reeve/agents/"),
-			strings.HasPrefix(k, "/reeve/agent-load/"), strings.HasPrefix(k, "/reeve/meta/"):
+			strings.HasPrefix(k, "/reeve/agent-load/"), strings.HasPrefix(k, "/reeve/disconnected/"), strings.HasPrefix(k, "/reeve/meta/"):
 			continue
 		}
 		out[k] = kv.ModRevision
