@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,28 @@ func waitHealth(t *testing.T, addr, service string, want healthpb.HealthCheckRes
 	t.Fatalf("health at %s: last %s, want %s", addr, last, want)
 }
 
+// healthAddrLine finds the address in the "health listening" log line.
+var healthAddrLine = regexp.MustCompile(`health listening.*?address[=":]+(127\.0\.0\.1:\d+)`)
+
+// healthAddr waits for the command's "health listening" log line and
+// returns the address it names: the listener is opened on port 0, so no
+// other test can take the port between choosing it and binding it.
+func healthAddr(t *testing.T, out, errOut *lockedBuffer, done <-chan int) string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := healthAddrLine.FindStringSubmatch(errOut.String() + out.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("exited %d before serving health:\n%s%s", code, out.String(), errOut.String())
+		default:
+		}
+	}
+	t.Fatalf("no 'health listening' log line within 30s:\n%s%s", out.String(), errOut.String())
+	return ""
+}
+
 // Kubernetes' grpc probes speak plaintext only: --health-listen serves the
 // scheduler's and the supervisor's health on a plaintext port of its own.
 func TestHealthListen(t *testing.T) {
@@ -56,14 +79,14 @@ func TestHealthListen(t *testing.T) {
 		{"supervisor", []string{"supervisor", "--etcd-endpoints", ep, "--schedulers", "127.0.0.1:1", "--session-ttl", "2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			health := freeAddr(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			// The supervisor's goroutines may still log after run returns.
 			var out, errOut lockedBuffer
 			done := make(chan int, 1)
 			go func() {
-				done <- run(ctx, append(tc.args, "--health-listen", health), &out, &errOut, func(string) string { return "" })
+				done <- run(ctx, append(tc.args, "--health-listen", "127.0.0.1:0"), &out, &errOut, func(string) string { return "" })
 			}()
+			health := healthAddr(t, &out, &errOut, done)
 			waitHealth(t, health, "", healthpb.HealthCheckResponse_SERVING)
 			waitHealth(t, health, "liveness", healthpb.HealthCheckResponse_SERVING)
 			cancel()
@@ -74,9 +97,6 @@ func TestHealthListen(t *testing.T) {
 				}
 			case <-time.After(30 * time.Second):
 				t.Fatal("did not stop within 30s of its context ending")
-			}
-			if !strings.Contains(errOut.String()+out.String(), "health listening") {
-				t.Errorf("no 'health listening' log line:\n%s%s", out.String(), errOut.String())
 			}
 		})
 	}
@@ -103,13 +123,13 @@ func (l *lockedBuffer) String() string {
 // but alive ("liveness" SERVING: no restart, which would not mend etcd).
 func TestHealthListenEtcdDownNotReadyButAlive(t *testing.T) {
 	m := etcdtest.New(t)
-	health := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut lockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"scheduler", "--etcd-endpoints", m.Endpoints()[0], "--listen", "127.0.0.1:0", "--health-listen", health}, &out, &errOut, func(string) string { return "" })
+		done <- run(ctx, []string{"scheduler", "--etcd-endpoints", m.Endpoints()[0], "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"}, &out, &errOut, func(string) string { return "" })
 	}()
+	health := healthAddr(t, &out, &errOut, done)
 	defer func() {
 		cancel()
 		select {
