@@ -85,16 +85,17 @@ func (d *dispatcher) handOver(conn *agentConn, a *reevev1.StepAssignment) {
 	}
 }
 
-// retryDirect is the transition of a RETRY decision with direct dispatch:
-// taskstate.RetryExpired, then, when the next attempt is due at once and an
-// agent has room, taskstate.Claim for it. slot keeps the reservation across
+// directClaim claims, inside a transition, a step the transition made
+// queued and due for an agent here with room: a RETRY decision's next
+// attempt (apply: taskstate.RetryExpired, then taskstate.Claim) or the step
+// a result made ready (claimAfter, resultclaim.go). slot keeps the reservation across
 // re-runs of the transition (a lost race runs it again on the fresh record);
 // claimed reports whether this run claimed.
 //
 // The store may run the transition again after UpdateTask returned (its
 // caller's context ended while the write was queued or committing): once
 // finish is called, a run neither reserves nor claims. Guarded by mu.
-type retryDirect struct {
+type directClaim struct {
 	d        *dispatcher
 	mu       sync.Mutex
 	finished bool
@@ -103,7 +104,7 @@ type retryDirect struct {
 	ref      *reevev1.StepRef // the claimed attempt
 }
 
-func (r *retryDirect) apply(t *reevev1.Task, step string, attempt int32, delay time.Duration, actor string, now time.Time) error {
+func (r *directClaim) apply(t *reevev1.Task, step string, attempt int32, delay time.Duration, actor string, now time.Time) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.claimed = false
@@ -120,7 +121,7 @@ func (r *retryDirect) apply(t *reevev1.Task, step string, attempt int32, delay t
 // claimAfter runs a transition of t and, when it succeeds, claims the
 // task's first queued step if it is due and an agent here has room for it:
 // the next step a result made ready (resultclaim.go).
-func (r *retryDirect) claimAfter(t *reevev1.Task, now time.Time, transition func() error) error {
+func (r *directClaim) claimAfter(t *reevev1.Task, now time.Time, transition func() error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.claimed = false
@@ -142,7 +143,7 @@ func (r *retryDirect) claimAfter(t *reevev1.Task, now time.Time, transition func
 // claimLocked claims st, queued in t, for the reserved slot's agent (it
 // reserves one on first use) when st is due and the agent takes its type.
 // r.mu is held.
-func (r *retryDirect) claimLocked(t *reevev1.Task, st *reevev1.Step, now time.Time) {
+func (r *directClaim) claimLocked(t *reevev1.Task, st *reevev1.Step, now time.Time) {
 	if !taskstate.Queued(st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
 		return
 	}
@@ -163,7 +164,7 @@ func (r *retryDirect) claimLocked(t *reevev1.Task, st *reevev1.Step, now time.Ti
 
 // finish ends the transition's use of the slot and returns it, with
 // whether the last run claimed and the claimed attempt.
-func (r *retryDirect) finish() (slot *directSlot, claimed bool, ref *reevev1.StepRef) {
+func (r *directClaim) finish() (slot *directSlot, claimed bool, ref *reevev1.StepRef) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.finished = true

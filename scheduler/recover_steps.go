@@ -137,7 +137,7 @@ func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceC
 		}
 		span.End()
 	}()
-	direct := &retryDirect{d: s.disp}
+	direct := &directClaim{d: s.disp}
 	before, after, err := s.store.UpdateTask(ctx, ns, id, func(t *reevev1.Task) error {
 		now := s.opts.clock.Now()
 		d, err := decide(t, now)

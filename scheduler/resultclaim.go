@@ -34,7 +34,7 @@ type nextClaim struct {
 // claim while etcd is unavailable, until deadline (updateUntil). A claim
 // whose write's outcome is unknown is taken back, as for any claim.
 func (s *Server) recordResult(deadline time.Time, ref *reevev1.StepRef, record func(*reevev1.Task, time.Time) error) (before, after *storev1.TaskRecord, next nextClaim, err error) {
-	direct := &retryDirect{d: s.disp}
+	direct := &directClaim{d: s.disp}
 	apply := func(t *reevev1.Task) error {
 		now := s.opts.clock.Now()
 		return direct.claimAfter(t, now, func() error { return record(t, now) })

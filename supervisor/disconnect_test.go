@@ -92,6 +92,16 @@ func TestReconnectedAgentKeepsItsHeartbeatStep(t *testing.T) {
 	}
 }
 
+// waitLeading waits until sup leads.
+func waitLeading(t *testing.T, sup *testenv.Supervisor) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); !sup.Leading(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+}
+
 func getTask(t *testing.T, c reevev1.SchedulerServiceClient, id string) *reevev1.Task {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -122,11 +132,7 @@ func TestHeartbeatStepsOfAnAgentLostWithItsScheduler(t *testing.T) {
 	submit(t, c, "lost", st)
 	first := doomed.NextAssignment(wait)
 	doomed.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{first.GetRef()}}}})
-	for deadline := time.Now().Add(wait); !sup.Leading(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	waitLeading(t, sup)
 	crashed := time.Now()
 	doomedSched.Crash()
 	doomed.Close()
@@ -302,11 +308,7 @@ func droppedAgentOutlivesScheduler(t *testing.T, end func(*testenv.Scheduler)) {
 	st.HeartbeatTimeout = durationpb.New(hb)
 	submit(t, c, "orphan", st)
 	first := dropped.NextAssignment(wait)
-	for deadline := time.Now().Add(wait); !sup.Leading(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	waitLeading(t, sup)
 	dropped.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{first.GetRef()}}}})
 	dropped.Close()
 	waitKeys(t, cli, "/reeve/disconnected/", 1)
@@ -340,11 +342,7 @@ func TestAdoptedStepSurvivesTheOldSchedulersCrash(t *testing.T) {
 	sup := env.StartSupervisor([]*testenv.Scheduler{b}, supervisor.WithTick(time.Minute))
 	c := b.Client(t)
 	cli := env.Etcd.Client()
-	for deadline := time.Now().Add(wait); !sup.Leading(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	waitLeading(t, sup)
 	old := testenv.ConnectRaw(t, a.Addr, register("mover", "work"))
 	waitKeys(t, cli, "/reeve/agents/", 1) // A holds its lease
 	st := step("x", "work", time.Minute)

@@ -75,11 +75,7 @@ func TestSingleExpiryIsRecoveredWithoutWaitingForTheTick(t *testing.T) {
 	agent := testenv.ConnectRaw(t, s.Addr, register("a", "work"))
 	// The leader settles on an empty index first: it must learn of the new
 	// deadline from its watch.
-	for deadline := time.Now().Add(wait); !sup.Leading(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	waitLeading(t, sup)
 	submit(t, c, "one", step("x", "work", 500*time.Millisecond))
 	first := agent.NextAssignment(wait)
 	second := agent.NextAssignment(wait)

@@ -105,11 +105,7 @@ func TestReassignAfterDisconnectOfAnAgentLostWithItsScheduler(t *testing.T) {
 	doomed := testenv.ConnectRaw(t, doomedSched.Addr, register("doomed", "work"))
 	submit(t, c, "lost", reassigned(500*time.Millisecond))
 	doomed.NextAssignment(wait)
-	for deadline := time.Now().Add(wait); !sup.Leading(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	waitLeading(t, sup)
 	crashed := time.Now()
 	doomedSched.Crash()
 	doomed.Close()

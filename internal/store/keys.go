@@ -123,11 +123,7 @@ func (k keys) beating(ns, agent, id, step string, attempt int32) string {
 	b = append(b, '/')
 	b = append(b, agent...)
 	b = append(b, '/')
-	b = append(b, id...)
-	b = append(b, '/')
-	b = append(b, step...)
-	b = append(b, '/')
-	return string(strconv.AppendInt(b, int64(attempt), 10))
+	return string(appendExecution(b, id, step, attempt))
 }
 
 func (k keys) ready(ns, id, step string) string {
@@ -142,11 +138,17 @@ func (k keys) deadline(at time.Time, ns, id, step string, attempt int32) string 
 	b = append(b, '/')
 	b = append(b, ns...)
 	b = append(b, '/')
+	return string(appendExecution(b, id, step, attempt))
+}
+
+// appendExecution appends the <task-id>/<step>/<attempt> tail the deadline
+// and beating keys end with.
+func appendExecution(b []byte, id, step string, attempt int32) []byte {
 	b = append(b, id...)
 	b = append(b, '/')
 	b = append(b, step...)
 	b = append(b, '/')
-	return string(strconv.AppendInt(b, int64(attempt), 10))
+	return strconv.AppendInt(b, int64(attempt), 10)
 }
 
 // appendTime appends unix nanoseconds as %020d does (times before 1970,
