@@ -73,7 +73,7 @@ func parseTemplates() (*template.Template, error) {
 // page's "What happened".
 var explanations = map[string]string{
 	"step.failed":                    "the agent reported a failure",
-	"step.expired":                   "no result before its deadline (complete-by, or the deadline after its agent's stream ended): the attempt was taken back",
+	"step.expired":                   "no result in time: the attempt was taken back",
 	"step.schedule_to_start_expired": "no agent took it before its schedule-to-start deadline",
 	"step.heartbeat_missed":          "the agent stopped heartbeating",
 	"step.retry_scheduled":           "a new attempt is queued",
