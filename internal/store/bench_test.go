@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/etcdtest"
 	"github.com/reeve-org/reeve/internal/store"
@@ -46,6 +49,45 @@ func taskLifecycle(b *testing.B, parallelism int) {
 			if _, _, err := s.UpdateTask(ctx, "default", id, func(t *reevev1.Task) error {
 				return taskstate.Claim(t, "a", 1, "s1", "agent", t0)
 			}); err != nil {
+				b.Fatal(err)
+			}
+			ref := &reevev1.StepRef{Namespace: "default", TaskId: id, Step: "a", Attempt: 1}
+			if _, _, err := s.UpdateTask(ctx, "default", id, func(t *reevev1.Task) error {
+				return taskstate.Complete(t, ref, "agent", nil, t0)
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkOneStepTask is the store's and etcd's share of a one-step task
+// as the scheduler writes it today: the task created with its step already
+// claimed (claim on submit), then completed, two guarded writes, from 64
+// goroutines per core so that writes share transactions as in the contract
+// command. cpu-ns/op is process CPU per task (etcd, fsync off, and the
+// store; no gRPC, scheduler, agent or load generator): the floor under
+// `reeve bench`'s CPU per task (docs/benchmarks.md, "Issue 15, fifth pass").
+//
+//	go test -run '^$' -bench BenchmarkOneStepTask -benchtime 30000x ./internal/store/
+func BenchmarkOneStepTask(b *testing.B) {
+	s := store.New(etcdtest.New(b).InProcessClient())
+	b.SetParallelism(64)
+	ctx := context.Background()
+	wf := &reevev1.Workflow{Name: "bench", Version: 1, Steps: []*reevev1.StepSpec{{Name: "a", Type: "t", Timeout: durationpb.New(time.Minute)}}}
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU(b)
+	defer func() { reportCPU(b, cpu0) }()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := fmt.Sprintf("b%09d", n.Add(1))
+			t := taskstate.New("default", id, wf, nil, t0)
+			if err := taskstate.Claim(t, "a", 1, "s1", "agent", t0); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := s.CreateTask(ctx, &storev1.TaskRecord{Task: t, RequestDigest: []byte(id)}); err != nil {
 				b.Fatal(err)
 			}
 			ref := &reevev1.StepRef{Namespace: "default", TaskId: id, Step: "a", Attempt: 1}

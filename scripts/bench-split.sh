@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# bench-split.sh runs `reeve bench` against etcd and a scheduler in processes
+# of their own, as in production, and prints the scheduler's and etcd's CPU
+# per completed task separately (docs/benchmarks.md, "Issue 15, fifth
+# pass"). The arguments are bench's load flags, e.g.
+#
+#   scripts/bench-split.sh --tasks 10000000 --duration 15s --concurrency 128 --steps 1
+#   scripts/bench-split.sh --tasks 10000000 --duration 20s --rate 1000 --steps 1
+#
+# Needs `make build` (bin/reeve) and `make etcd` (.tools/bin/etcd). The
+# scheduler runs with its defaults (GC percentage 100); the load generator
+# and the agents run in the bench process and are not counted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reeve=${REEVE:-bin/reeve}
+etcd=${ETCD:-.tools/bin/etcd}
+dir=$(mktemp -d)
+etcd_port=${ETCD_PORT:-23791}
+sched_addr=${SCHEDULER_ADDR:-127.0.0.1:7491}
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+
+"$etcd" --data-dir "$dir/etcd" --log-level error \
+	--listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+	--listen-peer-urls "http://127.0.0.1:$((etcd_port + 10))" --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 10))" \
+	--initial-cluster "default=http://127.0.0.1:$((etcd_port + 10))" \
+	--auto-compaction-mode periodic --auto-compaction-retention 1m >"$dir/etcd.log" 2>&1 &
+etcd_pid=$!
+pids+=("$etcd_pid")
+for _ in $(seq 100); do
+	curl -fs "http://127.0.0.1:$etcd_port/health" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+"$reeve" scheduler --etcd-endpoints "http://127.0.0.1:$etcd_port" --listen "$sched_addr" >"$dir/scheduler.log" 2>&1 &
+sched_pid=$!
+pids+=("$sched_pid")
+for _ in $(seq 100); do
+	grep -q "scheduler listening" "$dir/scheduler.log" 2>/dev/null && break
+	sleep 0.1
+done
+
+cpu() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; }
+etcd0=$(cpu "$etcd_pid")
+"$reeve" bench --address "$sched_addr" --etcd-endpoints "http://127.0.0.1:$etcd_port" --server-pid "$sched_pid" "$@" -o json >"$dir/out.json"
+etcd1=$(cpu "$etcd_pid")
+python3 - "$dir/out.json" "$etcd0" "$etcd1" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+n = max(1, d["completed"])
+etcd = float(sys.argv[3]) - float(sys.argv[2])
+print(json.dumps({
+    "tasks_per_sec": round(d["tasks_per_sec"]),
+    "p50_ms": round(d["p50_ms"], 1), "p99_ms": round(d["p99_ms"], 1),
+    "scheduler_cpu_us_per_task": round(d.get("server_cpu_sec", 0) / n * 1e6),
+    "etcd_cpu_us_per_task": round(etcd / n * 1e6),
+    "scheduler_peak_rss_mb": d.get("server_peak_rss_mb"),
+    "etcd_txns_per_task": round(d.get("etcd_txns_per_task", 0), 3),
+}))
+EOF
