@@ -251,26 +251,41 @@ func (s *Server) currentLease() clientv3.LeaseID {
 func (s *Server) sweep(ctx context.Context) {
 	t := s.opts.clock.NewTicker(s.opts.sweepInterval)
 	defer t.Stop()
-	for {
+	// The sweep continues where the last one ended (store.SweepEndedFrom),
+	// and starts again from the beginning of the index every
+	// sweepRescanEvery passes and after an error, for what a cursor passes
+	// by: a task whose record changed while it was swept, or one ended by a
+	// scheduler whose clock is behind this one's.
+	var cursor string
+	for pass := 0; ; pass++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.Chan():
 		}
+		if pass%sweepRescanEvery == 0 {
+			cursor = ""
+		}
 		for {
-			n, err := s.store.SweepEnded(ctx, s.opts.clock.Now().Add(-s.opts.retention), 500)
+			n, next, more, err := s.store.SweepEndedFrom(ctx, cursor, s.opts.clock.Now().Add(-s.opts.retention), 500)
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
 					s.log.Warn("sweep ended tasks", "err", err)
 				}
+				cursor = ""
 				break
 			}
+			cursor = next
 			if n > 0 {
 				s.log.Debug("swept ended tasks", "count", n)
 			}
-			if n < 500 {
+			if !more {
 				break
 			}
 		}
 	}
 }
+
+// sweepRescanEvery is how many sweeps pass between two that start from the
+// beginning of the ended index.
+const sweepRescanEvery = 10

@@ -17,14 +17,35 @@ import (
 // per task guarded by its ended key's and its record's revisions, so a task
 // revived or changed meanwhile is left alone. Deletions are grouped, up to
 // sweepBatch tasks per etcd transaction within etcd's operation limit. It
-// returns how many tasks it deleted.
+// returns how many tasks it deleted. It ranges from the start of the ended
+// index: a sweeper that calls it repeatedly should use SweepEndedFrom.
 func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, _, _, err := s.SweepEndedFrom(ctx, "", before, limit)
+	return n, err
+}
+
+// SweepEndedFrom is SweepEnded for the ended keys from `from` on (""
+// for the start of the index). It returns where the next call should
+// start — after the last ended key it examined, or `from` when it examined
+// none — and whether the range held more than limit keys.
+//
+// The cursor is what keeps a sweep's cost proportional to what it deletes:
+// etcd counts every key of a range, and keeps the keys a sweep deleted in
+// its index (as tombstones) until the next compaction, so a sweep that
+// always ranged from the start of the index would walk every task deleted
+// since the last compaction, and the whole backlog, on every call.
+func (s *Store) SweepEndedFrom(ctx context.Context, from string, before time.Time, limit int) (deleted int, next string, more bool, err error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	prefix := s.k.endedPrefix()
-	resp, err := s.c.Get(octx, prefix, clientv3.WithRange(s.k.endedUntil(before)), clientv3.WithLimit(int64(limit)))
+	start := max(from, prefix)
+	resp, err := s.c.Get(octx, start, clientv3.WithRange(s.k.endedUntil(before)), clientv3.WithLimit(int64(limit)))
 	if err != nil {
-		return 0, etcdErr(ctx, "sweep ended", err)
+		return 0, from, false, etcdErr(ctx, "sweep ended", err)
+	}
+	next, more = from, resp.More
+	if n := len(resp.Kvs); n > 0 {
+		next = string(resp.Kvs[n-1].Key) + "\x00"
 	}
 	type victim struct {
 		ns, id, state string
@@ -49,13 +70,13 @@ func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (in
 		}
 		r, err := s.c.Txn(octx).Then(gets...).Commit()
 		if err != nil {
-			return 0, etcdErr(ctx, "sweep ended", err)
+			return 0, from, false, etcdErr(ctx, "sweep ended", err)
 		}
 		for i, v := range part {
 			if kvs := r.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
 				rec, err := unmarshalTask(kvs[0])
 				if err != nil {
-					return 0, err
+					return 0, from, false, err
 				}
 				v.rec = &rec
 			}
@@ -80,7 +101,6 @@ func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (in
 		}
 	}
 	var (
-		deleted int
 		batch   []*victim
 		longest int
 		seen    = map[string]bool{} // a task id reused after a sweep may have two ended keys
@@ -117,7 +137,7 @@ func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (in
 		key := s.k.task(v.ns, v.id)
 		if seen[key] || len(batch) == sweepBatch || len(batch)+1+max(longest, len(v.ops)) > s.maxTxnOps {
 			if err := flush(); err != nil {
-				return deleted, err
+				return deleted, from, false, err
 			}
 		}
 		if 1+len(v.ops) > s.maxTxnOps {
@@ -127,7 +147,10 @@ func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (in
 		batch = append(batch, v)
 		longest = max(longest, len(v.ops))
 	}
-	return deleted, flush()
+	if err := flush(); err != nil {
+		return deleted, from, false, err
+	}
+	return deleted, next, more, nil
 }
 
 // sweepBatch is how many tasks one sweep transaction deletes.

@@ -222,6 +222,60 @@ func TestSweepEndedRemovesOnlyOldTerminalTasks(t *testing.T) {
 	}
 }
 
+// A sweeper that calls SweepEndedFrom with the cursor it got back deletes
+// every task past retention, each range starting after the keys it already
+// examined; a task that ended before the cursor (a scheduler whose clock is
+// behind) is found again by a sweep from the start of the index.
+func TestSweepEndedFromContinuesAfterItsCursor(t *testing.T) {
+	s, c := newStore(t)
+	end := func(id string, at time.Time) {
+		t.Helper()
+		if _, _, err := s.CreateTask(ctx(t), record(id)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.UpdateTask(ctx(t), "default", id, func(task *reevev1.Task) error {
+			return taskstate.Cancel(task, "", "test", at)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		end(fmt.Sprintf("t%d", i), t0.Add(time.Duration(i)*time.Second))
+	}
+	var (
+		cursor string
+		total  int
+		calls  int
+	)
+	for more := true; more; calls++ {
+		if calls == 10 {
+			t.Fatal("the sweep does not end")
+		}
+		n, next, m, err := s.SweepEndedFrom(ctx(t), cursor, t0.Add(time.Minute), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next <= cursor {
+			t.Fatalf("cursor %q did not move past %q", next, cursor)
+		}
+		total, cursor, more = total+n, next, m
+	}
+	if total != 5 || calls != 3 {
+		t.Fatalf("swept %d tasks in %d calls, want 5 in 3", total, calls)
+	}
+	if got := keys(t, c, "ended/"); len(got) != 0 {
+		t.Fatalf("ended keys left: %v", got)
+	}
+	// Ended before the cursor: passed by from it, found from the start.
+	end("late", t0)
+	if n, next, more, err := s.SweepEndedFrom(ctx(t), cursor, t0.Add(time.Minute), 2); err != nil || n != 0 || next != cursor || more {
+		t.Fatalf("from the cursor: swept %d, next %q, more %v (%v); want nothing, the same cursor", n, next, more, err)
+	}
+	if n, _, _, err := s.SweepEndedFrom(ctx(t), "", t0.Add(time.Minute), 2); err != nil || n != 1 {
+		t.Fatalf("from the start: swept %d (%v), want 1", n, err)
+	}
+}
+
 // The dispatcher updates a task as soon as the ready-queue watch reports it;
 // the update must find the task even if the member's serializable view lags
 // the watch (a regression found by reeve bench).
