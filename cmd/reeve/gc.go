@@ -32,10 +32,18 @@ type perfFlags struct {
 	getenv  func(string) string
 }
 
-// Defaults of the memory limit without a cgroup limit, by command.
+// Defaults of the memory limit.
 const (
-	defaultMemoryLimit = 1 << 30 // dev and bench: etcd and the scheduler in one process
-	cgroupLimitRatio   = 0.9     // of the container's memory limit, when there is one
+	cgroupLimitRatio = 0.9 // of the container's memory limit, when there is one
+	// Outside a container: half of the machine's memory, at least
+	// minDefaultMemoryLimit, or that when the machine's is unknown. The
+	// limit is soft: a live heap near it makes the GC run continuously (up
+	// to half the CPU), and the live heap of a process holding etcd grows
+	// with the history etcd keeps in memory, so a fixed 1 GiB made a
+	// 10-minute soak at 1,000 tasks/s spend 53 % of its CPU in the GC and
+	// fall behind for good (docs/benchmarks.md, "Issue 15, fifth pass").
+	systemLimitRatio      = 0.5
+	minDefaultMemoryLimit = 1 << 30
 )
 
 // register adds the flags, with defPercent the command's default
@@ -43,7 +51,7 @@ const (
 func (f *perfFlags) register(cmd *cobra.Command, getenv func(string) string, defPercent int) {
 	f.getenv = getenv
 	cmd.Flags().StringVar(&f.limit, "memory-limit", getenv("REEVE_MEMORY_LIMIT"),
-		"soft memory limit of the Go runtime, e.g. 512MiB or 2GiB, or off (env REEVE_MEMORY_LIMIT); default: GOMEMLIMIT when set, else 90% of the container's (cgroup) memory limit, else 1GiB")
+		"soft memory limit of the Go runtime, e.g. 512MiB or 2GiB, or off (env REEVE_MEMORY_LIMIT); default: GOMEMLIMIT when set, else 90% of the container's (cgroup) memory limit, else half of the machine's memory (at least 1GiB)")
 	def := defPercent
 	if v, err := strconv.Atoi(getenv("REEVE_GC_PERCENT")); err == nil {
 		def = v
@@ -98,11 +106,20 @@ func (f *perfFlags) memoryLimit(explicit bool) (int64, error) {
 	if f.getenv("GOMEMLIMIT") != "" {
 		return debug.SetMemoryLimit(-1), nil // the runtime parsed it
 	}
-	// Not in a container, or its limit unreadable: the fixed default.
 	if cg, err := memlimit.FromCgroup(); err == nil && cg > 0 && cg < math.MaxInt64 {
 		return int64(float64(cg) * cgroupLimitRatio), nil
 	}
-	return defaultMemoryLimit, nil
+	sys, err := memlimit.FromSystem()
+	return systemMemoryLimit(sys, err), nil
+}
+
+// systemMemoryLimit is the default limit outside a container, for a machine
+// with total bytes of memory (err: unknown).
+func systemMemoryLimit(total uint64, err error) int64 {
+	if err != nil || total == 0 || total > math.MaxInt64 {
+		return minDefaultMemoryLimit
+	}
+	return max(minDefaultMemoryLimit, int64(float64(total)*systemLimitRatio))
 }
 
 // parseBytes parses a size such as 512MiB, 2GiB, 1.5GB or 1048576 (bytes).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"runtime/debug"
 	"testing"
@@ -67,5 +68,25 @@ func TestPerfFlagsSetTheRuntime(t *testing.T) {
 				t.Errorf("memory limit %d (apply said %d); want %d", got, limit, c.wantLimit)
 			}
 		})
+	}
+}
+
+// Outside a container the default limit is half of the machine's memory,
+// never below 1 GiB, and 1 GiB when the machine's memory is unknown.
+func TestSystemMemoryLimit(t *testing.T) {
+	for _, c := range []struct {
+		total uint64
+		err   error
+		want  int64
+	}{
+		{24 << 30, nil, 12 << 30},
+		{1 << 30, nil, 1 << 30},
+		{0, nil, 1 << 30},
+		{8 << 30, errors.New("unknown"), 1 << 30},
+		{math.MaxUint64, nil, 1 << 30},
+	} {
+		if got := systemMemoryLimit(c.total, c.err); got != c.want {
+			t.Errorf("systemMemoryLimit(%d, %v) = %d, want %d", c.total, c.err, got, c.want)
+		}
 	}
 }
