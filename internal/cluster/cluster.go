@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -359,14 +360,47 @@ func waitFor(ctx context.Context, what string, check func(context.Context) error
 	}
 }
 
-// freeAddr returns a free loopback address. The port is free when picked;
-// another process could take it before ours binds it (unlikely on
-// loopback, and Start then fails clearly).
+// freeAddr returns a free loopback address for a process of the cluster.
+// Processes are restarted on the address they had, so the port is picked
+// below the kernel's ephemeral port range when it can be: a port from that
+// range (what binding port 0 gives) can be taken, while its process is
+// down, as the source port of any outgoing connection on the machine, and
+// a restarted scheduler then failed with "address already in use". The
+// port is free when picked; another process could still take it before
+// ours binds it (Start then fails clearly).
 func freeAddr() (string, error) {
+	if low, ok := ephemeralPortsFrom(); ok && low > minPickedPort+1000 {
+		for range 100 {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", minPickedPort+rand.IntN(low-minPickedPort)))
+			if err == nil {
+				defer l.Close()
+				return l.Addr().String(), nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// minPickedPort is the lowest port freeAddr picks (above the well-known and
+// most registered services' ports).
+const minPickedPort = 20000
+
+// ephemeralPortsFrom returns the first port of the kernel's ephemeral range
+// (Linux; false elsewhere or when it cannot be read).
+func ephemeralPortsFrom() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	low, err := strconv.Atoi(f[0])
+	return low, err == nil
 }
