@@ -32,9 +32,25 @@ func BenchmarkTaskLifecycle(b *testing.B) { taskLifecycle(b, 1) }
 func BenchmarkTaskLifecycleBatched(b *testing.B) { taskLifecycle(b, 64) }
 
 func taskLifecycle(b *testing.B, parallelism int) {
+	perTask(b, parallelism, func(s *store.Store, id string) {
+		if _, _, err := s.CreateTask(context.Background(), record(id)); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := s.UpdateTask(context.Background(), "default", id, func(t *reevev1.Task) error {
+			return taskstate.Claim(t, "a", 1, "s1", "agent", t0)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		completeStep(b, s, id)
+	})
+}
+
+// perTask runs task, on a fresh store over a real embedded etcd, once per
+// benchmark iteration with a new task id, from parallelism goroutines per
+// core, and reports allocations and process CPU per task.
+func perTask(b *testing.B, parallelism int, task func(s *store.Store, id string)) {
 	s := store.New(etcdtest.New(b).InProcessClient())
 	b.SetParallelism(parallelism)
-	ctx := context.Background()
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -42,23 +58,19 @@ func taskLifecycle(b *testing.B, parallelism int) {
 	defer func() { reportCPU(b, cpu0) }()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			id := fmt.Sprintf("b%09d", n.Add(1))
-			if _, _, err := s.CreateTask(ctx, record(id)); err != nil {
-				b.Fatal(err)
-			}
-			if _, _, err := s.UpdateTask(ctx, "default", id, func(t *reevev1.Task) error {
-				return taskstate.Claim(t, "a", 1, "s1", "agent", t0)
-			}); err != nil {
-				b.Fatal(err)
-			}
-			ref := &reevev1.StepRef{Namespace: "default", TaskId: id, Step: "a", Attempt: 1}
-			if _, _, err := s.UpdateTask(ctx, "default", id, func(t *reevev1.Task) error {
-				return taskstate.Complete(t, ref, "agent", nil, t0)
-			}); err != nil {
-				b.Fatal(err)
-			}
+			task(s, fmt.Sprintf("b%09d", n.Add(1)))
 		}
 	})
+}
+
+// completeStep records the success of step "a", attempt 1, of task id.
+func completeStep(b *testing.B, s *store.Store, id string) {
+	ref := &reevev1.StepRef{Namespace: "default", TaskId: id, Step: "a", Attempt: 1}
+	if _, _, err := s.UpdateTask(context.Background(), "default", id, func(t *reevev1.Task) error {
+		return taskstate.Complete(t, ref, "agent", nil, t0)
+	}); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkOneStepTask is the store's and etcd's share of a one-step task
@@ -71,32 +83,16 @@ func taskLifecycle(b *testing.B, parallelism int) {
 //
 //	go test -run '^$' -bench BenchmarkOneStepTask -benchtime 30000x ./internal/store/
 func BenchmarkOneStepTask(b *testing.B) {
-	s := store.New(etcdtest.New(b).InProcessClient())
-	b.SetParallelism(64)
-	ctx := context.Background()
 	wf := &reevev1.Workflow{Name: "bench", Version: 1, Steps: []*reevev1.StepSpec{{Name: "a", Type: "t", Timeout: durationpb.New(time.Minute)}}}
-	var n atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0 := processCPU(b)
-	defer func() { reportCPU(b, cpu0) }()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			id := fmt.Sprintf("b%09d", n.Add(1))
-			t := taskstate.New("default", id, wf, nil, t0)
-			if err := taskstate.Claim(t, "a", 1, "s1", "agent", t0); err != nil {
-				b.Fatal(err)
-			}
-			if _, _, err := s.CreateTask(ctx, &storev1.TaskRecord{Task: t, RequestDigest: []byte(id)}); err != nil {
-				b.Fatal(err)
-			}
-			ref := &reevev1.StepRef{Namespace: "default", TaskId: id, Step: "a", Attempt: 1}
-			if _, _, err := s.UpdateTask(ctx, "default", id, func(t *reevev1.Task) error {
-				return taskstate.Complete(t, ref, "agent", nil, t0)
-			}); err != nil {
-				b.Fatal(err)
-			}
+	perTask(b, 64, func(s *store.Store, id string) {
+		t := taskstate.New("default", id, wf, nil, t0)
+		if err := taskstate.Claim(t, "a", 1, "s1", "agent", t0); err != nil {
+			b.Fatal(err)
 		}
+		if _, _, err := s.CreateTask(context.Background(), &storev1.TaskRecord{Task: t, RequestDigest: []byte(id)}); err != nil {
+			b.Fatal(err)
+		}
+		completeStep(b, s, id)
 	})
 }
 
