@@ -187,7 +187,7 @@ func TestSweepEndedInBatches(t *testing.T) {
 	if _, _, err := s.CreateTask(ctx(t), record("live")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.SweepEnded(ctx(t), t0.Add(time.Minute), 500)
+	got, _, _, err := s.SweepEndedFrom(ctx(t), "", t0.Add(time.Minute), 500)
 	if err != nil || got != n {
 		t.Fatalf("swept %d (%v), want %d", got, err, n)
 	}

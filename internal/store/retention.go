@@ -11,23 +11,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// SweepEnded deletes up to limit tasks that ended at or before `before`,
+// SweepEndedFrom deletes up to limit tasks that ended at or before `before`,
 // with every key derived from their records (see indexKeys: created, ended,
 // and any ready or deadline key a record still implies), in one transaction
 // per task guarded by its ended key's and its record's revisions, so a task
 // revived or changed meanwhile is left alone. Deletions are grouped, up to
 // sweepBatch tasks per etcd transaction within etcd's operation limit. It
-// returns how many tasks it deleted. It ranges from the start of the ended
-// index: a sweeper that calls it repeatedly should use SweepEndedFrom.
-func (s *Store) SweepEnded(ctx context.Context, before time.Time, limit int) (int, error) {
-	n, _, _, err := s.SweepEndedFrom(ctx, "", before, limit)
-	return n, err
-}
-
-// SweepEndedFrom is SweepEnded for the ended keys from `from` on (""
-// for the start of the index). It returns where the next call should
-// start — after the last ended key it examined, or `from` when it examined
-// none — and whether the range held more than limit keys.
+// returns how many tasks it deleted.
+//
+// It examines the ended keys from `from` on ("" for the start of the
+// index) and returns where the next call should start (after the last
+// ended key it examined, or `from` when it examined none) and whether the
+// range held more than limit keys.
 //
 // The cursor is what keeps a sweep's cost proportional to what it deletes:
 // etcd counts every key of a range, and keeps the keys a sweep deleted in

@@ -205,7 +205,7 @@ func TestSweepEndedRemovesOnlyOldTerminalTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, err := s.SweepEnded(ctx(t), t0.Add(time.Minute), 100)
+	n, _, _, err := s.SweepEndedFrom(ctx(t), "", t0.Add(time.Minute), 100)
 	if err != nil || n != 1 {
 		t.Fatalf("swept %d (%v), want 1", n, err)
 	}

@@ -239,7 +239,7 @@ func TestSweepEndedDeletesEveryKeyDerivedFromTheRecord(t *testing.T) {
 	if _, _, err := s.CreateTask(ctx(t), wide("kept", 2, 0)); err != nil {
 		t.Fatal(err)
 	}
-	n, err := s.SweepEnded(ctx(t), t0.Add(time.Minute), 100)
+	n, _, _, err := s.SweepEndedFrom(ctx(t), "", t0.Add(time.Minute), 100)
 	if err != nil || n != 1 {
 		t.Fatalf("swept %d (%v), want 1", n, err)
 	}
