@@ -21,6 +21,10 @@ import (
 // errDrained ends a session because the scheduler asked the agent to move.
 var errDrained = errors.New("agentsdk: drained by scheduler")
 
+// drainAckWait bounds how long a drained stream stays open for the answers
+// to results sent on it before the Drain arrived.
+const drainAckWait = 2 * time.Second
+
 // stableAfter is how long a session must last for the reconnect backoff to
 // start over.
 const stableAfter = 10 * time.Second
@@ -126,8 +130,20 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 		wg.Wait()
 	}()
 
+	// Set on Drain: the results this stream still owes an answer for.
+	var awaiting []string
+	drained := false
+	var giveUp *time.Timer
+	defer func() {
+		if giveUp != nil {
+			giveUp.Stop()
+		}
+	}()
 	for {
 		m, err := stream.Recv()
+		if err != nil && drained {
+			return errDrained // cut after drainAckWait, or by the scheduler
+		}
 		if err != nil {
 			select {
 			case serr := <-sendErr:
@@ -148,10 +164,22 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 		case *reevev1.ConnectResponse_ResultAck:
 			a.acked(msg.ResultAck)
 		case *reevev1.ConnectResponse_Drain:
-			a.detach(out)
-			// CloseSend must not run concurrently with Send: stop the send
-			// loop first (a Send stuck on flow control is cut by cancel).
-			stopSend()
+			if drained {
+				continue
+			}
+			drained = true
+			// Nothing new goes on this stream; what is queued is still
+			// sent (the send loop returns once out is empty).
+			awaiting = a.detachDrained(out)
+			close(out)
+			// The scheduler still answers the results sent here: wait for
+			// those answers, so that they are not sent again on the next
+			// stream, but not for ever.
+			giveUp = time.AfterFunc(drainAckWait, cancel)
+		}
+		if drained && a.answered(awaiting) {
+			// CloseSend must not run concurrently with Send: wait for the
+			// send loop (a Send stuck on flow control is cut by cancel).
 			select {
 			case <-sendErr:
 				_ = stream.CloseSend()
@@ -173,12 +201,17 @@ func recvErr(stream reevev1.AgentService_ConnectClient, err error) error {
 	return err
 }
 
+// sendLoop sends what is handed to out until ctx ends or out is closed
+// (drained: everything queued before is sent first).
 func sendLoop(ctx context.Context, stream reevev1.AgentService_ConnectClient, out <-chan *reevev1.ConnectRequest) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case m := <-out:
+		case m, ok := <-out:
+			if !ok {
+				return nil
+			}
 			if err := stream.Send(m); err != nil {
 				return err
 			}
@@ -243,6 +276,32 @@ func (a *Agent) detach(out chan<- *reevev1.ConnectRequest) {
 			ex.cutOff = time.AfterFunc(ex.grace, func() { a.cutOff(ex) })
 		}
 	}
+}
+
+// detachDrained detaches out after the scheduler sent Drain and returns the
+// results sent on it that are not acknowledged yet. After it, nothing writes
+// to out (sendLocked writes only to a.out).
+func (a *Agent) detachDrained(out chan<- *reevev1.ConnectRequest) []string {
+	a.detach(out)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	keys := make([]string, 0, len(a.pending))
+	for key := range a.pending {
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+// answered reports whether none of keys is still waiting for its ack.
+func (a *Agent) answered(keys []string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, key := range keys {
+		if a.pending[key] != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // cutOff cancels an execution cut off from every scheduler for longer than
