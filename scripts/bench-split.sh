@@ -8,7 +8,8 @@
 #   scripts/bench-split.sh --tasks 10000000 --duration 20s --rate 1000 --steps 1
 #
 # Needs `make build` (bin/reeve) and `make etcd` (.tools/bin/etcd). The
-# scheduler runs with its defaults (GC percentage 100); the load generator
+# scheduler runs with its defaults (GC percentage 100) plus SCHEDULER_FLAGS
+# (e.g. SCHEDULER_FLAGS='--commit-window 3ms'); the load generator
 # and the agents run in the bench process and are not counted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,7 @@ trap cleanup EXIT
 	--listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
 	--listen-peer-urls "http://127.0.0.1:$((etcd_port + 10))" --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 10))" \
 	--initial-cluster "default=http://127.0.0.1:$((etcd_port + 10))" \
+	--listen-metrics-urls "http://127.0.0.1:$((etcd_port + 20))" \
 	--auto-compaction-mode periodic --auto-compaction-retention 1m >"$dir/etcd.log" 2>&1 &
 etcd_pid=$!
 pids+=("$etcd_pid")
@@ -36,7 +38,8 @@ for _ in $(seq 100); do
 	curl -fs "http://127.0.0.1:$etcd_port/health" >/dev/null 2>&1 && break
 	sleep 0.1
 done
-"$reeve" scheduler --etcd-endpoints "http://127.0.0.1:$etcd_port" --listen "$sched_addr" >"$dir/scheduler.log" 2>&1 &
+# shellcheck disable=SC2086 # SCHEDULER_FLAGS is a list of flags
+"$reeve" scheduler --etcd-endpoints "http://127.0.0.1:$etcd_port" --listen "$sched_addr" ${SCHEDULER_FLAGS:-} >"$dir/scheduler.log" 2>&1 &
 sched_pid=$!
 pids+=("$sched_pid")
 for _ in $(seq 100); do
@@ -45,14 +48,29 @@ for _ in $(seq 100); do
 done
 
 cpu() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; }
+metrics() { curl -fs "http://127.0.0.1:$((etcd_port + 20))/metrics" >"$1"; }
 etcd0=$(cpu "$etcd_pid")
+metrics "$dir/m0"
 "$reeve" bench --address "$sched_addr" --etcd-endpoints "http://127.0.0.1:$etcd_port" --server-pid "$sched_pid" "$@" -o json >"$dir/out.json"
 etcd1=$(cpu "$etcd_pid")
-python3 - "$dir/out.json" "$etcd0" "$etcd1" <<'EOF'
+metrics "$dir/m1"
+python3 - "$dir/out.json" "$etcd0" "$etcd1" "$dir/m0" "$dir/m1" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 n = max(1, d["completed"])
 etcd = float(sys.argv[3]) - float(sys.argv[2])
+
+def metric(path, name):
+    for line in open(path):
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+def delta(name):
+    return metric(sys.argv[5], name) - metric(sys.argv[4], name)
+
+fsyncs = delta("etcd_disk_wal_fsync_duration_seconds_count")
+commits = delta("etcd_disk_backend_commit_duration_seconds_count")
 print(json.dumps({
     "tasks_per_sec": round(d["tasks_per_sec"]),
     "p50_ms": round(d["p50_ms"], 1), "p99_ms": round(d["p99_ms"], 1),
@@ -60,5 +78,10 @@ print(json.dumps({
     "etcd_cpu_us_per_task": round(etcd / n * 1e6),
     "scheduler_peak_rss_mb": d.get("server_peak_rss_mb"),
     "etcd_txns_per_task": round(d.get("etcd_txns_per_task", 0), 3),
+    "etcd_wal_fsyncs_per_task": round(fsyncs / n, 3),
+    "etcd_wal_fsync_mean_ms": round(delta("etcd_disk_wal_fsync_duration_seconds_sum") / max(1, fsyncs) * 1e3, 2),
+    "etcd_wal_fsync_busy": round(delta("etcd_disk_wal_fsync_duration_seconds_sum") / max(1e-9, d["duration_sec"]), 2),
+    "etcd_backend_commit_mean_ms": round(delta("etcd_disk_backend_commit_duration_seconds_sum") / max(1, commits) * 1e3, 2),
+    "windows_p99_ms": [round(w.get("p99_ms", 0)) for w in d.get("windows", [])],
 }))
 EOF
