@@ -48,12 +48,12 @@ func (s *Store) BackfillCreatedIndexes(ctx context.Context) (visited int, err er
 				return visited, err
 			}
 			var puts []clientv3.Op
-			var primary string // the created/ key: written with the others, so its absence means all are missing
+			var primary string // the created-state/ key: written with the others, so its absence means all are missing
 			for key, val := range s.k.indexKeys(v.Record) {
 				if strings.HasPrefix(key, s.k.prefix+"created") {
 					puts = append(puts, clientv3.OpPut(key, val))
 				}
-				if strings.HasPrefix(key, s.k.prefix+"created/") {
+				if strings.HasPrefix(key, s.k.prefix+"created-state/") {
 					primary = key
 				}
 			}
@@ -95,24 +95,36 @@ func (s *Store) BackfillCreatedIndexes(ctx context.Context) (visited int, err er
 	return visited, nil
 }
 
-// legacyPage is how many keys of the old state index one step deletes.
+// legacyPage is how many keys of an old index one step deletes.
 const legacyPage = 1000
 
-// DropLegacyStateIndex deletes the states/ index of the layout before issue
-// 15 (keys.go), a page of keys per transaction, and returns how many keys it
-// deleted. Nothing reads that index any more (counts by state read
-// created-state), and nothing but an older scheduler writes it: keys such a
-// scheduler writes while both versions run are deleted at the next start of
-// a newer one, or with their task by the retention sweep. A store without
-// the index costs one count-only read.
-func (s *Store) DropLegacyStateIndex(ctx context.Context) (deleted int64, err error) {
-	prefix := s.k.legacyStates()
+// DropLegacyIndexes deletes the indexes of older layouts (keys.go: the
+// states/ index before issue 15; created/ and created-wf/ before its sixth
+// pass), a page of keys per transaction, and returns how many keys it
+// deleted. Nothing reads them any more, and nothing but an older scheduler
+// writes them: keys such a scheduler writes while both versions run are
+// deleted at the next start of a newer one (a states/ key also with its
+// task, by the retention sweep). A store without them costs one read per
+// index.
+func (s *Store) DropLegacyIndexes(ctx context.Context) (deleted int64, err error) {
+	for _, prefix := range s.k.legacyIndexes() {
+		n, err := s.dropPrefix(ctx, prefix)
+		deleted += n
+		if err != nil {
+			return deleted, err
+		}
+	}
+	return deleted, nil
+}
+
+// dropPrefix deletes every key under prefix, a page per transaction.
+func (s *Store) dropPrefix(ctx context.Context, prefix string) (deleted int64, err error) {
 	for {
 		octx, cancel := s.opCtx(ctx)
 		page, err := s.c.Get(octx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(legacyPage))
 		cancel()
 		if err != nil {
-			return deleted, etcdErr(ctx, "drop legacy state index", err)
+			return deleted, etcdErr(ctx, "drop legacy index", err)
 		}
 		if len(page.Kvs) == 0 {
 			return deleted, nil
@@ -122,7 +134,7 @@ func (s *Store) DropLegacyStateIndex(ctx context.Context) (deleted int64, err er
 		resp, err := s.c.Delete(octx, prefix, clientv3.WithRange(last+"\x00"))
 		cancel()
 		if err != nil {
-			return deleted, etcdErr(ctx, "drop legacy state index", err)
+			return deleted, etcdErr(ctx, "drop legacy index", err)
 		}
 		deleted += resp.Deleted
 		if !page.More {

@@ -33,20 +33,16 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 		}
 		return string(buf)
 	}
-	// The created indexes: one key per listing order (see keys.go). A record
-	// without a create time (none is written so) has none. The state-keyed
-	// ones also serve the counts by state.
+	// The created indexes, by state and by workflow and state (see
+	// keys.go). A record without a create time (none is written so) has
+	// none. They also serve the counts by state.
 	if ct := t.GetCreateTime(); ct != nil {
 		var ab [20]byte
 		a := string(appendAge(ab[:0], ct.AsTime()))
 		st, wf := t.GetState().String(), t.GetWorkflow().GetName()
-		dst = append(dst,
-			indexKey{build(k.prefix, "created/", ns, "/", a, "/", id), ""},
-			indexKey{build(k.prefix, "created-state/", ns, "/", st, "/", a, "/", id), ""})
+		dst = append(dst, indexKey{build(k.prefix, "created-state/", ns, "/", st, "/", a, "/", id), ""})
 		if wf != "" {
-			dst = append(dst,
-				indexKey{build(k.prefix, "created-wf/", ns, "/", wf, "/", a, "/", id), ""},
-				indexKey{build(k.prefix, "created-wf-state/", ns, "/", wf, "/", st, "/", a, "/", id), ""})
+			dst = append(dst, indexKey{build(k.prefix, "created-wf-state/", ns, "/", wf, "/", st, "/", a, "/", id), ""})
 		}
 	}
 	if taskstate.TerminalTask(t.GetState()) && t.GetEndTime() != nil {

@@ -3,9 +3,12 @@ package store
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
 // The key layout, below the store's prefix (default "/reeve/"). Every key but
@@ -19,11 +22,9 @@ import (
 //	                                            empty: executions by deadline (unix ns): dispatched ones
 //	                                            at complete-by, queued ones at their schedule-to-start deadline
 //	ended/<end-time:%020d>/<ns>/<task-id>       state name: terminal tasks by end time, for retention
-//	created/<ns>/<age>/<task-id>                empty: tasks newest first (see below)
 //	created-state/<ns>/<TASK_STATE_X>/<age>/<task-id>
-//	                                            empty: tasks of one state, newest first; also
-//	                                            what counts by state read (count-only ranges)
-//	created-wf/<ns>/<workflow>/<age>/<task-id>  empty: tasks of one workflow, newest first
+//	                                            empty: tasks of one state, newest first (see below);
+//	                                            also what counts by state read (count-only ranges)
 //	created-wf-state/<ns>/<workflow>/<TASK_STATE_X>/<age>/<task-id>
 //	                                            empty: tasks of one workflow in one state, newest first
 //	meta/created-index                          empty: every task written before the created
@@ -41,9 +42,16 @@ import (
 //	supervisor/election/...                     concurrency.Election of the supervisors
 //
 // A task's state is in two keys (created-state, created-wf-state), moved on
-// every state change. Until issue 15 a third, states/<ns>/<TASK_STATE_X>/<task-id>,
-// held the same as created-state in id order; a scheduler deletes what is
-// left of it at start (DropLegacyStateIndex).
+// every state change. A listing without a state merges the ranges of every
+// state (QueryTasks), so no index holds a task regardless of its state: each
+// such key would be two more etcd operations per task (its put and its
+// delete) and one more key in etcd's in-memory index.
+//
+// Older layouts, whose leftovers a scheduler deletes at start
+// (DropLegacyIndexes): until issue 15, states/<ns>/<TASK_STATE_X>/<task-id>
+// held the same as created-state in id order; until the sixth pass of issue
+// 15, created/<ns>/<age>/<task-id> and created-wf/<ns>/<workflow>/<age>/<task-id>
+// held every task, and every task of a workflow, whatever its state.
 //
 // <age> is math.MaxInt64 minus the task's create_time in unix ns, as %020d,
 // so that etcd's ascending key order is newest first: etcd sorts a range in
@@ -69,21 +77,47 @@ func (k keys) scheduler(id string) string { return k.prefix + "schedulers/" + id
 func (k keys) election() string           { return k.prefix + "supervisor/election" }
 func (k keys) legacyStates() string       { return k.prefix + "states/" }
 
+// legacyIndexes are the prefixes of indexes older layouts wrote (see above).
+func (k keys) legacyIndexes() []string {
+	return []string{k.legacyStates(), k.prefix + "created/", k.prefix + "created-wf/"}
+}
+
 func (k keys) createdMeta() string { return k.prefix + "meta/created-index" }
 
-// createdOf returns the prefix of the created index that serves a listing of
-// namespace ns, optionally of one workflow and one state ("" for any).
+// createdOf returns the prefix of the created index of namespace ns's tasks
+// in one state, optionally of one workflow ("" for any).
 func (k keys) createdOf(ns, wf, state string) string {
-	switch {
-	case wf != "" && state != "":
+	if wf != "" {
 		return k.prefix + "created-wf-state/" + ns + "/" + wf + "/" + state + "/"
-	case wf != "":
-		return k.prefix + "created-wf/" + ns + "/" + wf + "/"
-	case state != "":
-		return k.prefix + "created-state/" + ns + "/" + state + "/"
 	}
-	return k.prefix + "created/" + ns + "/"
+	return k.prefix + "created-state/" + ns + "/" + state + "/"
 }
+
+// createdPrefixes returns the created indexes a listing of namespace ns
+// reads, optionally of one workflow and one state ("" for any): the one
+// state's, or one per state.
+func (k keys) createdPrefixes(ns, wf, state string) []string {
+	if state != "" {
+		return []string{k.createdOf(ns, wf, state)}
+	}
+	prefixes := make([]string, 0, len(listedStates))
+	for _, st := range listedStates {
+		prefixes = append(prefixes, k.createdOf(ns, wf, st.String()))
+	}
+	return prefixes
+}
+
+// listedStates are the states a task can be in, in enum order.
+var listedStates = func() []reevev1.TaskState {
+	var states []reevev1.TaskState
+	for v := range reevev1.TaskState_name {
+		if st := reevev1.TaskState(v); st != reevev1.TaskState_TASK_STATE_UNSPECIFIED {
+			states = append(states, st)
+		}
+	}
+	slices.Sort(states)
+	return states
+}()
 
 // age orders creation times newest first (see the key layout).
 func age(created time.Time) string {

@@ -7,14 +7,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
 )
 
 // A store written before issue 15 has a states/ index next to the created
-// ones. Counts do not read it (a task counted twice, or a stale key left
-// by a mixed-version upgrade, would skew admission's active count), and a
-// scheduler's start deletes all of it, a page at a time, leaving every
-// other key alone.
-func TestDropLegacyStateIndex(t *testing.T) {
+// ones, and one written before its sixth pass has the created/ and
+// created-wf/ indexes of every task whatever its state. Counts do not read
+// states/ (a task counted twice, or a stale key left by a mixed-version
+// upgrade, would skew admission's active count), listings do not read the
+// other two, and a scheduler's start deletes all three, a page at a time,
+// leaving every other key alone.
+func TestDropLegacyIndexes(t *testing.T) {
 	s, c := newStore(t)
 	const n = 30
 	for i := range n {
@@ -42,6 +45,26 @@ func TestDropLegacyStateIndex(t *testing.T) {
 	if _, err := c.Put(ctx(t), "/reeve/statesman", "x"); err != nil { // shares "states" but not "states/"
 		t.Fatal(err)
 	}
+	// The created/ and created-wf/ keys of the tasks, and more than a page
+	// of created/ keys of tasks swept by an older sweeper.
+	const oldCreated = 1100
+	for start := 0; start < oldCreated; start += 100 {
+		var puts []clientv3.Op
+		for i := start; i < start+100; i++ {
+			puts = append(puts, clientv3.OpPut(fmt.Sprintf("/reeve/created/default/%020d/task-%06d", i, i), ""))
+		}
+		if _, err := c.Txn(ctx(t)).Then(puts...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if _, err := c.Put(ctx(t), fmt.Sprintf("/reeve/created-wf/default/wf/%020d/task-%06d", i, i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if page, err := s.QueryTasks(ctx(t), store.TaskQuery{Namespace: "default", Limit: 2 * oldCreated}); err != nil || len(page.Tasks) != n {
+		t.Fatalf("list before the drop: %d tasks, %v; want %d (the legacy keys are not read)", len(page.Tasks), err, n)
+	}
 	for _, st := range []reevev1.TaskState{reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING} {
 		want := int64(0)
 		if st == reevev1.TaskState_TASK_STATE_PENDING {
@@ -54,21 +77,22 @@ func TestDropLegacyStateIndex(t *testing.T) {
 	if got, err := s.CountActive(ctx(t), "default"); err != nil || got != n {
 		t.Fatalf("active: %d, %v; want %d", got, err, n)
 	}
-	created := len(keys(t, c, "created"))
-	deleted, err := s.DropLegacyStateIndex(ctx(t))
-	if err != nil || deleted != legacy {
-		t.Fatalf("dropped %d keys, %v; want %d", deleted, err, legacy)
+	deleted, err := s.DropLegacyIndexes(ctx(t))
+	if want := int64(legacy + oldCreated + n); err != nil || deleted != want {
+		t.Fatalf("dropped %d keys, %v; want %d", deleted, err, want)
 	}
-	if left := keys(t, c, "states/"); len(left) != 0 {
-		t.Fatalf("%d legacy keys left: %v", len(left), left[:min(len(left), 5)])
+	for _, p := range []string{"states/", "created/", "created-wf/"} {
+		if left := keys(t, c, p); len(left) != 0 {
+			t.Fatalf("%d legacy keys left under %s: %v", len(left), p, left[:min(len(left), 5)])
+		}
 	}
-	if got := len(keys(t, c, "created")); got != created || got != 4*n {
-		t.Fatalf("%d created keys after the drop, want %d (untouched)", got, 4*n)
+	if got := len(keys(t, c, "created")); got != 2*n {
+		t.Fatalf("%d created keys after the drop, want %d (created-state and created-wf-state untouched)", got, 2*n)
 	}
 	if got := keys(t, c, "statesman"); len(got) != 1 {
 		t.Fatalf("a key outside the index was deleted: %v", got)
 	}
-	if deleted, err := s.DropLegacyStateIndex(ctx(t)); err != nil || deleted != 0 {
+	if deleted, err := s.DropLegacyIndexes(ctx(t)); err != nil || deleted != 0 {
 		t.Fatalf("second drop: %d, %v; want 0", deleted, err)
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -93,19 +95,24 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	if q.State != reevev1.TaskState_TASK_STATE_UNSPECIFIED {
 		state = q.State.String()
 	}
-	prefix := s.k.createdOf(q.Namespace, q.Workflow, state)
+	// Without a state, the page merges the created index of every state
+	// (keys.go): all of them share the key suffix <age>/<task-id>, so the
+	// scan works on suffixes, reads the same stretch of each index at one
+	// revision, and merges them in key order.
+	prefixes := s.k.createdPrefixes(q.Namespace, q.Workflow, state)
 	// Newest first: the range starts at created_before and ends after
-	// created_after (ages grow into the past).
-	start, end := prefix, prefixEnd(prefix)
+	// created_after (ages grow into the past). "" as the end is the end of
+	// the index.
+	from, to := "", ""
 	if !q.CreatedBefore.IsZero() {
-		start = prefix + age(q.CreatedBefore.Add(-time.Nanosecond))
+		from = age(q.CreatedBefore.Add(-time.Nanosecond))
 	}
 	if !q.CreatedAfter.IsZero() {
-		end = prefix + age(q.CreatedAfter) + "0" // past every id of that age ("/" < "0")
+		to = age(q.CreatedAfter) + "0" // past every id of that age ("/" < "0")
 	}
 	if q.After != nil {
-		if from := prefix + age(q.After.Created) + "/" + q.After.ID + "\x00"; from > start {
-			start = from
+		if f := age(q.After.Created) + "/" + q.After.ID + "\x00"; f > from {
+			from = f
 		}
 	}
 	// etcd counts every key of a range even with a limit, so a page never
@@ -188,28 +195,19 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 		if q.IDPrefix == "" {
 			chunk = q.Limit - len(page.Tasks) + 1
 		}
-		winEnd := end
-		if k := fmt.Sprintf("%s%020d", prefix, winAge); winAge < math.MaxInt64 && k < end {
-			winEnd = k
+		winTo := to
+		if w := fmt.Sprintf("%020d", winAge); winAge < math.MaxInt64 && (to == "" || w < to) {
+			winTo = w
 		}
-		opts := []clientv3.OpOption{clientv3.WithRange(winEnd), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(chunk))}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		octx, cancel := s.opCtx(ctx)
-		resp, err := s.c.Get(octx, start, opts...)
-		cancel()
+		keys, more, err := s.readCreated(ctx, prefixes, from, winTo, chunk, &rev)
 		if err != nil {
-			return TaskPage{}, etcdErr(ctx, "list tasks", err)
+			return TaskPage{}, err
 		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-			page.Revision = rev
-		}
-		for _, kv := range resp.Kvs {
-			p, err := parseCreated(strings.TrimPrefix(string(kv.Key), prefix))
+		page.Revision = rev
+		for _, key := range keys {
+			p, err := parseCreated(key)
 			if err != nil {
-				return TaskPage{}, fmt.Errorf("store: created index key %q: %w", kv.Key, err)
+				return TaskPage{}, fmt.Errorf("store: created index key %q: %w", key, err)
 			}
 			scanned++
 			last = p
@@ -234,19 +232,79 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 		if full {
 			return page, nil // cut by the byte budget, page.Next set
 		}
-		if !resp.More {
-			if winEnd == end {
+		if !more {
+			if winTo == to {
 				return page, nil // the range is exhausted
 			}
-			start, winAge = winEnd, addAge(winAge, width) // the next, wider window
+			from, winAge = winTo, addAge(winAge, width) // the next, wider window
 			width = min(width*32, 100*365*24*time.Hour)
 			continue
 		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		from = keys[len(keys)-1] + "\x00"
 	}
 	// The scan budget is spent: continue after the last key examined.
 	page.Next = &last
 	return page, nil
+}
+
+// readCreated reads the created-index keys with suffixes in [from, to) ("" as
+// to: the end of the index) under every prefix, keys only, at *rev (the
+// current revision when 0, then stored in *rev), and returns the first limit
+// suffixes in key order; more reports that the window may hold keys after
+// them. Each prefix is read up to limit keys, which is enough: a prefix with
+// more keys returned limit keys before its first one not read, so the merge
+// has limit keys before it too.
+func (s *Store) readCreated(ctx context.Context, prefixes []string, from, to string, limit int, rev *int64) (keys []string, more bool, err error) {
+	gets := make([]clientv3.Op, len(prefixes))
+	for i, p := range prefixes {
+		end := prefixEnd(p)
+		if to != "" {
+			end = p + to
+		}
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit))}
+		if *rev != 0 {
+			opts = append(opts, clientv3.WithRev(*rev))
+		}
+		gets[i] = clientv3.OpGet(p+from, opts...)
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	var ranges []*etcdserverpb.RangeResponse
+	if len(gets) == 1 {
+		// A plain read: a transaction costs etcd more.
+		resp, err := s.c.Do(octx, gets[0])
+		if err != nil {
+			return nil, false, etcdErr(ctx, "list tasks", err)
+		}
+		ranges = []*etcdserverpb.RangeResponse{(*etcdserverpb.RangeResponse)(resp.Get())}
+		if *rev == 0 {
+			*rev = resp.Get().Header.Revision
+		}
+	} else {
+		resp, err := s.c.Txn(octx).Then(gets...).Commit()
+		if err != nil {
+			return nil, false, etcdErr(ctx, "list tasks", err)
+		}
+		for _, r := range resp.Responses {
+			ranges = append(ranges, r.GetResponseRange())
+		}
+		if *rev == 0 {
+			*rev = resp.Header.Revision
+		}
+	}
+	for i, r := range ranges {
+		for _, kv := range r.GetKvs() {
+			keys = append(keys, strings.TrimPrefix(string(kv.Key), prefixes[i]))
+		}
+		more = more || r.GetMore()
+	}
+	if len(prefixes) > 1 {
+		slices.Sort(keys)
+	}
+	if len(keys) > limit {
+		keys, more = keys[:limit], true
+	}
+	return keys, more, nil
 }
 
 // prevOf is the position of a returned task.

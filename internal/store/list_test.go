@@ -34,7 +34,7 @@ func TestBackfillCreatedIndexesListsOldTasks(t *testing.T) {
 		}
 	}
 	// What a store written by an older Reeve looks like: no created keys.
-	for _, p := range []string{"created/", "created-state/", "created-wf/", "created-wf-state/"} {
+	for _, p := range []string{"created-state/", "created-wf-state/"} {
 		if _, err := c.Delete(ctx(t), "/reeve/"+p, clientv3.WithPrefix()); err != nil {
 			t.Fatal(err)
 		}
@@ -78,8 +78,8 @@ func TestBackfillLeavesExistingCreatedKeysAlone(t *testing.T) {
 		return out
 	}
 	before := revs()
-	if len(before) != 4 {
-		t.Fatalf("%d created keys, want 4: %v", len(before), before)
+	if len(before) != 2 {
+		t.Fatalf("%d created keys, want 2 (created-state, created-wf-state): %v", len(before), before)
 	}
 	if _, err := s.BackfillCreatedIndexes(ctx(t)); err != nil {
 		t.Fatal(err)

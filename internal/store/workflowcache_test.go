@@ -66,7 +66,7 @@ func TestCreateTaskOfLatestRefusesAStaleVersion(t *testing.T) {
 	if _, err := a.GetTask(ctx(t), "default", "stale"); !store.IsNotFound(err) {
 		t.Fatalf("the refused create wrote the task: %v", err)
 	}
-	if got := keys(t, c, "created/default/"); len(got) != len(errs) {
+	if got := keys(t, c, "created-state/default/"); len(got) != len(errs) {
 		t.Fatalf("%d created keys, want %d (the refused create wrote an index key)", len(got), len(errs))
 	}
 	wf, latest, err = a.WorkflowForSubmit(ctx(t), "default", "orders", 0)
