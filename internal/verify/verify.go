@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -124,10 +125,10 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	if err := ck.scanRecords(ctx); err != nil {
 		return nil, err
 	}
-	// states/ is the state index of the layout before issue 15: a store
-	// should have none left once a newer scheduler started (each is
-	// reported).
-	for _, idx := range []string{"ready/", "deadlines/", "created-state/", "ended/", "states/"} {
+	// The legacy indexes are those of older layouts (store/keys.go): a
+	// store should have none left once a newer scheduler started (each key
+	// is reported).
+	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/"}, legacyIndexes...) {
 		if err := ck.scanIndex(ctx, idx); err != nil {
 			return nil, err
 		}
@@ -332,9 +333,9 @@ func (ck *checker) scanIndex(ctx context.Context, idx string) error {
 				derived[tk] = d
 			}
 			switch val, ok := d[kv.key]; {
-			case !ok && idx == "states/":
+			case !ok && slices.Contains(legacyIndexes, idx):
 				ck.add(Violation{Kind: KindMismatch, Key: kv.key, Namespace: r.ns, TaskID: r.id,
-					Detail: "a key of the state index before issue 15, which nothing reads; a scheduler deletes them at start"})
+					Detail: "a key of an index of an older layout, which nothing reads; a scheduler deletes them at start"})
 			case !ok:
 				ck.add(Violation{Kind: KindMismatch, Key: kv.key, Namespace: r.ns, TaskID: r.id,
 					Detail: fmt.Sprintf("the %s task's record does not imply this key", rec.GetTask().GetState())})
@@ -347,14 +348,21 @@ func (ck *checker) scanIndex(ctx context.Context, idx string) error {
 	})
 }
 
+// legacyIndexes are the indexes of older layouts (store/keys.go).
+var legacyIndexes = []string{"states/", "created/", "created-wf/"}
+
 // parseIndexKey returns the task an index key (below its index prefix)
 // belongs to:
 //
 //	ready/<ns>/<task-id>/<step>
 //	deadlines/<at>/<ns>/<task-id>/<step>/<attempt>
 //	created-state/<ns>/<STATE>/<age>/<task-id>
+//	created-wf-state/<ns>/<workflow>/<STATE>/<age>/<task-id>
+//	beating/<ns>/<agent-id>/<task-id>/<step>/<attempt>
 //	ended/<at>/<ns>/<task-id>
 //	states/<ns>/<STATE>/<task-id> (before issue 15)
+//	created/<ns>/<age>/<task-id> (before its sixth pass)
+//	created-wf/<ns>/<workflow>/<age>/<task-id> (before its sixth pass)
 func parseIndexKey(idx, rest string) (ns, id string, ok bool) {
 	p := strings.Split(rest, "/")
 	switch {
@@ -364,10 +372,18 @@ func parseIndexKey(idx, rest string) (ns, id string, ok bool) {
 		return p[1], p[2], true
 	case idx == "created-state/" && len(p) == 4:
 		return p[0], p[3], true
-	case idx == "states/" && len(p) == 3:
+	case idx == "created-wf-state/" && len(p) == 5:
+		return p[0], p[4], true
+	case idx == "beating/" && len(p) == 5:
 		return p[0], p[2], true
 	case idx == "ended/" && len(p) == 3:
 		return p[1], p[2], true
+	case idx == "states/" && len(p) == 3:
+		return p[0], p[2], true
+	case idx == "created/" && len(p) == 3:
+		return p[0], p[2], true
+	case idx == "created-wf/" && len(p) == 4:
+		return p[0], p[3], true
 	}
 	return "", "", false
 }

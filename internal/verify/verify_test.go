@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,8 +31,10 @@ func ctx(t *testing.T) context.Context {
 }
 
 func record(id string) *storev1.TaskRecord {
-	wf := &reevev1.Workflow{DefaultScheduleToStartTimeout: durationpb.New(time.Hour), Steps: []*reevev1.StepSpec{
-		{Name: "a", Type: "t", Timeout: durationpb.New(time.Minute)},
+	// Named, and with a heartbeat timeout on a: its tasks have
+	// created-wf-state keys, and beating keys while a is dispatched.
+	wf := &reevev1.Workflow{Name: "wf", DefaultScheduleToStartTimeout: durationpb.New(time.Hour), Steps: []*reevev1.StepSpec{
+		{Name: "a", Type: "t", Timeout: durationpb.New(time.Minute), HeartbeatTimeout: durationpb.New(10 * time.Second)},
 		{Name: "b", Type: "t", Timeout: durationpb.New(time.Minute)},
 		{Name: "c", Type: "t", DependsOn: []string{"a", "b"}},
 	}}
@@ -112,6 +115,12 @@ func TestEveryViolationIsReported(t *testing.T) {
 	// scheduler, and a created-state key in a state the task is not in.
 	put("/reeve/states/default/TASK_STATE_PENDING/ok-02", "")
 	put("/reeve/created-state/default/TASK_STATE_RUNNING/09223372035000000000/ok-03", "")
+	// A key of a listing index of the layout before issue 15's sixth pass,
+	// an orphan created-wf-state key, and a beating key of a step that is
+	// not dispatched any more.
+	put("/reeve/created/default/09223372035000000000/ok-04", "")
+	put("/reeve/created-wf-state/default/wf/TASK_STATE_RUNNING/09223372035000000000/ghost3", "")
+	put("/reeve/beating/default/ag/ok-06/a/1", "")
 	// A ready key of a queued step removed.
 	if _, err := c.Delete(ctx(t), "/reeve/ready/default/ok-00/a"); err != nil {
 		t.Fatal(err)
@@ -139,6 +148,9 @@ func TestEveryViolationIsReported(t *testing.T) {
 		{verify.KindOrphan, "ghost2", "/reeve/created-state/"},
 		{verify.KindMismatch, "ok-02", "/reeve/states/default/TASK_STATE_PENDING/ok-02"},
 		{verify.KindMismatch, "ok-03", "/reeve/created-state/default/TASK_STATE_RUNNING/"},
+		{verify.KindMismatch, "ok-04", "/reeve/created/default/"},
+		{verify.KindOrphan, "ghost3", "/reeve/created-wf-state/"},
+		{verify.KindMismatch, "ok-06", "/reeve/beating/default/ag/ok-06/a/1"},
 		{verify.KindTerminalLive, "term", "/reeve/tasks/default/term"},
 		{verify.KindWedged, "stuck", "/reeve/tasks/default/stuck"},
 	}
@@ -154,7 +166,7 @@ func TestEveryViolationIsReported(t *testing.T) {
 		}
 	}
 	for _, v := range rep.Violations {
-		if strings.HasPrefix(v.TaskID, "ok-") && !(v.TaskID == "ok-01" || v.TaskID == "ok-00" || v.TaskID == "ok-02" || v.TaskID == "ok-03") {
+		if strings.HasPrefix(v.TaskID, "ok-") && !slices.Contains([]string{"ok-00", "ok-01", "ok-02", "ok-03", "ok-04", "ok-06"}, v.TaskID) {
 			t.Errorf("healthy task reported: %+v", v)
 		}
 	}
