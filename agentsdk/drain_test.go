@@ -123,23 +123,38 @@ func refString(r *reevev1.StepRef) string {
 	return fmt.Sprintf("%s/%s/%d", r.GetTaskId(), r.GetStep(), r.GetAttempt())
 }
 
-// A result the scheduler answers after its Drain (it was still being
-// recorded when the scheduler began to stop) is settled on the drained
-// stream: the agent waits for the answer and does not deliver the result
-// again on its next stream.
-func TestDrainWaitsForTheAnswersToSentResults(t *testing.T) {
+func ack(t *testing.T, stream reevev1.AgentService_ConnectServer, ref *reevev1.StepRef) {
+	t.Helper()
+	sendMsg(t, stream, &reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: &reevev1.ResultAck{Ref: ref, Accepted: true}}})
+}
+
+// resultThenDrain runs an agent against a scripted scheduler, has it report
+// one step on its first stream, and drains that stream with the result
+// not answered yet. It returns the agent's streams still to come, the
+// drained one and the step's ref.
+func resultThenDrain(t *testing.T) (streams <-chan reevev1.AgentService_ConnectServer, drained reevev1.AgentService_ConnectServer, ref *reevev1.StepRef) {
+	t.Helper()
 	addr, streams := startScripted(t)
 	a := newAgent(t, []string{addr})
 	a.Handle("work", func(context.Context, *agentsdk.Step) (any, error) { return "done", nil })
 	runAgent(t, a)
 
-	s1, _ := accept(t, streams)
-	ref := assign(t, s1, "t1")
-	if got := awaitResult(t, s1); refString(got.GetRef()) != refString(ref) {
+	drained, _ = accept(t, streams)
+	ref = assign(t, drained, "t1")
+	if got := awaitResult(t, drained); refString(got.GetRef()) != refString(ref) {
 		t.Fatalf("result for %s, want %s", refString(got.GetRef()), refString(ref))
 	}
-	sendMsg(t, s1, &reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Drain{Drain: &reevev1.Drain{Reason: "test"}}})
-	sendMsg(t, s1, &reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: &reevev1.ResultAck{Ref: ref, Accepted: true}}})
+	sendMsg(t, drained, &reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Drain{Drain: &reevev1.Drain{Reason: "test"}}})
+	return streams, drained, ref
+}
+
+// A result the scheduler answers after its Drain (it was still being
+// recorded when the scheduler began to stop) is settled on the drained
+// stream: the agent waits for the answer and does not deliver the result
+// again on its next stream.
+func TestDrainWaitsForTheAnswersToSentResults(t *testing.T) {
+	streams, s1, ref := resultThenDrain(t)
+	ack(t, s1, ref)
 
 	s2, reg := accept(t, streams)
 	if len(reg.GetRunning()) != 0 {
@@ -151,21 +166,13 @@ func TestDrainWaitsForTheAnswersToSentResults(t *testing.T) {
 	if got := awaitResult(t, s2); refString(got.GetRef()) != refString(next) {
 		t.Fatalf("first result on the new stream is for %s, want %s (the answered result was sent again)", refString(got.GetRef()), refString(next))
 	}
-	sendMsg(t, s2, &reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: &reevev1.ResultAck{Ref: next, Accepted: true}}})
+	ack(t, s2, next)
 }
 
 // A drained stream whose results are never answered is left after a bound,
 // and the result goes out again on the next stream.
 func TestDrainWithoutAnswersRedeliversOnTheNextStream(t *testing.T) {
-	addr, streams := startScripted(t)
-	a := newAgent(t, []string{addr})
-	a.Handle("work", func(context.Context, *agentsdk.Step) (any, error) { return "done", nil })
-	runAgent(t, a)
-
-	s1, _ := accept(t, streams)
-	ref := assign(t, s1, "t1")
-	awaitResult(t, s1)
-	sendMsg(t, s1, &reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Drain{Drain: &reevev1.Drain{Reason: "test"}}})
+	streams, _, ref := resultThenDrain(t)
 
 	s2, reg := accept(t, streams)
 	if len(reg.GetRunning()) != 1 || refString(reg.GetRunning()[0]) != refString(ref) {
@@ -174,5 +181,5 @@ func TestDrainWithoutAnswersRedeliversOnTheNextStream(t *testing.T) {
 	if got := awaitResult(t, s2); refString(got.GetRef()) != refString(ref) {
 		t.Fatalf("result on the new stream for %s, want the unanswered %s", refString(got.GetRef()), refString(ref))
 	}
-	sendMsg(t, s2, &reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_ResultAck{ResultAck: &reevev1.ResultAck{Ref: ref, Accepted: true}}})
+	ack(t, s2, ref)
 }

@@ -15,9 +15,8 @@ import (
 // callers cache it rather than calling it per request.
 func (s *Store) CountActive(ctx context.Context, ns string) (int64, error) {
 	var ops []clientv3.Op
-	for v := range reevev1.TaskState_name {
-		st := reevev1.TaskState(v)
-		if st == reevev1.TaskState_TASK_STATE_UNSPECIFIED || taskstate.TerminalTask(st) {
+	for _, st := range taskStates {
+		if taskstate.TerminalTask(st) {
 			continue
 		}
 		ops = append(ops, clientv3.OpGet(s.k.createdOf(ns, "", st.String()), clientv3.WithPrefix(), clientv3.WithCountOnly()))

@@ -100,15 +100,16 @@ func (k keys) createdPrefixes(ns, wf, state string) []string {
 	if state != "" {
 		return []string{k.createdOf(ns, wf, state)}
 	}
-	prefixes := make([]string, 0, len(listedStates))
-	for _, st := range listedStates {
+	prefixes := make([]string, 0, len(taskStates))
+	for _, st := range taskStates {
 		prefixes = append(prefixes, k.createdOf(ns, wf, st.String()))
 	}
 	return prefixes
 }
 
-// listedStates are the states a task can be in, in enum order.
-var listedStates = func() []reevev1.TaskState {
+// taskStates are the states a task can be in, in enum order: the created
+// indexes a listing without a state merges, and the counts by state.
+var taskStates = func() []reevev1.TaskState {
 	var states []reevev1.TaskState
 	for v := range reevev1.TaskState_name {
 		if st := reevev1.TaskState(v); st != reevev1.TaskState_TASK_STATE_UNSPECIFIED {

@@ -330,18 +330,10 @@ func parseCreated(rest string) (ListPosition, error) {
 // state indexes: etcd walks the index keys and returns no values. Every
 // state is in the map, 0 when it has no tasks.
 func (s *Store) CountTasksByState(ctx context.Context, ns, wf string) (counts map[reevev1.TaskState]int64, revision int64, err error) {
-	var (
-		ops    []clientv3.Op
-		states []reevev1.TaskState
-	)
-	for v := range reevev1.TaskState_name {
-		st := reevev1.TaskState(v)
-		if st == reevev1.TaskState_TASK_STATE_UNSPECIFIED {
-			continue
-		}
+	var ops []clientv3.Op
+	for _, st := range taskStates {
 		prefix := s.k.createdOf(ns, wf, st.String())
 		ops = append(ops, clientv3.OpGet(prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithCountOnly()))
-		states = append(states, st)
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
@@ -349,9 +341,9 @@ func (s *Store) CountTasksByState(ctx context.Context, ns, wf string) (counts ma
 	if err != nil {
 		return nil, 0, etcdErr(ctx, "count tasks", err)
 	}
-	counts = make(map[reevev1.TaskState]int64, len(states))
+	counts = make(map[reevev1.TaskState]int64, len(taskStates))
 	for i, r := range resp.Responses {
-		counts[states[i]] = r.GetResponseRange().GetCount()
+		counts[taskStates[i]] = r.GetResponseRange().GetCount()
 	}
 	return counts, resp.Header.Revision, nil
 }
