@@ -18,10 +18,11 @@ import (
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
-// MaxTaskRecordBytes bounds a task record in etcd (etcd refuses requests over
-// 1.5 MiB). A step output that would push a task past it fails the step with
-// the non-retryable code "output_too_large".
-const MaxTaskRecordBytes = 1 << 20
+// MaxTaskRecordBytes bounds a task record in etcd (store.MaxRecordBytes). A
+// step output that would push a task past it fails the step with the
+// non-retryable code "output_too_large"; text that grows a record past it
+// later (failure messages, reasons) is shortened by the store.
+const MaxTaskRecordBytes = store.MaxRecordBytes
 
 // resultRetryWindow bounds how long a result is retried while etcd is
 // unavailable, when the attempt's complete-by is not known here.

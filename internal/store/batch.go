@@ -350,6 +350,14 @@ func (s *Store) prepare(r *writeReq) error {
 	if err != nil {
 		return err
 	}
+	if len(val) > MaxRecordBytes {
+		// Text for people grew it past the limit: shorten that (fit.go)
+		// rather than write a record etcd may refuse for ever.
+		fit(next, MaxRecordBytes)
+		if val, err = marshal(next); err != nil {
+			return err
+		}
+	}
 	r.next, r.val = next, val
 	r.ops = append([]clientv3.Op{clientv3.OpPut(r.key, val)}, s.k.indexOps(r.cur.Record, next)...)
 	r.ops = append(r.ops, s.alertOps(r.cur.Record.GetTask(), next.GetTask())...)
