@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -28,12 +29,20 @@ import (
 // an agent with a long id, each failing again and again with a 4 KiB
 // message: untrimmed, about 1.6 MiB.
 func TestARecordFullOfOutputsAndLongErrorsStaysWritable(t *testing.T) {
-	env, s, c := newEnv(t)
+	// The agent answers one assignment at a time, each a write of a record
+	// near 1 MiB (slow under -race): its other assignments must neither be
+	// taken back unacknowledged nor expire meanwhile.
+	env := testenv.New(t)
+	s := env.StartScheduler("", scheduler.WithAckTimeout(time.Minute))
+	c := s.Client(t)
 	const (
 		fills    = 15
 		width    = 56
-		failures = 160
+		failures = 70 // untrimmed, the 62nd was refused
 	)
+	step := func(name, typ string, deps ...string) *reevev1.StepSpec {
+		return &reevev1.StepSpec{Name: name, Type: typ, DependsOn: deps, Timeout: durationpb.New(10 * time.Minute)}
+	}
 	var steps []*reevev1.StepSpec
 	for i := range fills {
 		st := step(fmt.Sprintf("fill%02d", i), "fill")
