@@ -8,10 +8,12 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
@@ -243,8 +245,9 @@ func (s *Server) CountTasks(ctx context.Context, req *reevev1.CountTasksRequest)
 }
 
 // watchBuffer is how many task changes a WatchTasks stream holds for a
-// client that reads slower than tasks change; past it the stream ends with
-// RESOURCE_EXHAUSTED and the client resumes from its last revision.
+// client that reads slower than tasks change (and WithWatchBufferBytes how
+// many bytes); past either the stream ends with RESOURCE_EXHAUSTED and the
+// client resumes from its last revision.
 const watchBuffer = 1024
 
 // errSlowWatcher ends a WatchTasks stream whose client fell behind.
@@ -266,9 +269,18 @@ func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.Sched
 	trim := trimmer(view)
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	events := make(chan *reevev1.WatchTasksResponse, watchBuffer)
+	type change struct {
+		m    *reevev1.WatchTasksResponse
+		size int64 // encoded
+	}
+	events := make(chan change, watchBuffer)
 	watchErr := make(chan error, 1)
-	var sent int64 // revision of the last change sent
+	var (
+		sent int64 // revision of the last change sent
+		// buffered is the size of the changes taken from etcd and not
+		// yet sent, the one being sent included.
+		buffered atomic.Int64
+	)
 	go func() {
 		defer close(events)
 		watchErr <- s.store.WatchTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetStartRevision(), func(ev store.TaskEvent) error {
@@ -281,18 +293,27 @@ func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.Sched
 				}
 				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Changed{Changed: &reevev1.TaskChanged{Task: ev.Task, Deleted: ev.Deleted, Revision: ev.Revision}}}
 			}
+			// A change larger than the budget is still sent when it is
+			// the only one held.
+			size := int64(proto.Size(m))
+			b := buffered.Add(size)
+			if b > size && b > s.opts.watchBytes {
+				return errSlowWatcher
+			}
 			select {
-			case events <- m:
+			case events <- change{m, size}:
 				return nil
 			default:
 				return errSlowWatcher
 			}
 		})
 	}()
-	for m := range events {
+	for ev := range events {
+		m := ev.m
 		if err := stream.Send(m); err != nil {
 			return err
 		}
+		buffered.Add(-ev.size)
 		if c := m.GetChanged(); c != nil {
 			sent = c.GetRevision()
 		} else {
@@ -302,7 +323,7 @@ func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.Sched
 	err = <-watchErr
 	switch {
 	case errors.Is(err, errSlowWatcher):
-		return status.Errorf(codes.ResourceExhausted, "start_revision: the client read changes slower than they happened (%d buffered); watch again from revision %d", watchBuffer, sent)
+		return status.Errorf(codes.ResourceExhausted, "start_revision: the client read changes slower than they happened (%d changes or %d bytes buffered); watch again from revision %d", watchBuffer, s.opts.watchBytes, sent)
 	case stream.Context().Err() != nil:
 		return nil
 	}

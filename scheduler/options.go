@@ -42,6 +42,7 @@ type options struct {
 	meter               metric.MeterProvider
 	maxLists            int
 	listBytes           int
+	watchBytes          int64
 	maxTxnOps           int
 	spaceReclaimEvery   time.Duration
 	spaceReservePerStep int64
@@ -72,6 +73,7 @@ func defaultOptions() options {
 		meter:               otel.GetMeterProvider(),
 		maxLists:            8,
 		listBytes:           2 << 20,
+		watchBytes:          16 << 20,
 		spaceReclaimEvery:   time.Minute,
 		spaceReservePerStep: 4 << 10,
 	}
@@ -230,6 +232,15 @@ func WithMaxConcurrentLists(n int) Option { return func(o *options) { o.maxLists
 // always holds at least one task, however large). Default 2 MiB, half of
 // gRPC's default 4 MiB receive limit.
 func WithListBytes(n int) Option { return func(o *options) { o.listBytes = n } }
+
+// WithWatchBufferBytes bounds what one WatchTasks stream holds for a client
+// that reads slower than tasks change, in encoded bytes of the changes (as
+// well as watchBuffer changes): past it the stream ends with
+// RESOURCE_EXHAUSTED and the client watches again from the revision it
+// reached. A single change larger than n is still sent. Default 16 MiB: a
+// few slow full-view watchers of large tasks cannot take the scheduler's
+// memory.
+func WithWatchBufferBytes(n int64) Option { return func(o *options) { o.watchBytes = n } }
 
 // WithAckTimeout sets how long an agent may leave an assignment
 // unacknowledged (AssignmentAck); default 5s. Past it the attempt is taken

@@ -2,12 +2,19 @@ package scheduler_test
 
 import (
 	"context"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
 )
 
 // recvChanged receives the next event and fails unless it is a change of
@@ -113,6 +120,145 @@ func TestWatchTasksResetAfterCompaction(t *testing.T) {
 	if got := recvChanged(t, w, "new-0000"); got.GetRevision() <= m.GetReset_().GetRevision() {
 		t.Fatalf("change at revision %d, not after the reset's %d", got.GetRevision(), m.GetReset_().GetRevision())
 	}
+}
+
+// A full-view watcher that stops reading while large tasks change: the
+// scheduler holds at most WithWatchBufferBytes of changes for it (not 1,024
+// tasks of up to 1 MiB each), then ends the stream with RESOURCE_EXHAUSTED
+// naming the revision to resume from. Small changes stay within the bound:
+// a watcher as slow gets every one of them.
+func TestWatchTasksBoundsWhatASlowClientHoldsInBytes(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("", scheduler.WithWatchBufferBytes(1<<20))
+	c := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*wait)
+	defer cancel()
+
+	// The slow client's connection stops reading its socket while paused:
+	// HTTP/2 flow control (fixed 64 KiB windows, no growth by bandwidth
+	// estimation) then keeps the changes on the scheduler's side.
+	var conn pausableConn
+	slow := reevev1.NewSchedulerServiceClient(testenv.DialWith(t, s.Addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
+		grpc.WithContextDialer(conn.dial)))
+	// watchWhilePaused opens a full-view watch, checks it is live, pauses the
+	// connection, submits n tasks with inputs of size bytes, waits until a
+	// watcher that reads saw them all, and resumes the connection.
+	watchWhilePaused := func(prefix string, n, size int) reevev1.SchedulerService_WatchTasksClient {
+		list, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{PageSize: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &reevev1.WatchTasksRequest{StartRevision: list.GetRevision(), View: reevev1.TaskView_TASK_VIEW_FULL}
+		w, err := slow.WatchTasks(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, err := c.WatchTasks(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		submitMany(t, c, prefix+"-live", 1, "wf", nil)
+		recvChanged(t, w, prefix+"-live-0000")
+		sawAll := make(chan error, 1)
+		go func() {
+			for seen := map[string]bool{}; len(seen) < n; {
+				m, err := fast.Recv()
+				if err != nil {
+					sawAll <- err
+					return
+				}
+				if id := m.GetChanged().GetTask().GetId(); strings.HasPrefix(id, prefix+"-0") {
+					seen[id] = true
+				}
+			}
+			sawAll <- nil
+		}()
+		conn.pause()
+		defer conn.resume()
+		submitMany(t, c, prefix, n, "wf", bigInput(t, size))
+		if err := <-sawAll; err != nil {
+			t.Fatalf("reading watcher: %v", err)
+		}
+		return w
+	}
+
+	small := watchWhilePaused("small", 40, 100)
+	for i := range 40 {
+		if m, err := small.Recv(); err != nil || m.GetChanged() == nil {
+			t.Fatalf("small change %d: %v %v", i, m, err)
+		}
+	}
+
+	big := watchWhilePaused("big", 40, 60_000) // 2.4 MB of changes
+	got := 0
+	for {
+		m, err := big.Recv()
+		if err != nil {
+			st := status.Convert(err)
+			if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "watch again from revision") {
+				t.Fatalf("after %d changes: %v, want RESOURCE_EXHAUSTED naming the revision to resume from", got, err)
+			}
+			break
+		}
+		if m.GetChanged() == nil {
+			t.Fatalf("got %v", m)
+		}
+		if got++; got == 40 {
+			t.Fatal("all 40 changes (2.4 MB) were held for a client that did not read")
+		}
+	}
+	// 1 MiB holds 17 of them; a few more were on their way under the
+	// windows when the connection paused.
+	if got > 22 {
+		t.Fatalf("%d changes sent before the stream ended; want about 17 (1 MiB of 60 KB changes)", got)
+	}
+	t.Logf("the stream ended after %d changes of 60 KB", got)
+}
+
+// pausableConn dials connections whose reads block while paused.
+type pausableConn struct {
+	mu     sync.Mutex
+	paused chan struct{} // closed by resume; nil while not paused
+}
+
+func (p *pausableConn) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &pausingConn{Conn: c, p: p}, nil
+}
+
+func (p *pausableConn) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = make(chan struct{})
+}
+
+func (p *pausableConn) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused != nil {
+		close(p.paused)
+		p.paused = nil
+	}
+}
+
+type pausingConn struct {
+	net.Conn
+	p *pausableConn
+}
+
+func (c *pausingConn) Read(b []byte) (int, error) {
+	c.p.mu.Lock()
+	wait := c.p.paused
+	c.p.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
+	return c.Conn.Read(b)
 }
 
 func TestWatchTasksRefusesBadRequests(t *testing.T) {
