@@ -55,20 +55,7 @@ func TestRandomizedRunNeverStrandsAStep(t *testing.T) {
 		}
 		return map[string]int{"attempt": st.Attempt}, nil
 	}
-	for i := range 3 {
-		a, err := agentsdk.New([]string{s1.Addr, s2.Addr}, agentsdk.WithLogger(testenv.Logger()), agentsdk.WithAgentID(fmt.Sprintf("agent-%d", i)),
-			agentsdk.WithReconnectBackoff(10*time.Millisecond, 100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, typ := range []string{"a", "b", "c", "undo"} {
-			a.Handle(typ, behave)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { _ = a.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
-	}
+	runAgents(t, 3, []string{s1.Addr, s2.Addr}, behave)
 
 	spec := func(name, typ string, deps ...string) *reevev1.StepSpec {
 		return &reevev1.StepSpec{Name: name, Type: typ, DependsOn: deps, Timeout: durationpb.New(timeout),
@@ -123,6 +110,25 @@ func TestRandomizedRunNeverStrandsAStep(t *testing.T) {
 	close(violations)
 	for v := range violations {
 		t.Errorf("seed %d: %s", seed, v)
+	}
+}
+
+// runAgents runs n SDK agents (agent-0 …) on schedulers addrs, handling
+// the step types "a", "b", "c" and "undo" with handle, until the test ends.
+func runAgents(t *testing.T, n int, addrs []string, handle agentsdk.HandlerFunc) {
+	for i := range n {
+		a, err := agentsdk.New(addrs, agentsdk.WithLogger(testenv.Logger()), agentsdk.WithAgentID(fmt.Sprintf("agent-%d", i)),
+			agentsdk.WithReconnectBackoff(10*time.Millisecond, 100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, typ := range []string{"a", "b", "c", "undo"} {
+			a.Handle(typ, handle)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = a.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
 	}
 }
 

@@ -77,20 +77,7 @@ func TestRandomOperatorActionsKeepEveryTaskMovingAndTheStoreConsistent(t *testin
 		}
 		return map[string]int{"attempt": st.Attempt}, nil
 	}
-	for i := range 3 {
-		a, err := agentsdk.New([]string{s1.Addr, s2.Addr}, agentsdk.WithLogger(testenv.Logger()), agentsdk.WithAgentID(fmt.Sprintf("agent-%d", i)),
-			agentsdk.WithReconnectBackoff(10*time.Millisecond, 100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, typ := range []string{"a", "b", "c", "undo"} {
-			a.Handle(typ, behave)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { _ = a.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
-	}
+	runAgents(t, 3, []string{s1.Addr, s2.Addr}, behave)
 
 	// Each task draws its shape: a chain or a fan-out, compensations on some
 	// steps, heartbeats on some, and how a step that runs out of attempts
