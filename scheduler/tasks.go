@@ -185,17 +185,33 @@ func (s *Server) WatchTask(req *reevev1.WatchTaskRequest, stream reevev1.Schedul
 	if err != nil {
 		return statusErr(err)
 	}
-	var sendErr error
-	err = s.store.WatchTask(stream.Context(), ns, req.GetTaskId(), func(t *reevev1.Task) bool {
-		if sendErr = stream.Send(&reevev1.WatchTaskResponse{Task: t}); sendErr != nil {
-			return true
+	// A reading goroutine follows etcd and keeps only the newest state not
+	// sent yet; this goroutine sends. A client slower than the task's
+	// changes gets its latest state instead of every one in between, so a
+	// stalled client holds one task here, not every change of it in the
+	// etcd client's watch buffer. The terminal state is always sent: it is
+	// the last one.
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	newest := make(chan *reevev1.Task, 1)
+	watchErr := make(chan error, 1)
+	go func() {
+		defer close(newest)
+		watchErr <- s.store.WatchTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) bool {
+			select { // this goroutine alone puts, so after this the put cannot block
+			case <-newest:
+			default:
+			}
+			newest <- t
+			return taskstate.TerminalTask(t.GetState())
+		})
+	}()
+	for t := range newest {
+		if err := stream.Send(&reevev1.WatchTaskResponse{Task: t}); err != nil {
+			return err
 		}
-		return taskstate.TerminalTask(t.GetState())
-	})
-	if sendErr != nil {
-		return sendErr
 	}
-	if err != nil {
+	if err := <-watchErr; err != nil && stream.Context().Err() == nil {
 		return statusErr(err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/testenv"
@@ -155,7 +157,9 @@ func TestWatchTasksBoundsWhatASlowClientHoldsInBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fast, err := c.WatchTasks(ctx, req)
+		// The basic view (no input) keeps this reading watcher's changes
+		// small, far within the bound whatever its pace.
+		fast, err := c.WatchTasks(ctx, &reevev1.WatchTasksRequest{StartRevision: req.GetStartRevision()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,6 +219,68 @@ func TestWatchTasksBoundsWhatASlowClientHoldsInBytes(t *testing.T) {
 		t.Fatalf("%d changes sent before the stream ended; want about 17 (1 MiB of 60 KB changes)", got)
 	}
 	t.Logf("the stream ended after %d changes of 60 KB", got)
+}
+
+// WatchTask to a client that stops reading while its task changes 40
+// times: the scheduler keeps only the newest state for it (not every change
+// in etcd's watch buffer), and once the client reads again it gets a few
+// states ending with the terminal one.
+func TestWatchTaskGivesASlowClientTheNewestState(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	c := s.Client(t)
+	var conn pausableConn
+	slow := reevev1.NewSchedulerServiceClient(testenv.DialWith(t, s.Addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
+		grpc.WithContextDialer(conn.dial)))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*wait)
+	defer cancel()
+
+	st := step("x", "t")
+	st.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 100, InitialBackoff: durationpb.New(0)}
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "busy", Workflow: inline(st), Input: bigInput(t, 60_000)})
+	w, err := slow.WatchTask(ctx, &reevev1.WatchTaskRequest{TaskId: "busy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	conn.pause()
+	defer conn.resume()
+	agent := testenv.ConnectRaw(t, s.Addr, register("a", 1, "t"))
+	const failures = 40
+	for i := range failures + 1 {
+		as := agent.NextAssignment(wait)
+		var ack *reevev1.ResultAck
+		if i < failures {
+			ack = agent.Fail(as.GetRef(), &reevev1.StepError{Message: "again"})
+		} else {
+			ack = agent.Succeed(as.GetRef(), nil)
+		}
+		if !ack.GetAccepted() {
+			t.Fatalf("result %d refused: %s", i, ack.GetMessage())
+		}
+	}
+	conn.resume()
+
+	var states []reevev1.TaskState
+	for {
+		m, err := w.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d states: %v", len(states), err)
+		}
+		states = append(states, m.GetTask().GetState())
+	}
+	// At most what was under the 64 KiB windows when the client paused
+	// (one or two states of this 60 KB task) and the newest.
+	if n := len(states); n == 0 || n > 4 || states[n-1] != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("got %d states after the pause (%v); want a few, ending SUCCEEDED (the task changed %d+ times)", n, states, 2*failures)
+	}
 }
 
 // pausableConn dials connections whose reads block while paused.

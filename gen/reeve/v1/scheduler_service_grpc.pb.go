@@ -60,7 +60,9 @@ type SchedulerServiceClient interface {
 	// again and the changes after the reset's revision follow.
 	WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTasksResponse], error)
 	// WatchTask streams the task on every change, starting with its current
-	// state, and ends after it reaches a terminal state.
+	// state, and ends after it reaches a terminal state. A client that reads
+	// slower than the task changes gets its newest state, not every state in
+	// between; the terminal state is always sent.
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error)
 	// CancelTask stops a task that is not terminal: running steps are told to
 	// cancel, pending ones never start. Canceling a terminal task is a no-op.
@@ -241,7 +243,9 @@ type SchedulerServiceServer interface {
 	// again and the changes after the reset's revision follow.
 	WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[WatchTasksResponse]) error
 	// WatchTask streams the task on every change, starting with its current
-	// state, and ends after it reaches a terminal state.
+	// state, and ends after it reaches a terminal state. A client that reads
+	// slower than the task changes gets its newest state, not every state in
+	// between; the terminal state is always sent.
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error
 	// CancelTask stops a task that is not terminal: running steps are told to
 	// cancel, pending ones never start. Canceling a terminal task is a no-op.
