@@ -175,23 +175,31 @@ func TestEtcdDownGivesUnavailableAndRecovers(t *testing.T) {
 	}
 }
 
+// Terminal tasks are removed after the retention, with their index keys
+// and the alert a FAILED one raised.
 func TestTerminalTasksAreRemovedAfterRetention(t *testing.T) {
 	env := testenv.New(t)
 	s := env.StartScheduler("", schedulerRetention(50*time.Millisecond)...)
 	c := s.Client(t)
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
 	agent := testenv.ConnectRaw(t, s.Addr, register("a1", 1, "t"))
 	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "old", Workflow: inline(step("x", "t"))})
 	agent.Succeed(agent.NextAssignment(wait).GetRef(), nil)
 	testenv.WaitTask(t, c, "default", "old", wait)
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "failed", Workflow: inline(step("x", "t"))})
+	agent.Fail(agent.NextAssignment(wait).GetRef(), &reevev1.StepError{Message: "no", NonRetryable: true})
+	testenv.WaitTask(t, c, "default", "failed", wait)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for {
 		_, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "old"})
-		if status.Code(err) == codes.NotFound {
+		_, errFailed := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "failed"})
+		alerts, errAlerts := sup.ListAlerts(ctx, &reevev1.ListAlertsRequest{IncludeAcknowledged: true})
+		if status.Code(err) == codes.NotFound && status.Code(errFailed) == codes.NotFound && errAlerts == nil && len(alerts.GetAlerts()) == 0 {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("task still there after retention: %v", err)
+			t.Fatalf("still there after retention: old %v, failed %v, alerts %v %v", err, errFailed, alerts.GetAlerts(), errAlerts)
 		}
 		time.Sleep(50 * time.Millisecond) // waiting for the sweeper's next round
 	}

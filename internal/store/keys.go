@@ -72,7 +72,13 @@ func (k keys) agentLoad(ns, id string) string { return k.prefix + "agent-load/" 
 func (k keys) disconnected(ns, id, session string) string {
 	return k.prefix + "disconnected/" + ns + "/" + id + "/" + session
 }
-func (k keys) alerts(ns string) string    { return k.prefix + "alerts/" + ns + "/" }
+func (k keys) alerts(ns string) string { return k.prefix + "alerts/" + ns + "/" }
+
+// alertsUntil ends the range of a namespace's alerts raised at or before t
+// (alert ids start with their time: alertOps).
+func (k keys) alertsUntil(ns string, t time.Time) string {
+	return fmt.Sprintf("%s%020d", k.alerts(ns), t.UnixNano()+1)
+}
 func (k keys) scheduler(id string) string { return k.prefix + "schedulers/" + id }
 func (k keys) election() string           { return k.prefix + "supervisor/election" }
 func (k keys) legacyStates() string       { return k.prefix + "states/" }

@@ -145,7 +145,37 @@ func (s *Store) SweepEndedFrom(ctx context.Context, from string, before time.Tim
 	if err := flush(); err != nil {
 		return deleted, from, false, err
 	}
+	nss := map[string]bool{}
+	for _, v := range victims {
+		nss[v.ns] = true
+	}
+	if err := s.sweepAlerts(octx, slices.Sorted(maps.Keys(nss)), before); err != nil {
+		return deleted, from, false, err
+	}
 	return deleted, next, more, nil
+}
+
+// sweepAlerts deletes the alerts of namespaces nss raised at or before
+// `before`: an alert lives as long as the task it is about, which the
+// retention sweep deletes `retention` after it ended, and an alert is
+// raised when its task ends FAILED. Alert keys start with their time
+// (alertOps), so this is one range delete per namespace. A namespace's old
+// alerts go when a sweep meets one of its ended tasks, which every alert's
+// own task is.
+func (s *Store) sweepAlerts(ctx context.Context, nss []string, before time.Time) error {
+	if len(nss) == 0 {
+		return nil
+	}
+	ops := make([]clientv3.Op, len(nss))
+	for i, ns := range nss {
+		ops[i] = clientv3.OpDelete(s.k.alerts(ns), clientv3.WithRange(s.k.alertsUntil(ns, before)))
+	}
+	for start := 0; start < len(ops); start += s.maxTxnOps {
+		if _, err := s.c.Txn(ctx).Then(ops[start:min(start+s.maxTxnOps, len(ops))]...).Commit(); err != nil {
+			return etcdErr(ctx, "sweep alerts", err)
+		}
+	}
+	return nil
 }
 
 // sweepBatch is how many tasks one sweep transaction deletes.

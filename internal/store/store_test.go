@@ -222,6 +222,33 @@ func TestSweepEndedRemovesOnlyOldTerminalTasks(t *testing.T) {
 	}
 }
 
+// An alert lives as long as its task: the sweep that deletes a FAILED task
+// after its retention deletes the alerts raised then, and keeps newer ones.
+func TestSweepEndedRemovesTheAlertsOfSweptTasks(t *testing.T) {
+	s, c := newStore(t)
+	end := map[string]time.Time{"old": t0, "new": t0.Add(time.Hour)}
+	for id, at := range end {
+		if _, _, err := s.CreateTask(ctx(t), record(id)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.UpdateTask(ctx(t), "default", id, func(task *reevev1.Task) error {
+			return taskstate.FailTask(task, "", "test", at)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := keys(t, c, "alerts/default/"); len(got) != 2 {
+		t.Fatalf("alerts %v, want one per failed task", got)
+	}
+	if n, _, _, err := s.SweepEndedFrom(ctx(t), "", t0.Add(time.Minute), 100); err != nil || n != 1 {
+		t.Fatalf("swept %d (%v), want 1", n, err)
+	}
+	got := keys(t, c, "alerts/default/")
+	if len(got) != 1 || !strings.HasSuffix(got[0], "-new") {
+		t.Fatalf("alerts after the sweep %v, want only the new task's", got)
+	}
+}
+
 // A sweeper that calls SweepEndedFrom with the cursor it got back deletes
 // every task past retention, each range starting after the keys it already
 // examined; a task that ended before the cursor (a scheduler whose clock is
