@@ -276,9 +276,10 @@ func TestWatchTaskGivesASlowClientTheNewestState(t *testing.T) {
 		}
 		states = append(states, m.GetTask().GetState())
 	}
-	// At most what was under the 64 KiB windows when the client paused
-	// (one or two states of this 60 KB task) and the newest.
-	if n := len(states); n == 0 || n > 4 || states[n-1] != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+	// What was under the 64 KiB windows or being read when the client
+	// paused (a few states of this 60 KB task), the one being sent, and the
+	// newest: a handful (5 seen under -race), against all 80+ before.
+	if n := len(states); n == 0 || n > 10 || states[n-1] != reevev1.TaskState_TASK_STATE_SUCCEEDED {
 		t.Fatalf("got %d states after the pause (%v); want a few, ending SUCCEEDED (the task changed %d+ times)", n, states, 2*failures)
 	}
 }
