@@ -276,6 +276,7 @@ func TestWatchTaskGivesASlowClientTheNewestState(t *testing.T) {
 		}
 		states = append(states, m.GetTask().GetState())
 	}
+	t.Logf("%d states after the pause", len(states))
 	// What was under the 64 KiB windows or being read when the client
 	// paused (a few states of this 60 KB task), the one being sent, and the
 	// newest: a handful (5 seen under -race), against all 80+ before.
