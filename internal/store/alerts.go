@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -118,28 +120,22 @@ func (s *Store) AckAlert(ctx context.Context, ns, id, by string, now time.Time) 
 	return nil, fmt.Errorf("ack alert %s: %w", id, ErrConflict)
 }
 
+// alertPage is how many alerts WatchAlerts reads at a time.
+var alertPage int64 = 500
+
 // WatchAlerts calls fn with every unacknowledged alert of a namespace, then
 // with every alert written later, until ctx ends or fn returns an error.
 func (s *Store) WatchAlerts(ctx context.Context, ns string, fn func(*reevev1.Alert) error) error {
 	prefix := s.k.alerts(ns)
-	octx, cancel := s.opCtx(ctx)
-	resp, err := s.c.Get(octx, prefix, clientv3.WithPrefix())
-	cancel()
+	pending, rev, err := s.unacknowledgedAlerts(ctx, prefix)
 	if err != nil {
-		return etcdErr(ctx, "watch alerts", err)
+		return err
 	}
-	for _, kv := range resp.Kvs {
-		a, err := unmarshalAlert(kv)
-		if err != nil {
+	for _, a := range pending {
+		if err := fn(a); err != nil {
 			return err
 		}
-		if !a.GetAcknowledged() {
-			if err := fn(a); err != nil {
-				return err
-			}
-		}
 	}
-	rev := resp.Header.Revision
 	for ctx.Err() == nil {
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for wr := range s.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
@@ -165,6 +161,51 @@ func (s *Store) WatchAlerts(ctx context.Context, ns string, fn func(*reevev1.Ale
 		wcancel()
 	}
 	return ctx.Err()
+}
+
+// unacknowledgedAlerts reads the alerts under prefix in pages of alertPage,
+// all at one revision, and returns the unacknowledged ones and that
+// revision: a namespace with many alerts holds one page and what is left
+// to acknowledge, not every alert. A compaction during the read starts it
+// again at a newer revision.
+func (s *Store) unacknowledgedAlerts(ctx context.Context, prefix string) ([]*reevev1.Alert, int64, error) {
+	for {
+		var (
+			pending []*reevev1.Alert
+			rev     int64
+		)
+		for from := prefix; ; {
+			opts := []clientv3.OpOption{clientv3.WithRange(prefixEnd(prefix)), clientv3.WithLimit(alertPage)}
+			if rev > 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			octx, cancel := s.opCtx(ctx)
+			resp, err := s.c.Get(octx, from, opts...)
+			cancel()
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				break
+			}
+			if err != nil {
+				return nil, 0, etcdErr(ctx, "watch alerts", err)
+			}
+			if rev == 0 {
+				rev = resp.Header.Revision
+			}
+			for _, kv := range resp.Kvs {
+				a, err := unmarshalAlert(kv)
+				if err != nil {
+					return nil, 0, err
+				}
+				if !a.GetAcknowledged() {
+					pending = append(pending, a)
+				}
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				return pending, rev, nil
+			}
+			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	}
 }
 
 func unmarshalAlert(kv *mvccpb.KeyValue) (*reevev1.Alert, error) {
