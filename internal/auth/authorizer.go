@@ -95,6 +95,7 @@ var rules = map[string]rule{
 	reevev1.SupervisorService_RetryStep_FullMethodName:               {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_CompensateTask_FullMethodName:          {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_FailTask_FullMethodName:                {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
+	reevev1.SupervisorService_RecoverSteps_FullMethodName:            {roles: []Role{RoleSupervisor, RoleAdmin}, check: recoverSteps},
 	reevev1.SupervisorService_ListAlerts_FullMethodName:              {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SupervisorService_WatchAlerts_FullMethodName:             {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SupervisorService_AckAlert_FullMethodName:                {roles: adminRoles, check: namespaceOf(RoleAdmin)},
@@ -143,6 +144,20 @@ func recovery(p *Principal, req any) error {
 		return status.Errorf(codes.PermissionDenied, "fence: %s is a supervisor: a recovery without a fence is an operator action (admin role)", p.Name)
 	}
 	return status.Errorf(codes.PermissionDenied, "namespace: %s may not recover tasks in namespace %q", p.Name, ns)
+}
+
+// recoverSteps: the caller must be a supervisor (an admin is one too) in
+// the namespace of every decision. The fence itself is checked by the scheduler
+// (a request without one is INVALID_ARGUMENT there), in the transaction of
+// each change.
+func recoverSteps(p *Principal, req any) error {
+	for i, d := range req.(*reevev1.RecoverStepsRequest).GetDecisions() {
+		ns := workflow.Namespace(d.GetNamespace())
+		if !p.Allows(RoleSupervisor, ns) {
+			return status.Errorf(codes.PermissionDenied, "decisions[%d].namespace: %s may not recover tasks in namespace %q", i, p.Name, ns)
+		}
+	}
+	return nil
 }
 
 // agentRegister judges the first message of an agent stream.
