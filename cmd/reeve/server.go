@@ -23,6 +23,7 @@ import (
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/auth"
 	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/internal/store"
@@ -422,6 +423,22 @@ func envList(key string) []string {
 	return nil
 }
 
+// newGRPCServer returns the gRPC server of a scheduler: its three
+// services, health and reflection. It refuses a server with a method the
+// authorizer has no rule for (it would be refused to every caller in
+// secure mode).
+func newGRPCServer(srv *scheduler.Server, gopts []grpc.ServerOption) (*grpc.Server, *health.Server, error) {
+	g := grpc.NewServer(append(append(scheduler.ServerOptions(), telemetry.ServerHandler()), gopts...)...)
+	srv.Register(g)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	if m := auth.Undecided(g.GetServiceInfo()); len(m) > 0 {
+		return nil, nil, fmt.Errorf("no authorization rule for %s: decide who may call them in internal/auth", strings.Join(m, ", "))
+	}
+	return g, hs, nil
+}
+
 // serve runs a scheduler on listen until ctx ends, then shuts down in order:
 // health reports NOT_SERVING, the scheduler drains its agents, the gRPC
 // server stops gracefully (forcefully after 10s). started runs once the
@@ -435,11 +452,10 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen, 
 	}
 	srv := scheduler.New(cli, opts...)
 	lis = srv.Listener(lis)
-	g := grpc.NewServer(append(append(scheduler.ServerOptions(), telemetry.ServerHandler()), gopts...)...)
-	srv.Register(g)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(g, hs)
-	reflection.Register(g)
+	g, hs, err := newGRPCServer(srv, gopts)
+	if err != nil {
+		return err
+	}
 	healthCtx, stopHealth := context.WithCancel(context.Background())
 	healthDone := make(chan struct{})
 	go func() { defer close(healthDone); srv.ReportHealth(healthCtx, hs, time.Second) }()

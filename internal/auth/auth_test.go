@@ -56,7 +56,9 @@ func grants(gs ...string) []*url.URL {
 	return out
 }
 
-func newSecureEnv(t *testing.T) *secureEnv {
+// newSecureEnv starts the scheduler with the auth interceptors, then extra
+// server options (interceptors chained after the authorizer's).
+func newSecureEnv(t *testing.T, extra ...grpc.ServerOption) *secureEnv {
 	t.Helper()
 	dir := t.TempDir()
 	_, err := tlsconfig.Init(dir, []tlsconfig.CertSpec{
@@ -65,6 +67,9 @@ func newSecureEnv(t *testing.T) *secureEnv {
 		{Name: "supervisor", URIs: grants("reeve://supervisor/*")},
 		{Name: "agent-a", URIs: grants("reeve://agent/a?step_types=pay.*,ship&agent_ids=a-*")},
 		{Name: "client-a", URIs: grants("reeve://client/a")},
+		{Name: "supervisor-a", URIs: grants("reeve://supervisor/a")},
+		{Name: "admin-a", URIs: grants("reeve://admin/a")},
+		{Name: "agent-of-a", URIs: grants("reeve://agent/a")},
 		{Name: "nobody"},
 	}, tlsconfig.InitOptions{})
 	if err != nil {
@@ -84,7 +89,7 @@ func newSecureEnv(t *testing.T) *secureEnv {
 	}
 	a := auth.New(auth.Config{Certificates: true, Tokens: tokens})
 	env := testenv.New(t)
-	s := env.StartSchedulerGRPC("", append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))}, a.ServerOptions()...))
+	s := env.StartSchedulerGRPC("", append(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))}, a.ServerOptions()...), extra...))
 	return &secureEnv{env: env, s: s, dir: dir, etcd: env.Etcd.Client()}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -105,6 +106,28 @@ var rules = map[string]rule{
 	"/grpc.health.v1.Health/List":                                    {open: true},
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      {any: true},
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": {any: true},
+}
+
+// Undecided returns the methods of services (a grpc.Server's
+// GetServiceInfo) that have no rule, sorted. Such a method would be refused
+// to everyone: a server should not start with one (see cmd/reeve serve), so
+// that adding an RPC without deciding who may call it cannot go unnoticed.
+func Undecided(services map[string]grpc.ServiceInfo) []string {
+	var out []string
+	for name, svc := range services {
+		for _, m := range svc.Methods {
+			if full := "/" + name + "/" + m.Name; !hasRule(full) {
+				out = append(out, full)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func hasRule(method string) bool {
+	_, ok := rules[method]
+	return ok
 }
 
 // requestNamespace returns the namespace a request names, "default" when
