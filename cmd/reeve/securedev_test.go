@@ -67,8 +67,8 @@ func TestSecureDevRecoversAndUndoesTheDemos(t *testing.T) {
 		t.Fatalf("demo.timeout: exit %d: %s", code, errOut)
 	}
 	var task struct {
-		State string
-		Steps []struct{ Attempt, FailureCount int }
+		State   string
+		Steps   []struct{ Attempt, FailureCount int }
 		History []struct{ Kind, Actor string }
 	}
 	if err := json.Unmarshal([]byte(out), &task); err != nil {
@@ -98,7 +98,9 @@ func TestSecureDevRecoversAndUndoesTheDemos(t *testing.T) {
 		t.Fatalf("fragile: exit %d: %s %s", code, out, errOut)
 	}
 	code, out, errOut = reeveEnv(t, admin, "alerts", "list", "-o", "json")
-	var alerts struct{ Alerts []struct{ ID, TaskID, Step string } }
+	var alerts struct {
+		Alerts []struct{ ID, TaskID, Step string }
+	}
 	if err := json.Unmarshal([]byte(out), &alerts); code != 0 || err != nil || len(alerts.Alerts) != 1 || alerts.Alerts[0].TaskID != "fragile-1" {
 		t.Fatalf("alerts list: exit %d: %s %s", code, out, errOut)
 	}
