@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,15 +15,20 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/reeve-org/reeve/agentsdk"
+	"github.com/reeve-org/reeve/internal/auth"
 	"github.com/reeve-org/reeve/internal/conformance"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
 func newConformanceCmd(g *globals) *cobra.Command {
 	var (
 		listen, run, agent string
 		connectTimeout     time.Duration
+		secure             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "conformance [flags] [--agent 'COMMAND LINE' | -- AGENT-COMMAND [ARG...]]",
@@ -39,11 +46,17 @@ output to stderr, and stops it at the end; the shutdown case (SIGTERM) runs
 only then. Without either, start the agent yourself against the printed
 address.
 
+With --secure the suite serves mutual TLS with role checks, as a secure
+scheduler does: it makes a CA, a server certificate and an agent
+certificate (grant reeve://agent/*) in a temporary directory and gives the
+agent REEVE_TLS_CA, REEVE_TLS_CERT and REEVE_TLS_KEY.
+
 Prints one line per case (or the report as JSON with -o json) and exits 1 when
 a case failed.`,
 		Example: `  reeve conformance -- node examples/node/dist/agent.js
   reeve conformance --agent 'cd examples/node && node dist/agent.js'
   reeve conformance -o json -- reeve conformance agent
+  reeve conformance --secure -- reeve conformance agent
   reeve conformance --listen 127.0.0.1:7450 --run 'drain|redelivery'`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,6 +77,17 @@ a case failed.`,
 				}
 				cfg.Run = re
 			}
+			var agentEnv []string
+			if secure {
+				dir, err := os.MkdirTemp("", "reeve-conformance-certs-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				if cfg.ServerOptions, agentEnv, err = conformanceSecurity(dir); err != nil {
+					return err
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			suite, err := conformance.Listen(cfg)
@@ -74,15 +98,15 @@ a case failed.`,
 
 			var proc conformance.Process
 			if len(args) > 0 {
-				c, err := conformance.StartCommand(args, suite.Addr(), cmd.ErrOrStderr())
+				c, err := conformance.StartCommand(args, suite.Addr(), cmd.ErrOrStderr(), agentEnv...)
 				if err != nil {
 					return err
 				}
 				defer c.Close(5 * time.Second)
 				proc = c
 			} else {
-				fmt.Fprintf(cmd.ErrOrStderr(), "reeve conformance: serving the agent protocol on %s; start the agent with REEVE_ADDRESS=%s (waiting %v)\n",
-					suite.Addr(), suite.Addr(), connectTimeout)
+				fmt.Fprintf(cmd.ErrOrStderr(), "reeve conformance: serving the agent protocol on %s; start the agent with REEVE_ADDRESS=%s %s(waiting %v)\n",
+					suite.Addr(), suite.Addr(), strings.Join(append(agentEnv, ""), " "), connectTimeout)
 			}
 			rep := suite.Run(ctx, proc)
 			if err := printReport(cmd, g, rep); err != nil {
@@ -101,6 +125,7 @@ a case failed.`,
 	cmd.Flags().StringVar(&run, "run", "", "run only the cases whose name matches this regular expression (cases: "+strings.Join(conformance.Cases(), ", ")+")")
 	cmd.Flags().StringVar(&agent, "agent", "", "the agent's command line, run by sh (instead of -- AGENT-COMMAND [ARG...])")
 	cmd.Flags().DurationVar(&connectTimeout, "connect-timeout", 60*time.Second, "how long to wait for the agent's first connection")
+	cmd.Flags().BoolVar(&secure, "secure", false, "serve mutual TLS with role checks; the agent gets an agent certificate through REEVE_TLS_CA, REEVE_TLS_CERT and REEVE_TLS_KEY")
 	cmd.AddCommand(newConformanceAgentCmd(g))
 	return cmd
 }
@@ -141,6 +166,16 @@ until SIGINT or SIGTERM, then shuts down gracefully.`,
 			if id != "" {
 				opts = append(opts, agentsdk.WithAgentID(id))
 			}
+			tlsCfg, err := g.sec.tlsConfig()
+			if err != nil {
+				return err
+			}
+			if tlsCfg != nil {
+				opts = append(opts, agentsdk.WithTLS(tlsCfg))
+			}
+			if g.sec.token != "" {
+				opts = append(opts, agentsdk.WithToken(g.sec.token))
+			}
 			a, err := agentsdk.New([]string{g.address}, opts...)
 			if err != nil {
 				return err
@@ -151,4 +186,22 @@ until SIGINT or SIGTERM, then shuts down gracefully.`,
 	}
 	cmd.Flags().StringVar(&id, "id", "", "agent id (default <hostname>-<pid>-<random>)")
 	return cmd
+}
+
+// conformanceSecurity makes the certificates of a secure conformance run in
+// dir and returns the suite's server options (mutual TLS, role checks) and
+// the agent's environment.
+func conformanceSecurity(dir string) ([]grpc.ServerOption, []string, error) {
+	agentGrant := auth.Grant{Role: auth.RoleAgent, Namespace: auth.AllNamespaces}.URI()
+	if _, err := tlsconfig.Init(dir, []tlsconfig.CertSpec{{Name: "server", Server: true}, {Name: "agent", URIs: []*url.URL{agentGrant}}}, tlsconfig.InitOptions{}); err != nil {
+		return nil, nil, err
+	}
+	p := func(name string) string { return filepath.Join(dir, name) }
+	srv, err := tlsconfig.Server(tlsconfig.Files{CA: p("ca.pem"), Cert: p("server.pem"), Key: p("server-key.pem")}, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(srv))}, auth.New(auth.Config{Certificates: true}).ServerOptions()...)
+	env := []string{"REEVE_TLS_CA=" + p("ca.pem"), "REEVE_TLS_CERT=" + p("agent.pem"), "REEVE_TLS_KEY=" + p("agent-key.pem")}
+	return opts, env, nil
 }

@@ -86,13 +86,13 @@ type server struct {
 	lis net.Listener
 }
 
-func startServer(listen string) (*server, error) {
+func startServer(listen string, opts []grpc.ServerOption) (*server, error) {
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
 	}
 	h := &harness{sessions: make(chan *session), closed: make(chan struct{})}
-	g := grpc.NewServer(scheduler.ServerOptions()...)
+	g := grpc.NewServer(append(scheduler.ServerOptions(), opts...)...)
 	reevev1.RegisterAgentServiceServer(g, h)
 	go func() { _ = g.Serve(lis) }()
 	return &server{h: h, g: g, lis: lis}, nil

@@ -18,14 +18,15 @@ type Command struct {
 	err    error
 }
 
-// StartCommand starts argv with REEVE_ADDRESS=addr added to the
-// environment; its stdout and stderr go to out.
-func StartCommand(argv []string, addr string, out io.Writer) (*Command, error) {
+// StartCommand starts argv with REEVE_ADDRESS=addr and env ("KEY=value",
+// e.g. the certificate files of a secure run) added to the environment; its
+// stdout and stderr go to out.
+func StartCommand(argv []string, addr string, out io.Writer, env ...string) (*Command, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("conformance: no agent command")
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "REEVE_ADDRESS="+addr)
+	cmd.Env = append(append(os.Environ(), "REEVE_ADDRESS="+addr), env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

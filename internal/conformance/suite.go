@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"time"
 
+	"google.golang.org/grpc"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
@@ -26,6 +28,10 @@ type Config struct {
 	Run *regexp.Regexp
 	// Log receives the suite's progress; default: discarded.
 	Log *slog.Logger
+	// ServerOptions are added to the suite's gRPC server: TLS credentials
+	// and the authorizer's interceptors for a run in secure mode (the agent
+	// then needs a certificate with an agent grant). Default: plaintext.
+	ServerOptions []grpc.ServerOption
 }
 
 // Suite is a conformance run: a loopback AgentService the agent under test
@@ -46,7 +52,7 @@ func Listen(cfg Config) (*Suite, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	srv, err := startServer(cfg.Listen)
+	srv, err := startServer(cfg.Listen, cfg.ServerOptions)
 	if err != nil {
 		return nil, fmt.Errorf("conformance: listen on %s: %w", cfg.Listen, err)
 	}

@@ -63,3 +63,5 @@ unset REEVE_TLS_CA REEVE_TLS_CERT REEVE_TLS_KEY
 
 echo "+ reeve conformance -- node $NODE_DIR/dist/agent.js"
 "$REEVE" conformance -- node "$NODE_DIR/dist/agent.js" 2>"$E2E_DIR/conformance-node.log" || fail "the Node agent does not conform"
+echo "+ reeve conformance --secure -- node $NODE_DIR/dist/agent.js"
+"$REEVE" conformance --secure -- node "$NODE_DIR/dist/agent.js" 2>"$E2E_DIR/conformance-node-tls.log" || fail "the Node agent does not conform over mutual TLS"

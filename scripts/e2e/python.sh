@@ -76,3 +76,5 @@ unset REEVE_TLS_CA REEVE_TLS_CERT REEVE_TLS_KEY
 
 echo "+ reeve conformance -- $PY $PY_DIR/agent.py"
 "$REEVE" conformance -- "$PY" "$PY_DIR/agent.py" 2>"$E2E_DIR/conformance-python.log" || fail "the Python agent does not conform"
+echo "+ reeve conformance --secure -- $PY $PY_DIR/agent.py"
+"$REEVE" conformance --secure -- "$PY" "$PY_DIR/agent.py" 2>"$E2E_DIR/conformance-python-tls.log" || fail "the Python agent does not conform over mutual TLS"
