@@ -82,8 +82,6 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 	return err
 }
 
-// sendLoop sends conn's queued messages until the stream ends; it returns
-// the message a failed Send did not deliver, if any.
 // awaitRegister returns the stream's first message. Streams waiting for it
 // are capped (RESOURCE_EXHAUSTED past the cap) and each waits at most the
 // register timeout (then DEADLINE_EXCEEDED): a client that opens streams
@@ -114,6 +112,8 @@ func (s *Server) awaitRegister(stream reevev1.AgentService_ConnectServer) (*reev
 	}
 }
 
+// sendLoop sends conn's queued messages until the stream ends; it returns
+// the message a failed Send did not deliver, if any.
 func sendLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) (*reevev1.ConnectResponse, error) {
 	for {
 		select {

@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
@@ -81,9 +82,7 @@ func (s *Server) fence(f *reevev1.Fence) (actor string, fences []clientv3.Cmp, e
 	if err := workflow.ValidateAgentID("fence.supervisor_id", f.GetSupervisorId()); err != nil {
 		return "", nil, err
 	}
-	return "supervisor/" + f.GetSupervisorId(), []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(f.GetElectionKey()), "=", f.GetRevision()),
-	}, nil
+	return "supervisor/" + f.GetSupervisorId(), []clientv3.Cmp{store.FenceCmp(f.GetElectionKey(), f.GetRevision())}, nil
 }
 
 // RetryStep implements SupervisorService.

@@ -141,6 +141,13 @@ func ServerOptionsWith(l GRPCLimits) []grpc.ServerOption {
 	)
 }
 
+// The three services a Server implements.
+var (
+	_ reevev1.SchedulerServiceServer  = (*Server)(nil)
+	_ reevev1.AgentServiceServer      = (*Server)(nil)
+	_ reevev1.SupervisorServiceServer = (*Server)(nil)
+)
+
 // Register registers the scheduler's services on g.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	reevev1.RegisterSchedulerServiceServer(g, s)

@@ -372,7 +372,7 @@ func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Ti
 	if s.backoff == nil {
 		s.backoff = map[string]entryBackoff{}
 	}
-	fenceCmp := clientv3.Compare(clientv3.CreateRevision(fence.GetElectionKey()), "=", fence.GetRevision())
+	fenceCmp := store.FenceCmp(fence.GetElectionKey(), fence.GetRevision())
 	var (
 		mu      sync.Mutex
 		deposed atomic.Bool

@@ -18,9 +18,6 @@ import (
 // maxBulk bounds a bulk action: at most this many tasks per confirmation.
 const maxBulk = 500
 
-// maxReason is the API's limit on a reason (1 KiB).
-const maxReason = 1024
-
 var actionTitles = map[string]string{
 	"cancel":     "Cancel task",
 	"retry":      "Retry failed step",
@@ -77,8 +74,8 @@ func (s *Server) taskAction(w http.ResponseWriter, r *http.Request, ss *session)
 	}
 	id := r.PathValue("id")
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	if len(reason) > maxReason {
-		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("reason: at most %d bytes", maxReason))
+	if len(reason) > workflow.MaxReasonBytes {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("reason: at most %d bytes", workflow.MaxReasonBytes))
 		return
 	}
 	ctx, cancel, opts := s.call(r, ss)
@@ -240,8 +237,8 @@ func (s *Server) bulkApply(w http.ResponseWriter, r *http.Request, ss *session) 
 	}
 	d := bulkData{pageData: s.page(r, ss, "Bulk: "+title, "tasks", ns), Action: action, ActionTitle: title, FilterQuery: r.PostFormValue("filter")}
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	if len(reason) > maxReason {
-		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("reason: at most %d bytes", maxReason))
+	if len(reason) > workflow.MaxReasonBytes {
+		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("reason: at most %d bytes", workflow.MaxReasonBytes))
 		return
 	}
 	for _, id := range ids {

@@ -174,6 +174,13 @@ func (s *Store) WriteStats() WriteStats {
 // Client returns the etcd client, for the election and leases of callers.
 func (s *Store) Client() *clientv3.Client { return s.c }
 
+// FenceCmp is the compare that fences a supervisor's write: its election
+// key still exists with the create revision it won at (concurrency.Election
+// Key() and Rev()). It goes in the transaction of the change it guards.
+func FenceCmp(electionKey string, revision int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(electionKey), "=", revision)
+}
+
 // ElectionPrefix is the key prefix supervisors campaign on.
 func (s *Store) ElectionPrefix() string { return s.k.election() }
 
