@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -140,7 +141,7 @@ func registerWorkflows(ctx context.Context, log *slog.Logger, g *globals, addrs 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	to := *g // the global TLS and token flags, these addresses
-	to.address = joinAddrs(addrs)
+	to.address = strings.Join(addrs, ",")
 	c, closeConn, err := to.dial()
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reeve-org/reeve/internal/bench"
+	"github.com/reeve-org/reeve/internal/dial"
 )
 
 func newBenchCmd(g *globals) *cobra.Command {
@@ -69,7 +70,13 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 				return runFailoverBench(cmd, g, fo)
 			}
 			if !cfg.Embedded {
-				cfg.Address = g.address
+				cfg.Schedulers = g.sec.dialConfig(g.address)
+				if _, err := dial.Addresses(g.address); err != nil {
+					return dialUsage(err, "--address")
+				}
+				if _, err := cfg.Schedulers.TLSConfig(); err != nil {
+					return dialUsage(err, "--address")
+				}
 			}
 			if d := cfg.Duration + 2*time.Minute; cfg.Duration > 0 && cfg.MaxDuration < d && !cmd.Flags().Changed("max-duration") {
 				cfg.MaxDuration = d // room for a sustained run to drain

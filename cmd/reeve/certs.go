@@ -11,12 +11,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/reeve-org/reeve/agentsdk"
 	"github.com/reeve-org/reeve/internal/auth"
+	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 	"github.com/reeve-org/reeve/internal/workflow"
@@ -139,10 +137,10 @@ grants (merge its entry into the scheduler's --tokens-file), e.g.
 
 // devSec is how `reeve dev` secures itself and its in-process components.
 type devSec struct {
-	dir            string
-	etcdTLS        *etcdserver.ClientTLS
-	supervisorDial []grpc.DialOption
-	agentOpts      []agentsdk.Option
+	dir        string
+	etcdTLS    *etcdserver.ClientTLS
+	supervisor dial.Config // its Address is set where it is used
+	agentOpts  []agentsdk.Option
 }
 
 // devSecurity prepares `reeve dev`: plaintext, or with --secure the
@@ -157,7 +155,7 @@ func devSecurity(cmd *cobra.Command, g *globals, srv *serverSecurity, dataDir st
 		// The same settings from the environment (e.g. a shell set up as a
 		// client of a secure dev server) do not apply to a plaintext dev.
 		g.sec.cert, g.sec.key, srv.clientCA, srv.tokensFile = "", "", "", ""
-		return devSec{supervisorDial: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}, nil
+		return devSec{}, nil
 	}
 	dir, err := filepath.Abs(filepath.Join(dataDir, "certs"))
 	if err != nil {
@@ -172,26 +170,15 @@ func devSecurity(cmd *cobra.Command, g *globals, srv *serverSecurity, dataDir st
 	}
 	g.sec.cert, g.sec.key = path("server.pem"), path("server-key.pem")
 	srv.clientCA = path("ca.pem")
-	client := func(name string) (credentials.TransportCredentials, error) {
-		cfg, err := tlsconfig.Client(tlsconfig.Files{CA: path("ca.pem"), Cert: path(name + ".pem"), Key: path(name + "-key.pem")}, "localhost")
-		if err != nil {
-			return nil, err
-		}
-		return credentials.NewTLS(cfg), nil
-	}
-	supCreds, err := client("supervisor")
-	if err != nil {
-		return devSec{}, err
-	}
 	agentCfg, err := tlsconfig.Client(tlsconfig.Files{CA: path("ca.pem"), Cert: path("agent.pem"), Key: path("agent-key.pem")}, "localhost")
 	if err != nil {
 		return devSec{}, err
 	}
 	return devSec{
-		dir:            dir,
-		etcdTLS:        &etcdserver.ClientTLS{CertFile: path("server.pem"), KeyFile: path("server-key.pem"), TrustedCAFile: path("ca.pem")},
-		supervisorDial: []grpc.DialOption{grpc.WithTransportCredentials(supCreds)},
-		agentOpts:      []agentsdk.Option{agentsdk.WithTLS(agentCfg)},
+		dir:        dir,
+		etcdTLS:    &etcdserver.ClientTLS{CertFile: path("server.pem"), KeyFile: path("server-key.pem"), TrustedCAFile: path("ca.pem")},
+		supervisor: dial.Config{CA: path("ca.pem"), Cert: path("supervisor.pem"), Key: path("supervisor-key.pem"), ServerName: "localhost"},
+		agentOpts:  []agentsdk.Option{agentsdk.WithTLS(agentCfg)},
 	}, nil
 }
 

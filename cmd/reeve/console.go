@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,13 +12,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/reeve-org/reeve/internal/console"
+	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/telemetry"
-	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
 // consoleFlags are the web console's flags on dev and scheduler.
@@ -34,19 +30,17 @@ func (f *consoleFlags) register(cmd *cobra.Command, def string) {
 }
 
 // startConsole serves the console on listen until ctx ends, as a client of
-// the scheduler at addr: plaintext when tlsCfg is nil (no sign-in), else TLS
-// and a sign-in with a bearer token per browser session. It prints the URL
-// to out. wait blocks until the console has shut down after ctx ended.
-func startConsole(ctx context.Context, log *slog.Logger, out io.Writer, listen, addr string, tlsCfg *tls.Config, readOnly bool) (wait func(), err error) {
-	creds := insecure.NewCredentials()
-	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), telemetry.ClientHandler())
+// the schedulers of sched: plaintext (no sign-in), or over TLS with a
+// sign-in and a bearer token per browser session (sched.Token is not used).
+// It prints the URL to out. wait blocks until the console has shut down
+// after ctx ended.
+func startConsole(ctx context.Context, log *slog.Logger, out io.Writer, listen string, sched dial.Config, readOnly bool) (wait func(), err error) {
+	sched.Token = "" // each browser brings its own
+	cc, err := dial.Schedulers(sched, telemetry.ClientHandler())
 	if err != nil {
-		return nil, fmt.Errorf("console: scheduler address %q: %w", addr, err)
+		return nil, fmt.Errorf("console: %w", dialUsage(err, "--address"))
 	}
-	srv, err := console.New(cc, console.WithLogger(log.With("component", "console")), console.WithSecure(tlsCfg != nil), console.WithReadOnly(readOnly))
+	srv, err := console.New(cc, console.WithLogger(log.With("component", "console")), console.WithSecure(sched.UsesTLS()), console.WithReadOnly(readOnly))
 	if err != nil {
 		_ = cc.Close()
 		return nil, err
@@ -89,19 +83,9 @@ used (each browser brings its own). See docs/console.md.`,
 			if err != nil {
 				return usageError{err}
 			}
-			addrs := splitAddrs(g.address)
-			if len(addrs) != 1 {
-				return usagef("--address: want one scheduler host:port, got %q", g.address)
-			}
-			sec := g.sec
-			sec.token = ""
-			tlsCfg, err := sec.tlsConfig()
-			if err != nil {
-				return err
-			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			wait, err := startConsole(ctx, log, cmd.OutOrStdout(), listen, addrs[0], tlsCfg, readOnly)
+			wait, err := startConsole(ctx, log, cmd.OutOrStdout(), listen, g.sec.dialConfig(g.address), readOnly)
 			if err != nil {
 				return err
 			}
@@ -137,18 +121,14 @@ func (d devSec) startConsole(ctx context.Context, log *slog.Logger, out io.Write
 	if con.listen == "" {
 		return nil
 	}
-	var tlsCfg *tls.Config
+	sched := dial.Config{Address: loopback(addr)}
 	if d.dir != "" {
 		if srv.tokensFile == "" {
 			fmt.Fprintln(out, "reeve dev: the console is off: with --secure it signs browsers in with bearer tokens; add --tokens-file (see docs/console.md)")
 			return nil
 		}
-		cfg, err := tlsconfig.Client(tlsconfig.Files{CA: filepath.Join(d.dir, "ca.pem")}, "localhost")
-		if err != nil {
-			return fmt.Errorf("console: %w", err)
-		}
-		tlsCfg = cfg
+		sched.CA, sched.ServerName = filepath.Join(d.dir, "ca.pem"), "localhost"
 	}
-	_, err := startConsole(ctx, log, out, con.listen, loopback(addr), tlsCfg, con.readOnly)
+	_, err := startConsole(ctx, log, out, con.listen, sched, con.readOnly)
 	return err
 }

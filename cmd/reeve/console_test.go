@@ -69,8 +69,8 @@ func TestConsoleCommand(t *testing.T) {
 }
 
 func TestConsoleCommandUsage(t *testing.T) {
-	code, _, errOut := reeve(t, "127.0.0.1:1", "console", "--address", "a:1,b:2")
-	if code != 2 || !strings.Contains(errOut, "--address: want one scheduler") {
+	code, _, errOut := reeve(t, "127.0.0.1:1", "console", "--address", "a:1,no-port")
+	if code != 2 || !strings.Contains(errOut, `--address: "no-port"`) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }

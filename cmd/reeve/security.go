@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -13,9 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/reeve-org/reeve/internal/auth"
+	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 	"github.com/reeve-org/reeve/scheduler"
 )
@@ -41,40 +42,37 @@ func (c *clientSecurity) register(cmd *cobra.Command, getenv func(string) string
 	f.StringVar(&c.token, "token", getenv("REEVE_TOKEN"), "bearer token sent with every call; needs TLS (prefer env REEVE_TOKEN: flags show in ps)")
 }
 
-func (c *clientSecurity) useTLS() bool { return c.tls || c.ca != "" || c.serverName != "" }
+// dialConfig is how to reach the schedulers at address (one host:port or
+// several comma-separated) with these flags.
+func (c *clientSecurity) dialConfig(address string) dial.Config {
+	return dial.Config{Address: address, TLS: c.tls, CA: c.ca, Cert: c.cert, Key: c.key, ServerName: c.serverName, Token: c.token}
+}
 
 // tlsConfig returns the client TLS configuration, nil for plaintext.
 func (c *clientSecurity) tlsConfig() (*tls.Config, error) {
-	if !c.useTLS() {
-		if c.cert != "" {
-			return nil, usagef("--tls-cert: a client certificate needs TLS: set --tls-ca (or --tls)")
-		}
-		if c.token != "" {
-			return nil, usagef("--token: tokens are sent over TLS only: set --tls-ca (or --tls)")
-		}
-		return nil, nil
-	}
-	cfg, err := tlsconfig.Client(tlsconfig.Files{CA: c.ca, Cert: c.cert, Key: c.key}, c.serverName)
+	cfg, err := c.dialConfig("").TLSConfig()
 	if err != nil {
-		return nil, usageError{err}
+		return nil, dialUsage(err, "--address")
 	}
 	return cfg, nil
 }
 
-// dialOptions are the options of a connection to a scheduler.
-func (c *clientSecurity) dialOptions() ([]grpc.DialOption, error) {
-	cfg, err := c.tlsConfig()
-	if err != nil {
-		return nil, err
+// dialUsage turns a *dial.Error into a usage error naming the flag of the
+// field: addressFlag for the address list, the --tls-* flags and --token
+// for the others. Other errors are prefixed with addressFlag.
+func dialUsage(err error, addressFlag string) error {
+	var de *dial.Error
+	if !errors.As(err, &de) {
+		return fmt.Errorf("%s: %w", addressFlag, err)
 	}
-	if cfg == nil {
-		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	switch de.Field {
+	case dial.FieldAddress:
+		return usagef("%s: %s", addressFlag, de.Reason)
+	case dial.FieldCert, dial.FieldKey, dial.FieldToken:
+		flag := map[string]string{dial.FieldCert: "--tls-cert", dial.FieldKey: "--tls-key", dial.FieldToken: "--token"}[de.Field]
+		return usagef("%s: %s: set --tls-ca (or --tls)", flag, de.Reason)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
-	if c.token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(auth.Token(c.token)))
-	}
-	return opts, nil
+	return usagef("--tls-ca/--tls-cert/--tls-key: %s", de.Reason)
 }
 
 // serverSecurity are the flags of a command that serves the gRPC API, on top

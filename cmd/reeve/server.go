@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,10 +24,10 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/auth"
 	"github.com/reeve-org/reeve/internal/demo"
+	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/telemetry"
-	"github.com/reeve-org/reeve/internal/tlsconfig"
 	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
@@ -142,7 +141,7 @@ port with client certificates, and prints the environment a client needs.`,
 				if secure {
 					dev.printEnv(cmd.OutOrStdout(), addr)
 				}
-				if err := startSupervisor(ctx, log, cli, []string{addr}, dev.supervisorDial, supervisor.WithTick(tick)); err != nil {
+				if err := startSupervisor(ctx, log, cli, []string{addr}, dev.supervisor, supervisor.WithTick(tick)); err != nil {
 					return err
 				}
 				if err := dev.startConsole(ctx, log, cmd.OutOrStdout(), &con, &srvSec, addr); err != nil {
@@ -172,28 +171,34 @@ port with client certificates, and prints the environment a client needs.`,
 	return cmd
 }
 
-// startSupervisor runs a supervisor acting through the schedulers at addrs
-// until ctx ends.
-func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, addrs []string, dial []grpc.DialOption, opts ...supervisor.Option) error {
+// startSupervisor runs a supervisor acting through the schedulers at addrs,
+// each dialed on its own with sched's TLS and token, until ctx ends.
+func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, addrs []string, sched dial.Config, opts ...supervisor.Option) error {
 	var clients []reevev1.SupervisorServiceClient
 	var conns []*grpc.ClientConn
+	closeAll := func() {
+		for _, cc := range conns {
+			_ = cc.Close()
+		}
+	}
 	for _, a := range addrs {
-		cc, err := grpc.NewClient(a, append(dial, telemetry.ClientHandler())...)
+		sched.Address = a
+		cc, err := dial.Schedulers(sched, telemetry.ClientHandler())
 		if err != nil {
-			return fmt.Errorf("scheduler address %q: %w", a, err)
+			closeAll()
+			return dialUsage(err, "--schedulers")
 		}
 		conns = append(conns, cc)
 		clients = append(clients, reevev1.NewSupervisorServiceClient(cc))
 	}
 	sup, err := supervisor.New(cli, clients, append([]supervisor.Option{supervisor.WithLogger(log.With("component", "supervisor"))}, opts...)...)
 	if err != nil {
+		closeAll()
 		return err
 	}
 	go func() {
 		_ = sup.Run(ctx)
-		for _, cc := range conns {
-			_ = cc.Close()
-		}
+		closeAll()
 	}()
 	return nil
 }
@@ -291,15 +296,14 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 				if con.listen == "" {
 					return nil
 				}
-				var tlsCfg *tls.Config
-				if gopts != nil {
-					// The console calls this scheduler over TLS, verified
-					// with --tls-ca (else the system roots).
-					if tlsCfg, err = tlsconfig.Client(tlsconfig.Files{CA: g.sec.ca, Cert: g.sec.cert, Key: g.sec.key}, g.sec.serverName); err != nil {
-						return fmt.Errorf("console: %w", err)
-					}
+				// The console calls this scheduler over TLS when it serves
+				// TLS, verified with --tls-ca (else the system roots).
+				sched := g.sec.dialConfig(loopback(addr))
+				sched.TLS, sched.Token = gopts != nil, ""
+				if gopts == nil {
+					sched.CA, sched.Cert, sched.Key, sched.ServerName = "", "", "", ""
 				}
-				_, err := startConsole(ctx, log, cmd.OutOrStdout(), con.listen, loopback(addr), tlsCfg, con.readOnly)
+				_, err := startConsole(ctx, log, cmd.OutOrStdout(), con.listen, sched, con.readOnly)
 				return err
 			}, opts...)
 		},
@@ -358,9 +362,8 @@ task, or fail it and raise an operator alert. Run two or more for availability.`
 			if len(schedulers) == 0 {
 				return usagef("--schedulers: required (or REEVE_SCHEDULERS)")
 			}
-			dial, err := g.sec.dialOptions()
-			if err != nil {
-				return err
+			if _, err := g.sec.tlsConfig(); err != nil {
+				return err // before connecting to etcd
 			}
 			cli, err := etcdClient(endpoints, &etcdSec)
 			if err != nil {
@@ -373,7 +376,7 @@ task, or fail it and raise an operator alert. Run two or more for availability.`
 			if id != "" {
 				opts = append(opts, supervisor.WithID(id))
 			}
-			if err := startSupervisor(ctx, log, cli, schedulers, dial, opts...); err != nil {
+			if err := startSupervisor(ctx, log, cli, schedulers, g.sec.dialConfig(""), opts...); err != nil {
 				return err
 			}
 			// Healthy while the process runs: a supervisor that cannot reach

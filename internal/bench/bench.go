@@ -20,14 +20,13 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
@@ -40,8 +39,13 @@ type Config struct {
 	DataDir string
 	// NoFsync turns fsync off in the embedded etcd (not what production does).
 	NoFsync bool
-	// Address of a running scheduler (not Embedded).
-	Address string
+	// Schedulers of a running target (not Embedded): one address or
+	// several comma-separated, with TLS, a client certificate and a token
+	// as internal/dial takes them. Submissions are spread round-robin over
+	// the schedulers; each agent connects to one at a time, starting at a
+	// random one. The certificate or token needs the client and agent roles
+	// (and admin, to register the workflow).
+	Schedulers dial.Config
 	// EtcdEndpoints of the running scheduler's etcd (not Embedded): needed
 	// to see completions and count etcd writes.
 	EtcdEndpoints []string
@@ -132,7 +136,7 @@ func (c *Config) defaults() error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	if !c.Embedded && (c.Address == "" || len(c.EtcdEndpoints) == 0) {
+	if !c.Embedded && (c.Schedulers.Address == "" || len(c.EtcdEndpoints) == 0) {
 		return errors.New("a running target needs both an address and etcd endpoints (or use embedded mode)")
 	}
 	return nil
@@ -222,9 +226,9 @@ type FloodReport struct {
 	PeakInUseFraction float64 `json:"peak_in_use_fraction"`
 }
 
-// target is a scheduler to load, and how to observe its etcd.
+// target is the schedulers to load, and how to observe their etcd.
 type target struct {
-	addr    string
+	sched   dial.Config
 	dbSize  func() (total, inUse int64) // bytes; nil when unknown
 	etcd    *clientv3.Client
 	applied func(context.Context) (uint64, error) // etcd's applied raft index
@@ -250,9 +254,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer tg.close()
 
-	cc, err := grpc.NewClient(tg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := dial.Schedulers(tg.sched)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer cc.Close()
 	client := reevev1.NewSchedulerServiceClient(cc)
@@ -263,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	dispatchLat := &samples{}
 	agentErrs := &agentErrors{}
-	stopAgents, err := startAgents(cfg, tg.addr, dispatchLat, agentErrs)
+	stopAgents, err := startAgents(cfg, tg.sched, dispatchLat, agentErrs)
 	if err != nil {
 		return nil, err
 	}
@@ -638,15 +642,32 @@ func (c *completions) failedCount() int {
 }
 
 // startAgents runs no-op agents that record how long after its dispatch
-// each step reached them.
-func startAgents(cfg Config, addr string, dispatch *samples, errs *agentErrors) (stop func(), err error) {
+// each step reached them. Each agent is given every scheduler of sched and
+// starts at a random one (see agentsdk), so that they spread over them.
+func startAgents(cfg Config, sched dial.Config, dispatch *samples, errs *agentErrors) (stop func(), err error) {
+	addrs, err := dial.Addresses(sched.Address)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := sched.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range cfg.Agents {
-		a, err := agentsdk.New([]string{addr}, agentsdk.WithAgentID(fmt.Sprintf("bench-%d", i)),
-			agentsdk.WithMaxConcurrentSteps(cfg.AgentConcurrency), agentsdk.WithLogger(cfg.Log))
+		opts := []agentsdk.Option{agentsdk.WithAgentID(fmt.Sprintf("bench-%d", i)),
+			agentsdk.WithMaxConcurrentSteps(cfg.AgentConcurrency), agentsdk.WithLogger(cfg.Log)}
+		if tlsCfg != nil {
+			opts = append(opts, agentsdk.WithTLS(tlsCfg))
+		}
+		if sched.Token != "" {
+			opts = append(opts, agentsdk.WithToken(sched.Token))
+		}
+		a, err := agentsdk.New(addrs, opts...)
 		if err != nil {
 			cancel()
+			wg.Wait()
 			return nil, err
 		}
 		a.Handle("bench.noop", func(ctx context.Context, s *agentsdk.Step) (any, error) {
@@ -839,8 +860,8 @@ func dialTarget(cfg Config) (*target, error) {
 		return nil, err
 	}
 	return &target{
-		addr: cfg.Address,
-		etcd: cli,
+		sched: cfg.Schedulers,
+		etcd:  cli,
 		dbSize: func() (total, inUse int64) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

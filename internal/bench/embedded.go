@@ -9,9 +9,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/etcdserver"
 	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
@@ -82,7 +82,8 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	runCtx, stopRun := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { _ = srv.Run(runCtx); close(ran) }()
-	supCC, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	sched := dial.Config{Address: lis.Addr().String()} // plaintext
+	supCC, err := dial.Schedulers(sched)
 	if err != nil {
 		stopRun()
 		<-ran
@@ -105,7 +106,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	supRan := make(chan struct{})
 	go func() { _ = sup.Run(runCtx); close(supRan) }()
 	return &target{
-		addr:    lis.Addr().String(),
+		sched:   sched,
 		dbSize:  etcd.DBSize,
 		etcd:    cli,
 		applied: func(context.Context) (uint64, error) { return etcd.AppliedIndex(), nil },

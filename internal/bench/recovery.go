@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
@@ -113,7 +113,7 @@ func runScenario(parent context.Context, cfg Config, name string) (*RecoveryScen
 		return nil, err
 	}
 	defer tg.close()
-	cc, err := grpc.NewClient(tg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := dial.Schedulers(tg.sched)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,13 +14,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/dial"
 )
 
 // plannedTask is one task of the load and its designed behaviour.
@@ -124,14 +123,7 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 
 // dialSchedulers returns a client spreading requests round-robin over addrs.
 func dialSchedulers(addrs []string) (*grpc.ClientConn, error) {
-	r := manual.NewBuilderWithScheme("chaos")
-	var state resolver.State
-	for _, a := range addrs {
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
-	}
-	r.InitialState(state)
-	return grpc.NewClient(r.Scheme()+":///schedulers", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))
+	return dial.Schedulers(dial.Config{Address: strings.Join(addrs, ",")})
 }
 
 // submit submits the planned tasks at rate per second, each retried (same
