@@ -149,6 +149,13 @@ func newTaskGetCmd(g *globals) *cobra.Command {
 	}
 }
 
+// defaultListLimit is how many tasks `task list` prints without --limit;
+// maxListPage is the largest page a scheduler serves.
+const (
+	defaultListLimit = 100
+	maxListPage      = 1000
+)
+
 func newTaskListCmd(g *globals) *cobra.Command {
 	var (
 		state, token, wf, prefix, view string
@@ -159,9 +166,11 @@ func newTaskListCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [--state STATE] [--workflow NAME] [--prefix P] [--created-after T] [--created-before T] [--view basic|full] [--limit N] [--page-token T] [--all]",
 		Short: "List tasks of the namespace, newest first, optionally filtered",
-		Long: `list prints the namespace's tasks newest first (by creation time), a page
-at a time: at most --limit tasks and at most 2 MiB, so a page may hold fewer
-tasks than --limit and still be followed by a page token.
+		Long: `list prints the namespace's tasks newest first (by creation time): --limit
+of them (default 100) when there are that many, and a page token to continue
+from when there are more. The scheduler cuts each page at 2 MiB, so over
+large tasks list follows the page tokens until it has --limit tasks. --all
+follows them to the end, --limit tasks a page.
 
 --view basic leaves out each task's input, history, step outputs and
 workflow definition (the name and version stay); --view full has everything.
@@ -200,6 +209,13 @@ those of the Task message either way.`,
 				}
 				*f.dst = timestamppb.New(at)
 			}
+			if limit < 0 || (all && limit > maxListPage) {
+				return usagef("--limit: want 1 to %d tasks a page with --all, or a positive count, got %d", maxListPage, limit)
+			}
+			want := int(limit)
+			if want == 0 {
+				want = defaultListLimit
+			}
 			c, closeConn, err := g.dial()
 			if err != nil {
 				return err
@@ -209,6 +225,11 @@ those of the Task message either way.`,
 			for {
 				ctx, cancel := g.requestCtx(cmd.Context())
 				req.PageToken = token
+				if !all {
+					// Only what is missing: the last page's token then
+					// continues right after the last task printed.
+					req.PageSize = int32(min(want-len(resp.Tasks), maxListPage))
+				}
 				page, err := c.ListTasks(ctx, req)
 				cancel()
 				if err != nil {
@@ -216,7 +237,7 @@ those of the Task message either way.`,
 				}
 				resp.Tasks = append(resp.Tasks, page.GetTasks()...)
 				resp.NextPageToken, token = page.GetNextPageToken(), page.GetNextPageToken()
-				if !all || token == "" {
+				if token == "" || (!all && len(resp.Tasks) >= want) {
 					break
 				}
 			}
@@ -233,7 +254,7 @@ those of the Task message either way.`,
 	f.StringVar(&createdAfter, "created-after", "", "only tasks created at or after this RFC 3339 time")
 	f.StringVar(&createdBefore, "created-before", "", "only tasks created before this RFC 3339 time")
 	f.StringVar(&view, "view", "", "basic or full (default: basic, full with -o json)")
-	f.Int32Var(&limit, "limit", 0, "tasks per page (default 100, at most 1000)")
+	f.Int32Var(&limit, "limit", 0, "tasks to print, following page tokens as needed (default 100); with --all, tasks per page (at most 1000)")
 	f.StringVar(&token, "page-token", "", "continue from a previous page")
 	f.BoolVar(&all, "all", false, "follow page tokens to the end")
 	return cmd
