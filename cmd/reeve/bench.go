@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reeve-org/reeve/internal/bench"
 	"github.com/reeve-org/reeve/internal/dial"
@@ -24,9 +25,10 @@ func newBenchCmd(g *globals) *cobra.Command {
 		prof           pprofFlag
 		gcf            perfFlags
 		fo             failoverFlags
+		etcdSec        etcdSecurity
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--embedded | --address ADDR --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout] | --embedded --recovery [--tasks N] | --failover [--etcd-bin PATH] [--rounds N] [--session-ttl S]",
+		Use:   "bench [--embedded | --address ADDR[,ADDR...] --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout] | --embedded --recovery [--tasks N] | --failover [--etcd-bin PATH] [--rounds N] [--session-ttl S]",
 		Short: "Measure throughput and latency of no-op tasks end to end",
 		Long: `bench submits --tasks tasks of a no-op workflow (closed loop with --concurrency
 tasks in flight, or open loop at --rate tasks/s), serves them with --agents no-op
@@ -37,6 +39,12 @@ and peak RSS figures, allocations per task and GC share cover the whole
 process, load generator included. The run
 stops by itself after --tasks or --max-duration. The embedded
 system includes a supervisor.
+
+Without --embedded it loads running schedulers: --address is one or several
+comma-separated (submissions round-robin, agents spread over them), secured
+by the global --tls-* and --token flags (the identity needs the client and
+agent roles, and admin to register the bench workflow); --etcd-endpoints and
+the --etcd-* flags reach their etcd.
 
 --recovery (with --embedded) measures recovery instead: for each scenario a
 fresh etcd, scheduler and supervisor; --tasks one-step tasks are all taken by
@@ -69,6 +77,11 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 			if fo.on {
 				return runFailoverBench(cmd, g, fo)
 			}
+			for _, name := range []string{"etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password"} {
+				if cmd.Flags().Changed(name) && cfg.Embedded {
+					return usagef("--%s: only for a running target (--address and --etcd-endpoints); the embedded etcd is this process's", name)
+				}
+			}
 			if !cfg.Embedded {
 				cfg.Schedulers = g.sec.dialConfig(g.address)
 				if _, err := dial.Addresses(g.address); err != nil {
@@ -77,6 +90,11 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 				if _, err := cfg.Schedulers.TLSConfig(); err != nil {
 					return dialUsage(err, "--address")
 				}
+				var ec clientv3.Config
+				if err := etcdSec.apply(&ec); err != nil {
+					return err
+				}
+				cfg.EtcdTLS, cfg.EtcdUsername, cfg.EtcdPassword = ec.TLS, ec.Username, ec.Password
 			}
 			if d := cfg.Duration + 2*time.Minute; cfg.Duration > 0 && cfg.MaxDuration < d && !cmd.Flags().Changed("max-duration") {
 				cfg.MaxDuration = d // room for a sustained run to drain
@@ -199,6 +217,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	f.DurationVar(&reclaimEvery, "space-reclaim-interval", time.Minute, "embedded: the scheduler's --space-reclaim-interval (0: never reclaims by itself)")
 	f.StringVar(&cfg.RecoveryCPUProfile, "recovery-cpuprofile", "", "with --recovery: write a CPU profile of each scenario's recovery (from the healthy agent's connection to the end) to FILE.silent and FILE.killed")
 	fo.register(f)
+	etcdSec.register(cmd, g.getenv)
 	prof.register(cmd)
 	gcf.register(cmd, g.getenv, 400)
 	return cmd

@@ -131,8 +131,10 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--duration", "10m", "--max-duration", "1m"}, // would cut the run short
 		{"bench", "--address", "127.0.0.1:1"},                                // a running target needs its etcd endpoints
 		{"bench", "--address", "127.0.0.1:1,no-port", "--etcd-endpoints", "http://127.0.0.1:2"},
-		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--token", "t"}, // a token needs TLS
-		{"bench", "--embedded", "--memory-limit", "1KiB"},                                               // below 16MiB
+		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--token", "t"},         // a token needs TLS
+		{"bench", "--embedded", "--etcd-ca", "ca.pem"},                                                          // the embedded etcd is this process's
+		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--etcd-username", "u"}, // no password
+		{"bench", "--embedded", "--memory-limit", "1KiB"},                                                       // below 16MiB
 		{"bench", "--embedded", "--memory-limit", "lots"},
 		{"bench", "--embedded", "--gc-percent", "-2"},
 		{"bench", "--embedded", "--commit-window", "-1ms"},

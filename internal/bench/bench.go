@@ -6,6 +6,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,11 @@ type Config struct {
 	// EtcdEndpoints of the running scheduler's etcd (not Embedded): needed
 	// to see completions and count etcd writes.
 	EtcdEndpoints []string
+	// EtcdTLS, EtcdUsername and EtcdPassword, when set, are the TLS
+	// configuration (CA, client certificate) and credentials of the
+	// connection to EtcdEndpoints. Default plaintext, no authentication.
+	EtcdTLS                    *tls.Config
+	EtcdUsername, EtcdPassword string
 	// Tasks to complete; default 1000.
 	Tasks int
 	// Duration, when positive, stops submitting after this long (or after
@@ -855,7 +861,8 @@ func peakRSSMB() float64 {
 }
 
 func dialTarget(cfg Config) (*target, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: cfg.EtcdTLS, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword})
 	if err != nil {
 		return nil, err
 	}
