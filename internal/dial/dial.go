@@ -128,8 +128,8 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// Options returns the transport credentials and the token of c.
-func (c Config) Options() ([]grpc.DialOption, error) {
+// options returns the transport credentials and the token of c.
+func (c Config) options() ([]grpc.DialOption, error) {
 	cfg, err := c.TLSConfig()
 	if err != nil {
 		return nil, err
@@ -156,7 +156,7 @@ func Schedulers(c Config, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts, err := c.Options()
+	opts, err := c.options()
 	if err != nil {
 		return nil, err
 	}
