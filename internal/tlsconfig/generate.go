@@ -1,9 +1,11 @@
 package tlsconfig
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -44,14 +46,7 @@ type InitOptions struct {
 	Now func() time.Time
 }
 
-// ErrExists is returned by Init when a file it would write exists.
-var ErrExists = errors.New("tlsconfig: file exists")
-
-// Init creates a CA (ca.pem, ca-key.pem) in dir and issues the certificates
-// of specs with it, ECDSA P-256 keys, private keys readable by the owner
-// only. It returns the paths it wrote. It is meant for development and
-// trials: production deployments use their own PKI.
-func Init(dir string, specs []CertSpec, o InitOptions) ([]string, error) {
+func (o *InitOptions) setDefaults() {
 	if len(o.Hosts) == 0 {
 		o.Hosts = []string{"localhost", "127.0.0.1", "::1"}
 	}
@@ -61,6 +56,17 @@ func Init(dir string, specs []CertSpec, o InitOptions) ([]string, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+}
+
+// ErrExists is returned by Init when a file it would write exists.
+var ErrExists = errors.New("tlsconfig: file exists")
+
+// Init creates a CA (ca.pem, ca-key.pem) in dir and issues the certificates
+// of specs with it, ECDSA P-256 keys, private keys readable by the owner
+// only. It returns the paths it wrote. It is meant for development and
+// trials: production deployments use their own PKI.
+func Init(dir string, specs []CertSpec, o InitOptions) ([]string, error) {
+	o.setDefaults()
 	names := []string{"ca"}
 	for _, s := range specs {
 		names = append(names, s.Name)
@@ -103,57 +109,98 @@ func Init(dir string, specs []CertSpec, o InitOptions) ([]string, error) {
 		return nil, err
 	}
 	var written []string
-	write := func(name string, der []byte, key *ecdsa.PrivateKey) error {
-		certPath, keyPath := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-		if err := writePEM(certPath, "CERTIFICATE", der, 0o644); err != nil {
-			return err
-		}
-		kb, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return err
-		}
-		if err := writePEM(keyPath, "PRIVATE KEY", kb, 0o600); err != nil {
-			return err
-		}
-		written = append(written, certPath, keyPath)
-		return nil
-	}
-	if err := write("ca", caDER, caKey); err != nil {
+	if err := writePair(dir, "ca", caDER, caKey); err != nil {
 		return written, err
 	}
+	written = append(written, filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
 	for _, s := range specs {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
+		if err := issue(dir, s, caCert, caKey, o); err != nil {
 			return written, err
 		}
-		tmpl := &x509.Certificate{
-			SerialNumber: serial(),
-			Subject:      pkix.Name{CommonName: s.Name, Organization: []string{"reeve"}},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(o.Validity),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-			URIs:         s.URIs,
-		}
-		if s.Server {
-			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-			for _, h := range o.Hosts {
-				if ip := net.ParseIP(h); ip != nil {
-					tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-				} else {
-					tmpl.DNSNames = append(tmpl.DNSNames, h)
-				}
-			}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			return written, fmt.Errorf("tlsconfig: issue %s: %w", s.Name, err)
-		}
-		if err := write(s.Name, der, key); err != nil {
-			return written, err
-		}
+		written = append(written, filepath.Join(dir, s.Name+".pem"), filepath.Join(dir, s.Name+"-key.pem"))
 	}
 	return written, nil
+}
+
+// Issue issues one more certificate with the CA that Init wrote in dir
+// (ca.pem, ca-key.pem), with a new key and serial number, and replaces
+// <Name>.pem and <Name>-key.pem: a renewal. Each file is replaced
+// atomically (written beside it, then renamed over it), the key first; a
+// reader that catches the new key with the old certificate sees a pair that
+// does not match (Client keeps its previous pair then). o.Force is ignored.
+// It returns the new certificate.
+func Issue(dir string, spec CertSpec, o InitOptions) (*x509.Certificate, error) {
+	o.setDefaults()
+	caCert, caKey, err := loadCA(Files{Cert: filepath.Join(dir, "ca.pem"), Key: filepath.Join(dir, "ca-key.pem")})
+	if err != nil {
+		return nil, err
+	}
+	if err := issue(dir, spec, caCert, caKey, o); err != nil {
+		return nil, err
+	}
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, spec.Name+".pem"), filepath.Join(dir, spec.Name+"-key.pem"))
+	if err != nil {
+		return nil, err
+	}
+	return pair.Leaf, nil
+}
+
+// loadCA reads a CA's certificate and private key.
+func loadCA(f Files) (*x509.Certificate, crypto.Signer, error) {
+	pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tlsconfig: CA: %w", err)
+	}
+	key, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok || !pair.Leaf.IsCA {
+		return nil, nil, fmt.Errorf("tlsconfig: CA %s: not a CA certificate with a signing key", f.Cert)
+	}
+	return pair.Leaf, key, nil
+}
+
+// issue writes the certificate of s, signed by ca, and its new key.
+func issue(dir string, s CertSpec, ca *x509.Certificate, caKey crypto.Signer, o InitOptions) error {
+	now := o.Now()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: s.Name, Organization: []string{"reeve"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(o.Validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs:         s.URIs,
+	}
+	if s.Server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+		for _, h := range o.Hosts {
+			if ip := net.ParseIP(h); ip != nil {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			} else {
+				tmpl.DNSNames = append(tmpl.DNSNames, h)
+			}
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("tlsconfig: issue %s: %w", s.Name, err)
+	}
+	return writePair(dir, s.Name, der, key)
+}
+
+// writePair writes <name>-key.pem (owner only) and then <name>.pem.
+func writePair(dir, name string, der []byte, key *ecdsa.PrivateKey) error {
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(filepath.Join(dir, name+"-key.pem"), "PRIVATE KEY", kb, 0o600); err != nil {
+		return err
+	}
+	return writePEM(filepath.Join(dir, name+".pem"), "CERTIFICATE", der, 0o644)
 }
 
 func serial() *big.Int {
@@ -164,9 +211,17 @@ func serial() *big.Int {
 	return n
 }
 
+// writePEM replaces path atomically: it writes a temporary file beside it
+// with mode, then renames it over path, so a reader sees the old or the new
+// content, never a part.
 func writePEM(path, typ string, der []byte, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after a failure; a no-op after the rename
+	if err := f.Chmod(mode); err != nil {
+		_ = f.Close()
 		return err
 	}
 	if err := pem.Encode(f, &pem.Block{Type: typ, Bytes: der}); err != nil {
@@ -176,5 +231,5 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Chmod(path, mode) // O_CREATE's mode does not apply to an existing file
+	return os.Rename(f.Name(), path)
 }
