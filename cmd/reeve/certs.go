@@ -25,7 +25,7 @@ func newCertsCmd() *cobra.Command {
 		Use:   "certs",
 		Short: "Create a local CA, certificates and tokens for trying the secure mode",
 	}
-	cmd.AddCommand(newCertsInitCmd(), newCertsTokenCmd())
+	cmd.AddCommand(newCertsInitCmd(), newCertsTokenCmd(), newCertsRevokeCmd())
 	return cmd
 }
 
@@ -147,14 +147,14 @@ type devSec struct {
 // certificates under <data-dir>/certs, created on first use.
 func devSecurity(cmd *cobra.Command, g *globals, srv *serverSecurity, dataDir string, secure bool) (devSec, error) {
 	if !secure {
-		for _, f := range []string{"tls-cert", "tls-key", "tls-client-ca", "tokens-file"} {
+		for _, f := range []string{"tls-cert", "tls-key", "tls-client-ca", "tls-crl", "tokens-file"} {
 			if cmd.Flags().Changed(f) {
 				return devSec{}, usagef("--%s: reeve dev sets up TLS itself: use --secure", f)
 			}
 		}
 		// The same settings from the environment (e.g. a shell set up as a
 		// client of a secure dev server) do not apply to a plaintext dev.
-		g.sec.cert, g.sec.key, srv.clientCA, srv.tokensFile = "", "", "", ""
+		g.sec.cert, g.sec.key, srv.clientCA, srv.crl, srv.tokensFile = "", "", "", "", ""
 		return devSec{}, nil
 	}
 	dir, err := filepath.Abs(filepath.Join(dataDir, "certs"))
@@ -170,6 +170,16 @@ func devSecurity(cmd *cobra.Command, g *globals, srv *serverSecurity, dataDir st
 	}
 	g.sec.cert, g.sec.key = path("server.pem"), path("server-key.pem")
 	srv.clientCA = path("ca.pem")
+	if srv.crl == "" {
+		// An empty list to start with, so that `reeve certs revoke --dir`
+		// and a SIGHUP revoke without a restart.
+		if _, err := os.Stat(path("crl.pem")); errors.Is(err, os.ErrNotExist) {
+			if _, err := tlsconfig.Revoke(tlsconfig.Files{Cert: path("ca.pem"), Key: path("ca-key.pem")}, path("crl.pem"), nil, time.Now()); err != nil {
+				return devSec{}, fmt.Errorf("create the CRL: %w", err)
+			}
+		}
+		srv.crl = path("crl.pem")
+	}
 	agentCfg, err := tlsconfig.Client(tlsconfig.Files{CA: path("ca.pem"), Cert: path("agent.pem"), Key: path("agent-key.pem")}, "localhost")
 	if err != nil {
 		return devSec{}, err

@@ -79,26 +79,31 @@ func dialUsage(err error, addressFlag string) error {
 // of clientSecurity's --tls-cert/--tls-key (the server certificate).
 type serverSecurity struct {
 	clientCA   string
+	crl        string
 	tokensFile string
 }
 
 func (s *serverSecurity) register(cmd *cobra.Command, getenv func(string) string) {
 	f := cmd.Flags()
 	f.StringVar(&s.clientCA, "tls-client-ca", getenv("REEVE_TLS_CLIENT_CA"), "CA of client certificates: turns on mutual TLS and role checks; certificates carry their grants as reeve:// URI SANs (env REEVE_TLS_CLIENT_CA)")
+	f.StringVar(&s.crl, "tls-crl", getenv("REEVE_TLS_CRL"), "certificate revocation list(s) (PEM) signed by --tls-client-ca: client certificates it revokes are refused; re-read on SIGHUP (env REEVE_TLS_CRL)")
 	f.StringVar(&s.tokensFile, "tokens-file", getenv("REEVE_TOKENS_FILE"), "YAML/JSON file of bearer tokens and their grants: turns on role checks (env REEVE_TOKENS_FILE)")
 }
 
 // serverOptions returns the gRPC server options for TLS and authorization:
 // none for plaintext (the dev default). reload re-reads the certificate, key,
-// client CA and tokens file (on SIGHUP, see reloadOnHangup); nil for
+// client CA, CRL and tokens file (on SIGHUP, see reloadOnHangup); nil for
 // plaintext.
 func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) (opts []grpc.ServerOption, reload func() error, err error) {
 	if c.cert == "" && c.key == "" {
-		if s.clientCA != "" || s.tokensFile != "" {
-			return nil, nil, usagef("--tls-client-ca and --tokens-file need TLS: set --tls-cert and --tls-key")
+		if s.clientCA != "" || s.crl != "" || s.tokensFile != "" {
+			return nil, nil, usagef("--tls-client-ca, --tls-crl and --tokens-file need TLS: set --tls-cert and --tls-key")
 		}
 		log.Warn("serving plaintext gRPC without authentication: anyone who can reach the port can do anything (see docs/security.md)")
 		return nil, nil, nil
+	}
+	if s.crl != "" && s.clientCA == "" {
+		return nil, nil, usagef("--tls-crl: revokes client certificates: set --tls-client-ca too")
 	}
 	var tokens auth.Tokens
 	if s.tokensFile != "" {
@@ -107,7 +112,7 @@ func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) (opt
 		}
 	}
 	// Client certificates are required unless tokens are an alternative.
-	tlsCfg, err := tlsconfig.NewReloadable(tlsconfig.Files{CA: s.clientCA, Cert: c.cert, Key: c.key}, s.clientCA != "" && s.tokensFile == "")
+	tlsCfg, err := tlsconfig.NewReloadable(tlsconfig.Files{CA: s.clientCA, Cert: c.cert, Key: c.key, CRL: s.crl}, s.clientCA != "" && s.tokensFile == "")
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
@@ -116,7 +121,9 @@ func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) (opt
 		log.Warn("serving TLS without authentication: set --tls-client-ca or --tokens-file (see docs/security.md)")
 		return opts, tlsCfg.Reload, nil
 	}
-	a := auth.New(auth.Config{Certificates: s.clientCA != "", Tokens: tokens, Log: log.With("component", "auth")})
+	// A certificate revoked by a reloaded CRL is refused its connection's
+	// next calls too, not only new handshakes.
+	a := auth.New(auth.Config{Certificates: s.clientCA != "", Tokens: tokens, Revoked: tlsCfg.CheckRevoked, Log: log.With("component", "auth")})
 	reload = func() error {
 		if s.tokensFile != "" {
 			t, err := auth.LoadTokens(s.tokensFile)

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -28,6 +29,13 @@ type Config struct {
 	// Tokens are the accepted bearer tokens. Tokens are accepted over TLS
 	// only.
 	Tokens Tokens
+	// Revoked, when set, is asked on every call authenticated by a client
+	// certificate (with the connection's verified chains) and refuses the
+	// call UNAUTHENTICATED when it returns an error: a certificate revoked
+	// after its connection was established is refused its next calls
+	// (tlsconfig.Reloadable.CheckRevoked). Calls and streams already running
+	// are not interrupted. Default none.
+	Revoked func(verifiedChains [][]*x509.Certificate) error
 	// Log, when set, records every refused call (method, caller, peer
 	// address, code) at warn level, for security monitoring. Default none.
 	Log *slog.Logger
@@ -214,6 +222,11 @@ func (a *Authorizer) authenticate(ctx context.Context) (*Principal, error) {
 	}
 	if a.cfg.Certificates && isTLS && len(tlsInfo.State.VerifiedChains) > 0 {
 		leaf := tlsInfo.State.VerifiedChains[0][0]
+		if a.cfg.Revoked != nil {
+			if err := a.cfg.Revoked(tlsInfo.State.VerifiedChains); err != nil {
+				return nil, status.Errorf(codes.Unauthenticated, "client certificate %q: %v", leaf.Subject.CommonName, err)
+			}
+		}
 		p := &Principal{Name: "cert:" + leaf.Subject.CommonName}
 		for _, u := range leaf.URIs {
 			if u.Scheme != URIScheme {

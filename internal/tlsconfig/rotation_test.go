@@ -260,7 +260,7 @@ func TestClientKeepsItsCertificateWhenNewFilesAreUnusable(t *testing.T) {
 }
 
 func TestRevokedCertificateIsRefusedAfterReload(t *testing.T) {
-	_, p := certDir(t)
+	dir, p := certDir(t)
 	ca := tlsconfig.Files{Cert: p("ca.pem"), Key: p("ca-key.pem")}
 	if _, err := tlsconfig.Revoke(ca, p("crl.pem"), nil, time.Now()); err != nil {
 		t.Fatal(err)
@@ -293,6 +293,9 @@ func TestRevokedCertificateIsRefusedAfterReload(t *testing.T) {
 	}
 	if err := r.Reload(); err != nil {
 		t.Fatal(err)
+	}
+	if err := handshake(t, r.Config(), dir); !errors.Is(err, tlsconfig.ErrRevoked) {
+		t.Fatalf("server's handshake with the revoked client: %v, want ErrRevoked", err)
 	}
 	n := calls.count()
 	if err := check(dial(t, addr, as("client"))); err == nil {

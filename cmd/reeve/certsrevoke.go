@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reeve-org/reeve/internal/tlsconfig"
+)
+
+func newCertsRevokeCmd() *cobra.Command {
+	var (
+		dir, crl string
+		certs    []string
+	)
+	cmd := &cobra.Command{
+		Use:   "revoke",
+		Short: "Add client certificates to the CRL of a local CA (crl.pem), for schedulers' --tls-crl",
+		Long: `revoke adds each --cert to the certificate revocation list --crl (default
+<dir>/crl.pem), signed with the CA of --dir (ca.pem, ca-key.pem, as certs init
+wrote them), creating the list when missing (with no --cert: an empty list).
+Schedulers started with --tls-crl <dir>/crl.pem (reeve dev --secure uses it
+itself) refuse the revoked certificates after they re-read it on SIGHUP:
+  reeve certs revoke --dir certs --cert certs/client.pem && kill -HUP <pid>
+It prints the serial numbers the list holds.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return usagef("--dir: required (the CA's directory)")
+			}
+			if crl == "" {
+				crl = filepath.Join(dir, "crl.pem")
+			}
+			ca := tlsconfig.Files{Cert: filepath.Join(dir, "ca.pem"), Key: filepath.Join(dir, "ca-key.pem")}
+			serials, err := tlsconfig.Revoke(ca, crl, certs, time.Now())
+			if err != nil {
+				return usageError{err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d revoked\n", crl, len(serials))
+			for _, s := range serials {
+				fmt.Fprintf(cmd.OutOrStdout(), "%X\n", s)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "directory of the CA (ca.pem, ca-key.pem)")
+	cmd.Flags().StringVar(&crl, "crl", "", "CRL file to update or create (default <dir>/crl.pem)")
+	cmd.Flags().StringArrayVar(&certs, "cert", nil, "certificate (PEM) to revoke, repeatable")
+	return cmd
+}
