@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
 // HandlerFunc runs one execution of a step. ctx ends at the step's
@@ -69,6 +70,13 @@ func New(addresses []string, opts ...Option) (*Agent, error) {
 	}
 	if o.maxConcurrent < 1 {
 		return nil, fmt.Errorf("agentsdk: max concurrent steps must be at least 1, got %d", o.maxConcurrent)
+	}
+	if f := o.tlsFiles; f != nil {
+		cfg, err := tlsconfig.ClientWithLogger(tlsconfig.Files{CA: f.CA, Cert: f.Cert, Key: f.Key}, f.ServerName, o.log)
+		if err != nil {
+			return nil, fmt.Errorf("agentsdk: TLS files: %w", err)
+		}
+		o.tls = cfg
 	}
 	return &Agent{
 		addrs:    append([]string(nil), addresses...),

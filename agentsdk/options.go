@@ -25,6 +25,7 @@ type options struct {
 	log             *slog.Logger
 	dialOpts        []grpc.DialOption
 	tls             *tls.Config // nil: as dialOpts say (plaintext by default)
+	tlsFiles        *TLSFiles   // read by New into tls
 	token           string
 	backoffMin      time.Duration
 	backoffMax      time.Duration
@@ -77,8 +78,37 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 }
 
 // WithTLS connects over TLS with cfg (a client certificate in it makes it
-// mutual TLS); default plaintext. It applies on top of WithDialOptions.
-func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+// mutual TLS); default plaintext. It applies on top of WithDialOptions. A
+// GetClientCertificate hook in cfg is called on every connection (each
+// reconnect): supply renewed certificates through it, or use WithTLSFiles.
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) { o.tls, o.tlsFiles = cfg, nil }
+}
+
+// TLSFiles names the PEM files of WithTLSFiles.
+type TLSFiles struct {
+	// CA is the bundle the scheduler's certificate must chain to; default
+	// the system's roots. Read once, by New.
+	CA string
+	// Cert and Key are the agent's client certificate and private key
+	// (mutual TLS); default none. Re-read when they change.
+	Cert, Key string
+	// ServerName is the name the scheduler's certificate is verified
+	// against; default the host of the address dialed.
+	ServerName string
+}
+
+// WithTLSFiles connects over TLS configured from files; default plaintext.
+// The client certificate follows its files: every new connection (each
+// reconnect) presents the pair they hold then, so a certificate renewed on
+// disk (cert-manager, a SPIFFE helper) is used without a restart, while the
+// stream already open keeps its connection. Files that hold no valid pair
+// (half written, a key that does not match) leave the previous pair in use,
+// with a warning on the agent's logger. New reports files it cannot read.
+// It replaces WithTLS; it applies on top of WithDialOptions.
+func WithTLSFiles(f TLSFiles) Option {
+	return func(o *options) { o.tls, o.tlsFiles = nil, &f }
+}
 
 // WithToken sends tok as a bearer token on the stream; default none. gRPC
 // sends tokens over TLS only: use it with WithTLS.
