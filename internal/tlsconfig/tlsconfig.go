@@ -5,7 +5,10 @@
 //	srv, err := tlsconfig.Server(tlsconfig.Files{Cert: "server.pem", Key: "server-key.pem", CA: "ca.pem"}, true)
 //	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(srv)))
 //
-// Server configurations can be reloaded from their files (see Reloadable).
+// Server configurations can be reloaded from their files (see Reloadable),
+// with a certificate revocation list (Files.CRL, written by Revoke for a
+// local CA). A client configuration follows its certificate files by
+// itself: each handshake presents the pair the files hold then (see Client).
 package tlsconfig
 
 import (
