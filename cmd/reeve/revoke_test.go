@@ -136,3 +136,17 @@ func inlineTask() *reevev1.SubmitTaskRequest {
 		Name: "w", Steps: []*reevev1.StepSpec{{Name: "s", Type: "t", Timeout: durationpb.New(10 * time.Second)}},
 	}}}
 }
+
+func TestTransportHintNamesARefusedCertificate(t *testing.T) {
+	cases := map[string]string{
+		`connection error: desc = "error reading server preface: remote error: tls: bad certificate"`:      "refused this client certificate",
+		`connection error: desc = "error reading server preface: remote error: tls: certificate required"`: "refused this client certificate",
+		`connection error: desc = "error reading server preface: EOF"`:                                     "may serve TLS",
+		`connection error: desc = "tls: first record does not look like a TLS handshake"`:                  "serves plaintext",
+	}
+	for msg, want := range cases {
+		if got := transportHint(status.New(codes.Unavailable, msg)); !strings.Contains(got, want) {
+			t.Errorf("hint for %q: %q, want one saying %q", msg, got, want)
+		}
+	}
+}

@@ -150,12 +150,15 @@ func (g *globals) requestCtx(ctx context.Context) (context.Context, context.Canc
 }
 
 // transportHint explains the transport errors that a plaintext client
-// talking to a TLS scheduler, or the reverse, gets from gRPC.
+// talking to a TLS scheduler, or the reverse, or a client certificate the
+// scheduler refuses, gets from gRPC.
 func transportHint(st *status.Status) string {
 	if st.Code() != codes.Unavailable {
 		return ""
 	}
 	switch msg := st.Message(); {
+	case strings.Contains(msg, "tls: bad certificate"), strings.Contains(msg, "tls: certificate required"):
+		return "the scheduler refused this client certificate: missing, expired, revoked (--tls-crl) or not issued by its --tls-client-ca (see docs/security.md)"
 	case strings.Contains(msg, "server preface"):
 		return "the scheduler may serve TLS: set --tls-ca (REEVE_TLS_CA) and, for mutual TLS, --tls-cert/--tls-key (see docs/security.md)"
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
