@@ -382,3 +382,73 @@ func TestCRLMustBeReadableAndSignedByTheClientCA(t *testing.T) {
 		t.Fatalf("other client after a failed reload: %v", err)
 	}
 }
+
+// resume runs a handshake between srv and cli over loopback TCP (not a
+// synchronous pipe: a resuming server writes its tickets while the client
+// writes its Finished) and returns whether the session was resumed and the
+// server's error. The client reads until the server closes, so that it gets
+// its session ticket.
+func resume(t *testing.T, srv, cli *tls.Config) (resumed bool, serverErr error) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	errc := make(chan error, 1)
+	go func() {
+		conn, err := lis.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		_ = conn.SetDeadline(time.Now().Add(wait))
+		s := tls.Server(conn, srv)
+		errc <- s.Handshake()
+		_ = s.Close()
+	}()
+	conn, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(wait))
+	c := tls.Client(conn, cli)
+	if err := c.Handshake(); err == nil {
+		_, _ = c.Read(make([]byte, 1)) // the ticket, then the server's close
+	}
+	return c.ConnectionState().DidResume, <-errc
+}
+
+func TestRevokedCertificateIsRefusedOnSessionResumption(t *testing.T) {
+	_, p := certDir(t)
+	ca := tlsconfig.Files{Cert: p("ca.pem"), Key: p("ca-key.pem")}
+	if _, err := tlsconfig.Revoke(ca, p("crl.pem"), nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tlsconfig.NewReloadable(tlsconfig.Files{CA: p("ca.pem"), Cert: p("server.pem"), Key: p("server-key.pem"), CRL: p("crl.pem")}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := r.Config()
+	cli, err := tlsconfig.Client(clientFiles(p, "client"), "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	if _, err := resume(t, srv, cli); err != nil {
+		t.Fatal(err)
+	}
+	if resumed, err := resume(t, srv, cli); err != nil || !resumed {
+		t.Fatalf("second handshake: resumed %v, %v; want a resumed session", resumed, err)
+	}
+	if _, err := tlsconfig.Revoke(ca, p("crl.pem"), []string{p("client.pem")}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resume(t, srv, cli); !errors.Is(err, tlsconfig.ErrRevoked) {
+		t.Fatalf("resuming with a revoked certificate: %v, want ErrRevoked", err)
+	}
+}
