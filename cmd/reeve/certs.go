@@ -25,7 +25,7 @@ func newCertsCmd() *cobra.Command {
 		Use:   "certs",
 		Short: "Create a local CA, certificates and tokens for trying the secure mode",
 	}
-	cmd.AddCommand(newCertsInitCmd(), newCertsTokenCmd(), newCertsRevokeCmd())
+	cmd.AddCommand(newCertsInitCmd(), newCertsTokenCmd(), newCertsRenewCmd(), newCertsRevokeCmd())
 	return cmd
 }
 

@@ -233,3 +233,27 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	}
 	return os.Rename(f.Name(), path)
 }
+
+// Renew issues <name>.pem again with the CA of dir (see Issue): the same
+// common name (name), grants (URI SANs) and, for a server certificate,
+// hosts as the certificate it replaces, with a new key, serial number and
+// validity (o.Validity from now; o.Hosts is ignored). It is meant for the
+// certificates Init wrote.
+func Renew(dir, name string, o InitOptions) (*x509.Certificate, error) {
+	old, err := loadCerts(filepath.Join(dir, name+".pem"))
+	if err != nil {
+		return nil, fmt.Errorf("tlsconfig: renew %s: %w", name, err)
+	}
+	spec := CertSpec{Name: name, URIs: old[0].URIs}
+	o.Hosts = nil
+	for _, u := range old[0].ExtKeyUsage {
+		spec.Server = spec.Server || u == x509.ExtKeyUsageServerAuth
+	}
+	if spec.Server {
+		o.Hosts = append(o.Hosts, old[0].DNSNames...)
+		for _, ip := range old[0].IPAddresses {
+			o.Hosts = append(o.Hosts, ip.String())
+		}
+	}
+	return Issue(dir, spec, o)
+}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,5 +150,37 @@ func TestTransportHintNamesARefusedCertificate(t *testing.T) {
 		if got := transportHint(status.New(codes.Unavailable, msg)); !strings.Contains(got, want) {
 			t.Errorf("hint for %q: %q, want one saying %q", msg, got, want)
 		}
+	}
+}
+
+func TestCertsRenewKeepsGrantsAndHosts(t *testing.T) {
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	if code, _, errOut := reeveEnv(t, nil, "certs", "init", "--dir", dir, "--namespace", "pay", "--hosts", "sched.example,10.0.0.1"); code != 0 {
+		t.Fatalf("certs init: %s", errOut)
+	}
+	read := func(name string) *x509.Certificate {
+		pair, err := tls.LoadX509KeyPair(p(name+".pem"), p(name+"-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pair.Leaf
+	}
+	oldAgent, oldServer := read("agent"), read("server")
+	if code, out, errOut := reeveEnv(t, nil, "certs", "renew", "--dir", dir, "agent", "server"); code != 0 || !strings.Contains(out, "serial") {
+		t.Fatalf("certs renew: exit %d: %s %s", code, out, errOut)
+	}
+	agent, server := read("agent"), read("server")
+	if agent.SerialNumber.Cmp(oldAgent.SerialNumber) == 0 || agent.URIs[0].String() != "reeve://agent/pay" || agent.Subject.CommonName != "agent" {
+		t.Fatalf("renewed agent: serial %X (was %X), URIs %v, CN %q", agent.SerialNumber, oldAgent.SerialNumber, agent.URIs, agent.Subject.CommonName)
+	}
+	if err := server.VerifyHostname("sched.example"); err != nil || server.VerifyHostname("10.0.0.1") != nil || server.SerialNumber.Cmp(oldServer.SerialNumber) == 0 {
+		t.Fatalf("renewed server: %v, hosts %v %v", err, server.DNSNames, server.IPAddresses)
+	}
+	if fi, err := os.Stat(p("agent-key.pem")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("renewed key: %v, %v; want mode 0600", fi, err)
+	}
+	if code, _, _ := reeveEnv(t, nil, "certs", "renew", "--dir", dir, "nobody"); code != exitUsage {
+		t.Fatalf("renewing a certificate that does not exist: exit %d, want %d", code, exitUsage)
 	}
 }

@@ -10,6 +10,40 @@ import (
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
+func newCertsRenewCmd() *cobra.Command {
+	var (
+		dir      string
+		validity time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "renew NAME...",
+		Short: "Issue certificates of certs init again (new key and serial, same grants), replacing their files atomically",
+		Long: `renew issues <dir>/NAME.pem again with the CA of --dir: same common name,
+grants and (server certificates) hosts, a new key and serial number, valid for
+--validity from now. Each file is replaced atomically. Supervisors, agents and
+the CLI present the renewed certificate on their next connection; schedulers
+serve a renewed server certificate after SIGHUP (docs/security.md):
+  reeve certs renew --dir certs supervisor agent`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			if dir == "" {
+				return usagef("--dir: required (the CA's directory)")
+			}
+			for _, n := range names {
+				c, err := tlsconfig.Renew(dir, n, tlsconfig.InitOptions{Validity: validity})
+				if err != nil {
+					return usageError{err}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: serial %X, valid until %s\n", filepath.Join(dir, n+".pem"), c.SerialNumber, c.NotAfter.UTC().Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "directory of the CA (ca.pem, ca-key.pem) and the certificates")
+	cmd.Flags().DurationVar(&validity, "validity", 365*24*time.Hour, "how long the renewed certificates are valid")
+	return cmd
+}
+
 func newCertsRevokeCmd() *cobra.Command {
 	var (
 		dir, crl string
