@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,8 +16,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
 // Config describes a local cluster. Binaries are required; every count has
@@ -53,6 +58,21 @@ type Config struct {
 	EtcdMaxTxnOps int
 	// StartTimeout bounds Start; default 2 minutes.
 	StartTimeout time.Duration
+	// Secure runs the cluster as production runs: a CA and a certificate
+	// per role are created in <Dir>/certs (kept when the cluster is started
+	// again in the same Dir; see Identity), etcd members require client
+	// certificates on their client and peer URLs (https), schedulers serve
+	// mutual TLS with role checks and reach etcd with a client certificate,
+	// supervisors and agents present their role's certificate. Toxiproxy
+	// forwards the TLS connections as they are. Default: everything in
+	// plaintext.
+	Secure bool
+	// Workflows are registered through the schedulers (as Admin in a
+	// secure cluster) once they serve, before the agents start. Agents
+	// register the workflows they serve themselves, but in a secure
+	// cluster their role may not: there, what the agents serve must be
+	// listed here. Default none.
+	Workflows []*reevev1.Workflow
 }
 
 // Cluster is a running local cluster. Its process lists never change;
@@ -127,6 +147,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			_ = c.Stop(5 * time.Second)
 		}
 	}()
+	if cfg.Secure {
+		if err := c.issueCerts(); err != nil {
+			return c, err
+		}
+	}
 	if err := c.startEtcd(ctx); err != nil {
 		return c, err
 	}
@@ -146,6 +171,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	for i, addr := range c.SchedulerAddrs {
 		args := []string{"scheduler", "--etcd-endpoints", strings.Join(c.ComponentEtcdEndpoints, ","), "--listen", addr, "--id", fmt.Sprintf("scheduler-%d", i+1)}
+		args = append(args, c.schedulerTLSArgs()...)
 		if cfg.EtcdMaxTxnOps > 0 {
 			args = append(args, "--etcd-max-txn-ops", strconv.Itoa(cfg.EtcdMaxTxnOps))
 		}
@@ -156,14 +182,18 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 	}
 	for _, addr := range c.SchedulerAddrs {
-		if err := WaitServing(ctx, addr); err != nil {
+		if err := c.WaitServing(ctx, addr); err != nil {
 			return c, err
 		}
 	}
+	if err := c.registerWorkflows(ctx); err != nil {
+		return c, err
+	}
 	for i := range cfg.Supervisors {
-		p := c.process(fmt.Sprintf("supervisor-%d", i+1), cfg.Reeve, "",
-			"supervisor", "--etcd-endpoints", strings.Join(c.ComponentEtcdEndpoints, ","), "--schedulers", strings.Join(c.SchedulerAddrs, ","),
-			"--id", fmt.Sprintf("supervisor-%d", i+1), "--tick", cfg.SupervisorTick.String(), "--session-ttl", strconv.Itoa(cfg.SessionTTL))
+		args := []string{"supervisor", "--etcd-endpoints", strings.Join(c.ComponentEtcdEndpoints, ","), "--schedulers", strings.Join(c.SchedulerAddrs, ","),
+			"--id", fmt.Sprintf("supervisor-%d", i+1), "--tick", cfg.SupervisorTick.String(), "--session-ttl", strconv.Itoa(cfg.SessionTTL)}
+		args = append(append(args, c.etcdTLSArgs()...), c.clientTLSArgs(Supervisor)...)
+		p := c.process(fmt.Sprintf("supervisor-%d", i+1), cfg.Reeve, "", args...)
 		c.Supervisors = append(c.Supervisors, p)
 		if err := p.Start(); err != nil {
 			return c, err
@@ -171,7 +201,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	for i := range cfg.Agents {
 		id := fmt.Sprintf("agent-%d", i+1)
-		args := append([]string{"agent", "--schedulers", strings.Join(c.AgentSchedulerAddrs, ","), "--id", id}, cfg.AgentArgs(i)...)
+		args := append(append([]string{"agent", "--schedulers", strings.Join(c.AgentSchedulerAddrs, ","), "--id", id}, c.clientTLSArgs(Agent)...), cfg.AgentArgs(i)...)
 		p := c.process(id, cfg.Reeve, "", args...)
 		c.Agents = append(c.Agents, p)
 		if err := p.Start(); err != nil {
@@ -183,6 +213,43 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 
 func (c *Cluster) process(name, path, addr string, args ...string) *Process {
 	return &Process{Name: name, Addr: addr, path: path, args: args, logPath: filepath.Join(c.cfg.Dir, "logs", name+".log")}
+}
+
+// registerWorkflows registers Config.Workflows through the first scheduler,
+// as Admin, retrying while it is unavailable.
+func (c *Cluster) registerWorkflows(ctx context.Context) error {
+	if len(c.cfg.Workflows) == 0 {
+		return nil
+	}
+	opts, err := c.DialOptions(Admin)
+	if err != nil {
+		return err
+	}
+	cc, err := grpc.NewClient(c.SchedulerAddrs[0], opts...)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	sc := reevev1.NewSchedulerServiceClient(cc)
+	for _, w := range c.cfg.Workflows {
+		var refused error // for good: not retried
+		err := waitFor(ctx, "register workflow "+w.GetName(), func(ctx context.Context) error {
+			_, err := sc.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w})
+			switch status.Code(err) {
+			case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+				return err
+			}
+			refused = err
+			return nil
+		})
+		if err == nil && refused != nil {
+			err = fmt.Errorf("cluster: register workflow %s: %w", w.GetName(), refused)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SessionTTL returns the supervisors' session TTL in seconds.
@@ -204,8 +271,8 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		members = append(members, urls{"http://" + ca, "http://" + pa})
-		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, pa))
+		members = append(members, urls{c.scheme() + ca, c.scheme() + pa})
+		initial = append(initial, fmt.Sprintf("etcd-%d=%s%s", i+1, c.scheme(), pa))
 	}
 	for i, m := range members {
 		name := fmt.Sprintf("etcd-%d", i+1)
@@ -219,20 +286,25 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 			"--quota-backend-bytes", strconv.Itoa(2 << 30),
 			"--log-level", "warn",
 		}
+		args = append(args, c.etcdMemberTLSArgs()...)
 		if c.cfg.NoFsync {
 			args = append(args, "--unsafe-no-fsync")
 		}
 		if c.cfg.EtcdMaxTxnOps > 0 {
 			args = append(args, "--max-txn-ops", strconv.Itoa(c.cfg.EtcdMaxTxnOps))
 		}
-		p := c.process(name, c.cfg.Etcd, strings.TrimPrefix(m.client, "http://"), args...)
+		p := c.process(name, c.cfg.Etcd, strings.TrimPrefix(m.client, c.scheme()), args...)
 		c.Etcd = append(c.Etcd, p)
 		c.EtcdEndpoints = append(c.EtcdEndpoints, m.client)
 		if err := p.Start(); err != nil {
 			return err
 		}
 	}
-	return WaitEtcd(ctx, c.EtcdEndpoints)
+	tlsCfg, err := c.ClientTLS(EtcdClient)
+	if err != nil {
+		return err
+	}
+	return WaitEtcd(ctx, c.EtcdEndpoints, tlsCfg)
 }
 
 func (c *Cluster) startProxies(ctx context.Context) error {
@@ -259,12 +331,12 @@ func (c *Cluster) startProxies(ctx context.Context) error {
 	var etcdVia []string
 	for i, ep := range c.EtcdEndpoints {
 		name := fmt.Sprintf("etcd-%d", i+1)
-		listen, err := proxy(name, strings.TrimPrefix(ep, "http://"))
+		listen, err := proxy(name, strings.TrimPrefix(ep, c.scheme()))
 		if err != nil {
 			return err
 		}
 		c.EtcdProxies = append(c.EtcdProxies, name)
-		etcdVia = append(etcdVia, "http://"+listen)
+		etcdVia = append(etcdVia, c.scheme()+listen)
 	}
 	c.ComponentEtcdEndpoints = etcdVia
 	var schedVia []string
@@ -305,14 +377,20 @@ func (c *Cluster) Stop(grace time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// Client returns an etcd client of the members (direct), for checks.
+// Client returns an etcd client of the members (direct), for checks; in a
+// secure cluster it presents the EtcdClient certificate.
 func (c *Cluster) Client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: c.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	tlsCfg, err := c.ClientTLS(EtcdClient)
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: c.EtcdEndpoints, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 }
 
-// WaitEtcd waits until the etcd cluster at endpoints serves a linearizable read.
-func WaitEtcd(ctx context.Context, endpoints []string) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+// WaitEtcd waits until the etcd cluster at endpoints serves a linearizable
+// read; tlsCfg is the client's TLS configuration, nil for plaintext.
+func WaitEtcd(ctx context.Context, endpoints []string, tlsCfg *tls.Config) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
@@ -323,9 +401,24 @@ func WaitEtcd(ctx context.Context, endpoints []string) error {
 	})
 }
 
-// WaitServing waits until the gRPC server at addr reports SERVING.
-func WaitServing(ctx context.Context, addr string) error {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// WaitServing waits until the scheduler at addr (one of the cluster's, or a
+// proxy of one) reports SERVING; in a secure cluster it connects over TLS as
+// Client.
+func (c *Cluster) WaitServing(ctx context.Context, addr string) error {
+	opts, err := c.DialOptions(Client)
+	if err != nil {
+		return err
+	}
+	return WaitServing(ctx, addr, opts...)
+}
+
+// WaitServing waits until the gRPC server at addr reports SERVING. opts are
+// the connection's options; default plaintext.
+func WaitServing(ctx context.Context, addr string, opts ...grpc.DialOption) error {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return err
 	}

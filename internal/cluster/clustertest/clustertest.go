@@ -15,8 +15,16 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/cluster"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
 	"github.com/reeve-org/reeve/internal/verify"
 )
 
@@ -126,4 +134,71 @@ func Start(ctx context.Context, t testing.TB, cfg cluster.Config) *cluster.Clust
 		}
 	})
 	return c
+}
+
+// RequireSecure fails t unless the secure cluster c refuses what its
+// configuration promises to: a plaintext call and a TLS call without a
+// client certificate to each scheduler, an etcd client without a client
+// certificate, and a workflow registration by the agent role.
+func RequireSecure(ctx context.Context, t testing.TB, c *cluster.Cluster) {
+	t.Helper()
+	if !c.Secure() {
+		t.Fatal("the cluster is not secure (cluster.Config.Secure)")
+	}
+	noCert, err := tlsconfig.Client(tlsconfig.Files{CA: c.Files(cluster.Client).CA}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range c.SchedulerAddrs {
+		for what, creds := range map[string]credentials.TransportCredentials{
+			"plaintext":                        insecure.NewCredentials(),
+			"TLS without a client certificate": credentials.NewTLS(noCert),
+		} {
+			wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			err := cluster.WaitServing(wctx, addr, grpc.WithTransportCredentials(creds))
+			cancel()
+			if err == nil {
+				t.Errorf("scheduler %s answered a %s health check", addr, what)
+			}
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.EtcdEndpoints, TLS: noCert, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := cli.Get(gctx, "reeve-secure-check"); err == nil {
+		t.Errorf("etcd (%v) served a client without a client certificate", c.EtcdEndpoints)
+	}
+	dial, err := c.DialOptions(cluster.Agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(c.SchedulerAddrs[0], dial...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = reevev1.NewSchedulerServiceClient(cc).RegisterWorkflow(rctx, &reevev1.RegisterWorkflowRequest{Workflow: &reevev1.Workflow{Name: "secure-check"}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("RegisterWorkflow as the agent role: %v, want PERMISSION_DENIED", err)
+	}
+}
+
+// NoRefusedCalls fails t with every call of the secure cluster c's
+// components that the role checks refused (see cluster.RefusedCalls): a
+// call the system needs and the authorization table does not allow.
+func NoRefusedCalls(t testing.TB, c *cluster.Cluster) {
+	t.Helper()
+	lines, err := c.RefusedCalls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines {
+		t.Errorf("refused call: %s", l)
+	}
 }
