@@ -28,12 +28,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/reeve-org/reeve/agentsdk"
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/chaos"
 	"github.com/reeve-org/reeve/internal/cluster"
+	"github.com/reeve-org/reeve/internal/demo"
 )
 
 // Keys of the default prefix (/reeve/, internal/store/keys.go) that the
@@ -47,9 +49,17 @@ const (
 // fsync: safe against process kills), 2 schedulers, 2 supervisors with
 // session TTL sessionTTL seconds, agent-1 serving the demo workflows (its
 // demo.timeout step hangs on attempt 1) and chaosAgents agents serving the
-// chaos workflow (steps that work for a given time).
+// chaos workflow (steps that work for a given time). The workflows of both
+// kinds (but chaos.wide, which needs a raised etcd limit) are registered by
+// the launcher, so that the configuration runs secure as well (set Secure).
 func ClusterConfig(dir, reeve, etcd string, sessionTTL, chaosAgents int) cluster.Config {
-	return cluster.Config{Dir: dir, Reeve: reeve, Etcd: etcd, NoFsync: true,
+	var workflows []*reevev1.Workflow
+	for _, w := range append(demo.Workflows(), chaos.Workflows()...) {
+		if w.GetName() != chaos.WorkflowWide {
+			workflows = append(workflows, w)
+		}
+	}
+	return cluster.Config{Dir: dir, Reeve: reeve, Etcd: etcd, NoFsync: true, Workflows: workflows,
 		Schedulers: 2, Supervisors: 2, SessionTTL: sessionTTL, Agents: 1 + chaosAgents,
 		AgentArgs: func(i int) []string {
 			if i == 0 {
@@ -65,17 +75,34 @@ type Measurer struct {
 	cli     *clientv3.Client
 	conns   []*grpc.ClientConn
 	clients []reevev1.SchedulerServiceClient
+	// dial are the options of a connection to a scheduler.
+	dial []grpc.DialOption
+	// agentOpts are the options of the agents a round runs in this
+	// process: TLS with the Agent certificate in a secure cluster.
+	agentOpts []agentsdk.Option
 }
 
-// New connects to the cluster's etcd and schedulers.
+// New connects to the cluster's etcd and schedulers (in a secure cluster
+// as cluster.Admin).
 func New(c *cluster.Cluster) (*Measurer, error) {
+	dial, err := c.DialOptions(cluster.Admin)
+	if err != nil {
+		return nil, err
+	}
+	agentTLS, err := c.ClientTLS(cluster.Agent)
+	if err != nil {
+		return nil, err
+	}
 	cli, err := c.Client()
 	if err != nil {
 		return nil, err
 	}
-	m := &Measurer{c: c, cli: cli}
+	m := &Measurer{c: c, cli: cli, dial: dial}
+	if agentTLS != nil {
+		m.agentOpts = []agentsdk.Option{agentsdk.WithTLS(agentTLS)}
+	}
 	for _, addr := range c.SchedulerAddrs {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(addr, dial...)
 		if err != nil {
 			m.Close()
 			return nil, err

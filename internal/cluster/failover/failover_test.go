@@ -13,7 +13,9 @@ import (
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
 
 // A real cluster of separate processes (3 etcd members, 2 schedulers, 2
-// supervisors with a 4 s session TTL, a demo agent and 3 chaos agents).
+// supervisors with a 4 s session TTL, a demo agent and 3 chaos agents), in
+// the production configuration: every link over mutual TLS, role checks on
+// (cluster.Config.Secure), and no call of a component refused by them.
 // The mechanisms of failover, not their timing (`reeve bench --failover`
 // measures that):
 //   - the supervisor leader is SIGKILLed while the first attempts of
@@ -33,7 +35,10 @@ func TestFailoverMechanisms(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c := clustertest.Start(ctx, t, failover.ClusterConfig(dir, reeve, etcd, 4, 3))
+	cfg := failover.ClusterConfig(dir, reeve, etcd, 4, 3)
+	cfg.Secure = true
+	c := clustertest.Start(ctx, t, cfg)
+	clustertest.RequireSecure(ctx, t, c)
 	m, err := failover.New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -80,4 +85,5 @@ func TestFailoverMechanisms(t *testing.T) {
 		}
 	})
 	clustertest.Verify(ctx, t, m.Etcd())
+	clustertest.NoRefusedCalls(t, c)
 }

@@ -107,10 +107,10 @@ func (m *Measurer) LostAgentRound(ctx context.Context, round, steps int) (LostAg
 			}
 		}
 	}
-	lost, err := agentsdk.New([]string{proxy.addr()}, agentsdk.WithAgentID(fmt.Sprintf("failover-lost-%d-%d", time.Now().UnixNano(), round)),
+	lost, err := agentsdk.New([]string{proxy.addr()}, append(m.agentOpts, agentsdk.WithAgentID(fmt.Sprintf("failover-lost-%d-%d", time.Now().UnixNano(), round)),
 		agentsdk.WithLogger(slog.New(slog.DiscardHandler)), agentsdk.WithReconnectBackoff(50*time.Millisecond, time.Second),
 		// Cut off, it can never deliver its results: stopping it waits for nothing.
-		agentsdk.WithShutdownTimeout(time.Millisecond))
+		agentsdk.WithShutdownTimeout(time.Millisecond))...)
 	if err != nil {
 		return r, err
 	}
@@ -157,8 +157,8 @@ func (m *Measurer) LostAgentRound(ctx context.Context, round, steps int) (LostAg
 	proxy.cut()
 	close(gone)
 
-	healthy, err := agentsdk.New([]string{m.c.SchedulerAddrs[(vi+1)%len(m.c.SchedulerAddrs)]}, agentsdk.WithAgentID(fmt.Sprintf("failover-healthy-%d-%d", stamp, round)),
-		agentsdk.WithLogger(slog.New(slog.DiscardHandler)), agentsdk.WithShutdownTimeout(5*time.Second))
+	healthy, err := agentsdk.New([]string{m.c.SchedulerAddrs[(vi+1)%len(m.c.SchedulerAddrs)]}, append(m.agentOpts, agentsdk.WithAgentID(fmt.Sprintf("failover-healthy-%d-%d", stamp, round)),
+		agentsdk.WithLogger(slog.New(slog.DiscardHandler)), agentsdk.WithShutdownTimeout(5*time.Second))...)
 	if err != nil {
 		return r, err
 	}
@@ -222,7 +222,7 @@ func (m *Measurer) LostAgentRound(ctx context.Context, round, steps int) (LostAg
 	if err := victim.Start(); err != nil {
 		return r, err
 	}
-	return r, cluster.WaitServing(ctx, victim.Addr)
+	return r, cluster.WaitServing(ctx, victim.Addr, m.dial...)
 }
 
 // cutProxy forwards TCP connections to target until cut, which closes the

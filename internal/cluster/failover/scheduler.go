@@ -274,7 +274,7 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 	if err := victim.Start(); err != nil {
 		return r, err
 	}
-	return r, cluster.WaitServing(ctx, victim.Addr)
+	return r, cluster.WaitServing(ctx, victim.Addr, m.dial...)
 }
 
 // describeAttempt lists the history events of one attempt of a step.
