@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reeve-org/reeve/internal/cluster"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
 // Config describes a chaos run. Binaries and Dir are required; the rest has
@@ -50,6 +51,12 @@ type Config struct {
 	Reeve, Etcd, Toxiproxy string
 	// Log receives progress lines; default io.Discard.
 	Log io.Writer
+	// Secure runs the cluster over mutual TLS with role checks
+	// (cluster.Config.Secure): the load and the operators call the
+	// schedulers as cluster.Admin, the checks read etcd with a client
+	// certificate, and a call of a component refused by the role checks is
+	// a violation. Default plaintext.
+	Secure bool
 }
 
 func (c *Config) defaults() error {
@@ -116,6 +123,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: cfg.Dir, Reeve: cfg.Reeve, Etcd: cfg.Etcd, Toxiproxy: cfg.Toxiproxy, NoFsync: true,
 		Agents: cfg.Agents, SupervisorTick: 500 * time.Millisecond, SessionTTL: 3, EtcdMaxTxnOps: MaxTxnOps,
+		Secure: cfg.Secure, Workflows: Workflows(),
 		AgentArgs: func(i int) []string {
 			return []string{"--chaos", "--side-effects", filepath.Join(cfg.sideEffectDir(), fmt.Sprintf("agent-%d.jsonl", i+1)), "--log-level", "warn"}
 		},
@@ -134,6 +142,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer cli.Close()
+	// The load and the operators call as an admin in a secure cluster.
+	var creds tlsconfig.Files
+	if c.Secure() {
+		creds = c.Files(cluster.Admin)
+	}
 
 	rep := &Report{Seed: cfg.Seed, Tasks: cfg.Tasks, Faults: map[string]int{}}
 	plan := planTasks(planRNG(cfg.Seed), cfg)
@@ -161,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	started := time.Now()
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); inj.run(runCtx) }()
-	submitted, subErr := submit(runCtx, c.SchedulerAddrs, plan, cfg.Rate, ops, logf)
+	submitted, subErr := submit(runCtx, c.SchedulerAddrs, creds, plan, cfg.Rate, ops, logf)
 	inj.stop()
 	<-faultsDone
 	lastFault := inj.heal(ctx)
@@ -195,6 +208,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// And the store's own invariants, as `reeve verify` checks them.
 	if err := verifyStore(ctx, cli, rep); err != nil {
 		return nil, err
+	}
+	// And, in production's configuration, that the role checks refused no
+	// call a component made.
+	refused, err := c.RefusedCalls()
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range refused {
+		rep.violate("no call of a component refused by the role checks", "", line)
 	}
 	stopped = true
 	if err := c.Stop(15 * time.Second); err != nil {

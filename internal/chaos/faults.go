@@ -173,7 +173,7 @@ func (in *injector) rollingRestart(ctx context.Context, group []*cluster.Process
 			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := cluster.WaitServing(wctx, p.Addr)
+		err := in.c.WaitServing(wctx, p.Addr)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			in.fail("rolling restart: %s not serving: %v", p.Name, err)

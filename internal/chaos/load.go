@@ -19,6 +19,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/dial"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
 // plannedTask is one task of the load and its designed behaviour.
@@ -121,15 +122,17 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 	return out
 }
 
-// dialSchedulers returns a client spreading requests round-robin over addrs.
-func dialSchedulers(addrs []string) (*grpc.ClientConn, error) {
-	return dial.Schedulers(dial.Config{Address: strings.Join(addrs, ",")})
+// dialSchedulers returns a client spreading requests round-robin over addrs,
+// over mutual TLS with the files of creds (plaintext when creds is empty).
+func dialSchedulers(addrs []string, creds tlsconfig.Files) (*grpc.ClientConn, error) {
+	return dial.Schedulers(dial.Config{Address: strings.Join(addrs, ","), CA: creds.CA, Cert: creds.Cert, Key: creds.Key})
 }
 
 // submit submits the planned tasks at rate per second, each retried (same
 // task id: idempotent) until accepted. It returns how many were accepted.
-func submit(ctx context.Context, addrs []string, plan []plannedTask, rate float64, ops *operatorLog, logf func(string, ...any)) (int, error) {
-	cc, err := dialSchedulers(addrs)
+// creds are the TLS files of the connection (empty: plaintext).
+func submit(ctx context.Context, addrs []string, creds tlsconfig.Files, plan []plannedTask, rate float64, ops *operatorLog, logf func(string, ...any)) (int, error) {
+	cc, err := dialSchedulers(addrs, creds)
 	if err != nil {
 		return 0, err
 	}

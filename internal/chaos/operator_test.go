@@ -16,6 +16,7 @@ import (
 	"github.com/reeve-org/reeve/internal/etcdtest"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
 	"github.com/reeve-org/reeve/scheduler"
 )
 
@@ -95,7 +96,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 		{ID: "saga", Workflow: Workflow, Input: Input{FailStep: "c"}},
 	}
 	ops := &operatorLog{}
-	n, err := submit(ctx, []string{s.Addr}, plan, 100, ops, t.Logf)
+	n, err := submit(ctx, []string{s.Addr}, tlsconfig.Files{}, plan, 100, ops, t.Logf)
 	if err != nil || n != len(plan) {
 		t.Fatalf("submitted %d of %d: %v", n, len(plan), err)
 	}
