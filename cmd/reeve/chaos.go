@@ -48,7 +48,9 @@ COMPENSATED task's succeeded steps compensated exactly once in reverse order;
 no dispatched step without a deadline at any sample; one supervisor action per
 expired execution; an operator retry only of a FAILED task; nothing undone that
 never succeeded; an accepted attempt's side effect logged once; every FAILED
-task alerted; then the store checks of 'reeve verify'. The wide tasks' history
+task alerted; then the store checks of 'reeve verify'; with --secure (etcd,
+schedulers, supervisors, agents and the operators over mutual TLS with role
+checks), no call of a component refused by the role checks. The wide tasks' history
 (more than a record keeps) is put together from a watch of their records. It prints a table, writes --json, and exits 1 on any
 violation. See docs/reliability.md.`,
 		Args: cobra.NoArgs,
@@ -107,5 +109,6 @@ violation. See docs/reliability.md.`,
 	f.StringVar(&etcdBin, "etcd-bin", "etcd", "etcd server binary (make etcd)")
 	f.StringVar(&toxiproxyBin, "toxiproxy-bin", "toxiproxy-server", "toxiproxy server binary (make toxiproxy)")
 	f.StringVar(&jsonPath, "json", "chaos-report.json", "where to write the JSON report; empty: not written")
+	f.BoolVar(&cfg.Secure, "secure", false, "run the cluster over mutual TLS with role checks (as 'reeve cluster --secure'); a call of a component refused by them is a violation")
 	return cmd
 }

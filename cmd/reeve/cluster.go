@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reeve-org/reeve/internal/cluster"
+	"github.com/reeve-org/reeve/internal/demo"
 )
 
 // clusterFlags are the flags of the commands that start a local cluster.
@@ -20,6 +21,7 @@ type clusterFlags struct {
 	dir, etcdBin, toxiproxyBin                   string
 	etcdMembers, schedulers, supervisors, agents int
 	grace                                        time.Duration
+	secure                                       bool
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command, agents int) {
@@ -31,6 +33,7 @@ func (f *clusterFlags) register(cmd *cobra.Command, agents int) {
 	cmd.Flags().IntVar(&f.supervisors, "supervisors", 2, "supervisor processes")
 	cmd.Flags().IntVar(&f.agents, "agents", agents, "agent processes")
 	cmd.Flags().DurationVar(&f.grace, "stop-grace", 15*time.Second, "on stop, how long each process has after SIGTERM before SIGKILL")
+	cmd.Flags().BoolVar(&f.secure, "secure", false, "mutual TLS with role checks everywhere (etcd client and peer URLs too): a CA and a certificate per role in <dir>/certs, kept across runs")
 }
 
 // config resolves binaries and the directory.
@@ -44,7 +47,7 @@ func (f *clusterFlags) config() (cluster.Config, error) {
 		return cluster.Config{}, usagef("--etcd-bin: %v (run 'make etcd')", err)
 	}
 	cfg := cluster.Config{Reeve: self, Etcd: etcd, Dir: f.dir,
-		EtcdMembers: f.etcdMembers, Schedulers: f.schedulers, Supervisors: f.supervisors, Agents: f.agents}
+		EtcdMembers: f.etcdMembers, Schedulers: f.schedulers, Supervisors: f.supervisors, Agents: f.agents, Secure: f.secure}
 	if f.toxiproxyBin != "" {
 		if cfg.Toxiproxy, err = exec.LookPath(f.toxiproxyBin); err != nil {
 			return cluster.Config{}, usagef("--toxiproxy-bin: %v (run 'make toxiproxy')", err)
@@ -79,7 +82,14 @@ addresses, and runs until Ctrl-C or SIGTERM. Then it stops them in order
 (agents, supervisors, schedulers, etcd), each with SIGTERM and after
 --stop-grace with SIGKILL. Data and logs stay in --dir (logs/<name>.log).
 
-Point the CLI at all schedulers with --address a,b: requests spread over them.`,
+Point the CLI at all schedulers with --address a,b: requests spread over them.
+
+With --secure it runs as production does: a local CA and a certificate per
+role in <dir>/certs, etcd members requiring client certificates (client and
+peer URLs), schedulers serving mutual TLS with role checks, supervisors and
+agents presenting their role's certificate; the demo workflows are registered
+as admin (the agent role may not). It prints the environment a shell needs to
+call the schedulers as admin.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config()
@@ -87,6 +97,7 @@ Point the CLI at all schedulers with --address a,b: requests spread over them.`,
 				return err
 			}
 			cfg.AgentArgs = func(int) []string { return []string{"--demo"} }
+			cfg.Workflows = demo.Workflows()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			c, err := cluster.Start(ctx, cfg)
@@ -122,8 +133,16 @@ func printCluster(cmd *cobra.Command, c *cluster.Cluster) {
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "\netcd endpoints:  %s\n", strings.Join(c.EtcdEndpoints, ","))
 	fmt.Fprintf(out, "schedulers:      %s\n", strings.Join(c.SchedulerAddrs, ","))
-	fmt.Fprintf(out, "data and logs:   %s\n\n", c.Dir())
+	fmt.Fprintf(out, "data and logs:   %s\n", c.Dir())
+	etcdctl := ""
+	if c.Secure() {
+		admin, etcdCli := c.Files(cluster.Admin), c.Files(cluster.EtcdClient)
+		fmt.Fprintf(out, "certificates:    %s (mutual TLS with role checks)\n\n", c.CertDir())
+		fmt.Fprintf(out, "as an operator (admin), in another shell:\n  export REEVE_TLS_CA=%s REEVE_TLS_CERT=%s REEVE_TLS_KEY=%s\n", admin.CA, admin.Cert, admin.Key)
+		etcdctl = fmt.Sprintf(" --cacert %s --cert %s --key %s", etcdCli.CA, etcdCli.Cert, etcdCli.Key)
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintf(out, "try:  reeve --address %s task submit --workflow demo.orders --input '{\"order_id\":\"o-1\"}' --wait\n", strings.Join(c.SchedulerAddrs, ","))
-	fmt.Fprintf(out, "      etcdctl --endpoints %s endpoint status -w table\n", strings.Join(c.EtcdEndpoints, ","))
+	fmt.Fprintf(out, "      etcdctl --endpoints %s%s endpoint status -w table\n", strings.Join(c.EtcdEndpoints, ","), etcdctl)
 	fmt.Fprintln(out, "Ctrl-C stops everything.")
 }
