@@ -14,4 +14,10 @@
 //
 // Ports are picked free on 127.0.0.1 when the cluster starts and kept
 // across restarts. Logs are appended to <Dir>/logs/<name>.log.
+//
+// With Config.Secure the cluster runs as production does: mutual TLS with
+// role checks between every pair of processes, etcd's peers included, with
+// a certificate per role (Identity) in <Dir>/certs. Clients of a secure
+// cluster dial with DialOptions(Admin) or ClientTLS, read etcd with Client,
+// and RefusedCalls lists the calls the role checks refused.
 package cluster

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -155,11 +156,20 @@ func RequireSecure(ctx context.Context, t testing.TB, c *cluster.Cluster) {
 			"plaintext":                        insecure.NewCredentials(),
 			"TLS without a client certificate": credentials.NewTLS(noCert),
 		} {
-			wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			err := cluster.WaitServing(wctx, addr, grpc.WithTransportCredentials(creds))
+			cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Fails fast: the handshake fails, and the call does not wait
+			// for a ready connection.
+			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = healthpb.NewHealthClient(cc).Check(hctx, &healthpb.HealthCheckRequest{})
 			cancel()
+			_ = cc.Close()
 			if err == nil {
 				t.Errorf("scheduler %s answered a %s health check", addr, what)
+			} else {
+				t.Logf("refused as it should be: %s health check of %s: %v", what, addr, err)
 			}
 		}
 	}
@@ -172,6 +182,8 @@ func RequireSecure(ctx context.Context, t testing.TB, c *cluster.Cluster) {
 	defer cancel()
 	if _, err := cli.Get(gctx, "reeve-secure-check"); err == nil {
 		t.Errorf("etcd (%v) served a client without a client certificate", c.EtcdEndpoints)
+	} else {
+		t.Logf("refused as it should be: etcd read without a client certificate: %v", err)
 	}
 	dial, err := c.DialOptions(cluster.Agent)
 	if err != nil {
