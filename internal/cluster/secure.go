@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
+	"regexp"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -159,15 +159,36 @@ func (c *Cluster) scheme() string {
 	return "http://"
 }
 
-// RefusedCalls returns the "call refused" lines of the schedulers' logs
-// (calls the authorization table refused), except refusals that are the
-// expected outcome of the cluster's own set-up: an agent's attempt to
-// register its workflows (the agent role may not; Config.Workflows are
-// registered as admin). In a secure cluster where every process has the
-// certificate of its role, any other line is a call a component needs and
-// the table does not allow.
-func (c *Cluster) RefusedCalls() ([]string, error) {
-	var out []string
+// RefusedCall is a call the schedulers' role checks refused, from a
+// scheduler's log (a "call refused" line).
+type RefusedCall struct {
+	// Scheduler is the process that logged it, e.g. "scheduler-1".
+	Scheduler string
+	// Method is the full gRPC method, Caller the identity ("cert:<cn>").
+	Method, Caller string
+	// Line is the log line.
+	Line string
+}
+
+// Expected reports whether the refusal is one the cluster's own set-up
+// causes: an agent's attempt to register its workflows (the agent role
+// may not; Config.Workflows are registered as Admin).
+func (r RefusedCall) Expected() bool {
+	return r.Method == "/reeve.v1.SchedulerService/RegisterWorkflow" && r.Caller == "cert:"+string(Agent)
+}
+
+var (
+	methodField = regexp.MustCompile(` method=(\S+)`)
+	callerField = regexp.MustCompile(` caller=(\S+)`)
+)
+
+// RefusedCalls returns every call the role checks refused, read from the
+// schedulers' logs (text format, as the cluster starts them). In a secure
+// cluster where every process has its role's certificate, a refusal that
+// is not Expected is a call a component needs and the authorization table
+// does not allow. A plaintext cluster has none.
+func (c *Cluster) RefusedCalls() ([]RefusedCall, error) {
+	var out []RefusedCall
 	for _, p := range c.Schedulers {
 		f, err := os.Open(p.logPath)
 		if err != nil {
@@ -180,10 +201,14 @@ func (c *Cluster) RefusedCalls() ([]string, error) {
 			if !strings.Contains(line, `msg="call refused"`) {
 				continue
 			}
-			if strings.Contains(line, "method=/reeve.v1.SchedulerService/RegisterWorkflow") && strings.Contains(line, "caller=cert:"+string(Agent)+" ") {
-				continue
+			r := RefusedCall{Scheduler: p.Name, Line: line}
+			if m := methodField.FindStringSubmatch(line); m != nil {
+				r.Method = m[1]
 			}
-			out = append(out, p.Name+": "+line)
+			if m := callerField.FindStringSubmatch(line); m != nil {
+				r.Caller = m[1]
+			}
+			out = append(out, r)
 		}
 		err = sc.Err()
 		_ = f.Close()
@@ -191,5 +216,5 @@ func (c *Cluster) RefusedCalls() ([]string, error) {
 			return nil, fmt.Errorf("cluster: read %s: %w", p.logPath, err)
 		}
 	}
-	return slices.Clip(out), nil
+	return out, nil
 }
