@@ -25,6 +25,7 @@ type failoverFlags struct {
 	rounds     int
 	sessionTTL int
 	work       time.Duration
+	secure     bool
 }
 
 func (f *failoverFlags) register(fs *pflag.FlagSet) {
@@ -34,6 +35,7 @@ func (f *failoverFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.rounds, "rounds", 3, "with --failover: kills of each kind")
 	fs.IntVar(&f.sessionTTL, "session-ttl", 10, "with --failover: the supervisors' --session-ttl in seconds (at least 3: the hung steps must expire before the killed leader's lease)")
 	fs.DurationVar(&f.work, "failover-work", 300*time.Millisecond, "with --failover: how long each step of the scheduler round's load works")
+	fs.BoolVar(&f.secure, "secure", false, "with --failover: run the cluster over mutual TLS with role checks, etcd included (as 'reeve cluster --secure')")
 }
 
 // failoverReport is the JSON of `reeve bench --failover -o json`.
@@ -78,7 +80,9 @@ func runFailoverBench(cmd *cobra.Command, g *globals, f failoverFlags) (err erro
 	}()
 	ctx := cmd.Context()
 	rep := failoverReport{Load1Start: load1()}
-	c, err := cluster.Start(ctx, failover.ClusterConfig(dir, self, etcd, f.sessionTTL, 3))
+	cfg := failover.ClusterConfig(dir, self, etcd, f.sessionTTL, 3)
+	cfg.Secure = f.secure
+	c, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
