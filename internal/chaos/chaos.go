@@ -52,9 +52,9 @@ type Config struct {
 	// Log receives progress lines; default io.Discard.
 	Log io.Writer
 	// Secure runs the cluster over mutual TLS with role checks
-	// (cluster.Config.Secure): the load and the operators call the
-	// schedulers as cluster.Admin, the checks read etcd with a client
-	// certificate, and a call of a component refused by the role checks is
+	// (cluster.Config.Secure): the load calls the schedulers as
+	// cluster.Client, the operators' recovery actions as cluster.Admin, the
+	// checks read etcd with a client certificate, and a call of a component refused by the role checks is
 	// a violation. Default plaintext.
 	Secure bool
 }
@@ -142,10 +142,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer cli.Close()
-	// The load and the operators call as an admin in a secure cluster.
-	var creds tlsconfig.Files
+	// In a secure cluster the load calls as a client of namespace default,
+	// the operators as an admin.
+	var client, operator tlsconfig.Files
 	if c.Secure() {
-		creds = c.Files(cluster.Admin)
+		client, operator = c.Files(cluster.Client), c.Files(cluster.Admin)
 	}
 
 	rep := &Report{Seed: cfg.Seed, Tasks: cfg.Tasks, Faults: map[string]int{}}
@@ -174,7 +175,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	started := time.Now()
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); inj.run(runCtx) }()
-	submitted, subErr := submit(runCtx, c.SchedulerAddrs, creds, plan, cfg.Rate, ops, logf)
+	submitted, subErr := submit(runCtx, c.SchedulerAddrs, client, operator, plan, cfg.Rate, ops, logf)
 	inj.stop()
 	<-faultsDone
 	lastFault := inj.heal(ctx)

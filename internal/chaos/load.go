@@ -130,15 +130,22 @@ func dialSchedulers(addrs []string, creds tlsconfig.Files) (*grpc.ClientConn, er
 
 // submit submits the planned tasks at rate per second, each retried (same
 // task id: idempotent) until accepted. It returns how many were accepted.
-// creds are the TLS files of the connection (empty: plaintext).
-func submit(ctx context.Context, addrs []string, creds tlsconfig.Files, plan []plannedTask, rate float64, ops *operatorLog, logf func(string, ...any)) (int, error) {
-	cc, err := dialSchedulers(addrs, creds)
+// Tasks are submitted, read and canceled with the TLS files of client, the
+// operators' RetryStep and CompensateTask are sent with those of operator
+// (empty: plaintext), as a client application and an operator would.
+func submit(ctx context.Context, addrs []string, client, operator tlsconfig.Files, plan []plannedTask, rate float64, ops *operatorLog, logf func(string, ...any)) (int, error) {
+	cc, err := dialSchedulers(addrs, client)
 	if err != nil {
 		return 0, err
 	}
 	defer cc.Close()
+	opc, err := dialSchedulers(addrs, operator)
+	if err != nil {
+		return 0, err
+	}
+	defer opc.Close()
 	c := reevev1.NewSchedulerServiceClient(cc)
-	sup := reevev1.NewSupervisorServiceClient(cc)
+	sup := reevev1.NewSupervisorServiceClient(opc)
 	var accepted atomic.Int64
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)

@@ -96,7 +96,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 		{ID: "saga", Workflow: Workflow, Input: Input{FailStep: "c"}},
 	}
 	ops := &operatorLog{}
-	n, err := submit(ctx, []string{s.Addr}, tlsconfig.Files{}, plan, 100, ops, t.Logf)
+	n, err := submit(ctx, []string{s.Addr}, tlsconfig.Files{}, tlsconfig.Files{}, plan, 100, ops, t.Logf)
 	if err != nil || n != len(plan) {
 		t.Fatalf("submitted %d of %d: %v", n, len(plan), err)
 	}
