@@ -114,7 +114,7 @@ type decideFunc func(t *reevev1.Task, now time.Time) (*reevev1.RecoveryDecision,
 // applyRecovery recovers the execution ref in one task write: decide says
 // what to do on the fresh record, then the write applies it as the fenced
 // RetryStep, CompensateTask or FailTask would (a RETRY due at once goes
-// straight to an agent here with room: direct.go), compared against fences.
+// straight to an agent here with room: writeclaim.go), compared against fences.
 // The supervisor's decisions (applyDecision) and this scheduler's own
 // recovery of a dropped agent's heartbeat executions (heartbeats.go) both
 // come through here. traceCtx is the parent span's context, if any.
@@ -137,7 +137,7 @@ func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceC
 		}
 		span.End()
 	}()
-	direct := &directClaim{d: s.disp}
+	claim := &writeClaim{d: s.disp}
 	before, after, err := s.store.UpdateTask(ctx, ns, id, func(t *reevev1.Task) error {
 		now := s.opts.clock.Now()
 		d, err := decide(t, now)
@@ -145,47 +145,36 @@ func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceC
 			return err
 		}
 		action = d.GetAction()
-		switch action {
-		case reevev1.RecoveryAction_RECOVERY_ACTION_RETRY:
+		if action == reevev1.RecoveryAction_RECOVERY_ACTION_RETRY {
 			// The next attempt goes straight to an agent here with room
-			// when it is due at once (direct.go).
-			return direct.apply(t, step, attempt, d.GetDelay().AsDuration(), actor, now)
-		case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE:
-			return taskstate.CompensateExpired(t, step, attempt, d.GetReason(), actor, now)
-		case reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST:
-			grace, ok := workflow.DisconnectGrace(taskstate.Spec(t, step))
-			if !ok {
-				return fmt.Errorf("step %q declares no heartbeat timeout or reassign_after_disconnect: %w", step, taskstate.ErrStale)
-			}
-			return taskstate.ShortenOnDisconnect(t, step, attempt, d.GetAgentId(), now.Add(grace), actor, now)
-		default:
-			return taskstate.FailExpired(t, step, attempt, d.GetReason(), actor, now)
+			// when it is due at once (writeclaim.go).
+			return claim.run(t, step, now, func() error {
+				return taskstate.RetryExpired(t, step, attempt, d.GetDelay().AsDuration(), actor, now)
+			})
 		}
+		return claim.without(func() error {
+			switch action {
+			case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE:
+				return taskstate.CompensateExpired(t, step, attempt, d.GetReason(), actor, now)
+			case reevev1.RecoveryAction_RECOVERY_ACTION_AGENT_LOST:
+				grace, ok := workflow.DisconnectGrace(taskstate.Spec(t, step))
+				if !ok {
+					return fmt.Errorf("step %q declares no heartbeat timeout or reassign_after_disconnect: %w", step, taskstate.ErrStale)
+				}
+				return taskstate.ShortenOnDisconnect(t, step, attempt, d.GetAgentId(), now.Add(grace), actor, now)
+			default:
+				return taskstate.FailExpired(t, step, attempt, d.GetReason(), actor, now)
+			}
+		})
 	}, fences...)
-	slot, claimed, claimedRef := direct.finish()
-	if err != nil && claimed {
-		// The claim was in the write whose outcome is unknown (etcd
-		// unavailable, the call gave up): take the attempt back if it
-		// committed, as a claim's unknown outcome is (dispatcher.claim).
-		s.disp.takeBack(claimedRef, slot.conn.agentID, "direct dispatch outcome unknown: "+err.Error())
-	}
-	if err != nil || !claimed {
-		s.disp.unreserve(slot)
-		slot = nil
-	}
+	next := claim.settle(err, err == nil, "direct dispatch of a retry")
 	if err != nil {
 		st := toStatus(err)
 		return &reevev1.RecoveryOutcome{Code: int32(st.Code()), Message: st.Message()}
 	}
 	s.tel.ended1(before.GetTask(), after.GetTask())
 	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
-	if slot != nil {
-		t := after.GetTask()
-		st := taskstate.FindStep(t, step)
-		a := assignment(t, st)
-		s.tel.claimed(after, st, a, s.opts.id, slot.conn.agentID, s.opts.clock.Now())
-		s.disp.deliver(slot, a)
-	}
+	s.deliverClaim(after, next)
 	s.log.InfoContext(ctx, "recovery applied", "task_id", id, "step", step, "attempt", attempt,
 		"actor", actor, "action", action.String(), "task_state", after.GetTask().GetState())
 	return &reevev1.RecoveryOutcome{Applied: true, TaskState: after.GetTask().GetState()}

@@ -93,9 +93,29 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	}
 	s.tel.resulted(beforeRec, afterRec, ref, res, conn.agentID, s.opts.clock.Now())
 	s.disp.revoke(taskstate.Revoked(before, after, ref), "task "+after.GetState().String())
-	s.deliverNext(afterRec, next)
+	s.deliverClaim(afterRec, next)
 	ack.Accepted = true
 	return ack
+}
+
+// recordResult applies record (a result's transition) to the task, claiming
+// the next due step in the same write when it can (writeclaim.go), and
+// retries without the claim while etcd is unavailable, until deadline
+// (updateUntil). The claim is made on the result's first write only. It
+// returns the claim to deliver once the result's consequences are done.
+func (s *Server) recordResult(deadline time.Time, ref *reevev1.StepRef, record func(*reevev1.Task, time.Time) error) (before, after *storev1.TaskRecord, next *writeClaim, err error) {
+	claim := &writeClaim{d: s.disp}
+	ctx, cancel := context.WithDeadline(s.base, deadline)
+	before, after, err = s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
+		now := s.opts.clock.Now()
+		return claim.run(t, "", now, func() error { return record(t, now) })
+	})
+	cancel()
+	next = claim.settle(err, err == nil, "claim with a result")
+	if err != nil && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict)) && s.store.Client().Ctx().Err() == nil {
+		before, after, err = s.updateUntil(deadline, ref, func(t *reevev1.Task) error { return record(t, s.opts.clock.Now()) })
+	}
+	return before, after, next, err
 }
 
 // updateUntil retries an update while etcd is unavailable, until deadline:

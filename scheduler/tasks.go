@@ -105,15 +105,22 @@ func (s *Server) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest,
 		TraceContext:  telemetry.Inject(ctx),
 	}
 	// With an agent idle here, the task is created with its first step
-	// already claimed: one write instead of two.
-	sc := s.claimOnSubmit(rec)
+	// already claimed: one write instead of two
+	// (WithDispatchOnSubmit; writeclaim.go).
+	var claim *writeClaim
+	if s.opts.dispatchOnSubmit {
+		claim = &writeClaim{d: s.disp}
+		_ = claim.run(rec.GetTask(), "", s.opts.clock.Now(), nil)
+	}
 	if ofLatest {
 		existing, created, err = s.store.CreateTaskOfLatest(ctx, rec)
 	} else {
 		existing, created, err = s.store.CreateTask(ctx, rec)
 	}
-	if sc != nil {
-		s.settleSubmitClaim(sc, rec, created, err)
+	if claim != nil {
+		// Created: the agent gets the step. The id was taken: the existing
+		// task is the answer, and the reservation is released.
+		s.deliverClaim(rec, claim.settle(err, created, "claim on submit"))
 	}
 	return existing, created, err
 }
