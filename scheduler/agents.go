@@ -23,18 +23,6 @@ type agentLoad struct {
 	inFlight int32
 }
 
-// localLoads snapshots the in-flight steps of this scheduler's agent
-// streams, by session id.
-func (s *Server) localLoads() map[string]agentLoad {
-	s.disp.lock()
-	defer s.disp.unlock()
-	out := map[string]agentLoad{}
-	for _, c := range s.disp.agents.all() {
-		out[c.sessionID] = agentLoad{ns: c.ns, id: c.agentID, inFlight: int32(c.reserved + len(c.running))}
-	}
-	return out
-}
-
 // publishLoads writes the in-flight count of every local agent stream
 // whose count changed, every loadInterval, under the scheduler's lease,
 // and removes those of streams that ended. It returns when ctx ends.
@@ -56,7 +44,7 @@ func (s *Server) publishLoads(ctx context.Context) {
 		if int64(cur) != lease { // a new session: the old records went with the old lease
 			lease, published = int64(cur), map[string]agentLoad{}
 		}
-		now := s.localLoads()
+		now := s.disp.loads()
 		for session, l := range now {
 			if old, ok := published[session]; ok && old == l {
 				continue
@@ -87,25 +75,6 @@ type queueHead struct {
 	taskID, step string
 }
 
-// queueHeads snapshots the ready queues of namespace ns: depth and the
-// step at the head (dispatched next).
-func (s *Server) queueHeads(ns string) []queueHead {
-	s.disp.lock()
-	defer s.disp.unlock()
-	var out []queueHead
-	for k, q := range s.disp.queues {
-		if k.ns != ns || q.Len() == 0 {
-			continue
-		}
-		h := queueHead{typ: k.typ, depth: q.Len()}
-		if it, ok := q.Front().Value.(*readyItem); ok {
-			h.taskID, h.step = it.entry.GetTaskId(), it.entry.GetStep()
-		}
-		out = append(out, h)
-	}
-	return out
-}
-
 // ListAgents implements SchedulerService.
 func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest) (*reevev1.ListAgentsResponse, error) {
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
@@ -116,7 +85,7 @@ func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest)
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	local := s.localLoads()
+	local := s.disp.loads()
 	resp := &reevev1.ListAgentsResponse{}
 	queues := map[string]*reevev1.QueueInfo{}
 	for _, a := range recs {
@@ -136,7 +105,7 @@ func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest)
 			queues[typ] = &reevev1.QueueInfo{Namespace: ns, StepType: typ}
 		}
 	}
-	for _, h := range s.queueHeads(ns) {
+	for _, h := range s.disp.queueHeads(ns) {
 		q := &reevev1.QueueInfo{Namespace: ns, StepType: h.typ, Depth: int64(h.depth)}
 		if h.taskID != "" {
 			q.OldestReadyTime = s.readyTime(ctx, ns, h.taskID, h.step)

@@ -239,6 +239,14 @@ func (s *Server) adoptOne(ctx context.Context, agentID string, ref *reevev1.Step
 	return by, newBeat(ref, spec.GetHeartbeatTimeout(), spec.GetReassignAfterDisconnect(), s.opts.clock.Now()), true, nil
 }
 
+// republishAgents writes every connected agent's record again, after the
+// instance lease was renewed.
+func (s *Server) republishAgents(ctx context.Context) {
+	for _, c := range s.disp.connected() {
+		s.publishAgent(ctx, c)
+	}
+}
+
 // publishAgent records the agent in etcd under the instance lease; it
 // returns the record's revision, or 0 when it could not be written (the
 // record is informational: dispatch does not depend on it).
@@ -257,132 +265,4 @@ func (s *Server) publishAgent(ctx context.Context, conn *agentConn) int64 {
 		return 0
 	}
 	return rev
-}
-
-func (d *dispatcher) addAgent(c *agentConn) {
-	d.lock()
-	d.agents.add(c)
-	d.unlock()
-	d.poke()
-}
-
-// removeAgent forgets a stream that ended and stops its send loop, and
-// returns the heartbeat-tracked attempts no other stream of the agent
-// watches (see heartbeats.go). Under the lock, so that no assignment is
-// queued on it afterwards (claims queue theirs under the lock too, after
-// checking done).
-func (d *dispatcher) removeAgent(c *agentConn) []*beat {
-	d.lock()
-	defer d.unlock()
-	d.agents.remove(c)
-	close(c.done)
-	return d.orphanedBeats(c)
-}
-
-// takeBackUnsent takes back the assignments that never left the ended
-// stream c: still queued, or the one whose Send failed. The agent never got
-// them; without this they would stay RUNNING, locked to it, until their
-// complete-by.
-func (d *dispatcher) takeBackUnsent(c *agentConn, failed *reevev1.ConnectResponse) {
-	pending := []*reevev1.ConnectResponse{failed}
-	for more := true; more; {
-		select {
-		case q := <-c.out:
-			c.outBytes.Add(-q.size)
-			pending = append(pending, q.m)
-		default:
-			more = false
-		}
-	}
-	d.lock()
-	defer d.unlock()
-	for _, m := range pending {
-		a := m.GetAssignment()
-		if a == nil {
-			continue
-		}
-		d.takeBack(a.GetRef(), c.agentID, "assignment not delivered: the agent's stream ended")
-	}
-}
-
-// heartbeat records liveness in memory only: beats cost no etcd write.
-func (d *dispatcher) heartbeat(c *agentConn, refs []*reevev1.StepRef) {
-	d.lock()
-	defer d.unlock()
-	now := d.s.opts.clock.Now()
-	for _, r := range refs {
-		if b := c.beats[refKey(r)]; b != nil {
-			b.last = now
-		}
-	}
-}
-
-// acked records an AssignmentAck.
-func (d *dispatcher) acked(c *agentConn, ref *reevev1.StepRef) {
-	d.lock()
-	defer d.unlock()
-	delete(c.unacked, refKey(ref))
-	if c.stuck {
-		c.stuck = false
-		d.s.log.Info("agent acknowledges assignments again", "agent_id", c.agentID, "session_id", c.sessionID)
-		d.poke()
-	}
-}
-
-func (d *dispatcher) setDraining(c *agentConn) {
-	d.lock()
-	c.draining = true
-	d.unlock()
-}
-
-// republishAgents writes every connected agent's record again, after the
-// instance lease was renewed.
-func (d *dispatcher) republishAgents(ctx context.Context) {
-	d.lock()
-	conns := d.agents.all()
-	d.unlock()
-	for _, c := range conns {
-		d.s.publishAgent(ctx, c)
-	}
-}
-
-// drainAgents tells every agent to move elsewhere and waits, up to timeout,
-// for their streams to end.
-func (d *dispatcher) drainAgents(timeout time.Duration) {
-	d.lock()
-	conns := d.agents.all()
-	for _, c := range conns {
-		c.draining = true
-		c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Drain{Drain: &reevev1.Drain{Reason: "scheduler shutting down"}}})
-	}
-	d.unlock()
-	deadline := time.After(timeout)
-	for _, c := range conns {
-		select {
-		case <-c.done:
-		case <-deadline:
-			return
-		}
-	}
-}
-
-// revoke tells the agents holding revoked executions, when connected here,
-// to stop, and frees their capacity. Holders connected to other schedulers
-// stop at their complete-by, and their late results are refused.
-func (d *dispatcher) revoke(holders []taskstate.Holder, reason string) {
-	if len(holders) == 0 {
-		return
-	}
-	d.lock()
-	defer d.unlock()
-	for _, h := range holders {
-		d.agents.release(h.AgentID, h.Ref)
-		for _, c := range d.agents.byAgent[h.AgentID] {
-			if c.ns != h.Ref.GetNamespace() {
-				continue // another namespace's agent that happens to use the same id
-			}
-			c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Cancel{Cancel: &reevev1.CancelStep{Ref: h.Ref, Reason: reason}}})
-		}
-	}
-	d.poke()
 }

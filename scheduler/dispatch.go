@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
@@ -34,9 +36,10 @@ type readyItem struct {
 // dispatcher matches ready steps with agents that have free capacity. Every
 // scheduler sees the whole ready queue through an etcd watch; claims are
 // etcd transactions, so when several schedulers race for a step one wins and
-// the others drop it.
+// the others drop it. It holds no reference to the Server: what it needs
+// from it is in dispatchDeps.
 type dispatcher struct {
-	s      *Server
+	dispatchDeps
 	events chan store.ReadyEvent
 	wake   chan struct{}
 	sem    chan struct{} // bounds claims in flight
@@ -48,17 +51,42 @@ type dispatcher struct {
 	agents  agentSet
 }
 
-func newDispatcher(s *Server) *dispatcher {
-	d := &dispatcher{
-		s:      s,
-		events: make(chan store.ReadyEvent, 1024),
-		wake:   make(chan struct{}, 1),
-		sem:    make(chan struct{}, s.opts.claimConcurrency),
-		items:  map[string]*readyItem{},
-		queues: map[queueKey]*list.List{},
-		agents: newAgentSet(),
+// dispatchDeps is what a dispatcher needs from its scheduler. Every field
+// is set.
+type dispatchDeps struct {
+	id               string // this scheduler's id, recorded by claims
+	clock            clockwork.Clock
+	log              *slog.Logger
+	logs             *logLimiter   // rate-limits the failures of claims
+	store            *store.Store  // the ready queue's watch
+	ackTimeout       time.Duration // see WithAckTimeout
+	claimConcurrency int           // claims in flight at most, see WithClaimConcurrency
+
+	// claimEntry writes the claim of a ready entry for agentID and returns
+	// the assignment to send (Server.claim).
+	claimEntry func(e *storev1.ReadyEntry, agentID string) (*reevev1.StepAssignment, error)
+	// takeBackNow queues again an attempt agentID never got, and returns
+	// once that write is done or given up (Server.takeBack).
+	takeBackNow func(ref *reevev1.StepRef, agentID, reason string)
+	// expireNow moves the complete-by of an attempt whose agent missed its
+	// heartbeat to now (Server.expireNow).
+	expireNow func(ref *reevev1.StepRef)
+	// goWork runs f in the background, waited for by the scheduler's
+	// shutdown, and reports false (f not run) once that began
+	// (Server.goWork).
+	goWork func(f func()) bool
+}
+
+func newDispatcher(deps dispatchDeps) *dispatcher {
+	return &dispatcher{
+		dispatchDeps: deps,
+		events:       make(chan store.ReadyEvent, 1024),
+		wake:         make(chan struct{}, 1),
+		sem:          make(chan struct{}, deps.claimConcurrency),
+		items:        map[string]*readyItem{},
+		queues:       map[queueKey]*list.List{},
+		agents:       newAgentSet(),
 	}
-	return d
 }
 
 func (d *dispatcher) lock()   { d.mu.Lock() }
@@ -77,11 +105,11 @@ func (d *dispatcher) run(ctx context.Context) {
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		_ = d.s.store.WatchReady(ctx, d.events)
+		_ = d.store.WatchReady(ctx, d.events)
 	}()
 	defer func() { <-watchDone }()
 
-	clock := d.s.opts.clock
+	clock := d.clock
 	tick := clock.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -145,7 +173,7 @@ func (d *dispatcher) apply(ev store.ReadyEvent) {
 
 // enqueue puts an item in its queue if due, else in the delayed heap.
 func (d *dispatcher) enqueue(it *readyItem) {
-	if it.due.After(d.s.opts.clock.Now()) {
+	if it.due.After(d.clock.Now()) {
 		heap.Push(&d.delayed, it)
 		return
 	}
@@ -155,7 +183,7 @@ func (d *dispatcher) enqueue(it *readyItem) {
 		q = list.New()
 		d.queues[k] = q
 	}
-	it.queuedAt = d.s.opts.clock.Now()
+	it.queuedAt = d.clock.Now()
 	it.elem = q.PushBack(it)
 }
 
@@ -189,7 +217,7 @@ func (d *dispatcher) nextDue() (time.Time, bool) {
 func (d *dispatcher) match() {
 	d.lock()
 	defer d.unlock()
-	now := d.s.opts.clock.Now()
+	now := d.clock.Now()
 	for len(d.delayed) > 0 && !d.delayed[0].due.After(now) {
 		d.enqueue(heap.Pop(&d.delayed).(*readyItem))
 	}
@@ -208,8 +236,14 @@ func (d *dispatcher) match() {
 			it.elem = nil
 			it.claiming = true
 			conn.reserved++
-			d.s.work.Add(1)
-			go d.claim(it, conn)
+			if !d.goWork(func() { d.claim(it, conn) }) {
+				// The scheduler is stopping: the item stays queued.
+				<-d.sem
+				conn.reserved--
+				it.claiming = false
+				d.enqueue(it)
+				return
+			}
 		}
 		if q.Len() == 0 {
 			delete(d.queues, k)
@@ -217,28 +251,20 @@ func (d *dispatcher) match() {
 	}
 }
 
-// claimTimeout bounds one claim transaction.
-const claimTimeout = 10 * time.Second
-
 // claim runs the claim transaction for it on behalf of conn and sends the
-// assignment when it wins. It runs on the server's lifetime context, not the
-// dispatcher's: a shutdown that stops dispatching must not cut off a claim
-// whose write may already be committing. Whatever the claim's outcome, the
-// step either reaches the agent's send queue or is taken back (queued again
-// at once): never RUNNING locked to an agent that did not get it.
+// assignment when it wins. Whatever the claim's outcome, the step either
+// reaches the agent's send queue or is taken back (queued again at once):
+// never RUNNING locked to an agent that did not get it.
 func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
-	defer d.s.work.Done()
 	defer func() { <-d.sem; d.poke() }()
-	ctx, cancel := context.WithTimeout(d.s.base, claimTimeout)
-	a, err := d.s.claim(ctx, it.entry, conn.agentID)
-	cancel()
+	a, err := d.claimEntry(it.entry, conn.agentID)
 	ref := &reevev1.StepRef{Namespace: it.entry.GetNamespace(), TaskId: it.entry.GetTaskId(), Step: it.entry.GetStep(), Attempt: it.entry.GetAttempt()}
 	if err != nil && !errors.Is(err, taskstate.ErrNotDue) && !isLostClaim(err) {
 		// The outcome is unknown (the write may have committed after the
 		// call gave up): take the attempt back if it did. Done here, in
 		// the claim's slot, so that an etcd outage cannot pile them up.
-		d.s.log.Warn("claim step", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
-		d.s.takeBack(ref, conn.agentID, "claim outcome unknown: "+err.Error())
+		d.log.Warn("claim step", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
+		d.takeBackNow(ref, conn.agentID, "claim outcome unknown: "+err.Error())
 	}
 
 	d.lock()
@@ -261,10 +287,10 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 		}
 	default:
 		// Taken back above if it had committed; else try again shortly.
-		d.s.logs.log(d.s.log, slog.LevelWarn, "claim step: "+errKind(err), "claim step", "task_id", it.entry.GetTaskId(), "step", it.entry.GetStep(), "attempt", it.entry.GetAttempt(), "err", err)
+		d.logs.log(d.log, slog.LevelWarn, "claim step: "+errKind(err), "claim step", "task_id", it.entry.GetTaskId(), "step", it.entry.GetStep(), "attempt", it.entry.GetAttempt(), "err", err)
 		if cur := d.items[it.key]; cur == it {
 			it.claiming = false
-			it.due = d.s.opts.clock.Now().Add(200 * time.Millisecond)
+			it.due = d.clock.Now().Add(200 * time.Millisecond)
 			d.enqueue(it)
 		}
 	}
@@ -273,7 +299,7 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 // takeBack queues again, in the background, an attempt dispatched to
 // agentID that the agent never got or never acknowledged.
 func (d *dispatcher) takeBack(ref *reevev1.StepRef, agentID, reason string) {
-	d.s.goWork(func() { d.s.takeBack(ref, agentID, reason) })
+	d.goWork(func() { d.takeBackNow(ref, agentID, reason) })
 }
 
 func isLostClaim(err error) bool {
@@ -291,25 +317,25 @@ const stuckProbeInterval = 30 * time.Second
 // assignments left unacknowledged past the ack timeout.
 func (d *dispatcher) releaseExpired() {
 	d.lock()
-	now := d.s.opts.clock.Now()
+	now := d.clock.Now()
 	if d.agents.releaseExpired(now) {
 		d.poke()
 	}
 	missed := d.agents.missedBeats(now)
-	late := d.agents.overdueAcks(now, d.s.opts.ackTimeout, stuckProbeInterval)
+	late := d.agents.overdueAcks(now, d.ackTimeout, stuckProbeInterval)
 	for _, o := range late {
-		d.s.log.Warn("assignment not acknowledged in time: taking it back; the agent gets no more work until it acknowledges",
-			"task_id", o.ref.GetTaskId(), "step", o.ref.GetStep(), "attempt", o.ref.GetAttempt(), "agent_id", o.conn.agentID, "ack_timeout", d.s.opts.ackTimeout)
+		d.log.Warn("assignment not acknowledged in time: taking it back; the agent gets no more work until it acknowledges",
+			"task_id", o.ref.GetTaskId(), "step", o.ref.GetStep(), "attempt", o.ref.GetAttempt(), "agent_id", o.conn.agentID, "ack_timeout", d.ackTimeout)
 		// Should the agent read it after all, it must not run it.
 		o.conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Cancel{Cancel: &reevev1.CancelStep{Ref: o.ref, Reason: "not acknowledged in time"}}})
-		d.takeBack(o.ref, o.conn.agentID, fmt.Sprintf("agent %s did not acknowledge the assignment within %s", o.conn.agentID, d.s.opts.ackTimeout))
+		d.takeBack(o.ref, o.conn.agentID, fmt.Sprintf("agent %s did not acknowledge the assignment within %s", o.conn.agentID, d.ackTimeout))
 	}
 	if len(late) > 0 {
 		d.poke()
 	}
 	d.unlock()
 	for _, b := range missed {
-		d.s.goWork(func() { d.s.expireNow(b.ref) })
+		d.goWork(func() { d.expireNow(b.ref) })
 	}
 }
 

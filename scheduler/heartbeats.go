@@ -49,38 +49,6 @@ const expiriesInFlight = 1024
 // reason (etcd unavailable, a lost race, a timeout) is tried again.
 const expiryRetry = 200 * time.Millisecond
 
-// orphanedBeats removes c's heartbeat-tracked attempts that no other stream
-// of the same agent tracks, and returns them. d.mu is held; c has been
-// removed from the agent set.
-func (d *dispatcher) orphanedBeats(c *agentConn) []*beat {
-	var out []*beat
-	for k, b := range c.beats {
-		watched := false
-		for _, other := range d.agents.byAgent[c.agentID] {
-			if _, ok := other.beats[k]; ok {
-				watched = true
-			}
-		}
-		if !watched {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
-// watches reports whether a stream of the agent on this scheduler watches
-// the attempt's heartbeats.
-func (d *dispatcher) watches(agentID string, ref *reevev1.StepRef) bool {
-	d.lock()
-	defer d.unlock()
-	for _, c := range d.agents.byAgent[agentID] {
-		if _, ok := c.beats[refKey(ref)]; ok {
-			return true
-		}
-	}
-	return false
-}
-
 // orphaned takes over the heartbeat executions of the ended stream conn
 // that no other stream of its agent here watches. Called before the
 // agent's record is deleted.

@@ -149,9 +149,7 @@ func (s *Server) updateUntil(deadline time.Time, ref *reevev1.StepRef, fn func(*
 // dispatched it, else for a fixed window; never less than a few seconds, so
 // that a late result is still judged (and refused).
 func (s *Server) resultDeadline(conn *agentConn, ref *reevev1.StepRef) time.Time {
-	s.disp.lock()
-	by, ok := conn.running[refKey(ref)]
-	s.disp.unlock()
+	by, ok := s.disp.runningUntil(conn, ref)
 	now := time.Now()
 	if !ok {
 		return now.Add(resultRetryWindow)
@@ -164,42 +162,4 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-func (d *dispatcher) releaseRef(agentID string, ref *reevev1.StepRef) {
-	d.lock()
-	freed := d.agents.release(agentID, ref)
-	d.unlock()
-	if freed {
-		d.poke()
-	}
-}
-
-// expireNow moves the complete-by of an attempt whose agent missed its
-// heartbeat to now: the supervisor then recovers it like any expired attempt.
-func (s *Server) expireNow(ref *reevev1.StepRef) {
-	ctx, cancel := context.WithTimeout(s.base, 10*time.Second)
-	defer cancel()
-	_, _, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.ExpireNow(t, ref.GetStep(), ref.GetAttempt(), "scheduler/"+s.opts.id, s.opts.clock.Now())
-	})
-	if err != nil && !errors.Is(err, taskstate.ErrStale) {
-		s.log.Warn("expire attempt after missed heartbeat", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
-	}
-}
-
-// takeBack queues again an attempt dispatched to agentID that the agent
-// never got or never acknowledged (taskstate.Unacknowledged): it never
-// started, so the next attempt is ready at once and no failure is counted.
-// Nothing changes when the attempt is not (or no longer) the step's current
-// one held by agentID, e.g. when the claim that would have dispatched it
-// never committed. Retried while etcd is unavailable, for a bounded time;
-// the attempt's complete-by covers a take-back that never lands.
-func (s *Server) takeBack(ref *reevev1.StepRef, agentID, reason string) {
-	_, _, err := s.updateUntil(time.Now().Add(claimTimeout), ref, func(t *reevev1.Task) error {
-		return taskstate.Unacknowledged(t, ref.GetStep(), ref.GetAttempt(), agentID, reason, "scheduler/"+s.opts.id, s.opts.clock.Now())
-	})
-	if err != nil && !errors.Is(err, taskstate.ErrStale) && !errors.Is(err, taskstate.ErrTerminal) && !errors.Is(err, store.ErrNotFound) {
-		s.log.Warn("take back undelivered attempt", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "err", err)
-	}
 }

@@ -85,12 +85,16 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		base:       base,
 		cancelBase: cancel,
 	}
-	s.disp = newDispatcher(s)
+	s.logs = newLogLimiter(o.clock, 10*time.Second)
+	s.disp = newDispatcher(dispatchDeps{
+		id: o.id, clock: o.clock, log: s.log, logs: s.logs, store: s.store,
+		ackTimeout: o.ackTimeout, claimConcurrency: o.claimConcurrency,
+		claimEntry: s.claim, takeBackNow: s.takeBack, expireNow: s.expireNow, goWork: s.goWork,
+	})
 	s.tel = newInstruments(s)
 	s.adm = newAdmission(s)
 	s.space = &spaceGuard{s: s}
 	s.lists = make(chan struct{}, max(o.maxLists, 1))
-	s.logs = newLogLimiter(o.clock, 10*time.Second)
 	return s
 }
 
@@ -231,7 +235,7 @@ func (s *Server) keepSession(ctx context.Context) {
 		s.mu.Lock()
 		s.lease = sess.Lease()
 		s.mu.Unlock()
-		s.disp.republishAgents(ctx)
+		s.republishAgents(ctx)
 		select {
 		case <-ctx.Done():
 			s.mu.Lock()

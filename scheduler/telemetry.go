@@ -128,49 +128,6 @@ func (in *instruments) knownNamespaces() []string {
 	return slices.Collect(maps.Keys(in.namespaces))
 }
 
-// queueStat is one queue's length and how long its oldest item waited.
-type queueStat struct {
-	n      int
-	oldest time.Duration
-}
-
-// queueStats returns, for every queue with due steps or connected agents,
-// how many steps wait and the wait of the oldest. A queue is FIFO by the
-// time its items were queued, so the front is the oldest: O(queues).
-func (d *dispatcher) queueStats() map[queueKey]queueStat {
-	d.lock()
-	defer d.unlock()
-	now := d.s.opts.clock.Now()
-	out := map[queueKey]queueStat{}
-	for _, c := range d.agents.all() {
-		for _, typ := range c.types {
-			out[queueKey{c.ns, typ}] = queueStat{}
-		}
-	}
-	for k, q := range d.queues {
-		st := queueStat{n: q.Len()}
-		if f := q.Front(); f != nil {
-			st.oldest = max(now.Sub(f.Value.(*readyItem).queuedAt), 0)
-		}
-		out[k] = st
-	}
-	return out
-}
-
-// load counts in-flight attempts and connected agents by (namespace, type).
-func (d *dispatcher) load() (running int, byType map[queueKey]int) {
-	d.lock()
-	defer d.unlock()
-	byType = map[queueKey]int{}
-	for _, c := range d.agents.all() {
-		running += len(c.running)
-		for _, typ := range c.types {
-			byType[queueKey{c.ns, typ}]++
-		}
-	}
-	return running, byType
-}
-
 // submittedOne counts a task created in namespace ns.
 func (in *instruments) submittedOne(ctx context.Context, ns string) {
 	in.submitted.Add(ctx, 1, in.attrs.get([5]string{"submitted", ns}, func() []attribute.KeyValue {

@@ -91,7 +91,7 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 	}
 	// Claim refuses before it changes anything: on a refusal the record is
 	// the transition alone, and the step waits in the ready queue.
-	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), c.d.s.opts.id, c.slot.conn.agentID, now); err != nil {
+	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), c.d.id, c.slot.conn.agentID, now); err != nil {
 		return nil
 	}
 	c.claimed, c.ref = true, taskstate.Ref(t, st)
@@ -119,7 +119,7 @@ func (c *writeClaim) settle(err error, committed bool, what string) *writeClaim 
 	c.finished = true
 	c.mu.Unlock()
 	if c.claimed && err != nil && !notWritten(err) {
-		c.d.s.logs.log(c.d.s.log, slog.LevelWarn, what+": "+errKind(err), what+": outcome unknown, taking the attempt back",
+		c.d.logs.log(c.d.log, slog.LevelWarn, what+": "+errKind(err), what+": outcome unknown, taking the attempt back",
 			"task_id", c.ref.GetTaskId(), "step", c.ref.GetStep(), "attempt", c.ref.GetAttempt(), "err", err)
 		c.d.takeBack(c.ref, c.slot.conn.agentID, what+", outcome unknown: "+err.Error())
 	}

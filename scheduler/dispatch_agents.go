@@ -1,0 +1,322 @@
+package scheduler
+
+import (
+	"time"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
+)
+
+// The dispatcher's agent side: the streams it dispatches to, their
+// capacity, acknowledgements and heartbeats, and the hand-over of committed
+// assignments (claims here, claims inside another write: writeclaim.go).
+
+// addAgent makes a registered stream eligible for work.
+func (d *dispatcher) addAgent(c *agentConn) {
+	d.lock()
+	d.agents.add(c)
+	d.unlock()
+	d.poke()
+}
+
+// removeAgent forgets a stream that ended and stops its send loop, and
+// returns the heartbeat-tracked attempts no other stream of the agent
+// watches (see heartbeats.go). Under the lock, so that no assignment is
+// queued on it afterwards (claims queue theirs under the lock too, after
+// checking done).
+func (d *dispatcher) removeAgent(c *agentConn) []*beat {
+	d.lock()
+	defer d.unlock()
+	d.agents.remove(c)
+	close(c.done)
+	return d.orphanedBeats(c)
+}
+
+// takeBackUnsent takes back the assignments that never left the ended
+// stream c: still queued, or the one whose Send failed. The agent never got
+// them; without this they would stay RUNNING, locked to it, until their
+// complete-by.
+func (d *dispatcher) takeBackUnsent(c *agentConn, failed *reevev1.ConnectResponse) {
+	pending := []*reevev1.ConnectResponse{failed}
+	for more := true; more; {
+		select {
+		case q := <-c.out:
+			c.outBytes.Add(-q.size)
+			pending = append(pending, q.m)
+		default:
+			more = false
+		}
+	}
+	d.lock()
+	defer d.unlock()
+	for _, m := range pending {
+		a := m.GetAssignment()
+		if a == nil {
+			continue
+		}
+		d.takeBack(a.GetRef(), c.agentID, "assignment not delivered: the agent's stream ended")
+	}
+}
+
+// heartbeat records liveness in memory only: beats cost no etcd write.
+func (d *dispatcher) heartbeat(c *agentConn, refs []*reevev1.StepRef) {
+	d.lock()
+	defer d.unlock()
+	now := d.clock.Now()
+	for _, r := range refs {
+		if b := c.beats[refKey(r)]; b != nil {
+			b.last = now
+		}
+	}
+}
+
+// acked records an AssignmentAck.
+func (d *dispatcher) acked(c *agentConn, ref *reevev1.StepRef) {
+	d.lock()
+	defer d.unlock()
+	delete(c.unacked, refKey(ref))
+	if c.stuck {
+		c.stuck = false
+		d.log.Info("agent acknowledges assignments again", "agent_id", c.agentID, "session_id", c.sessionID)
+		d.poke()
+	}
+}
+
+// setDraining makes a stream whose agent asked to drain ineligible for work.
+func (d *dispatcher) setDraining(c *agentConn) {
+	d.lock()
+	c.draining = true
+	d.unlock()
+}
+
+// connected returns the agent streams connected here.
+func (d *dispatcher) connected() []*agentConn {
+	d.lock()
+	defer d.unlock()
+	return d.agents.all()
+}
+
+// drainAgents tells every agent to move elsewhere and waits, up to timeout,
+// for their streams to end.
+func (d *dispatcher) drainAgents(timeout time.Duration) {
+	d.lock()
+	conns := d.agents.all()
+	for _, c := range conns {
+		c.draining = true
+		c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Drain{Drain: &reevev1.Drain{Reason: "scheduler shutting down"}}})
+	}
+	d.unlock()
+	deadline := time.After(timeout)
+	for _, c := range conns {
+		select {
+		case <-c.done:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// revoke tells the agents holding revoked executions, when connected here,
+// to stop, and frees their capacity. Holders connected to other schedulers
+// stop at their complete-by, and their late results are refused.
+func (d *dispatcher) revoke(holders []taskstate.Holder, reason string) {
+	if len(holders) == 0 {
+		return
+	}
+	d.lock()
+	defer d.unlock()
+	for _, h := range holders {
+		d.agents.release(h.AgentID, h.Ref)
+		for _, c := range d.agents.byAgent[h.AgentID] {
+			if c.ns != h.Ref.GetNamespace() {
+				continue // another namespace's agent that happens to use the same id
+			}
+			c.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Cancel{Cancel: &reevev1.CancelStep{Ref: h.Ref, Reason: reason}}})
+		}
+	}
+	d.poke()
+}
+
+// orphanedBeats removes c's heartbeat-tracked attempts that no other stream
+// of the same agent tracks, and returns them. d.mu is held; c has been
+// removed from the agent set.
+func (d *dispatcher) orphanedBeats(c *agentConn) []*beat {
+	var out []*beat
+	for k, b := range c.beats {
+		watched := false
+		for _, other := range d.agents.byAgent[c.agentID] {
+			if _, ok := other.beats[k]; ok {
+				watched = true
+			}
+		}
+		if !watched {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// watches reports whether a stream of the agent on this scheduler watches
+// the attempt's heartbeats.
+func (d *dispatcher) watches(agentID string, ref *reevev1.StepRef) bool {
+	d.lock()
+	defer d.unlock()
+	for _, c := range d.agents.byAgent[agentID] {
+		if _, ok := c.beats[refKey(ref)]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// runningUntil returns the complete-by of an attempt conn runs that this
+// scheduler dispatched or adopted; ok is false for any other.
+func (d *dispatcher) runningUntil(conn *agentConn, ref *reevev1.StepRef) (by time.Time, ok bool) {
+	d.lock()
+	defer d.unlock()
+	by, ok = conn.running[refKey(ref)]
+	return by, ok
+}
+
+// releaseRef frees the capacity an attempt held on agentID's streams.
+func (d *dispatcher) releaseRef(agentID string, ref *reevev1.StepRef) {
+	d.lock()
+	freed := d.agents.release(agentID, ref)
+	d.unlock()
+	if freed {
+		d.poke()
+	}
+}
+
+// queueStat is one queue's length and how long its oldest item waited.
+type queueStat struct {
+	n      int
+	oldest time.Duration
+}
+
+// queueStats returns, for every queue with due steps or connected agents,
+// how many steps wait and the wait of the oldest. A queue is FIFO by the
+// time its items were queued, so the front is the oldest: O(queues).
+func (d *dispatcher) queueStats() map[queueKey]queueStat {
+	d.lock()
+	defer d.unlock()
+	now := d.clock.Now()
+	out := map[queueKey]queueStat{}
+	for _, c := range d.agents.all() {
+		for _, typ := range c.types {
+			out[queueKey{c.ns, typ}] = queueStat{}
+		}
+	}
+	for k, q := range d.queues {
+		st := queueStat{n: q.Len()}
+		if f := q.Front(); f != nil {
+			st.oldest = max(now.Sub(f.Value.(*readyItem).queuedAt), 0)
+		}
+		out[k] = st
+	}
+	return out
+}
+
+// load counts in-flight attempts and connected agents by (namespace, type).
+func (d *dispatcher) load() (running int, byType map[queueKey]int) {
+	d.lock()
+	defer d.unlock()
+	byType = map[queueKey]int{}
+	for _, c := range d.agents.all() {
+		running += len(c.running)
+		for _, typ := range c.types {
+			byType[queueKey{c.ns, typ}]++
+		}
+	}
+	return running, byType
+}
+
+// loads snapshots the in-flight steps of this scheduler's agent
+// streams, by session id.
+func (d *dispatcher) loads() map[string]agentLoad {
+	d.lock()
+	defer d.unlock()
+	out := map[string]agentLoad{}
+	for _, c := range d.agents.all() {
+		out[c.sessionID] = agentLoad{ns: c.ns, id: c.agentID, inFlight: int32(c.reserved + len(c.running))}
+	}
+	return out
+}
+
+// queueHeads snapshots the ready queues of namespace ns: depth and the
+// step at the head (dispatched next).
+func (d *dispatcher) queueHeads(ns string) []queueHead {
+	d.lock()
+	defer d.unlock()
+	var out []queueHead
+	for k, q := range d.queues {
+		if k.ns != ns || q.Len() == 0 {
+			continue
+		}
+		h := queueHead{typ: k.typ, depth: q.Len()}
+		if it, ok := q.Front().Value.(*readyItem); ok {
+			h.taskID, h.step = it.entry.GetTaskId(), it.entry.GetStep()
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// reserveDirect reserves room for one assignment of type k on an eligible
+// agent, or returns nil (no agent with room, or steps of that type are
+// queued here and go first).
+func (d *dispatcher) reserveDirect(k queueKey) *directSlot {
+	d.lock()
+	defer d.unlock()
+	if q := d.queues[k]; q != nil && q.Len() > 0 {
+		return nil
+	}
+	conn := d.agents.pick(k, d.clock.Now())
+	if conn == nil {
+		return nil
+	}
+	conn.reserved++
+	return &directSlot{conn: conn}
+}
+
+// unreserve gives back a slot that was not used.
+func (d *dispatcher) unreserve(sl *directSlot) {
+	if sl == nil {
+		return
+	}
+	d.lock()
+	sl.conn.reserved--
+	d.unlock()
+	d.poke()
+}
+
+// deliver hands a committed direct dispatch to the slot's agent, as a won
+// claim is handed over; the slot's reservation ends.
+func (d *dispatcher) deliver(sl *directSlot, a *reevev1.StepAssignment) {
+	d.lock()
+	defer d.unlock()
+	sl.conn.reserved--
+	d.handOver(sl.conn, a)
+}
+
+// handOver queues a committed assignment on conn's stream and starts
+// tracking it (running, unacknowledged, heartbeats), or takes it back when
+// the agent cannot get it. d.mu is held.
+func (d *dispatcher) handOver(conn *agentConn, a *reevev1.StepAssignment) {
+	// An agent that is draining (it asked, or this scheduler is shutting
+	// down and sent Drain) would find the assignment behind the Drain
+	// message: take it back rather than send it.
+	if conn.draining || !conn.sendAssignment(a) {
+		ref := a.GetRef()
+		d.log.Warn("assignment not delivered: agent draining, stream gone or not reading; taking it back", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
+		d.takeBack(ref, conn.agentID, "assignment could not be delivered to agent "+conn.agentID)
+		return
+	}
+	k := refKey(a.GetRef())
+	now := d.clock.Now()
+	conn.running[k] = a.GetCompleteBy().AsTime()
+	conn.unacked[k] = &pendingAck{ref: a.GetRef(), sent: now}
+	if a.GetHeartbeatTimeout() != nil || a.GetReassignAfterDisconnect() != nil {
+		conn.beats[k] = newBeat(a.GetRef(), a.GetHeartbeatTimeout(), a.GetReassignAfterDisconnect(), now)
+	}
+}
