@@ -8,12 +8,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	otelcodes "go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
-	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
@@ -61,18 +58,9 @@ func (s *Server) RecoverSteps(ctx context.Context, req *reevev1.RecoverStepsRequ
 
 // validateDecision checks one decision's fields and returns its namespace.
 func validateDecision(d *reevev1.RecoveryDecision) (string, error) {
-	ns, err := taskKey(d.GetNamespace(), d.GetTaskId())
+	ns, err := validateRecovery(d.GetNamespace(), d.GetTaskId(), d.GetStep(), d.GetAttempt(), d.GetReason(), true, true)
 	if err != nil {
 		return "", err
-	}
-	if err := workflow.ValidateName("step", d.GetStep()); err != nil {
-		return "", err
-	}
-	if d.GetAttempt() < 1 {
-		return "", &workflow.FieldError{Field: "attempt", Reason: "required: the expired attempt, at least 1"}
-	}
-	if len(d.GetReason()) > workflow.MaxReasonBytes {
-		return "", &workflow.FieldError{Field: "reason", Reason: fmt.Sprintf("longer than %d bytes", workflow.MaxReasonBytes)}
 	}
 	switch d.GetAction() {
 	case reevev1.RecoveryAction_RECOVERY_ACTION_RETRY:
@@ -97,8 +85,7 @@ func validateDecision(d *reevev1.RecoveryDecision) (string, error) {
 	return ns, nil
 }
 
-// applyDecision applies one validated decision, as the fenced RetryStep,
-// CompensateTask or FailTask would.
+// applyDecision applies one validated decision.
 func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.RecoveryDecision, actor string, fences []clientv3.Cmp) *reevev1.RecoveryOutcome {
 	ref := &reevev1.StepRef{Namespace: ns, TaskId: d.GetTaskId(), Step: d.GetStep(), Attempt: d.GetAttempt()}
 	return s.applyRecovery(ctx, ref, d.GetTraceContext(), actor, fences, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
@@ -111,48 +98,38 @@ func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.Recove
 // used), or a refusal.
 type decideFunc func(t *reevev1.Task, now time.Time) (*reevev1.RecoveryDecision, error)
 
-// applyRecovery recovers the execution ref in one task write: decide says
-// what to do on the fresh record, then the write applies it as the fenced
-// RetryStep, CompensateTask or FailTask would (a RETRY due at once goes
-// straight to an agent here with room: writeclaim.go), compared against fences.
-// The supervisor's decisions (applyDecision) and this scheduler's own
-// recovery of a dropped agent's heartbeat executions (heartbeats.go) both
-// come through here. traceCtx is the parent span's context, if any.
+// applyRecovery applies the decision decide returns for the execution ref
+// (recoverTask) and reports the outcome as RecoverSteps does. The
+// supervisor's decisions (applyDecision) and this scheduler's own recovery
+// of a dropped agent's heartbeat executions (heartbeats.go) come through
+// here.
 func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
-	fences []clientv3.Cmp, decide decideFunc) (out *reevev1.RecoveryOutcome) {
-	ns, id, step, attempt := ref.GetNamespace(), ref.GetTaskId(), ref.GetStep(), ref.GetAttempt()
-	// A child of the decision's span when it came with one, else of the
-	// caller's.
-	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), traceCtx)); sc.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	fences []clientv3.Cmp, decide decideFunc) *reevev1.RecoveryOutcome {
+	t, err := s.recoverTask(ctx, ref, traceCtx, actor, fences, decided(ref, actor, decide))
+	if err != nil {
+		st := toStatus(err)
+		return &reevev1.RecoveryOutcome{Code: int32(st.Code()), Message: st.Message()}
 	}
-	_, span := s.tel.tracer.Start(ctx, telemetry.SpanRecoveryApply, trace.WithAttributes(
-		telemetry.KeyNamespace.String(ns), telemetry.KeyTaskID.String(id), telemetry.KeyStep.String(step),
-		telemetry.KeyAttempt.Int(int(attempt))))
-	var action reevev1.RecoveryAction // of the write's last run
-	defer func() {
-		span.SetAttributes(telemetry.KeyAction.String(action.String()))
-		if !out.GetApplied() {
-			span.SetStatus(otelcodes.Error, out.GetMessage())
-		}
-		span.End()
-	}()
-	claim := &writeClaim{d: s.disp}
-	before, after, err := s.store.UpdateTask(ctx, ns, id, func(t *reevev1.Task) error {
-		now := s.opts.clock.Now()
+	return &reevev1.RecoveryOutcome{Applied: true, TaskState: t.GetState()}
+}
+
+// decided is the write of the decision decide returns for the expired
+// execution ref: a RETRY due at once goes straight to an agent here with
+// room (writeclaim.go).
+func decided(ref *reevev1.StepRef, actor string, decide decideFunc) recoverFunc {
+	step, attempt := ref.GetStep(), ref.GetAttempt()
+	return func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
 		d, err := decide(t, now)
 		if err != nil {
-			return err
+			return "", err
 		}
-		action = d.GetAction()
+		action := d.GetAction()
 		if action == reevev1.RecoveryAction_RECOVERY_ACTION_RETRY {
-			// The next attempt goes straight to an agent here with room
-			// when it is due at once (writeclaim.go).
-			return claim.run(t, step, now, func() error {
+			return action.String(), claim.run(t, step, now, func() error {
 				return taskstate.RetryExpired(t, step, attempt, d.GetDelay().AsDuration(), actor, now)
 			})
 		}
-		return claim.without(func() error {
+		return action.String(), claim.without(func() error {
 			switch action {
 			case reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE:
 				return taskstate.CompensateExpired(t, step, attempt, d.GetReason(), actor, now)
@@ -166,16 +143,5 @@ func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceC
 				return taskstate.FailExpired(t, step, attempt, d.GetReason(), actor, now)
 			}
 		})
-	}, fences...)
-	next := claim.settle(err, err == nil, "direct dispatch of a retry")
-	if err != nil {
-		st := toStatus(err)
-		return &reevev1.RecoveryOutcome{Code: int32(st.Code()), Message: st.Message()}
 	}
-	s.tel.ended1(before.GetTask(), after.GetTask())
-	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
-	s.deliverClaim(after, next)
-	s.log.InfoContext(ctx, "recovery applied", "task_id", id, "step", step, "attempt", attempt,
-		"actor", actor, "action", action.String(), "task_state", after.GetTask().GetState())
-	return &reevev1.RecoveryOutcome{Applied: true, TaskState: after.GetTask().GetState()}
 }

@@ -4,67 +4,51 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
-// recoveryRequest is what the three recovery RPCs have in common.
-type recoveryRequest interface {
-	GetNamespace() string
-	GetTaskId() string
-	GetStep() string
-	GetAttempt() int32
-	GetFence() *reevev1.Fence
-	GetReason() string
-}
+// One path for every recovery. The supervisor's decisions (RecoverSteps,
+// and the fenced form of RetryStep, CompensateTask and FailTask, which is
+// one such decision: recover_steps.go), this scheduler's own recovery of a
+// dropped agent's executions (heartbeats.go) and an operator's actions (the
+// unfenced RetryStep, CompensateTask and FailTask) are validated by
+// validateRecovery and written by recoverTask.
 
-// recover validates a recovery request and applies act to the task in one
-// transaction, fenced by the supervisor's election when the request carries
-// a fence. act gets the actor to record ("supervisor/<id>", or "operator"
-// followed by the caller's identity when authorization is on).
-func (s *Server) recover(ctx context.Context, req recoveryRequest, stepRequired bool,
-	act func(t *reevev1.Task, fenced bool, actor string) error) (*reevev1.Task, error) {
-	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())
+// validateRecovery checks the fields every recovery has and returns the
+// task's namespace. A fenced recovery (the supervisor's, of an expired
+// attempt) names the step and the attempt; an operator's names the step when
+// stepRequired (a retry) and may name an attempt.
+func validateRecovery(ns, taskID, step string, attempt int32, reason string, fenced, stepRequired bool) (string, error) {
+	ns, err := taskKey(ns, taskID)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	fenced := req.GetFence() != nil
-	if stepRequired || fenced || req.GetStep() != "" {
-		if err := workflow.ValidateName("step", req.GetStep()); err != nil {
-			return nil, err
+	if stepRequired || fenced || step != "" {
+		if err := workflow.ValidateName("step", step); err != nil {
+			return "", err
 		}
 	}
-	if fenced && req.GetAttempt() < 1 {
-		return nil, &workflow.FieldError{Field: "attempt", Reason: "required with a fence: the expired attempt"}
+	if fenced && attempt < 1 {
+		return "", &workflow.FieldError{Field: "attempt", Reason: "required: the expired attempt, at least 1"}
 	}
-	if req.GetAttempt() < 0 {
-		return nil, &workflow.FieldError{Field: "attempt", Reason: "must not be negative"}
+	if attempt < 0 {
+		return "", &workflow.FieldError{Field: "attempt", Reason: "must not be negative"}
 	}
-	if len(req.GetReason()) > workflow.MaxReasonBytes {
-		return nil, &workflow.FieldError{Field: "reason", Reason: fmt.Sprintf("longer than %d bytes", workflow.MaxReasonBytes)}
+	if len(reason) > workflow.MaxReasonBytes {
+		return "", &workflow.FieldError{Field: "reason", Reason: fmt.Sprintf("longer than %d bytes", workflow.MaxReasonBytes)}
 	}
-	actor, fences, err := s.fence(req.GetFence())
-	if err != nil {
-		return nil, err
-	}
-	if !fenced {
-		actor = actorOf(ctx, actor)
-	}
-	before, after, err := s.store.UpdateTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) error {
-		return act(t, fenced, actor)
-	}, fences...)
-	if err != nil {
-		return nil, err
-	}
-	s.tel.ended1(before.GetTask(), after.GetTask())
-	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
-	s.log.InfoContext(ctx, "recovery applied", "task_id", req.GetTaskId(), "step", req.GetStep(), "attempt", req.GetAttempt(), "actor", actor, "task_state", after.GetTask().GetState())
-	return after.GetTask(), nil
+	return ns, nil
 }
 
 // fence turns a supervisor's fence into the compare that must hold in the
@@ -85,17 +69,108 @@ func (s *Server) fence(f *reevev1.Fence) (actor string, fences []clientv3.Cmp, e
 	return "supervisor/" + f.GetSupervisorId(), []clientv3.Cmp{store.FenceCmp(f.GetElectionKey(), f.GetRevision())}, nil
 }
 
+// recoverFunc applies a recovery to the fresh record of its write and
+// returns the action's name (for the span and the log). claim may claim a
+// RETRY's next attempt due at once for an agent here (writeclaim.go).
+type recoverFunc func(t *reevev1.Task, now time.Time, claim *writeClaim) (action string, err error)
+
+// recoverTask recovers the execution ref in one task write, compared
+// against fences: apply changes the fresh record. Then the task's end is
+// counted, the holders of revoked executions told to stop, and an attempt
+// claimed in the write handed to its agent. traceCtx is the parent span's
+// context, if any (else the caller's). It returns the task as written.
+func (s *Server) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
+	fences []clientv3.Cmp, apply recoverFunc) (_ *reevev1.Task, err error) {
+	ns, id, step, attempt := ref.GetNamespace(), ref.GetTaskId(), ref.GetStep(), ref.GetAttempt()
+	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), traceCtx)); sc.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
+	_, span := s.tel.tracer.Start(ctx, telemetry.SpanRecoveryApply, trace.WithAttributes(
+		telemetry.KeyNamespace.String(ns), telemetry.KeyTaskID.String(id), telemetry.KeyStep.String(step),
+		telemetry.KeyAttempt.Int(int(attempt))))
+	var action string // of the write's last run
+	defer func() {
+		span.SetAttributes(telemetry.KeyAction.String(action))
+		if err != nil {
+			span.SetStatus(otelcodes.Error, toStatus(err).Message())
+		}
+		span.End()
+	}()
+	claim := &writeClaim{d: s.disp}
+	before, after, err := s.store.UpdateTask(ctx, ns, id, func(t *reevev1.Task) error {
+		var err error
+		action, err = apply(t, s.opts.clock.Now(), claim)
+		return err
+	}, fences...)
+	next := claim.settle(err, err == nil, "direct dispatch of a retry")
+	if err != nil {
+		return nil, err
+	}
+	s.tel.ended1(before.GetTask(), after.GetTask())
+	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
+	s.deliverClaim(after, next)
+	s.log.InfoContext(ctx, "recovery applied", "task_id", id, "step", step, "attempt", attempt,
+		"actor", actor, "action", action, "task_state", after.GetTask().GetState())
+	return after.GetTask(), nil
+}
+
+// recoveryRequest is what the three single-action recovery RPCs have in
+// common.
+type recoveryRequest interface {
+	GetNamespace() string
+	GetTaskId() string
+	GetStep() string
+	GetAttempt() int32
+	GetFence() *reevev1.Fence
+	GetReason() string
+}
+
+// recover serves a single-action recovery RPC. With a fence it is the
+// supervisor's decision for an expired attempt: one RecoverSteps decision
+// (action, delay), validated and applied as RecoverSteps does. Without, it
+// is an operator's action on the task as it is (operator; stepRequired: the
+// request must name a step), recorded with the caller's identity when
+// authorization is on.
+func (s *Server) recover(ctx context.Context, req recoveryRequest, action reevev1.RecoveryAction, delay *durationpb.Duration, stepRequired bool,
+	operator func(t *reevev1.Task, actor string, now time.Time) error) (*reevev1.Task, error) {
+	fenced := req.GetFence() != nil
+	var d *reevev1.RecoveryDecision
+	var ns string
+	var err error
+	if fenced {
+		d = &reevev1.RecoveryDecision{Namespace: req.GetNamespace(), TaskId: req.GetTaskId(), Step: req.GetStep(),
+			Attempt: req.GetAttempt(), Action: action, Reason: req.GetReason()}
+		d.Delay = delay
+		ns, err = validateDecision(d)
+	} else {
+		ns, err = validateRecovery(req.GetNamespace(), req.GetTaskId(), req.GetStep(), req.GetAttempt(), req.GetReason(), false, stepRequired)
+	}
+	if err != nil {
+		return nil, err
+	}
+	actor, fences, err := s.fence(req.GetFence())
+	if err != nil {
+		return nil, err
+	}
+	ref := &reevev1.StepRef{Namespace: ns, TaskId: req.GetTaskId(), Step: req.GetStep(), Attempt: req.GetAttempt()}
+	if fenced {
+		return s.recoverTask(ctx, ref, nil, actor, fences, decided(ref, actor, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
+			return d, nil
+		}))
+	}
+	actor = actorOf(ctx, actor)
+	return s.recoverTask(ctx, ref, nil, actor, nil, func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
+		return "operator", claim.without(func() error { return operator(t, actor, now) })
+	})
+}
+
 // RetryStep implements SupervisorService.
 func (s *Server) RetryStep(ctx context.Context, req *reevev1.RetryStepRequest) (*reevev1.RetryStepResponse, error) {
 	delay := req.GetDelay().AsDuration()
 	if err := req.GetDelay().CheckValid(); req.GetDelay() != nil && (err != nil || delay < 0 || delay > workflow.MaxTimeout) {
 		return nil, statusErr(&workflow.FieldError{Field: "delay", Reason: fmt.Sprintf("must be within [0, %v]", workflow.MaxTimeout)})
 	}
-	t, err := s.recover(ctx, req, true, func(t *reevev1.Task, fenced bool, actor string) error {
-		now := s.opts.clock.Now()
-		if fenced {
-			return taskstate.RetryExpired(t, req.GetStep(), req.GetAttempt(), delay, actor, now)
-		}
+	t, err := s.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_RETRY, req.GetDelay(), true, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.RetryFailed(t, req.GetStep(), req.GetAttempt(), req.GetReason(), actor, now)
 	})
 	if err != nil {
@@ -106,11 +181,7 @@ func (s *Server) RetryStep(ctx context.Context, req *reevev1.RetryStepRequest) (
 
 // CompensateTask implements SupervisorService.
 func (s *Server) CompensateTask(ctx context.Context, req *reevev1.CompensateTaskRequest) (*reevev1.CompensateTaskResponse, error) {
-	t, err := s.recover(ctx, req, false, func(t *reevev1.Task, fenced bool, actor string) error {
-		now := s.opts.clock.Now()
-		if fenced {
-			return taskstate.CompensateExpired(t, req.GetStep(), req.GetAttempt(), req.GetReason(), actor, now)
-		}
+	t, err := s.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.Compensate(t, req.GetReason(), actor, now)
 	})
 	if err != nil {
@@ -121,11 +192,7 @@ func (s *Server) CompensateTask(ctx context.Context, req *reevev1.CompensateTask
 
 // FailTask implements SupervisorService.
 func (s *Server) FailTask(ctx context.Context, req *reevev1.FailTaskRequest) (*reevev1.FailTaskResponse, error) {
-	t, err := s.recover(ctx, req, false, func(t *reevev1.Task, fenced bool, actor string) error {
-		now := s.opts.clock.Now()
-		if fenced {
-			return taskstate.FailExpired(t, req.GetStep(), req.GetAttempt(), req.GetReason(), actor, now)
-		}
+	t, err := s.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.FailTask(t, req.GetReason(), actor, now)
 	})
 	if err != nil {
