@@ -154,12 +154,8 @@ func (s *Server) resultDeadline(conn *agentConn, ref *reevev1.StepRef) time.Time
 	if !ok {
 		return now.Add(resultRetryWindow)
 	}
-	return maxTime(by, now.Add(5*time.Second))
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+	if floor := now.Add(5 * time.Second); by.Before(floor) {
+		return floor
 	}
-	return b
+	return by
 }

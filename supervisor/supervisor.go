@@ -373,16 +373,11 @@ func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Ti
 		s.backoff = map[string]entryBackoff{}
 	}
 	fenceCmp := store.FenceCmp(fence.GetElectionKey(), fence.GetRevision())
-	var (
-		mu      sync.Mutex
-		deposed atomic.Bool
-		sem     = make(chan struct{}, callsInFlight)
-		wg      sync.WaitGroup
-		seen    = map[string]bool{}
-	)
+	calls := &tickCalls{fence: fence, now: now, sem: make(chan struct{}, callsInFlight)}
+	seen := map[string]bool{}
 	complete := false
 	after := ""
-	for ctx.Err() == nil && !deposed.Load() {
+	for ctx.Err() == nil && !calls.deposed.Load() {
 		page, err := s.store.ExpiredAfter(ctx, after, now, s.opts.batch)
 		if err != nil {
 			s.log.Warn("read deadline index", "err", err)
@@ -394,7 +389,7 @@ func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Ti
 		}
 		after = page[len(page)-1].Key
 		live := page[:0:0]
-		mu.Lock()
+		calls.mu.Lock()
 		for _, d := range page {
 			seen[d.Key] = true
 			if b, ok := s.backoff[d.Key]; ok && now.Before(b.next) {
@@ -402,7 +397,7 @@ func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Ti
 			}
 			live = append(live, d)
 		}
-		mu.Unlock()
+		calls.mu.Unlock()
 		recs, pruned, err := s.store.ExpiredRecords(ctx, live, fenceCmp)
 		if err != nil {
 			s.log.Warn("read expired tasks", "err", err)
@@ -422,19 +417,19 @@ func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Ti
 			action, delay := taskstate.Decide(t, st)
 			batch = append(batch, pending{d: d, rec: recs[i], st: st, action: action, delay: delay})
 			if len(batch) == decisionsPerCall {
-				s.send(ctx, fence, batch, sem, &wg, &mu, &deposed, now)
+				s.send(ctx, calls, batch)
 				batch = nil
 			}
 		}
 		if len(batch) > 0 {
-			s.send(ctx, fence, batch, sem, &wg, &mu, &deposed, now)
+			s.send(ctx, calls, batch)
 		}
 		if len(page) < s.opts.batch {
 			complete = true
 			break
 		}
 	}
-	wg.Wait()
+	calls.wg.Wait()
 	if complete {
 		for k := range s.backoff {
 			if !seen[k] {
@@ -442,7 +437,20 @@ func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Ti
 			}
 		}
 	}
-	return !deposed.Load()
+	return !calls.deposed.Load()
+}
+
+// tickCalls are the RecoverSteps calls of one tick: sent under fence, at
+// most callsInFlight at once (sem), waited for (wg) before the tick ends;
+// mu guards s.backoff while they are in flight; deposed is set when a
+// refusal showed that this supervisor is no longer the leader.
+type tickCalls struct {
+	fence   *reevev1.Fence
+	now     time.Time // the tick's time, from which backoffs count
+	sem     chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	deposed atomic.Bool
 }
 
 // pending is one decision waiting to be sent.
@@ -456,16 +464,16 @@ type pending struct {
 
 // send sends one batch of decisions on its own goroutine (at most
 // callsInFlight at once) and records each outcome.
-func (s *Supervisor) send(ctx context.Context, fence *reevev1.Fence, batch []pending, sem chan struct{},
-	wg *sync.WaitGroup, mu *sync.Mutex, deposed *atomic.Bool, now time.Time) {
+func (s *Supervisor) send(ctx context.Context, calls *tickCalls, batch []pending) {
 	select {
-	case sem <- struct{}{}:
+	case calls.sem <- struct{}{}:
 	case <-ctx.Done():
 		return
 	}
-	wg.Add(1)
+	fence, now := calls.fence, calls.now
+	calls.wg.Add(1)
 	go func() {
-		defer func() { <-sem; wg.Done() }()
+		defer func() { <-calls.sem; calls.wg.Done() }()
 		req := &reevev1.RecoverStepsRequest{Fence: fence, Decisions: make([]*reevev1.RecoveryDecision, len(batch))}
 		spans := make([]trace.Span, len(batch))
 		for i, p := range batch {
@@ -488,8 +496,8 @@ func (s *Supervisor) send(ctx context.Context, fence *reevev1.Fence, batch []pen
 			err = fmt.Errorf("scheduler answered %d outcomes for %d decisions", len(resp.GetOutcomes()), len(batch))
 		}
 		stale := false
-		mu.Lock()
-		defer mu.Unlock()
+		calls.mu.Lock()
+		defer calls.mu.Unlock()
 		for i, p := range batch {
 			perr := err
 			if perr == nil {
@@ -525,7 +533,7 @@ func (s *Supervisor) send(ctx context.Context, fence *reevev1.Fence, batch []pen
 		}
 		if stale && !s.stillLeader(ctx, fence) {
 			s.log.Warn("deposed: stopping")
-			deposed.Store(true)
+			calls.deposed.Store(true)
 		}
 	}()
 }

@@ -134,6 +134,7 @@ func AdoptedSince(t *reevev1.Task, name string, attempt int32, since time.Time) 
 	return time.Time{}, false
 }
 
+// later returns the later of a and b.
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a

@@ -256,7 +256,7 @@ func enqueue(t *reevev1.Task, s *reevev1.Step, now, notBefore time.Time) {
 	due := now
 	if !notBefore.IsZero() {
 		s.NotBefore = timestamppb.New(notBefore)
-		due = maxTime(now, notBefore)
+		due = later(now, notBefore)
 	}
 	s.ScheduleToStartDeadline = nil
 	if d := ScheduleToStart(t, s); d > 0 {
@@ -281,13 +281,6 @@ func markReady(t *reevev1.Task, s *reevev1.Step, now time.Time) {
 	s.Attempt++
 	enqueue(t, s, now, time.Time{})
 	addHistory(t, now, "step.ready", s.GetName(), s.GetAttempt(), "scheduler", "")
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // advance queues every step whose dependencies all succeeded and ends the
