@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -14,8 +16,10 @@ import (
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
-// The task writes the dispatcher (dispatch.go) starts: a claim, a take-back
-// and a heartbeat's expiry.
+// Claims: the task writes that hand a step to an agent, and take it back.
+// The dispatcher (dispatch.go) starts a claim of a ready entry, a take-back
+// and a heartbeat's expiry; a create, a result or a recovery claims the step
+// it makes ready inside its own write (writeClaim, below).
 
 // claimTimeout bounds one claim transaction.
 const claimTimeout = 10 * time.Second
@@ -96,4 +100,160 @@ func (s *Server) takeBack(ref *reevev1.StepRef, agentID, reason string) {
 	if err != nil && !errors.Is(err, taskstate.ErrStale) && !errors.Is(err, taskstate.ErrTerminal) && !errors.Is(err, store.ErrNotFound) {
 		s.log.Warn("take back undelivered attempt", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "err", err)
 	}
+}
+
+// Claim inside another write. Three writes make a step queued and due: a
+// new task's create (its first step), a result (the next step) and a
+// recovery's RETRY due at once (the next attempt). Each would otherwise cost
+// a second task write before an agent has the step: the first (a ready key
+// written, the watch tells every scheduler) and the claim (the ready key
+// deleted). When an agent of this scheduler has room for the step's type and
+// nothing of that type waits in this scheduler's ready queue (claimed steps
+// do not overtake queued ones), the write claims the step for that agent
+// too: one write, no ready key, the same record and history as the two
+// writes would leave (step.dispatched after the write's own events). The
+// write keeps its own compares (a creation's, a result's, a supervisor's
+// fence), so everything that holds for it holds for the claim.
+//
+// One writeClaim serves one write, in three parts: run (inside the write's
+// transition, as often as the store runs it), settle (once the write
+// returned) and deliverClaim (once the write's own consequences, such as
+// revocations, are done).
+
+// directSlot is capacity reserved on an agent for one claim inside a write.
+type directSlot struct {
+	conn *agentConn
+}
+
+// writeClaim claims, inside a write's transition, a step the transition
+// made queued and due, for an agent here with room. slot keeps the
+// reservation across re-runs of the transition (a lost race runs it again
+// on the fresh record); claimed reports whether the last run claimed.
+//
+// The store may run the transition again after UpdateTask returned (its
+// caller's context ended while the write was queued or committing): once
+// settle is called, a run neither reserves nor claims. Guarded by mu.
+type writeClaim struct {
+	d        *dispatcher
+	mu       sync.Mutex
+	finished bool
+	slot     *directSlot
+	claimed  bool
+	ref      *reevev1.StepRef // the claimed attempt
+}
+
+// run applies transition to t (nil: none) and, when it succeeds, claims
+// step (empty: the task's first queued step) if it is queued and due and an
+// agent here has room for it. Only transition's error is returned: a step
+// that cannot be claimed here waits in the ready queue.
+func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.claimed = false
+	if transition != nil {
+		if err := transition(); err != nil {
+			return err
+		}
+	}
+	if c.finished {
+		return nil
+	}
+	var st *reevev1.Step
+	if step != "" {
+		st = taskstate.FindStep(t, step)
+	} else {
+		for _, cand := range t.GetSteps() {
+			if taskstate.Queued(cand) {
+				st = cand
+				break
+			}
+		}
+	}
+	if st == nil || !taskstate.Queued(st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
+		return nil
+	}
+	k := queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)}
+	if c.slot == nil {
+		c.slot = c.d.reserveDirect(k)
+	}
+	if c.slot == nil || !c.slot.serves(k) {
+		return nil
+	}
+	// Claim refuses before it changes anything: on a refusal the record is
+	// the transition alone, and the step waits in the ready queue.
+	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), c.d.id, c.slot.conn.agentID, now); err != nil {
+		return nil
+	}
+	c.claimed, c.ref = true, taskstate.Ref(t, st)
+	return nil
+}
+
+// without applies transition to t and claims nothing: a run of the write
+// that takes another course (a recovery that does not retry).
+func (c *writeClaim) without(transition func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.claimed = false
+	return transition()
+}
+
+// settle ends the write's claim once the write returned, with err its
+// error and committed whether it wrote the record (a create finds the id
+// taken without error). A claim whose write's outcome is unknown (it may
+// have committed after the call gave up) is taken back, as for any claim
+// (dispatcher.claim); an unused reservation is given back. It returns the
+// claim to hand to deliverClaim, or nil when there is none. what names the
+// write in the take-back's reason.
+func (c *writeClaim) settle(err error, committed bool, what string) *writeClaim {
+	c.mu.Lock()
+	c.finished = true
+	c.mu.Unlock()
+	if c.claimed && err != nil && !notWritten(err) {
+		c.d.logs.log(c.d.log, slog.LevelWarn, what+": "+errKind(err), what+": outcome unknown, taking the attempt back",
+			"task_id", c.ref.GetTaskId(), "step", c.ref.GetStep(), "attempt", c.ref.GetAttempt(), "err", err)
+		c.d.takeBack(c.ref, c.slot.conn.agentID, what+", outcome unknown: "+err.Error())
+	}
+	if !c.claimed || err != nil || !committed {
+		c.d.unreserve(c.slot)
+		return nil
+	}
+	return c
+}
+
+// deliverClaim hands the step c claimed in the written record rec to its
+// agent (nil c: nothing was claimed); the slot's reservation ends.
+func (s *Server) deliverClaim(rec *storev1.TaskRecord, c *writeClaim) {
+	if c == nil {
+		return
+	}
+	t := rec.GetTask()
+	st := taskstate.FindStep(t, c.ref.GetStep())
+	a := assignment(t, st)
+	// claimed puts the attempt's trace context in the assignment: before it
+	// goes to the stream, whose send loop encodes it.
+	s.tel.claimed(rec, st, a, s.opts.id, c.slot.conn.agentID, s.opts.clock.Now())
+	s.disp.deliver(c.slot, a)
+}
+
+// notWritten reports whether a write failed in a way that certainly wrote
+// nothing: refused before it reached etcd (overloaded, too many operations,
+// too large), by etcd as a whole (out of space) or by its workflow compare
+// (a newer version exists). Only other failures (unavailable, timed out)
+// leave the outcome unknown.
+func notWritten(err error) bool {
+	return errors.Is(err, store.ErrOverloaded) || errors.Is(err, store.ErrTooManyOps) ||
+		errors.Is(err, store.ErrTooLarge) || errors.Is(err, store.ErrNoSpace) || errors.Is(err, store.ErrStaleWorkflow)
+}
+
+// serves reports whether the slot's agent takes steps of k.
+func (sl *directSlot) serves(k queueKey) bool {
+	if sl.conn.ns != k.ns {
+		return false
+	}
+	for _, t := range sl.conn.types {
+		if t == k.typ {
+			return true
+		}
+	}
+	return false
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
@@ -265,4 +267,128 @@ func (s *Server) publishAgent(ctx context.Context, conn *agentConn) int64 {
 		return 0
 	}
 	return rev
+}
+
+// agentConn is one registered agent stream. Its counters are guarded by the
+// dispatcher's lock.
+type agentConn struct {
+	sessionID string
+	agentID   string
+	ns        string
+	types     []string
+	max       int
+
+	reserved int                    // claims in flight for this agent
+	running  map[string]time.Time   // attempts it runs (refKey) -> complete-by
+	unacked  map[string]*pendingAck // sent, not yet acknowledged (refKey)
+	beats    map[string]*beat       // attempts with a heartbeat timeout or a reassign_after_disconnect (refKey)
+	draining bool                   // the agent asked for no more work
+	// stuck: an assignment went unacknowledged past the ack timeout. The
+	// agent gets no work but one probe assignment at probeAt; an ack
+	// clears it.
+	stuck   bool
+	probeAt time.Time
+	// full: an assignment did not fit the send queue. The agent gets no
+	// work until the queue has drained to half its bound.
+	full bool
+
+	out      chan queued // drained by the stream's send loop
+	outBytes atomic.Int64
+	maxBytes int64         // bound of outBytes
+	done     chan struct{} // closed when the stream ends
+}
+
+// queued is a message waiting for the send loop, with its encoded size.
+type queued struct {
+	m    *reevev1.ConnectResponse
+	size int64
+}
+
+// pendingAck is an assignment the agent has not acknowledged yet.
+type pendingAck struct {
+	ref  *reevev1.StepRef
+	sent time.Time
+}
+
+func newAgentConn(sessionID string, r *reevev1.Register, maxBytes int64) *agentConn {
+	return &agentConn{
+		sessionID: sessionID,
+		agentID:   r.GetAgentId(),
+		ns:        r.GetNamespace(),
+		types:     r.GetStepTypes(),
+		max:       int(r.GetMaxConcurrentSteps()),
+		running:   map[string]time.Time{},
+		unacked:   map[string]*pendingAck{},
+		beats:     map[string]*beat{},
+		// At most max assignments are outstanding, at most max result acks
+		// (one per running step's result) and at most max cancels (one per
+		// running step): with room for all three an assignment is never
+		// dropped because the stream's reader is slow (a dropped one is
+		// taken back). Bytes are bounded separately by maxBytes.
+		out:      make(chan queued, 3*int(r.GetMaxConcurrentSteps())+64),
+		maxBytes: maxBytes,
+		done:     make(chan struct{}),
+	}
+}
+
+func (c *agentConn) free() int {
+	if c.draining {
+		return 0
+	}
+	return c.max - c.reserved - len(c.running)
+}
+
+// eligible reports whether the agent may be given one more assignment now.
+func (c *agentConn) eligible(now time.Time) bool {
+	if c.full && c.outBytes.Load() < c.maxBytes/2 {
+		c.full = false
+	}
+	if c.free() <= 0 || c.full || c.outBytes.Load() >= c.maxBytes {
+		return false
+	}
+	return !c.stuck || (!now.Before(c.probeAt) && len(c.unacked) == 0 && c.reserved == 0)
+}
+
+// load is what dispatch balances: assignments in flight to the agent and
+// not yet acknowledged.
+func (c *agentConn) load() int { return c.reserved + len(c.unacked) }
+
+// enqueue hands a message to the send loop without blocking the caller. It
+// refuses (false) when the stream ended or its queue is full in messages: a
+// stream too slow to take it is as good as gone. Only assignments are also
+// bounded in bytes (sendAssignment): the other messages are small, and
+// dropping a ResultAck or CancelStep for bytes would cost more than it saves.
+func (c *agentConn) enqueue(m *reevev1.ConnectResponse) bool {
+	return c.enqueueBounded(m, false)
+}
+
+func (c *agentConn) enqueueBounded(m *reevev1.ConnectResponse, bytes bool) bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+	}
+	size := int64(proto.Size(m))
+	if n := c.outBytes.Add(size); bytes && n > c.maxBytes && n != size {
+		c.outBytes.Add(-size)
+		return false
+	}
+	select {
+	case c.out <- queued{m: m, size: size}:
+		return true
+	default:
+		c.outBytes.Add(-size)
+		return false
+	}
+}
+
+// sendAssignment queues an assignment, bounded in bytes too (one is always
+// admitted into an empty queue); when it does not fit, the agent is marked
+// full. Called with the dispatcher's lock held.
+func (c *agentConn) sendAssignment(a *reevev1.StepAssignment) bool {
+	if c.enqueueBounded(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Assignment{Assignment: a}}, true) {
+		return true
+	}
+	c.full = true
+	return false
 }

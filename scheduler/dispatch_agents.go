@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -9,7 +10,7 @@ import (
 
 // The dispatcher's agent side: the streams it dispatches to, their
 // capacity, acknowledgements and heartbeats, and the hand-over of committed
-// assignments (claims here, claims inside another write: writeclaim.go).
+// assignments (claims here, claims inside another write: claim.go).
 
 // addAgent makes a registered stream eligible for work.
 func (d *dispatcher) addAgent(c *agentConn) {
@@ -319,4 +320,163 @@ func (d *dispatcher) handOver(conn *agentConn, a *reevev1.StepAssignment) {
 	if a.GetHeartbeatTimeout() != nil || a.GetReassignAfterDisconnect() != nil {
 		conn.beats[k] = newBeat(a.GetRef(), a.GetHeartbeatTimeout(), a.GetReassignAfterDisconnect(), now)
 	}
+}
+
+// missedBeats returns, and forgets, the attempts whose agent has not
+// heartbeated within their timeout.
+func (s *agentSet) missedBeats(now time.Time) []*beat {
+	var out []*beat
+	for _, conns := range s.byAgent {
+		for _, c := range conns {
+			for k, b := range c.beats {
+				if b.timeout > 0 && now.Sub(b.last) > b.timeout {
+					out = append(out, b)
+					delete(c.beats, k)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func refKey(r *reevev1.StepRef) string {
+	return fmt.Sprintf("%s/%s/%s/%d", r.GetNamespace(), r.GetTaskId(), r.GetStep(), r.GetAttempt())
+}
+
+// agentSet indexes connected agents by what they serve.
+type agentSet struct {
+	byQueue map[queueKey][]*agentConn
+	byAgent map[string][]*agentConn // agent id -> its streams (normally one)
+	next    map[queueKey]int        // round-robin position in byQueue
+}
+
+func newAgentSet() agentSet {
+	return agentSet{byQueue: map[queueKey][]*agentConn{}, byAgent: map[string][]*agentConn{}, next: map[queueKey]int{}}
+}
+
+func (s *agentSet) add(c *agentConn) {
+	for _, t := range c.types {
+		k := queueKey{c.ns, t}
+		s.byQueue[k] = append(s.byQueue[k], c)
+	}
+	s.byAgent[c.agentID] = append(s.byAgent[c.agentID], c)
+}
+
+func (s *agentSet) remove(c *agentConn) {
+	for _, t := range c.types {
+		k := queueKey{c.ns, t}
+		s.byQueue[k] = without(s.byQueue[k], c)
+		if len(s.byQueue[k]) == 0 {
+			delete(s.byQueue, k)
+			delete(s.next, k)
+		}
+	}
+	s.byAgent[c.agentID] = without(s.byAgent[c.agentID], c)
+	if len(s.byAgent[c.agentID]) == 0 {
+		delete(s.byAgent, c.agentID)
+	}
+}
+
+// pick returns the agent serving k that may take an assignment now with
+// the fewest assignments in flight and unacknowledged (an agent that stopped
+// reading collects none of them once it is marked stuck), round-robin among
+// equals; or nil.
+func (s *agentSet) pick(k queueKey, now time.Time) *agentConn {
+	cs := s.byQueue[k]
+	start := s.next[k]
+	var best *agentConn
+	bestIdx := 0
+	for i := range cs {
+		idx := (start + i) % len(cs)
+		c := cs[idx]
+		if c.eligible(now) && (best == nil || c.load() < best.load()) {
+			best, bestIdx = c, idx
+		}
+	}
+	if best != nil {
+		s.next[k] = bestIdx + 1
+	}
+	return best
+}
+
+// overdue is an assignment its agent did not acknowledge in time.
+type overdue struct {
+	conn *agentConn
+	ref  *reevev1.StepRef
+}
+
+// overdueAcks returns, and forgets, the assignments unacknowledged for
+// longer than timeout; their agents are marked stuck until they
+// acknowledge again (probed every probe interval).
+func (s *agentSet) overdueAcks(now time.Time, timeout, probe time.Duration) []overdue {
+	var out []overdue
+	for _, conns := range s.byAgent {
+		for _, c := range conns {
+			for k, p := range c.unacked {
+				if now.Sub(p.sent) <= timeout {
+					continue
+				}
+				out = append(out, overdue{conn: c, ref: p.ref})
+				delete(c.unacked, k)
+				delete(c.running, k)
+				delete(c.beats, k)
+				c.stuck = true
+				c.probeAt = now.Add(probe)
+			}
+		}
+	}
+	return out
+}
+
+// releaseExpired drops running attempts past their complete-by and reports
+// whether any capacity was freed.
+func (s *agentSet) releaseExpired(now time.Time) bool {
+	freed := false
+	for _, conns := range s.byAgent {
+		for _, c := range conns {
+			for k, by := range c.running {
+				if now.After(by) {
+					delete(c.running, k)
+					delete(c.unacked, k)
+					delete(c.beats, k)
+					freed = true
+				}
+			}
+		}
+	}
+	return freed
+}
+
+// release drops a finished attempt from the agent's running set.
+func (s *agentSet) release(agentID string, ref *reevev1.StepRef) bool {
+	k := refKey(ref)
+	freed := false
+	for _, c := range s.byAgent[agentID] {
+		if _, ok := c.running[k]; ok {
+			delete(c.running, k)
+			freed = true
+		}
+		delete(c.unacked, k)
+		delete(c.beats, k)
+	}
+	return freed
+}
+
+// all returns every connected stream.
+func (s *agentSet) all() []*agentConn {
+	var out []*agentConn
+	for _, conns := range s.byAgent {
+		out = append(out, conns...)
+	}
+	return out
+}
+
+func without(cs []*agentConn, c *agentConn) []*agentConn {
+	out := cs[:0:0]
+	for _, x := range cs {
+		if x != c {
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -254,3 +254,32 @@ func (s *Server) restoreDeadline(ctx context.Context, ref *reevev1.StepRef, agen
 	}
 	return taskstate.FindStep(after.GetTask(), ref.GetStep()).GetCompleteBy().AsTime(), nil
 }
+
+// beat is the in-memory liveness of one attempt whose step sets a
+// heartbeat timeout or a reassign_after_disconnect (either may be 0: unset).
+type beat struct {
+	ref     *reevev1.StepRef
+	timeout time.Duration // heartbeat timeout
+	grace   time.Duration // reassign_after_disconnect
+	last    time.Time     // last heartbeat (or dispatch, or adoption)
+}
+
+func newBeat(ref *reevev1.StepRef, heartbeat, reassign *durationpb.Duration, now time.Time) *beat {
+	return &beat{ref: ref, timeout: heartbeat.AsDuration(), grace: reassign.AsDuration(), last: now}
+}
+
+// lostAt is when the attempt stops being its agent's once the agent's
+// stream ended at end: its last heartbeat plus the heartbeat timeout, or
+// the end plus the reassign grace, whichever is earlier.
+func (b *beat) lostAt(end time.Time) time.Time {
+	var at time.Time
+	if b.timeout > 0 {
+		at = b.last.Add(b.timeout)
+	}
+	if b.grace > 0 {
+		if g := end.Add(b.grace); at.IsZero() || g.Before(at) {
+			at = g
+		}
+	}
+	return at
+}

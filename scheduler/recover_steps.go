@@ -115,7 +115,7 @@ func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceC
 
 // decided is the write of the decision decide returns for the expired
 // execution ref: a RETRY due at once goes straight to an agent here with
-// room (writeclaim.go).
+// room (claim.go).
 func decided(ref *reevev1.StepRef, actor string, decide decideFunc) recoverFunc {
 	step, attempt := ref.GetStep(), ref.GetAttempt()
 	return func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {

@@ -71,7 +71,7 @@ func (s *Server) fence(f *reevev1.Fence) (actor string, fences []clientv3.Cmp, e
 
 // recoverFunc applies a recovery to the fresh record of its write and
 // returns the action's name (for the span and the log). claim may claim a
-// RETRY's next attempt due at once for an agent here (writeclaim.go).
+// RETRY's next attempt due at once for an agent here (claim.go).
 type recoverFunc func(t *reevev1.Task, now time.Time, claim *writeClaim) (action string, err error)
 
 // recoverTask recovers the execution ref in one task write, compared

@@ -2,22 +2,15 @@ package scheduler
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
-	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
@@ -25,153 +18,6 @@ const (
 	defaultPageSize = 100
 	maxPageSize     = 1000
 )
-
-// SubmitTask implements SchedulerService.
-func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.SubmitTaskResponse, error) {
-	if err := s.adm.allowSubmit(ctx); err != nil {
-		return nil, statusErr(err)
-	}
-	if err := s.space.allow(); err != nil {
-		return nil, statusErr(err)
-	}
-	if err := workflow.ValidateSubmit(req); err != nil {
-		return nil, statusErr(err)
-	}
-	req = proto.Clone(req).(*reevev1.SubmitTaskRequest)
-	req.Namespace = workflow.Namespace(req.GetNamespace())
-	if err := s.adm.allowActive(ctx, req.GetNamespace()); err != nil {
-		// Idempotency wins over the limit: a retried submission of a task
-		// that exists gets it back.
-		if t := s.sameSubmission(ctx, req); t != nil {
-			return &reevev1.SubmitTaskResponse{Task: t}, nil
-		}
-		return nil, statusErr(err)
-	}
-	generated := req.GetTaskId() == ""
-	if generated {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, statusErr(err)
-		}
-		req.TaskId = id.String()
-	}
-	wf, latest, err := s.resolveWorkflow(ctx, req)
-	if err != nil {
-		return nil, statusErr(err)
-	}
-	digest, err := requestDigest(req)
-	if err != nil {
-		return nil, statusErr(err)
-	}
-	ctx, span := s.tel.startSubmit(ctx, req)
-	defer span.End()
-	existing, created, err := s.createTask(ctx, req, wf, digest, latest)
-	if errors.Is(err, store.ErrStaleWorkflow) {
-		// The cached latest version is not the latest any more (registered
-		// through another scheduler): create the task on the version a
-		// linearizable read returns. That read is the submission's
-		// linearization point, so no compare is needed this time.
-		ref := req.GetWorkflowRef()
-		if wf, err = s.store.GetWorkflow(ctx, req.GetNamespace(), ref.GetName(), 0); err != nil {
-			return nil, statusErr(err)
-		}
-		existing, created, err = s.createTask(ctx, req, wf, digest, false)
-	}
-	if err != nil {
-		return nil, statusErr(err)
-	}
-	if !created && string(existing.GetRequestDigest()) != string(digest) {
-		return nil, status.Errorf(codes.AlreadyExists, "task_id: task %q already exists with a different request", req.GetTaskId())
-	}
-	if created {
-		s.adm.created(req.GetNamespace())
-		s.tel.submittedOne(ctx, req.GetNamespace())
-		s.log.InfoContext(ctx, "task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
-	}
-	return &reevev1.SubmitTaskResponse{Task: existing.GetTask(), Created: created}, nil
-}
-
-// createTask creates the task of a submission running wf (which it keeps
-// in the record), claimed on submit when an agent here has room. ofLatest:
-// wf is the cached latest version, to be checked in the create's
-// transaction (store.CreateTaskOfLatest).
-func (s *Server) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest, wf *reevev1.Workflow, digest []byte, ofLatest bool) (existing *storev1.TaskRecord, created bool, err error) {
-	if d := s.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
-		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
-	}
-	rec := &storev1.TaskRecord{
-		Task:          taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), s.opts.clock.Now()),
-		RequestDigest: digest,
-		TraceContext:  telemetry.Inject(ctx),
-	}
-	// With an agent idle here, the task is created with its first step
-	// already claimed: one write instead of two
-	// (WithDispatchOnSubmit; writeclaim.go).
-	var claim *writeClaim
-	if s.opts.dispatchOnSubmit {
-		claim = &writeClaim{d: s.disp}
-		_ = claim.run(rec.GetTask(), "", s.opts.clock.Now(), nil)
-	}
-	if ofLatest {
-		existing, created, err = s.store.CreateTaskOfLatest(ctx, rec)
-	} else {
-		existing, created, err = s.store.CreateTask(ctx, rec)
-	}
-	if claim != nil {
-		// Created: the agent gets the step. The id was taken: the existing
-		// task is the answer, and the reservation is released.
-		s.deliverClaim(rec, claim.settle(err, created, "claim on submit"))
-	}
-	return existing, created, err
-}
-
-// sameSubmission returns the task req already created (same client-chosen
-// id, same request), or nil.
-func (s *Server) sameSubmission(ctx context.Context, req *reevev1.SubmitTaskRequest) *reevev1.Task {
-	if req.GetTaskId() == "" {
-		return nil
-	}
-	digest, err := requestDigest(req)
-	if err != nil {
-		return nil
-	}
-	v, err := s.store.GetTask(ctx, req.GetNamespace(), req.GetTaskId())
-	if err != nil || string(v.Record.GetRequestDigest()) != string(digest) {
-		return nil
-	}
-	return v.Record.GetTask()
-}
-
-// resolveWorkflow returns the workflow a submission runs, as the snapshot the
-// task keeps (a copy the caller may modify). latest: it is the latest
-// version the store's workflow cache knows, which the create must check.
-func (s *Server) resolveWorkflow(ctx context.Context, req *reevev1.SubmitTaskRequest) (wf *reevev1.Workflow, latest bool, err error) {
-	if inline := req.GetInlineWorkflow(); inline != nil {
-		wf := proto.Clone(inline).(*reevev1.Workflow)
-		wf.Namespace = req.GetNamespace()
-		wf.Version = 0
-		if proto.Size(wf) > workflow.MaxWorkflowBytes {
-			return nil, false, &workflow.FieldError{Field: "inline_workflow", Reason: fmt.Sprintf("definition is %d bytes encoded, more than %d", proto.Size(wf), workflow.MaxWorkflowBytes)}
-		}
-		if err := s.store.CheckWorkflowOps("inline_workflow", wf); err != nil {
-			return nil, false, err
-		}
-		return wf, false, nil
-	}
-	ref := req.GetWorkflowRef()
-	return s.store.WorkflowForSubmit(ctx, req.GetNamespace(), ref.GetName(), ref.GetVersion())
-}
-
-// requestDigest fingerprints a submission, to tell an idempotent retry from a
-// conflicting reuse of the task id.
-func requestDigest(req *reevev1.SubmitTaskRequest) ([]byte, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(b)
-	return sum[:], nil
-}
 
 // GetTask implements SchedulerService.
 func (s *Server) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*reevev1.GetTaskResponse, error) {
