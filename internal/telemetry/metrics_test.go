@@ -83,7 +83,7 @@ func TestPrometheusMetrics(t *testing.T) {
 		{`reeve_supervisor_recoveries_total{reeve_supervisor_action="retry"`, eq(1)},
 		{`reeve_step_queue_wait_seconds_count`, atLeast(4)}, // ok/book, undone/book, pay#1, pay#2, unbook
 		{`reeve_step_run_time_seconds_count`, atLeast(3)},
-		// The attribute sets the scheduler memoizes (scheduler/metricattrs.go).
+		// The attribute sets the scheduler memoizes (scheduler/telemetry.go).
 		{`reeve_tasks_submitted_total{reeve_namespace="default"`, eq(2)},
 		{`reeve_step_queue_wait_seconds_count{reeve_namespace="default",reeve_step_compensation="false",reeve_step_type="pay"`, eq(2)},
 		{`reeve_step_queue_wait_seconds_count{reeve_namespace="default",reeve_step_compensation="true",reeve_step_type="unbook"`, eq(1)},
