@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -88,7 +89,7 @@ func (s *Server) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx
 	_, span := s.tel.tracer.Start(ctx, telemetry.SpanRecoveryApply, trace.WithAttributes(
 		telemetry.KeyNamespace.String(ns), telemetry.KeyTaskID.String(id), telemetry.KeyStep.String(step),
 		telemetry.KeyAttempt.Int(int(attempt))))
-	var action string // of the write's last run
+	var action string // of the write's last run before UpdateTask returned
 	defer func() {
 		span.SetAttributes(telemetry.KeyAction.String(action))
 		if err != nil {
@@ -96,12 +97,27 @@ func (s *Server) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx
 		}
 		span.End()
 	}()
+	// The store may run the transition again after UpdateTask returned
+	// (its caller's context ended while the write was queued): such a run
+	// reports nothing.
+	var (
+		mu       sync.Mutex
+		returned bool
+		last     string
+	)
 	claim := &writeClaim{d: s.disp}
 	before, after, err := s.store.UpdateTask(ctx, ns, id, func(t *reevev1.Task) error {
-		var err error
-		action, err = apply(t, s.opts.clock.Now(), claim)
+		a, err := apply(t, s.opts.clock.Now(), claim)
+		mu.Lock()
+		if !returned {
+			last = a
+		}
+		mu.Unlock()
 		return err
 	}, fences...)
+	mu.Lock()
+	returned, action = true, last
+	mu.Unlock()
 	next := claim.settle(err, err == nil, "direct dispatch of a retry")
 	if err != nil {
 		return nil, err
