@@ -1,0 +1,45 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// The operator's actions on a task, as `reeve task retry|compensate|fail`
+// take them. Over mutual TLS they need an admin (or supervisor) identity.
+// They are not idempotent: a retry after a lost answer may be refused with
+// FAILED_PRECONDITION because the first one happened; Task tells.
+
+// RetryStep retries the FAILED step named step with its failure count
+// reset; the task resumes. reason ("" for none) is recorded in the task's
+// history.
+func (r *Run) RetryStep(ctx context.Context, step, reason string) (*reevev1.Task, error) {
+	resp, err := r.c.operator.RetryStep(ctx, &reevev1.RetryStepRequest{Namespace: r.namespace, TaskId: r.id, Step: step, Reason: reason})
+	if err != nil {
+		return nil, fmt.Errorf("client: retry step %s of task %s: %w", step, r.id, err)
+	}
+	return resp.GetTask(), nil
+}
+
+// Compensate undoes a running or FAILED task: its succeeded steps are
+// compensated in reverse order, and it ends COMPENSATED (or FAILED, if a
+// compensation fails for good).
+func (r *Run) Compensate(ctx context.Context, reason string) (*reevev1.Task, error) {
+	resp, err := r.c.operator.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: r.namespace, TaskId: r.id, Reason: reason})
+	if err != nil {
+		return nil, fmt.Errorf("client: compensate task %s: %w", r.id, err)
+	}
+	return resp.GetTask(), nil
+}
+
+// Fail ends a task that is not terminal as FAILED, raising an alert, and
+// without undoing anything.
+func (r *Run) Fail(ctx context.Context, reason string) (*reevev1.Task, error) {
+	resp, err := r.c.operator.FailTask(ctx, &reevev1.FailTaskRequest{Namespace: r.namespace, TaskId: r.id, Reason: reason})
+	if err != nil {
+		return nil, fmt.Errorf("client: fail task %s: %w", r.id, err)
+	}
+	return resp.GetTask(), nil
+}
