@@ -21,7 +21,7 @@ OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 
 all: build
 
-.PHONY: image test-image helm test-helm test-deploy python-example e2e-python
+.PHONY: image test-image helm test-helm test-deploy python-example e2e-python e2e-trip
 
 # Pinned tools, installed once into .tools/bin (skipped when the version matches).
 tools: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/buf
@@ -204,8 +204,9 @@ test-cluster: etcd toxiproxy
 # example client and agent against reeve dev, the conformance suite
 # against the Node agent and the Go SDK agent, and traces through a real
 # OpenTelemetry Collector (about 10s; 2.5 minutes more to build it once),
-# the Python example, and the web console in headless Chromium (about 20s).
-e2e: e2e-grpcurl e2e-node e2e-conformance e2e-otel e2e-python e2e-console
+# the Python example, the web console in headless Chromium (about 20s), and
+# the trip saga of examples/trip with the Go agent and Go client (about 5s).
+e2e: e2e-grpcurl e2e-node e2e-conformance e2e-otel e2e-python e2e-console e2e-trip
 
 e2e-grpcurl: build $(TOOLS)/grpcurl-$(GRPCURL_VERSION)
 	GRPCURL=$(TOOLS)/grpcurl scripts/e2e/grpcurl.sh
@@ -215,6 +216,9 @@ e2e-node: build node-example
 
 e2e-conformance: build
 	scripts/e2e/conformance-go.sh
+
+e2e-trip: build
+	scripts/e2e/trip.sh
 
 # The TypeScript example: npm packages from its lockfile, stubs generated
 # from proto/, compiled with the pinned typescript. Needs node 20 or later.
