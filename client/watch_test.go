@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/reeve-org/reeve/agentsdk"
 	"github.com/reeve-org/reeve/client"
@@ -80,6 +81,9 @@ func TestWatchResumesAcrossASchedulerRestart(t *testing.T) {
 	}
 	<-started
 	for task := next(); task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING; task = next() {
+		if task == nil {
+			t.Fatalf("watch ended before RUNNING; seen %d states", len(seen))
+		}
 	}
 
 	e.s.Kill()
@@ -92,8 +96,9 @@ func TestWatchResumesAcrossASchedulerRestart(t *testing.T) {
 		t.Fatalf("watch ended at %v; want SUCCEEDED", last.GetState())
 	}
 	for i := 1; i < len(seen); i++ {
-		if rank[seen[i].GetState()] < rank[seen[i-1].GetState()] || seen[i].GetUpdateTime().AsTime().Equal(seen[i-1].GetUpdateTime().AsTime()) {
-			t.Fatalf("state %d: %v at %v after %v at %v; want each state newer than the last", i, seen[i].GetState(), seen[i].GetUpdateTime().AsTime(), seen[i-1].GetState(), seen[i-1].GetUpdateTime().AsTime())
+		prev, cur := seen[i-1], seen[i]
+		if rank[cur.GetState()] < rank[prev.GetState()] || cur.GetUpdateTime().AsTime().Before(prev.GetUpdateTime().AsTime()) || proto.Equal(prev, cur) {
+			t.Fatalf("state %d: %v at %v after %v at %v; want each state a new one, none older than the last", i, cur.GetState(), cur.GetUpdateTime().AsTime(), prev.GetState(), prev.GetUpdateTime().AsTime())
 		}
 	}
 }
