@@ -4,7 +4,9 @@
 # trip.yaml with `reeve workflow register -f`, run the Go agent, book with
 # the Go client. A trip is booked (the same id again is the same trip); a
 # trip whose card is declined ends COMPENSATED, its hotel and flight
-# undone by the agent, in that order.
+# undone by the agent, in that order. Then the same over mutual TLS
+# (`reeve dev --secure`): the agent with the agent certificate, the client
+# with the client certificate; a plaintext client is not served.
 #
 # Usage: scripts/e2e/trip.sh   (after `make build`)
 set -euo pipefail
@@ -48,3 +50,21 @@ undone=$(sed -n 's/.*msg=undone task_id=trip-declined step=\([a-z_]*\).*/\1/p' "
 kill -TERM "$AGENT_PID"
 wait "$AGENT_PID" || fail "the agent exited with $? after SIGTERM"
 echo "PASS: the trip saga with the Go agent and the Go client"
+
+kill -TERM "${E2E_PIDS[0]}"
+wait "${E2E_PIDS[0]}" || fail "reeve dev exited with $? on SIGTERM"
+E2E_PIDS=()
+rm -rf "$E2E_DIR/data"
+start_dev --secure
+echo "reeve dev --secure on $ADDR"
+"$REEVE" --address "$ADDR" workflow register -f examples/trip/trip.yaml >/dev/null || fail "register trip.yaml as admin"
+"$E2E_DIR/trip-agent" --address "$ADDR" --agent-id trip-e2e-tls --ca "$CERTS/ca.pem" --cert "$CERTS/agent.pem" --key "$CERTS/agent-key.pem" 2>"$E2E_DIR/trip-agent-tls.log" &
+E2E_PIDS+=($!)
+echo "+ trip client --id trip-tls --ca ca.pem --cert client.pem --key client-key.pem"
+out=$(timeout 60 "$E2E_DIR/trip-client" --address "$ADDR" --id trip-tls --ca "$CERTS/ca.pem" --cert "$CERTS/client.pem" --key "$CERTS/client-key.pem" 2>&1) || fail "client over mutual TLS: exit $?: $out"
+sed 's/^/  /' <<<"$out"
+grep -q '^trip trip-tls booked:' <<<"$out" || fail "over mutual TLS, trip-tls was not booked"
+code=0
+out=$(timeout 60 "$E2E_DIR/trip-client" --address "$ADDR" --id trip-plain --timeout 10s 2>&1) || code=$?
+[ "$code" = 1 ] || fail "a plaintext client of a secure scheduler: exit $code, want 1: $out"
+echo "PASS: the trip saga over mutual TLS"

@@ -2,6 +2,7 @@
 // scheduler until interrupted.
 //
 //	go run ./examples/trip/agent --address 127.0.0.1:7430
+//	go run ./examples/trip/agent --ca ca.pem --cert agent.pem --key agent-key.pem   # mutual TLS
 package main
 
 import (
@@ -20,11 +21,18 @@ import (
 func main() {
 	address := flag.String("address", "127.0.0.1:7430", "scheduler address")
 	id := flag.String("agent-id", "trip-agent", "the agent's id")
+	ca := flag.String("ca", "", "CA bundle of the scheduler's certificate: turns TLS on (default plaintext)")
+	cert := flag.String("cert", "", "the agent's client certificate (mutual TLS)")
+	key := flag.String("key", "", "the key of --cert")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	agent, err := agentsdk.New([]string{*address}, agentsdk.WithAgentID(*id), agentsdk.WithLogger(log))
+	opts := []agentsdk.Option{agentsdk.WithAgentID(*id), agentsdk.WithLogger(log)}
+	if *ca != "" {
+		opts = append(opts, agentsdk.WithTLSFiles(agentsdk.TLSFiles{CA: *ca, Cert: *cert, Key: *key}))
+	}
+	agent, err := agentsdk.New([]string{*address}, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)

@@ -28,6 +28,9 @@ func run() int {
 	card := flag.String("card", "4242", `card to charge ("declined" is declined)`)
 	traveler := flag.String("traveler", "ada", "who travels")
 	timeout := flag.Duration("timeout", time.Minute, "how long to wait for the trip")
+	ca := flag.String("ca", "", "CA bundle of the schedulers' certificates: turns TLS on (default plaintext)")
+	cert := flag.String("cert", "", "the client certificate (mutual TLS)")
+	key := flag.String("key", "", "the key of --cert")
 	flag.Parse()
 	if *id == "" {
 		*id = fmt.Sprintf("trip-%d", time.Now().UnixNano())
@@ -37,7 +40,11 @@ func run() int {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
-	c, err := client.Dial(*address)
+	var opts []client.Option
+	if *ca != "" {
+		opts = append(opts, client.WithTLSFiles(client.TLSFiles{CA: *ca, Cert: *cert, Key: *key}))
+	}
+	c, err := client.Dial(*address, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		return 1
