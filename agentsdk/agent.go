@@ -34,8 +34,8 @@ type Agent struct {
 	mu      sync.Mutex
 	running map[string]*execution // by refKey: handlers not yet returned
 	pending map[string]*execution // by refKey: results not yet acknowledged
-	out     chan<- *reevev1.ConnectRequest
-	idle    chan struct{} // closed and replaced when running and pending empty
+	out     *outbox               // the current stream's; nil while disconnected
+	idle    chan struct{}         // closed and replaced when running and pending empty
 	base    context.Context
 	wg      sync.WaitGroup
 }
@@ -70,6 +70,12 @@ func New(addresses []string, opts ...Option) (*Agent, error) {
 	}
 	if o.maxConcurrent < 1 {
 		return nil, fmt.Errorf("agentsdk: max concurrent steps must be at least 1, got %d", o.maxConcurrent)
+	}
+	if o.resultQueue == 0 {
+		o.resultQueue = o.maxConcurrent
+	}
+	if o.resultQueue < 1 {
+		return nil, fmt.Errorf("agentsdk: result queue must be at least 1, got %d", o.resultQueue)
 	}
 	if f := o.tlsFiles; f != nil {
 		cfg, err := tlsconfig.ClientWithLogger(tlsconfig.Files{CA: f.CA, Cert: f.Cert, Key: f.Key}, f.ServerName, o.log)
@@ -201,7 +207,7 @@ func (a *Agent) start(as *reevev1.StepAssignment) {
 		defer cancel()
 		out, err := invoke(ctx, h, step)
 		endSpan(span, err)
-		a.finish(ex, out, err)
+		a.finish(ctx, ex, out, err)
 	})
 }
 
@@ -216,8 +222,24 @@ func invoke(ctx context.Context, h HandlerFunc, s *Step) (out any, err error) {
 }
 
 // finish records a handler's outcome and sends it, unless the execution was
-// canceled or its complete-by passed: then nothing is ever sent for it.
-func (a *Agent) finish(ex *execution, out any, herr error) {
+// canceled or its complete-by passed: then nothing is ever sent for it. When
+// the stream's result queue is full it waits for room (back-pressure) until
+// ctx (the handler's) ends; a result not queued then stays pending and is
+// sent on the next stream, or expires at its complete-by.
+func (a *Agent) finish(ctx context.Context, ex *execution, out any, herr error) {
+	res, ob := a.record(ex, out, herr)
+	if res == nil || ob == nil {
+		return
+	}
+	if err := ob.putResult(ctx, res); err != nil && !errors.Is(err, errOutboxClosed) {
+		a.opts.log.Warn("result not queued before the step's ctx ended; it is sent on the next stream if still in time",
+			"task_id", ex.ref.GetTaskId(), "step", ex.ref.GetStep(), "attempt", ex.ref.GetAttempt(), "err", err)
+	}
+}
+
+// record moves a returned execution from running to pending and returns its
+// result and the stream to send it on (nil: none now; attach sends it).
+func (a *Agent) record(ex *execution, out any, herr error) (*reevev1.StepResult, *outbox) {
 	key := refKey(ex.ref)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -228,7 +250,7 @@ func (a *Agent) finish(ex *execution, out any, herr error) {
 	defer a.signalIdle()
 	if ex.canceled || !time.Now().Before(ex.completeBy) {
 		a.opts.log.Info("no result sent: step canceled or past its complete-by", "task_id", ex.ref.GetTaskId(), "step", ex.ref.GetStep(), "attempt", ex.ref.GetAttempt())
-		return
+		return nil, nil
 	}
 	res := &reevev1.StepResult{Ref: ex.ref}
 	if herr == nil {
@@ -244,7 +266,7 @@ func (a *Agent) finish(ex *execution, out any, herr error) {
 	}
 	ex.result = res
 	a.pending[key] = ex
-	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: res}})
+	return res, a.out
 }
 
 // maxErrorMessage is the scheduler's bound of a step error's message, in
@@ -324,15 +346,17 @@ func (a *Agent) signalIdle() {
 	}
 }
 
+// heartbeat queues a heartbeat for a running execution, at most one per
+// beatEvery; never dropped, merged with others not yet sent.
 func (a *Agent) heartbeat(ref *reevev1.StepRef) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ex := a.running[refKey(ref)]
-	if ex == nil || time.Since(ex.lastBeat) < ex.beatEvery {
+	if ex == nil || a.out == nil || time.Since(ex.lastBeat) < ex.beatEvery {
 		return
 	}
 	ex.lastBeat = time.Now()
-	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{ref}}}})
+	a.out.beat(ref)
 }
 
 func (a *Agent) send(m *reevev1.ConnectRequest) {
@@ -341,17 +365,12 @@ func (a *Agent) send(m *reevev1.ConnectRequest) {
 	a.sendLocked(m)
 }
 
-// sendLocked hands m to the current stream's send loop, if connected. A
-// message that cannot be handed over is not lost where it matters: results
-// stay pending and are sent again on the next stream. Caller holds mu.
+// sendLocked queues an ack or a drain on the current stream, if connected;
+// it never blocks and never drops (see outbox). What must survive a
+// reconnect is sent again by attach. Caller holds mu.
 func (a *Agent) sendLocked(m *reevev1.ConnectRequest) {
-	if a.out == nil {
-		return
-	}
-	select {
-	case a.out <- m:
-	default:
-		a.opts.log.Warn("send queue full; message dropped until reconnect")
+	if a.out != nil {
+		a.out.push(m)
 	}
 }
 

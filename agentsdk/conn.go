@@ -117,7 +117,7 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 	}
 	a.opts.log.Info("connected", "address", addr, "scheduler_id", first.GetRegistered().GetSchedulerId(), "session_id", first.GetRegistered().GetSessionId())
 
-	out := make(chan *reevev1.ConnectRequest, a.opts.maxConcurrent*2+64)
+	out := newOutbox(a.opts.resultQueue)
 	sendErr := make(chan error, 1)
 	sendCtx, stopSend := context.WithCancel(sctx)
 	defer stopSend()
@@ -126,6 +126,7 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 	a.attach(out)
 	defer func() {
 		a.detach(out)
+		out.close()
 		cancel()
 		wg.Wait()
 	}()
@@ -171,7 +172,7 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 			// Nothing new goes on this stream; what is queued is still
 			// sent (the send loop returns once out is empty).
 			awaiting = a.detachDrained(out)
-			close(out)
+			out.close()
 			// The scheduler still answers the results sent here: wait for
 			// those answers, so that they are not sent again on the next
 			// stream, but not for ever.
@@ -201,20 +202,16 @@ func recvErr(stream reevev1.AgentService_ConnectClient, err error) error {
 	return err
 }
 
-// sendLoop sends what is handed to out until ctx ends or out is closed
+// sendLoop sends what out holds until ctx ends or out is closed and empty
 // (drained: everything queued before is sent first).
-func sendLoop(ctx context.Context, stream reevev1.AgentService_ConnectClient, out <-chan *reevev1.ConnectRequest) error {
+func sendLoop(ctx context.Context, stream reevev1.AgentService_ConnectClient, out *outbox) error {
 	for {
-		select {
-		case <-ctx.Done():
+		m, ok := out.next(ctx)
+		if !ok {
 			return nil
-		case m, ok := <-out:
-			if !ok {
-				return nil
-			}
-			if err := stream.Send(m); err != nil {
-				return err
-			}
+		}
+		if err := stream.Send(m); err != nil {
+			return err
 		}
 	}
 }
@@ -241,7 +238,7 @@ func (a *Agent) registration() *reevev1.Register {
 
 // attach makes out the current stream and sends what must survive a
 // reconnect: unacknowledged results, and our drain if shutting down.
-func (a *Agent) attach(out chan<- *reevev1.ConnectRequest) {
+func (a *Agent) attach(out *outbox) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.out = out
@@ -253,7 +250,7 @@ func (a *Agent) attach(out chan<- *reevev1.ConnectRequest) {
 	}
 	a.expirePending(time.Now())
 	for _, ex := range a.pending {
-		a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: ex.result}})
+		out.resend(ex.result)
 	}
 	if a.draining.Load() {
 		a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Drain{Drain: &reevev1.Drain{Reason: "agent shutting down"}}})
@@ -264,7 +261,7 @@ func (a *Agent) attach(out chan<- *reevev1.ConnectRequest) {
 // reassign_after_disconnect is canceled once that long has passed with no
 // new stream (attach stops the timers): the scheduler that saw the stream
 // end re-dispatches it then, and its result would be refused.
-func (a *Agent) detach(out chan<- *reevev1.ConnectRequest) {
+func (a *Agent) detach(out *outbox) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.out != out {
@@ -281,7 +278,7 @@ func (a *Agent) detach(out chan<- *reevev1.ConnectRequest) {
 // detachDrained detaches out after the scheduler sent Drain and returns the
 // results sent on it that are not acknowledged yet. After it, nothing writes
 // to out (sendLocked writes only to a.out).
-func (a *Agent) detachDrained(out chan<- *reevev1.ConnectRequest) []string {
+func (a *Agent) detachDrained(out *outbox) []string {
 	a.detach(out)
 	a.mu.Lock()
 	defer a.mu.Unlock()
