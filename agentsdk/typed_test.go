@@ -26,10 +26,9 @@ func TestTypedHandlerDecodesInputAndEncodesOutput(t *testing.T) {
 		return receipt{ChargeID: "ch-" + in.OrderID}, nil
 	}))
 	// The task's input is {"order_id": "o-1"}: a number cannot decode into it.
-	a.Handle("strict", agentsdk.Typed(func(ctx context.Context, st *agentsdk.Step, in struct{ OrderID int `json:"order_id"` }) (any, error) {
-		t.Error("handler called with input that does not decode")
-		return nil, nil
-	}))
+	a.Handle("strict", agentsdk.Typed(func(ctx context.Context, st *agentsdk.Step, in struct {
+		OrderID int `json:"order_id"`
+	}) (any, error) { t.Error("handler called with input that does not decode"); return nil, nil }))
 	runAgent(t, a)
 	c := s.Client(t)
 	submit(t, c, "typed", spec("charge", "charge", 10*time.Second))
