@@ -4,7 +4,7 @@ import "errors"
 
 // Error is a step failure with a machine-readable code. A handler may return
 // it (or wrap it) to set StepError.code, which workflows can list in
-// RetryPolicy.non_retryable_error_codes.
+// the workflow's RetryPolicy.non_retryable_error_codes.
 type Error struct {
 	// Code is matched against non_retryable_error_codes; at most 63 characters.
 	Code string

@@ -39,7 +39,7 @@ func ExamplePermanent() {
 
 func ExampleRetry() {
 	calls := 0
-	err := agentsdk.Retry(context.Background(), agentsdk.RetryPolicy{InitialBackoff: time.Millisecond}, func(ctx context.Context) error {
+	err := agentsdk.Retry(context.Background(), agentsdk.RetrySettings{InitialBackoff: time.Millisecond}, func(ctx context.Context) error {
 		calls++
 		if calls < 3 {
 			return errors.New("service unavailable")

@@ -14,6 +14,11 @@ type order struct {
 	OrderID string `json:"order_id"`
 }
 
+// numericOrder does not match the tests' input, whose order_id is a string.
+type numericOrder struct {
+	OrderID int `json:"order_id"`
+}
+
 type receipt struct {
 	ChargeID string `json:"charge_id"`
 }
@@ -25,10 +30,10 @@ func TestTypedHandlerDecodesInputAndEncodesOutput(t *testing.T) {
 	a.Handle("charge", agentsdk.Typed(func(ctx context.Context, st *agentsdk.Step, in order) (receipt, error) {
 		return receipt{ChargeID: "ch-" + in.OrderID}, nil
 	}))
-	// The task's input is {"order_id": "o-1"}: a number cannot decode into it.
-	a.Handle("strict", agentsdk.Typed(func(ctx context.Context, st *agentsdk.Step, in struct {
-		OrderID int `json:"order_id"`
-	}) (any, error) { t.Error("handler called with input that does not decode"); return nil, nil }))
+	a.Handle("strict", agentsdk.Typed(func(ctx context.Context, st *agentsdk.Step, in numericOrder) (any, error) {
+		t.Error("handler called with input that does not decode")
+		return nil, nil
+	}))
 	runAgent(t, a)
 	c := s.Client(t)
 	submit(t, c, "typed", spec("charge", "charge", 10*time.Second))
