@@ -15,8 +15,9 @@ import (
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
-// HandlerFunc runs one execution of a step. ctx ends at the step's
-// complete-by, on CancelStep, or when the agent's shutdown timeout passes.
+// HandlerFunc runs one execution of a step. ctx carries the values of the
+// ctx given to Agent.Run; it ends at the step's complete-by, on CancelStep,
+// or when the agent's shutdown timeout passes.
 // The returned value is sent as the step's output, JSON-encoded (nil means no
 // output); a returned error fails the attempt (see Permanent and Error).
 type HandlerFunc func(ctx context.Context, s *Step) (any, error)
@@ -114,6 +115,11 @@ func (a *Agent) Handle(stepType string, h HandlerFunc) {
 // (each bounded by its complete-by and all by the shutdown timeout),
 // delivers their results, and returns nil. It returns an error at once if
 // the scheduler refuses the registration (e.g. an invalid step type).
+//
+// Handlers' contexts carry ctx's values, as the worker context of other
+// SDKs does, but not its cancellation or deadline: each execution's ctx ends
+// on its own (complete-by, CancelStep, cut off from the schedulers) or when
+// the shutdown timeout passes after ctx ended.
 func (a *Agent) Run(ctx context.Context) error {
 	if len(a.handlers) == 0 {
 		return errors.New("agentsdk: no handlers registered")
@@ -121,7 +127,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.started.Swap(true) {
 		return errors.New("agentsdk: Run called twice")
 	}
-	base, cancelHandlers := context.WithCancel(context.Background())
+	// Handlers see ctx's values (request-scoped loggers, tenant, test
+	// hooks) but not its end: that starts the graceful shutdown, which
+	// lets them finish.
+	base, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	a.mu.Lock()
 	a.base = base
