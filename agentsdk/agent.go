@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/grpc"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
@@ -27,6 +29,7 @@ type HandlerFunc func(ctx context.Context, s *Step) (any, error)
 // handlers with Handle, then call Run once.
 type Agent struct {
 	addrs    []string
+	conn     *grpc.ClientConn // given to NewWithConn; nil: dial addrs
 	opts     options
 	handlers map[string]HandlerFunc
 	started  atomic.Bool
@@ -65,6 +68,24 @@ func New(addresses []string, opts ...Option) (*Agent, error) {
 	if len(addresses) == 0 {
 		return nil, errors.New("agentsdk: at least one scheduler address is required")
 	}
+	return newAgent(append([]string(nil), addresses...), nil, opts)
+}
+
+// NewWithConn returns an agent that opens its streams on cc, a connection
+// the caller made (with its own credentials, interceptors, resolver and
+// load balancing) and closes after Run returned; the agent never closes it.
+// Every reconnect opens a new stream on cc. WithDialOptions, WithTLS and
+// WithTLSFiles do not apply (New refuses them): configure cc instead;
+// WithToken still sends its token on each stream (cc must use TLS), and the
+// agent's gRPC spans and metrics are cc's stats handlers'.
+func NewWithConn(cc *grpc.ClientConn, opts ...Option) (*Agent, error) {
+	if cc == nil {
+		return nil, errors.New("agentsdk: connection is nil")
+	}
+	return newAgent([]string{cc.Target()}, cc, opts)
+}
+
+func newAgent(addrs []string, cc *grpc.ClientConn, opts []Option) (*Agent, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
@@ -78,6 +99,9 @@ func New(addresses []string, opts ...Option) (*Agent, error) {
 	if o.resultQueue < 1 {
 		return nil, fmt.Errorf("agentsdk: result queue must be at least 1, got %d", o.resultQueue)
 	}
+	if cc != nil && (o.tls != nil || o.tlsFiles != nil || o.dialOptsSet) {
+		return nil, errors.New("agentsdk: WithDialOptions, WithTLS and WithTLSFiles do not apply to an agent on an existing connection: configure the connection")
+	}
 	if f := o.tlsFiles; f != nil {
 		cfg, err := tlsconfig.ClientWithLogger(tlsconfig.Files{CA: f.CA, Cert: f.Cert, Key: f.Key}, f.ServerName, o.log)
 		if err != nil {
@@ -86,7 +110,8 @@ func New(addresses []string, opts ...Option) (*Agent, error) {
 		o.tls = cfg
 	}
 	return &Agent{
-		addrs:    append([]string(nil), addresses...),
+		addrs:    addrs,
+		conn:     cc,
 		opts:     o,
 		handlers: map[string]HandlerFunc{},
 		running:  map[string]*execution{},

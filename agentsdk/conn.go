@@ -93,15 +93,21 @@ func backoff(minWait, maxWait time.Duration, failures int) time.Duration {
 // session runs one stream: register, then a receive loop (here) and a send
 // loop (the only caller of Send) until the stream ends.
 func (a *Agent) session(ctx context.Context, addr string) error {
-	cc, err := grpc.NewClient(addr, append(a.opts.dialOptions(),
-		telemetry.ClientHandler(otelgrpc.WithTracerProvider(a.opts.tracer), otelgrpc.WithMeterProvider(a.opts.meter)))...)
-	if err != nil {
-		return err
+	cc, callOpts := a.conn, []grpc.CallOption(nil)
+	if cc == nil {
+		var err error
+		cc, err = grpc.NewClient(addr, append(a.opts.dialOptions(),
+			telemetry.ClientHandler(otelgrpc.WithTracerProvider(a.opts.tracer), otelgrpc.WithMeterProvider(a.opts.meter)))...)
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+	} else if a.opts.token != "" {
+		callOpts = append(callOpts, grpc.PerRPCCredentials(tokenCreds(a.opts.token)))
 	}
-	defer cc.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := reevev1.NewAgentServiceClient(cc).Connect(sctx)
+	stream, err := reevev1.NewAgentServiceClient(cc).Connect(sctx, callOpts...)
 	if err != nil {
 		return err
 	}

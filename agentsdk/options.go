@@ -25,6 +25,7 @@ type options struct {
 	resultQueue     int // 0: maxConcurrent
 	log             *slog.Logger
 	dialOpts        []grpc.DialOption
+	dialOptsSet     bool // WithDialOptions was used
 	tls             *tls.Config // nil: as dialOpts say (plaintext by default)
 	tlsFiles        *TLSFiles   // read by New into tls
 	token           string
@@ -84,7 +85,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // WithDialOptions replaces the gRPC dial options; default plaintext with
 // keepalive pings every 30s. Pass TLS credentials here.
 func WithDialOptions(opts ...grpc.DialOption) Option {
-	return func(o *options) { o.dialOpts = opts }
+	return func(o *options) { o.dialOpts, o.dialOptsSet = opts, true }
 }
 
 // WithTLS connects over TLS with cfg (a client certificate in it makes it
