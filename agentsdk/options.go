@@ -25,7 +25,7 @@ type options struct {
 	resultQueue     int // 0: maxConcurrent
 	log             *slog.Logger
 	dialOpts        []grpc.DialOption
-	dialOptsSet     bool // WithDialOptions was used
+	dialOptsSet     bool        // WithDialOptions was used
 	tls             *tls.Config // nil: as dialOpts say (plaintext by default)
 	tlsFiles        *TLSFiles   // read by New into tls
 	token           string
