@@ -231,11 +231,8 @@ func (a *Agent) start(as *reevev1.StepAssignment) {
 		ex.beatEvery = min(ex.beatEvery, hb/3)
 	}
 	a.running[key] = ex
-	step := &Step{
-		Namespace: ref.GetNamespace(), TaskID: ref.GetTaskId(), Name: ref.GetStep(), Type: as.GetType(),
-		Attempt: int(ref.GetAttempt()), IdempotencyKey: as.GetIdempotencyKey(), CompleteBy: completeBy,
-		Compensation: as.GetCompensation(), assignment: as, agent: a,
-	}
+	step := newStep(as)
+	step.agent = a
 	ctx, span := a.startSpan(ctx, as)
 	a.wg.Go(func() {
 		defer cancel()
@@ -286,7 +283,15 @@ func (a *Agent) record(ex *execution, out any, herr error) (*reevev1.StepResult,
 		a.opts.log.Info("no result sent: step canceled or past its complete-by", "task_id", ex.ref.GetTaskId(), "step", ex.ref.GetStep(), "attempt", ex.ref.GetAttempt())
 		return nil, nil
 	}
-	res := &reevev1.StepResult{Ref: ex.ref}
+	res := result(ex.ref, out, herr)
+	ex.result = res
+	a.pending[key] = ex
+	return res, a.out
+}
+
+// result is what the agent sends for a handler's outcome.
+func result(ref *reevev1.StepRef, out any, herr error) *reevev1.StepResult {
+	res := &reevev1.StepResult{Ref: ref}
 	if herr == nil {
 		v, err := encodeOutput(out)
 		if err != nil {
@@ -298,19 +303,25 @@ func (a *Agent) record(ex *execution, out any, herr error) (*reevev1.StepResult,
 		res.Output = nil
 		res.Error = stepError(herr)
 	}
-	ex.result = res
-	a.pending[key] = ex
-	return res, a.out
+	return res
 }
 
 // maxErrorMessage is the scheduler's bound of a step error's message, in
 // bytes.
 const maxErrorMessage = 4096
 
+// stepError is the StepError of a handler's error. The code of an *Error
+// is sent in its own field, not again in the message: an Error{Code:
+// "card_declined", Message: "m"} wrapped as "charge: %w" sends the message
+// "charge: m".
 func stepError(err error) *reevev1.StepError {
-	se := &reevev1.StepError{Message: truncate(err.Error(), maxErrorMessage), NonRetryable: IsPermanent(err)}
+	msg := err.Error()
 	var e *Error
-	if errors.As(err, &e) {
+	if errors.As(err, &e) && e.Code != "" {
+		msg = strings.Replace(msg, e.Error(), e.Message, 1)
+	}
+	se := &reevev1.StepError{Message: truncate(msg, maxErrorMessage), NonRetryable: IsPermanent(err)}
+	if e != nil {
 		se.Code = strings.ToValidUTF8(e.Code, "\uFFFD")
 	}
 	return se

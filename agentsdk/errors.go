@@ -14,6 +14,9 @@ type Error struct {
 	NonRetryable bool
 }
 
+// Error returns "code: message" (the message alone without a code). The
+// agent sends the code and the message in fields of their own, so operators
+// see the code once.
 func (e *Error) Error() string {
 	if e.Code == "" {
 		return e.Message
