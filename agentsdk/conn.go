@@ -40,7 +40,7 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 	for i := 0; ctx.Err() == nil; i++ {
 		addr := a.addrs[(start+i)%len(a.addrs)]
 		began := time.Now()
-		err := a.session(ctx, addr)
+		registered, err := a.session(ctx, addr)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -60,7 +60,12 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 		if d, ok := RetryDelay(err); ok && d > wait {
 			wait = d + time.Duration(rand.Int64N(int64(d)/5+1)) // as the scheduler asked, jittered
 		}
-		a.opts.log.Warn("stream ended; reconnecting", "address", addr, "err", err, "in", wait)
+		if registered {
+			a.opts.log.Warn("stream ended; reconnecting", "address", addr, "err", err, "in", wait)
+		} else {
+			// Not a stream that ended: none was ever open on this attempt.
+			a.opts.log.Warn("cannot connect to scheduler", "address", addr, "err", err, "retry_in", wait)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -91,15 +96,15 @@ func backoff(minWait, maxWait time.Duration, failures int) time.Duration {
 }
 
 // session runs one stream: register, then a receive loop (here) and a send
-// loop (the only caller of Send) until the stream ends.
-func (a *Agent) session(ctx context.Context, addr string) error {
+// loop (the only caller of Send) until the stream ends. registered reports
+// whether the scheduler answered Register (the stream was open).
+func (a *Agent) session(ctx context.Context, addr string) (registered bool, err error) {
 	cc, callOpts := a.conn, []grpc.CallOption(nil)
 	if cc == nil {
-		var err error
 		cc, err = grpc.NewClient(addr, append(a.opts.dialOptions(),
 			telemetry.ClientHandler(otelgrpc.WithTracerProvider(a.opts.tracer), otelgrpc.WithMeterProvider(a.opts.meter)))...)
 		if err != nil {
-			return err
+			return false, err
 		}
 		defer cc.Close()
 	} else if a.opts.token != "" {
@@ -109,20 +114,24 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 	defer cancel()
 	stream, err := reevev1.NewAgentServiceClient(cc).Connect(sctx, callOpts...)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := stream.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Register{Register: a.registration()}}); err != nil {
-		return recvErr(stream, err)
+		return false, recvErr(stream, err)
 	}
 	first, err := stream.Recv()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if first.GetRegistered() == nil {
-		return fmt.Errorf("agentsdk: expected registered, got %T", first.GetMsg())
+		return false, fmt.Errorf("agentsdk: expected registered, got %T", first.GetMsg())
 	}
 	a.opts.log.Info("connected", "address", addr, "scheduler_id", first.GetRegistered().GetSchedulerId(), "session_id", first.GetRegistered().GetSessionId())
+	return true, a.serve(sctx, cancel, stream)
+}
 
+// serve runs a registered stream until it ends.
+func (a *Agent) serve(sctx context.Context, cancel context.CancelFunc, stream reevev1.AgentService_ConnectClient) error {
 	out := newOutbox(a.opts.resultQueue)
 	sendErr := make(chan error, 1)
 	sendCtx, stopSend := context.WithCancel(sctx)
