@@ -21,7 +21,9 @@ import (
 // ctx given to Agent.Run; it ends at the step's complete-by, on CancelStep,
 // or when the agent's shutdown timeout passes.
 // The returned value is sent as the step's output, JSON-encoded (nil means no
-// output); a returned error fails the attempt (see Permanent and Error).
+// output; a compensation's output is discarded by the scheduler); a returned
+// error fails the attempt (see Permanent and Error). See Typed for handlers
+// with typed input and output.
 type HandlerFunc func(ctx context.Context, s *Step) (any, error)
 
 // Agent connects to schedulers, runs the steps they assign with the

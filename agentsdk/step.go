@@ -30,7 +30,9 @@ type Step struct {
 	// CompleteBy is the deadline of this execution; the handler's ctx ends
 	// then, and a result produced later is never sent.
 	CompleteBy time.Time
-	// Compensation is true when this execution undoes the step.
+	// Compensation is true when this execution undoes the step. The
+	// output of a compensation is not kept (the scheduler records only
+	// that the step was compensated).
 	Compensation bool
 
 	assignment *reevev1.StepAssignment
