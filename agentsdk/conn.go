@@ -186,8 +186,9 @@ func (a *Agent) serve(sctx context.Context, cancel context.CancelFunc, stream re
 			drained = true
 			// Nothing new goes on this stream; what is queued is still
 			// sent (the send loop returns once out is empty).
-			awaiting = a.detachDrained(out)
-			out.close()
+			// A result still waiting for room is not sent here: it goes
+			// on the next stream, and no answer for it comes on this one.
+			awaiting = out.closeSent(a.detachDrained(out))
 			// The scheduler still answers the results sent here: wait for
 			// those answers, so that they are not sent again on the next
 			// stream, but not for ever.

@@ -35,13 +35,14 @@ type outbox struct {
 	beats   []*reevev1.StepRef
 	beating map[string]bool // refKeys in beats
 	results []*reevev1.StepResult
+	waiting map[string]int // refKeys of results in putResult waiting for room
 	closed  bool
 	wake    chan struct{} // capacity 1: something was added, or closed
 	room    chan struct{} // closed and replaced when results shrink or on close
 }
 
 func newOutbox(limit int) *outbox {
-	return &outbox{limit: max(limit, 1), beating: map[string]bool{}, wake: make(chan struct{}, 1), room: make(chan struct{})}
+	return &outbox{limit: max(limit, 1), beating: map[string]bool{}, waiting: map[string]int{}, wake: make(chan struct{}, 1), room: make(chan struct{})}
 }
 
 // push queues an ack or a drain; it never blocks. After close it does
@@ -73,24 +74,36 @@ func (o *outbox) beat(ref *reevev1.StepRef) {
 // putResult queues res, waiting while limit results are queued. It returns
 // ctx's error if ctx ends first, or errOutboxClosed if the stream ends.
 func (o *outbox) putResult(ctx context.Context, res *reevev1.StepResult) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	waited := false
 	for {
-		o.mu.Lock()
 		if o.closed {
-			o.mu.Unlock()
 			return errOutboxClosed
 		}
 		if len(o.results) < o.limit {
 			o.results = append(o.results, res)
 			o.notify()
-			o.mu.Unlock()
 			return nil
+		}
+		if !waited {
+			waited = true
+			key := refKey(res.GetRef())
+			o.waiting[key]++
+			defer func() { // runs before the Unlock deferred above
+				if o.waiting[key]--; o.waiting[key] <= 0 {
+					delete(o.waiting, key)
+				}
+			}()
 		}
 		room := o.room
 		o.mu.Unlock()
 		select {
 		case <-ctx.Done():
+			o.mu.Lock()
 			return ctx.Err()
 		case <-room:
+			o.mu.Lock()
 		}
 	}
 }
@@ -107,11 +120,31 @@ func (o *outbox) resend(res *reevev1.StepResult) {
 	o.notify()
 }
 
+// closeSent closes o and returns those of keys whose result is not waiting
+// for room then: those were queued (and are sent before the send loop
+// ends), or were never handed to o.
+func (o *outbox) closeSent(keys []string) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closeLocked()
+	var out []string
+	for _, k := range keys {
+		if o.waiting[k] == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // close stops new messages; the send loop still sends what is queued. A
 // putResult waiting for room returns errOutboxClosed.
 func (o *outbox) close() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.closeLocked()
+}
+
+func (o *outbox) closeLocked() {
 	if o.closed {
 		return
 	}
