@@ -77,7 +77,7 @@ func New(addresses []string, opts ...Option) (*Agent, error) {
 // the caller made (with its own credentials, interceptors, resolver and
 // load balancing) and closes after Run returned; the agent never closes it.
 // Every reconnect opens a new stream on cc. WithDialOptions, WithTLS and
-// WithTLSFiles do not apply (New refuses them): configure cc instead;
+// WithTLSFiles do not apply (NewWithConn refuses them): configure cc instead;
 // WithToken still sends its token on each stream (cc must use TLS), and the
 // agent's gRPC spans and metrics are cc's stats handlers'.
 func NewWithConn(cc *grpc.ClientConn, opts ...Option) (*Agent, error) {
