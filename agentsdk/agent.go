@@ -11,14 +11,19 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/grpc"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
-// HandlerFunc runs one execution of a step. ctx ends at the step's
-// complete-by, on CancelStep, or when the agent's shutdown timeout passes.
+// HandlerFunc runs one execution of a step. ctx carries the values of the
+// ctx given to Agent.Run; it ends at the step's complete-by, on CancelStep,
+// or when the agent's shutdown timeout passes.
 // The returned value is sent as the step's output, JSON-encoded (nil means no
-// output); a returned error fails the attempt (see Permanent and Error).
+// output; a compensation's output is discarded by the scheduler); a returned
+// error fails the attempt (see Permanent and Error). See Typed for handlers
+// with typed input and output.
 type HandlerFunc func(ctx context.Context, s *Step) (any, error)
 
 // Agent connects to schedulers, runs the steps they assign with the
@@ -26,6 +31,7 @@ type HandlerFunc func(ctx context.Context, s *Step) (any, error)
 // handlers with Handle, then call Run once.
 type Agent struct {
 	addrs    []string
+	conn     *grpc.ClientConn // given to NewWithConn; nil: dial addrs
 	opts     options
 	handlers map[string]HandlerFunc
 	started  atomic.Bool
@@ -34,8 +40,8 @@ type Agent struct {
 	mu      sync.Mutex
 	running map[string]*execution // by refKey: handlers not yet returned
 	pending map[string]*execution // by refKey: results not yet acknowledged
-	out     chan<- *reevev1.ConnectRequest
-	idle    chan struct{} // closed and replaced when running and pending empty
+	out     *outbox               // the current stream's; nil while disconnected
+	idle    chan struct{}         // closed and replaced when running and pending empty
 	base    context.Context
 	wg      sync.WaitGroup
 }
@@ -64,12 +70,39 @@ func New(addresses []string, opts ...Option) (*Agent, error) {
 	if len(addresses) == 0 {
 		return nil, errors.New("agentsdk: at least one scheduler address is required")
 	}
+	return newAgent(append([]string(nil), addresses...), nil, opts)
+}
+
+// NewWithConn returns an agent that opens its streams on cc, a connection
+// the caller made (with its own credentials, interceptors, resolver and
+// load balancing) and closes after Run returned; the agent never closes it.
+// Every reconnect opens a new stream on cc. WithDialOptions, WithTLS and
+// WithTLSFiles do not apply (NewWithConn refuses them): configure cc instead;
+// WithToken still sends its token on each stream (cc must use TLS), and the
+// agent's gRPC spans and metrics are cc's stats handlers'.
+func NewWithConn(cc *grpc.ClientConn, opts ...Option) (*Agent, error) {
+	if cc == nil {
+		return nil, errors.New("agentsdk: connection is nil")
+	}
+	return newAgent([]string{cc.Target()}, cc, opts)
+}
+
+func newAgent(addrs []string, cc *grpc.ClientConn, opts []Option) (*Agent, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.maxConcurrent < 1 {
 		return nil, fmt.Errorf("agentsdk: max concurrent steps must be at least 1, got %d", o.maxConcurrent)
+	}
+	if o.resultQueue == 0 {
+		o.resultQueue = o.maxConcurrent
+	}
+	if o.resultQueue < 1 {
+		return nil, fmt.Errorf("agentsdk: result queue must be at least 1, got %d", o.resultQueue)
+	}
+	if cc != nil && (o.tls != nil || o.tlsFiles != nil || o.dialOptsSet) {
+		return nil, errors.New("agentsdk: WithDialOptions, WithTLS and WithTLSFiles do not apply to an agent on an existing connection: configure the connection")
 	}
 	if f := o.tlsFiles; f != nil {
 		cfg, err := tlsconfig.ClientWithLogger(tlsconfig.Files{CA: f.CA, Cert: f.Cert, Key: f.Key}, f.ServerName, o.log)
@@ -79,7 +112,8 @@ func New(addresses []string, opts ...Option) (*Agent, error) {
 		o.tls = cfg
 	}
 	return &Agent{
-		addrs:    append([]string(nil), addresses...),
+		addrs:    addrs,
+		conn:     cc,
 		opts:     o,
 		handlers: map[string]HandlerFunc{},
 		running:  map[string]*execution{},
@@ -108,6 +142,11 @@ func (a *Agent) Handle(stepType string, h HandlerFunc) {
 // (each bounded by its complete-by and all by the shutdown timeout),
 // delivers their results, and returns nil. It returns an error at once if
 // the scheduler refuses the registration (e.g. an invalid step type).
+//
+// Handlers' contexts carry ctx's values, as the worker context of other
+// SDKs does, but not its cancellation or deadline: each execution's ctx ends
+// on its own (complete-by, CancelStep, cut off from the schedulers) or when
+// the shutdown timeout passes after ctx ended.
 func (a *Agent) Run(ctx context.Context) error {
 	if len(a.handlers) == 0 {
 		return errors.New("agentsdk: no handlers registered")
@@ -115,7 +154,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.started.Swap(true) {
 		return errors.New("agentsdk: Run called twice")
 	}
-	base, cancelHandlers := context.WithCancel(context.Background())
+	// Handlers see ctx's values (request-scoped loggers, tenant, test
+	// hooks) but not its end: that starts the graceful shutdown, which
+	// lets them finish.
+	base, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	a.mu.Lock()
 	a.base = base
@@ -191,17 +233,14 @@ func (a *Agent) start(as *reevev1.StepAssignment) {
 		ex.beatEvery = min(ex.beatEvery, hb/3)
 	}
 	a.running[key] = ex
-	step := &Step{
-		Namespace: ref.GetNamespace(), TaskID: ref.GetTaskId(), Name: ref.GetStep(), Type: as.GetType(),
-		Attempt: int(ref.GetAttempt()), IdempotencyKey: as.GetIdempotencyKey(), CompleteBy: completeBy,
-		Compensation: as.GetCompensation(), assignment: as, agent: a,
-	}
+	step := newStep(as)
+	step.agent = a
 	ctx, span := a.startSpan(ctx, as)
 	a.wg.Go(func() {
 		defer cancel()
 		out, err := invoke(ctx, h, step)
 		endSpan(span, err)
-		a.finish(ex, out, err)
+		a.finish(ctx, ex, out, err)
 	})
 }
 
@@ -216,8 +255,24 @@ func invoke(ctx context.Context, h HandlerFunc, s *Step) (out any, err error) {
 }
 
 // finish records a handler's outcome and sends it, unless the execution was
-// canceled or its complete-by passed: then nothing is ever sent for it.
-func (a *Agent) finish(ex *execution, out any, herr error) {
+// canceled or its complete-by passed: then nothing is ever sent for it. When
+// the stream's result queue is full it waits for room (back-pressure) until
+// ctx (the handler's) ends; a result not queued then stays pending and is
+// sent on the next stream, or expires at its complete-by.
+func (a *Agent) finish(ctx context.Context, ex *execution, out any, herr error) {
+	res, ob := a.record(ex, out, herr)
+	if res == nil || ob == nil {
+		return
+	}
+	if err := ob.putResult(ctx, res); err != nil && !errors.Is(err, errOutboxClosed) {
+		a.opts.log.Warn("result not queued before the step's ctx ended; it is sent on the next stream if still in time",
+			"task_id", ex.ref.GetTaskId(), "step", ex.ref.GetStep(), "attempt", ex.ref.GetAttempt(), "err", err)
+	}
+}
+
+// record moves a returned execution from running to pending and returns its
+// result and the stream to send it on (nil: none now; attach sends it).
+func (a *Agent) record(ex *execution, out any, herr error) (*reevev1.StepResult, *outbox) {
 	key := refKey(ex.ref)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -228,9 +283,17 @@ func (a *Agent) finish(ex *execution, out any, herr error) {
 	defer a.signalIdle()
 	if ex.canceled || !time.Now().Before(ex.completeBy) {
 		a.opts.log.Info("no result sent: step canceled or past its complete-by", "task_id", ex.ref.GetTaskId(), "step", ex.ref.GetStep(), "attempt", ex.ref.GetAttempt())
-		return
+		return nil, nil
 	}
-	res := &reevev1.StepResult{Ref: ex.ref}
+	res := result(ex.ref, out, herr)
+	ex.result = res
+	a.pending[key] = ex
+	return res, a.out
+}
+
+// result is what the agent sends for a handler's outcome.
+func result(ref *reevev1.StepRef, out any, herr error) *reevev1.StepResult {
+	res := &reevev1.StepResult{Ref: ref}
 	if herr == nil {
 		v, err := encodeOutput(out)
 		if err != nil {
@@ -242,19 +305,25 @@ func (a *Agent) finish(ex *execution, out any, herr error) {
 		res.Output = nil
 		res.Error = stepError(herr)
 	}
-	ex.result = res
-	a.pending[key] = ex
-	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: res}})
+	return res
 }
 
 // maxErrorMessage is the scheduler's bound of a step error's message, in
 // bytes.
 const maxErrorMessage = 4096
 
+// stepError is the StepError of a handler's error. The code of an *Error
+// is sent in its own field, not again in the message: an Error{Code:
+// "card_declined", Message: "m"} wrapped as "charge: %w" sends the message
+// "charge: m".
 func stepError(err error) *reevev1.StepError {
-	se := &reevev1.StepError{Message: truncate(err.Error(), maxErrorMessage), NonRetryable: IsPermanent(err)}
+	msg := err.Error()
 	var e *Error
-	if errors.As(err, &e) {
+	if errors.As(err, &e) && e.Code != "" {
+		msg = strings.Replace(msg, e.Error(), e.Message, 1)
+	}
+	se := &reevev1.StepError{Message: truncate(msg, maxErrorMessage), NonRetryable: IsPermanent(err)}
+	if e != nil {
 		se.Code = strings.ToValidUTF8(e.Code, "\uFFFD")
 	}
 	return se
@@ -324,15 +393,17 @@ func (a *Agent) signalIdle() {
 	}
 }
 
+// heartbeat queues a heartbeat for a running execution, at most one per
+// beatEvery; never dropped, merged with others not yet sent.
 func (a *Agent) heartbeat(ref *reevev1.StepRef) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ex := a.running[refKey(ref)]
-	if ex == nil || time.Since(ex.lastBeat) < ex.beatEvery {
+	if ex == nil || a.out == nil || time.Since(ex.lastBeat) < ex.beatEvery {
 		return
 	}
 	ex.lastBeat = time.Now()
-	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{ref}}}})
+	a.out.beat(ref)
 }
 
 func (a *Agent) send(m *reevev1.ConnectRequest) {
@@ -341,17 +412,12 @@ func (a *Agent) send(m *reevev1.ConnectRequest) {
 	a.sendLocked(m)
 }
 
-// sendLocked hands m to the current stream's send loop, if connected. A
-// message that cannot be handed over is not lost where it matters: results
-// stay pending and are sent again on the next stream. Caller holds mu.
+// sendLocked queues an ack or a drain on the current stream, if connected;
+// it never blocks and never drops (see outbox). What must survive a
+// reconnect is sent again by attach. Caller holds mu.
 func (a *Agent) sendLocked(m *reevev1.ConnectRequest) {
-	if a.out == nil {
-		return
-	}
-	select {
-	case a.out <- m:
-	default:
-		a.opts.log.Warn("send queue full; message dropped until reconnect")
+	if a.out != nil {
+		a.out.push(m)
 	}
 }
 

@@ -3,6 +3,7 @@ package agentsdk_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -123,7 +124,7 @@ func TestErrorsMapToStepErrors(t *testing.T) {
 		return nil, agentsdk.Permanent(errors.New("card declined"))
 	})
 	a.Handle("coded", func(ctx context.Context, st *agentsdk.Step) (any, error) {
-		return nil, &agentsdk.Error{Code: "insufficient_funds", Message: "no money"}
+		return nil, fmt.Errorf("charge: %w", &agentsdk.Error{Code: "insufficient_funds", Message: "no money"})
 	})
 	a.Handle("panics", func(ctx context.Context, st *agentsdk.Step) (any, error) {
 		if st.Attempt == 1 {
@@ -141,11 +142,12 @@ func TestErrorsMapToStepErrors(t *testing.T) {
 	retried.RetryPolicy = &reevev1.RetryPolicy{InitialBackoff: durationpb.New(10 * time.Millisecond)}
 	submit(t, c, "panic", retried)
 
-	for _, tc := range []struct{ id, code string }{{"perm", ""}, {"coded", "insufficient_funds"}} {
+	// The code is a field of its own, not repeated in the message.
+	for _, tc := range []struct{ id, code, message string }{{"perm", "", "card declined"}, {"coded", "insufficient_funds", "charge: no money"}} {
 		final := testenv.WaitTask(t, c, "default", tc.id, wait)
 		x := final.GetSteps()[0]
-		if final.GetState() != reevev1.TaskState_TASK_STATE_FAILED || x.GetAttempt() != 1 || x.GetLastError().GetCode() != tc.code {
-			t.Fatalf("%s: task %v attempt %d error %v, want FAILED after one attempt with code %q", tc.id, final.GetState(), x.GetAttempt(), x.GetLastError(), tc.code)
+		if final.GetState() != reevev1.TaskState_TASK_STATE_FAILED || x.GetAttempt() != 1 || x.GetLastError().GetCode() != tc.code || x.GetLastError().GetMessage() != tc.message {
+			t.Fatalf("%s: task %v attempt %d error %v, want FAILED after one attempt with code %q, message %q", tc.id, final.GetState(), x.GetAttempt(), x.GetLastError(), tc.code, tc.message)
 		}
 	}
 	final := testenv.WaitTask(t, c, "default", "panic", wait)

@@ -40,7 +40,7 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 	for i := 0; ctx.Err() == nil; i++ {
 		addr := a.addrs[(start+i)%len(a.addrs)]
 		began := time.Now()
-		err := a.session(ctx, addr)
+		registered, err := a.session(ctx, addr)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -60,7 +60,12 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 		if d, ok := RetryDelay(err); ok && d > wait {
 			wait = d + time.Duration(rand.Int64N(int64(d)/5+1)) // as the scheduler asked, jittered
 		}
-		a.opts.log.Warn("stream ended; reconnecting", "address", addr, "err", err, "in", wait)
+		if registered {
+			a.opts.log.Warn("stream ended; reconnecting", "address", addr, "err", err, "in", wait)
+		} else {
+			// Not a stream that ended: none was ever open on this attempt.
+			a.opts.log.Warn("cannot connect to scheduler", "address", addr, "err", err, "retry_in", wait)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -91,33 +96,43 @@ func backoff(minWait, maxWait time.Duration, failures int) time.Duration {
 }
 
 // session runs one stream: register, then a receive loop (here) and a send
-// loop (the only caller of Send) until the stream ends.
-func (a *Agent) session(ctx context.Context, addr string) error {
-	cc, err := grpc.NewClient(addr, append(a.opts.dialOptions(),
-		telemetry.ClientHandler(otelgrpc.WithTracerProvider(a.opts.tracer), otelgrpc.WithMeterProvider(a.opts.meter)))...)
-	if err != nil {
-		return err
+// loop (the only caller of Send) until the stream ends. registered reports
+// whether the scheduler answered Register (the stream was open).
+func (a *Agent) session(ctx context.Context, addr string) (registered bool, err error) {
+	cc, callOpts := a.conn, []grpc.CallOption(nil)
+	if cc == nil {
+		cc, err = grpc.NewClient(addr, append(a.opts.dialOptions(),
+			telemetry.ClientHandler(otelgrpc.WithTracerProvider(a.opts.tracer), otelgrpc.WithMeterProvider(a.opts.meter)))...)
+		if err != nil {
+			return false, err
+		}
+		defer cc.Close()
+	} else if a.opts.token != "" {
+		callOpts = append(callOpts, grpc.PerRPCCredentials(tokenCreds(a.opts.token)))
 	}
-	defer cc.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := reevev1.NewAgentServiceClient(cc).Connect(sctx)
+	stream, err := reevev1.NewAgentServiceClient(cc).Connect(sctx, callOpts...)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := stream.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Register{Register: a.registration()}}); err != nil {
-		return recvErr(stream, err)
+		return false, recvErr(stream, err)
 	}
 	first, err := stream.Recv()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if first.GetRegistered() == nil {
-		return fmt.Errorf("agentsdk: expected registered, got %T", first.GetMsg())
+		return false, fmt.Errorf("agentsdk: expected registered, got %T", first.GetMsg())
 	}
 	a.opts.log.Info("connected", "address", addr, "scheduler_id", first.GetRegistered().GetSchedulerId(), "session_id", first.GetRegistered().GetSessionId())
+	return true, a.serve(sctx, cancel, stream)
+}
 
-	out := make(chan *reevev1.ConnectRequest, a.opts.maxConcurrent*2+64)
+// serve runs a registered stream until it ends.
+func (a *Agent) serve(sctx context.Context, cancel context.CancelFunc, stream reevev1.AgentService_ConnectClient) error {
+	out := newOutbox(a.opts.resultQueue)
 	sendErr := make(chan error, 1)
 	sendCtx, stopSend := context.WithCancel(sctx)
 	defer stopSend()
@@ -126,6 +141,7 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 	a.attach(out)
 	defer func() {
 		a.detach(out)
+		out.close()
 		cancel()
 		wg.Wait()
 	}()
@@ -170,8 +186,9 @@ func (a *Agent) session(ctx context.Context, addr string) error {
 			drained = true
 			// Nothing new goes on this stream; what is queued is still
 			// sent (the send loop returns once out is empty).
-			awaiting = a.detachDrained(out)
-			close(out)
+			// A result still waiting for room is not sent here: it goes
+			// on the next stream, and no answer for it comes on this one.
+			awaiting = out.closeSent(a.detachDrained(out))
 			// The scheduler still answers the results sent here: wait for
 			// those answers, so that they are not sent again on the next
 			// stream, but not for ever.
@@ -201,20 +218,16 @@ func recvErr(stream reevev1.AgentService_ConnectClient, err error) error {
 	return err
 }
 
-// sendLoop sends what is handed to out until ctx ends or out is closed
+// sendLoop sends what out holds until ctx ends or out is closed and empty
 // (drained: everything queued before is sent first).
-func sendLoop(ctx context.Context, stream reevev1.AgentService_ConnectClient, out <-chan *reevev1.ConnectRequest) error {
+func sendLoop(ctx context.Context, stream reevev1.AgentService_ConnectClient, out *outbox) error {
 	for {
-		select {
-		case <-ctx.Done():
+		m, ok := out.next(ctx)
+		if !ok {
 			return nil
-		case m, ok := <-out:
-			if !ok {
-				return nil
-			}
-			if err := stream.Send(m); err != nil {
-				return err
-			}
+		}
+		if err := stream.Send(m); err != nil {
+			return err
 		}
 	}
 }
@@ -241,7 +254,7 @@ func (a *Agent) registration() *reevev1.Register {
 
 // attach makes out the current stream and sends what must survive a
 // reconnect: unacknowledged results, and our drain if shutting down.
-func (a *Agent) attach(out chan<- *reevev1.ConnectRequest) {
+func (a *Agent) attach(out *outbox) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.out = out
@@ -253,7 +266,7 @@ func (a *Agent) attach(out chan<- *reevev1.ConnectRequest) {
 	}
 	a.expirePending(time.Now())
 	for _, ex := range a.pending {
-		a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: ex.result}})
+		out.resend(ex.result)
 	}
 	if a.draining.Load() {
 		a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Drain{Drain: &reevev1.Drain{Reason: "agent shutting down"}}})
@@ -264,7 +277,7 @@ func (a *Agent) attach(out chan<- *reevev1.ConnectRequest) {
 // reassign_after_disconnect is canceled once that long has passed with no
 // new stream (attach stops the timers): the scheduler that saw the stream
 // end re-dispatches it then, and its result would be refused.
-func (a *Agent) detach(out chan<- *reevev1.ConnectRequest) {
+func (a *Agent) detach(out *outbox) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.out != out {
@@ -281,7 +294,7 @@ func (a *Agent) detach(out chan<- *reevev1.ConnectRequest) {
 // detachDrained detaches out after the scheduler sent Drain and returns the
 // results sent on it that are not acknowledged yet. After it, nothing writes
 // to out (sendLocked writes only to a.out).
-func (a *Agent) detachDrained(out chan<- *reevev1.ConnectRequest) []string {
+func (a *Agent) detachDrained(out *outbox) []string {
 	a.detach(out)
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -4,7 +4,7 @@ import "errors"
 
 // Error is a step failure with a machine-readable code. A handler may return
 // it (or wrap it) to set StepError.code, which workflows can list in
-// RetryPolicy.non_retryable_error_codes.
+// the workflow's RetryPolicy.non_retryable_error_codes.
 type Error struct {
 	// Code is matched against non_retryable_error_codes; at most 63 characters.
 	Code string
@@ -14,6 +14,9 @@ type Error struct {
 	NonRetryable bool
 }
 
+// Error returns "code: message" (the message alone without a code). The
+// agent sends the code and the message in fields of their own, so operators
+// see the code once.
 func (e *Error) Error() string {
 	if e.Code == "" {
 		return e.Message

@@ -39,7 +39,7 @@ func ExamplePermanent() {
 
 func ExampleRetry() {
 	calls := 0
-	err := agentsdk.Retry(context.Background(), agentsdk.RetryPolicy{InitialBackoff: time.Millisecond}, func(ctx context.Context) error {
+	err := agentsdk.Retry(context.Background(), agentsdk.RetrySettings{InitialBackoff: time.Millisecond}, func(ctx context.Context) error {
 		calls++
 		if calls < 3 {
 			return errors.New("service unavailable")
@@ -57,4 +57,21 @@ func ExampleBreaker() {
 	err := payments.Do(ctx, func(context.Context) error { return nil })
 	fmt.Println(errors.Is(err, agentsdk.ErrCircuitOpen))
 	// Output: true
+}
+
+func ExampleTyped() {
+	type Order struct {
+		OrderID string `json:"order_id"`
+	}
+	type Receipt struct {
+		ChargeID string `json:"charge_id"`
+	}
+	agent, err := agentsdk.New([]string{"127.0.0.1:7430"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Order is decoded from the task's input; Receipt is the step's output.
+	agent.Handle("payments.charge", agentsdk.Typed(func(ctx context.Context, s *agentsdk.Step, o Order) (Receipt, error) {
+		return Receipt{ChargeID: "ch-" + o.OrderID}, nil
+	}))
 }

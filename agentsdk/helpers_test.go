@@ -28,7 +28,7 @@ func TestRetryStopsOnSuccessPermanentOrDeadline(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
 			defer cancel()
 			calls := 0
-			policy := agentsdk.RetryPolicy{MaxAttempts: 3, InitialBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+			policy := agentsdk.RetrySettings{MaxAttempts: 3, InitialBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
 			if tc.name == "never waits past the deadline" {
 				policy.InitialBackoff, policy.MaxBackoff = time.Hour, time.Hour
 			}

@@ -22,8 +22,10 @@ type options struct {
 	agentID         string
 	namespace       string
 	maxConcurrent   int
+	resultQueue     int // 0: maxConcurrent
 	log             *slog.Logger
 	dialOpts        []grpc.DialOption
+	dialOptsSet     bool        // WithDialOptions was used
 	tls             *tls.Config // nil: as dialOpts say (plaintext by default)
 	tlsFiles        *TLSFiles   // read by New into tls
 	token           string
@@ -68,13 +70,22 @@ func WithNamespace(ns string) Option { return func(o *options) { o.namespace = n
 // WithMaxConcurrentSteps bounds how many steps run at once; default 16.
 func WithMaxConcurrentSteps(n int) Option { return func(o *options) { o.maxConcurrent = n } }
 
+// WithResultQueue bounds how many results wait to be sent on the stream;
+// default the max concurrent steps. When it is full (the stream is slow, or
+// the scheduler stopped reading) a handler's goroutine waits after the
+// handler returned until there is room or the step's complete-by passes;
+// its result is never dropped: one not sent stays pending and goes out on
+// the next stream. Assignment acks and heartbeats are not counted here: they
+// are never dropped either, and heartbeats are merged.
+func WithResultQueue(n int) Option { return func(o *options) { o.resultQueue = n } }
+
 // WithLogger sets the logger; default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithDialOptions replaces the gRPC dial options; default plaintext with
 // keepalive pings every 30s. Pass TLS credentials here.
 func WithDialOptions(opts ...grpc.DialOption) Option {
-	return func(o *options) { o.dialOpts = opts }
+	return func(o *options) { o.dialOpts, o.dialOptsSet = opts, true }
 }
 
 // WithTLS connects over TLS with cfg (a client certificate in it makes it

@@ -7,8 +7,11 @@ import (
 	"time"
 )
 
-// RetryPolicy configures Retry. Zero fields take the documented defaults.
-type RetryPolicy struct {
+// RetrySettings configures Retry: how often a handler calls a remote
+// service again within one execution of a step. It is not the step's retry
+// policy (the workflow's RetryPolicy, applied by the scheduler between
+// attempts). Zero fields take the documented defaults.
+type RetrySettings struct {
 	// MaxAttempts is the number of calls, including the first; default 5.
 	MaxAttempts int
 	// InitialBackoff is the wait ceiling before the second call; default 100ms.
@@ -19,7 +22,13 @@ type RetryPolicy struct {
 	Multiplier float64
 }
 
-func (p RetryPolicy) withDefaults() RetryPolicy {
+// RetryPolicy is the former name of RetrySettings.
+//
+// Deprecated: use RetrySettings; RetryPolicy, which read as the workflow's
+// step retry policy, will be removed in the next release.
+type RetryPolicy = RetrySettings
+
+func (p RetrySettings) withDefaults() RetrySettings {
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = 5
 	}
@@ -40,7 +49,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 // ("full jitter": a random wait up to the growing ceiling). It never waits
 // past ctx's deadline, which in a handler is the step's complete-by: when the
 // next wait would cross it, Retry gives up and returns the last error.
-func Retry(ctx context.Context, p RetryPolicy, fn func(ctx context.Context) error) error {
+func Retry(ctx context.Context, p RetrySettings, fn func(ctx context.Context) error) error {
 	p = p.withDefaults()
 	var err error
 	for attempt := 1; ; attempt++ {

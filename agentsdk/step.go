@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/reeve-org/reeve/agentsdk/internal/bridge"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
@@ -29,11 +30,36 @@ type Step struct {
 	// CompleteBy is the deadline of this execution; the handler's ctx ends
 	// then, and a result produced later is never sent.
 	CompleteBy time.Time
-	// Compensation is true when this execution undoes the step.
+	// Compensation is true when this execution undoes the step. The
+	// output of a compensation is not kept (the scheduler records only
+	// that the step was compensated).
 	Compensation bool
 
 	assignment *reevev1.StepAssignment
-	agent      *Agent
+	agent      *Agent // nil outside an agent (agenttest, a Step built by hand)
+	beat       func() // agenttest's heartbeat recorder
+}
+
+func newStep(as *reevev1.StepAssignment) *Step {
+	ref := as.GetRef()
+	return &Step{
+		Namespace: ref.GetNamespace(), TaskID: ref.GetTaskId(), Name: ref.GetStep(), Type: as.GetType(),
+		Attempt: int(ref.GetAttempt()), IdempotencyKey: as.GetIdempotencyKey(), CompleteBy: as.GetCompleteBy().AsTime(),
+		Compensation: as.GetCompensation(), assignment: as,
+	}
+}
+
+func init() {
+	bridge.NewStep = func(as *reevev1.StepAssignment, beat func()) any {
+		s := newStep(as)
+		s.beat = beat
+		return s
+	}
+	bridge.Execute = func(ctx context.Context, h, step any) (*reevev1.StepResult, error) {
+		s := step.(*Step)
+		out, err := invoke(ctx, h.(HandlerFunc), s)
+		return result(s.assignment.GetRef(), out, err), err
+	}
 }
 
 // Input decodes the task's input (JSON) into v.
@@ -65,12 +91,19 @@ func (s *Step) DependencyOutput(step string, v any) error {
 // Heartbeat tells the scheduler the step is still being worked on. Steps
 // with a heartbeat_timeout must call it at least that often. Calls are
 // coalesced to at most one message per second (per third of the heartbeat
-// timeout, when that is shorter); it never blocks.
+// timeout, when that is shorter); it never blocks. It returns ctx's error
+// once ctx ended. On a Step not made by an agent it only checks ctx (see
+// agenttest for a Step that records heartbeats).
 func (s *Step) Heartbeat(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.agent.heartbeat(s.assignment.GetRef())
+	switch {
+	case s.agent != nil:
+		s.agent.heartbeat(s.assignment.GetRef())
+	case s.beat != nil:
+		s.beat()
+	}
 	return nil
 }
 

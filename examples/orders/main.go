@@ -132,7 +132,7 @@ func register(a *agentsdk.Agent, paymentsURL string) {
 		// Retry transient failures with backoff, but never past the step's
 		// complete-by (ctx's deadline); the breaker stops hammering a
 		// provider that keeps failing.
-		err := agentsdk.Retry(ctx, agentsdk.RetryPolicy{MaxAttempts: 6, InitialBackoff: 50 * time.Millisecond}, func(ctx context.Context) error {
+		err := agentsdk.Retry(ctx, agentsdk.RetrySettings{MaxAttempts: 6, InitialBackoff: 50 * time.Millisecond}, func(ctx context.Context) error {
 			return breaker.Do(ctx, func(ctx context.Context) error {
 				var err error
 				charge, err = postCharge(ctx, httpClient, paymentsURL, s.IdempotencyKey)
