@@ -9,19 +9,13 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 // IsTerminal reports whether a task in state s has ended: SUCCEEDED,
 // FAILED, COMPENSATED or CANCELED. A terminal task never changes again,
 // unless an operator retries a step of a FAILED one or compensates it.
-func IsTerminal(s reevev1.TaskState) bool {
-	switch s {
-	case reevev1.TaskState_TASK_STATE_SUCCEEDED, reevev1.TaskState_TASK_STATE_FAILED,
-		reevev1.TaskState_TASK_STATE_COMPENSATED, reevev1.TaskState_TASK_STATE_CANCELED:
-		return true
-	}
-	return false
-}
+func IsTerminal(s reevev1.TaskState) bool { return taskstate.TerminalTask(s) }
 
 // TaskError is the error of a task that ended without succeeding: FAILED
 // (a step failed and could not be retried or compensated; an operator is

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 // Value converts a JSON-like Go value to a google.protobuf.Value.
@@ -40,20 +41,11 @@ func WaitTask(t testing.TB, c reevev1.SchedulerServiceClient, ns, id string, tim
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
-			if last != nil && isTerminal(last.GetState()) {
+			if last != nil && taskstate.TerminalTask(last.GetState()) {
 				return last
 			}
 			t.Fatalf("watch %s: %v (last state %v)", id, err, last.GetState())
 		}
 		last = resp.GetTask()
 	}
-}
-
-func isTerminal(s reevev1.TaskState) bool {
-	switch s {
-	case reevev1.TaskState_TASK_STATE_SUCCEEDED, reevev1.TaskState_TASK_STATE_FAILED,
-		reevev1.TaskState_TASK_STATE_COMPENSATED, reevev1.TaskState_TASK_STATE_CANCELED:
-		return true
-	}
-	return false
 }
