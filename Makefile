@@ -78,17 +78,19 @@ $(TOOLS)/toxiproxy-$(TOXIPROXY_VERSION):
 	mv $$tmp/server $(TOOLS)/toxiproxy-server; mv $$tmp/cli $(TOOLS)/toxiproxy-cli
 	@touch $@
 
+# gen/ (the public API) and internal/gen/ (the store's records), from
+# proto/ by buf.gen.yaml.
 generate: tools
-	rm -rf gen
+	rm -rf gen internal/gen
 	buf generate
 
 lint: tools
 	buf lint
 
-# Fails when gen/ differs from what the pinned generators produce.
+# Fails when gen/ or internal/gen/ differs from what the pinned generators produce.
 check-generate: generate
-	@git diff --exit-code --stat -- gen || (echo "gen/ is stale: run 'make generate' and commit" >&2; exit 1)
-	@test -z "$$(git status --porcelain -- gen)" || (git status --porcelain -- gen; echo "gen/ has untracked files: run 'make generate' and commit" >&2; exit 1)
+	@git diff --exit-code --stat -- gen internal/gen || (echo "gen/ is stale: run 'make generate' and commit" >&2; exit 1)
+	@test -z "$$(git status --porcelain -- gen internal/gen)" || (git status --porcelain -- gen internal/gen; echo "gen/ has untracked files: run 'make generate' and commit" >&2; exit 1)
 
 # What `reeve version` prints (internal/version): GOFLAGS has -buildvcs=false
 # here, so the commit comes through the linker, not the build information.
@@ -157,7 +159,7 @@ vet:
 	go vet ./...
 
 check-fmt:
-	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed: $$out" >&2; exit 1)
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -Ev '^(internal/)?gen/')); test -z "$$out" || (echo "gofmt needed: $$out" >&2; exit 1)
 
 # Short fuzz runs, one target at a time (go test -fuzz takes one). The budget
 # is a count of executions, not a duration: Go 1.26's fuzz coordinator can

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
@@ -299,11 +300,12 @@ func result(ref *reevev1.StepRef, out any, herr error) *reevev1.StepResult {
 		if err != nil {
 			herr = Permanent(err)
 		}
-		res.Output = v
+		if v != nil {
+			res.Outcome = &reevev1.StepResult_Output{Output: v}
+		}
 	}
 	if herr != nil {
-		res.Output = nil
-		res.Error = stepError(herr)
+		res.Outcome = &reevev1.StepResult_Error{Error: stepError(herr)}
 	}
 	return res
 }
@@ -355,7 +357,7 @@ func (a *Agent) acked(ack *reevev1.ResultAck) {
 	a.signalIdle()
 	if !ack.GetAccepted() {
 		a.opts.log.Info("result refused", "task_id", ack.GetRef().GetTaskId(), "step", ack.GetRef().GetStep(),
-			"attempt", ack.GetRef().GetAttempt(), "code", ack.GetCode(), "reason", ack.GetMessage())
+			"attempt", ack.GetRef().GetAttempt(), "code", codes.Code(ack.GetStatus().GetCode()), "reason", ack.GetStatus().GetMessage())
 	}
 }
 

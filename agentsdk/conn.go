@@ -16,6 +16,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/telemetry"
+	"github.com/reeve-org/reeve/internal/version"
 )
 
 // errDrained ends a session because the scheduler asked the agent to move.
@@ -232,12 +233,19 @@ func sendLoop(ctx context.Context, stream reevev1.AgentService_ConnectClient, ou
 	}
 }
 
+// sdkName is the Go SDK's name in Register.sdk.
+const sdkName = "reeve-go"
+
 // registration lists what the agent serves and the executions it still runs
 // or has results for, which count against its capacity.
 func (a *Agent) registration() *reevev1.Register {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	r := &reevev1.Register{AgentId: a.opts.agentID, Namespace: a.opts.namespace, MaxConcurrentSteps: int32(a.opts.maxConcurrent)}
+	r := &reevev1.Register{
+		AgentId: a.opts.agentID, Namespace: a.opts.namespace, MaxConcurrentSteps: int32(a.opts.maxConcurrent),
+		ProtocolVersion: int32(reevev1.ProtocolVersion_PROTOCOL_VERSION_1),
+		Sdk:             &reevev1.Sdk{Name: sdkName, Version: version.Get().Version},
+	}
 	for t := range a.handlers {
 		r.StepTypes = append(r.StepTypes, t)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
@@ -58,6 +58,7 @@ func assignment(t *reevev1.Task, st *reevev1.Step) *reevev1.StepAssignment {
 		HeartbeatTimeout:        spec.GetHeartbeatTimeout(),
 		ReassignAfterDisconnect: spec.GetReassignAfterDisconnect(),
 		DependencyOutputs:       map[string]*structpb.Value{},
+		HeartbeatDetails:        st.GetHeartbeatDetails(),
 	}
 	if taskstate.Compensating(st) {
 		// The compensation gets the output of the step it undoes.
@@ -75,11 +76,15 @@ func assignment(t *reevev1.Task, st *reevev1.Step) *reevev1.StepAssignment {
 
 // expireNow moves the complete-by of an attempt whose agent missed its
 // heartbeat to now: the supervisor then recovers it like any expired attempt.
-func (s *Server) expireNow(ref *reevev1.StepRef) {
+func (s *Server) expireNow(ref *reevev1.StepRef, details *structpb.Value) {
 	ctx, cancel := context.WithTimeout(s.base, 10*time.Second)
 	defer cancel()
 	_, _, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.ExpireNow(t, ref.GetStep(), ref.GetAttempt(), "scheduler/"+s.opts.id, s.opts.clock.Now())
+		if err := taskstate.ExpireNow(t, ref.GetStep(), ref.GetAttempt(), "scheduler/"+s.opts.id, s.opts.clock.Now()); err != nil {
+			return err
+		}
+		keepDetails(t, ref, details)
+		return nil
 	})
 	if err != nil && !errors.Is(err, taskstate.ErrStale) {
 		s.log.Warn("expire attempt after missed heartbeat", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,8 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
@@ -46,13 +47,12 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 		// by the agent and wait for their complete-by. It reconnects.
 		return statusErr(err)
 	}
-	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: &reevev1.Registered{
-		SessionId: conn.sessionID, SchedulerId: s.opts.id,
-	}}})
+	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: s.registered(conn.sessionID)}})
 	s.tel.seeNamespace(conn.ns)
 	s.disp.addAgent(conn)
 	rev := s.publishAgent(stream.Context(), conn)
-	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max)
+	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max,
+		"protocol_version", reg.GetProtocolVersion(), "sdk", reg.GetSdk().GetName(), "sdk_version", reg.GetSdk().GetVersion())
 
 	sendErr := make(chan error, 1)
 	var unsent *reevev1.ConnectResponse
@@ -160,13 +160,17 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 			// taken back, and an agent marked stuck gets work again.
 			s.disp.acked(conn, msg.AssignmentAck.GetRef())
 		case *reevev1.ConnectRequest_Heartbeat:
-			s.disp.heartbeat(conn, msg.Heartbeat.GetRefs())
+			s.disp.heartbeat(conn, msg.Heartbeat)
 		case *reevev1.ConnectRequest_Drain:
 			s.disp.setDraining(conn)
 		case *reevev1.ConnectRequest_Register:
 			return status.Error(codes.FailedPrecondition, "register: already registered on this stream")
 		default:
-			return status.Error(codes.InvalidArgument, "msg: empty or unknown message")
+			// A message kind from a newer protocol (or none): ignored, so
+			// that a newer agent keeps its stream to an older scheduler.
+			s.tel.unknownMessage(stream.Context(), conn.ns)
+			s.logs.log(s.log.With("agent_id", conn.agentID, "session_id", conn.sessionID), slog.LevelDebug,
+				"unknown agent message", "unknown agent message ignored", "unknown_fields", len(m.ProtoReflect().GetUnknown()))
 		}
 	}
 }

@@ -136,7 +136,7 @@ func TestRecoverStepsDispatchesDirectly(t *testing.T) {
 		t.Errorf("history ends %v; want step.retry_scheduled then step.dispatched of attempt 2", h[max(0, n-2):])
 	}
 
-	if ack := holder.Succeed(&reevev1.StepRef{Namespace: "default", TaskId: "d1", Step: "x", Attempt: 1}, nil); ack.GetAccepted() || codes.Code(ack.GetCode()) != codes.FailedPrecondition {
+	if ack := holder.Succeed(&reevev1.StepRef{Namespace: "default", TaskId: "d1", Step: "x", Attempt: 1}, nil); ack.GetAccepted() || codes.Code(ack.GetStatus().GetCode()) != codes.FailedPrecondition {
 		t.Errorf("old holder's late result: %v, want refused with FAILED_PRECONDITION", ack)
 	}
 	if ack := healthy.Succeed(a.GetRef(), nil); !ack.GetAccepted() {

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"google.golang.org/protobuf/types/known/structpb"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
@@ -70,7 +71,7 @@ type dispatchDeps struct {
 	takeBackNow func(ref *reevev1.StepRef, agentID, reason string)
 	// expireNow moves the complete-by of an attempt whose agent missed its
 	// heartbeat to now (Server.expireNow).
-	expireNow func(ref *reevev1.StepRef)
+	expireNow func(ref *reevev1.StepRef, details *structpb.Value)
 	// goWork runs f in the background, waited for by the scheduler's
 	// shutdown, and reports false (f not run) once that began
 	// (Server.goWork).
@@ -335,7 +336,7 @@ func (d *dispatcher) releaseExpired() {
 	}
 	d.unlock()
 	for _, b := range missed {
-		d.goWork(func() { d.expireNow(b.ref) })
+		d.goWork(func() { d.expireNow(b.ref, b.details) })
 	}
 }
 

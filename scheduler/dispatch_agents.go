@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // The dispatcher's agent side: the streams it dispatches to, their
@@ -60,15 +63,30 @@ func (d *dispatcher) takeBackUnsent(c *agentConn, failed *reevev1.ConnectRespons
 }
 
 // heartbeat records liveness in memory only: beats cost no etcd write.
-func (d *dispatcher) heartbeat(c *agentConn, refs []*reevev1.StepRef) {
+func (d *dispatcher) heartbeat(c *agentConn, hb *reevev1.Heartbeat) {
 	d.lock()
 	defer d.unlock()
 	now := d.clock.Now()
-	for _, r := range refs {
+	for _, r := range hb.GetRefs() {
 		if b := c.beats[refKey(r)]; b != nil {
 			b.last = now
 		}
 	}
+	for _, hd := range hb.GetDetails() {
+		b := c.beats[refKey(hd.GetRef())]
+		if b == nil || hd.GetDetails() == nil || workflow.ValidateValue("heartbeat.details", hd.GetDetails(), workflow.MaxHeartbeatDetailsBytes) != nil {
+			continue // not watched here, or too large: dropped
+		}
+		b.details = hd.GetDetails()
+	}
+}
+
+// heartbeatDetails returns the last heartbeat details conn's agent sent
+// for ref, if any.
+func (d *dispatcher) heartbeatDetails(c *agentConn, ref *reevev1.StepRef) *structpb.Value {
+	d.lock()
+	defer d.unlock()
+	return c.beats[refKey(ref)].getDetails()
 }
 
 // acked records an AssignmentAck.

@@ -50,7 +50,7 @@ func TestResultReportedToAStoppedSchedulerIsNotLost(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	back.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: as.GetRef(), Output: testenv.Value(t, map[string]any{"ok": true})}}})
+	back.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: as.GetRef(), Outcome: &reevev1.StepResult_Output{Output: testenv.Value(t, map[string]any{"ok": true})}}}})
 	if m, ok := back.Recv(time.Second); ok && m.GetResultAck() != nil {
 		t.Fatalf("a stopped scheduler answered the result %v: the agent would drop it", m.GetResultAck())
 	}

@@ -9,10 +9,11 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
@@ -188,6 +189,7 @@ func (s *Server) expireOrphan(conn endedStream, b *beat) bool {
 		if err != nil {
 			return nil, err
 		}
+		keepDetails(t, b.ref, b.details)
 		return &reevev1.RecoveryDecision{Action: action.RecoveryAction(), Delay: durationpb.New(delay)}, nil
 	})
 	if out.GetApplied() {
@@ -230,8 +232,12 @@ func (s *Server) persistBeats(agentID string, beats []*beat) {
 				if s.disp.watches(agentID, ref) {
 					return taskstate.ErrStale // the agent is back on this scheduler
 				}
-				return taskstate.ShortenOnDisconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, b.lostAt(end),
-					"scheduler/"+s.opts.id, s.opts.clock.Now())
+				if err := taskstate.ShortenOnDisconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, b.lostAt(end),
+					"scheduler/"+s.opts.id, s.opts.clock.Now()); err != nil {
+					return err
+				}
+				keepDetails(t, ref, b.details)
+				return nil
 			})
 			if err != nil && !errors.Is(err, taskstate.ErrStale) && !errors.Is(err, context.Canceled) {
 				s.log.Warn("move complete-by to the heartbeat deadline after the agent's stream ended",
@@ -259,9 +265,29 @@ func (s *Server) restoreDeadline(ctx context.Context, ref *reevev1.StepRef, agen
 // heartbeat timeout or a reassign_after_disconnect (either may be 0: unset).
 type beat struct {
 	ref     *reevev1.StepRef
-	timeout time.Duration // heartbeat timeout
-	grace   time.Duration // reassign_after_disconnect
-	last    time.Time     // last heartbeat (or dispatch, or adoption)
+	timeout time.Duration   // heartbeat timeout
+	grace   time.Duration   // reassign_after_disconnect
+	last    time.Time       // last heartbeat (or dispatch, or adoption)
+	details *structpb.Value // last Heartbeat.details; nil when none
+}
+
+func (b *beat) getDetails() *structpb.Value {
+	if b == nil {
+		return nil
+	}
+	return b.details
+}
+
+// keepDetails records an ending attempt's last heartbeat details on its
+// step, for the next attempt (StepAssignment.heartbeat_details). Called
+// inside the write that ends the attempt, after its transition succeeded.
+func keepDetails(t *reevev1.Task, ref *reevev1.StepRef, details *structpb.Value) {
+	if details == nil {
+		return
+	}
+	if st := taskstate.FindStep(t, ref.GetStep()); st != nil {
+		st.HeartbeatDetails = details
+	}
 }
 
 func newBeat(ref *reevev1.StepRef, heartbeat, reassign *durationpb.Duration, now time.Time) *beat {

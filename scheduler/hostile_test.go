@@ -277,16 +277,16 @@ func TestHostileResultsAreRefusedAndChangeNothing(t *testing.T) {
 		{"other namespace", &reevev1.StepResult{Ref: with(func(r *reevev1.StepRef) { r.Namespace = "other" })}, codes.PermissionDenied, "ref.namespace"},
 		// An output over 64 KiB from the holder is refused too, but fails the
 		// step (output_too_large): TestOversizedResultIsRefusedOnItsOwn.
-		{"output over 64 KiB, forged attempt", &reevev1.StepResult{Ref: with(func(r *reevev1.StepRef) { r.Attempt = 2 }), Output: structpb.NewStringValue(strings.Repeat("o", 70<<10))}, codes.FailedPrecondition, ""},
-		{"NaN output", &reevev1.StepResult{Ref: ref, Output: structpb.NewNumberValue(math.Inf(1))}, codes.InvalidArgument, "output"},
-		{"error message over 4 KiB", &reevev1.StepResult{Ref: ref, Error: &reevev1.StepError{Message: strings.Repeat("e", 5000)}}, codes.InvalidArgument, "error.message"},
+		{"output over 64 KiB, forged attempt", &reevev1.StepResult{Ref: with(func(r *reevev1.StepRef) { r.Attempt = 2 }), Outcome: &reevev1.StepResult_Output{Output: structpb.NewStringValue(strings.Repeat("o", 70<<10))}}, codes.FailedPrecondition, ""},
+		{"NaN output", &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Output{Output: structpb.NewNumberValue(math.Inf(1))}}, codes.InvalidArgument, "output"},
+		{"error message over 4 KiB", &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{Message: strings.Repeat("e", 5000)}}}, codes.InvalidArgument, "error.message"},
 	}
 	before := testenv.DataKeys(t, env.Etcd.Client())
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			agent.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: tc.res}})
 			ack := agent.NextResultAck(wait)
-			if ack.GetAccepted() || codes.Code(ack.GetCode()) != tc.code || !strings.Contains(ack.GetMessage(), tc.msg) {
+			if ack.GetAccepted() || codes.Code(ack.GetStatus().GetCode()) != tc.code || !strings.Contains(ack.GetStatus().GetMessage(), tc.msg) {
 				t.Fatalf("ack %v, want refused with %v naming %q", ack, tc.code, tc.msg)
 			}
 		})

@@ -38,7 +38,7 @@ func TestResultPastCompleteByIsRefused(t *testing.T) {
 	// Past it: refused, naming the complete-by.
 	waitUntil(lateAs.GetCompleteBy().AsTime().Add(scheduler.LateResultGrace + 200*time.Millisecond))
 	ack := a.Succeed(lateAs.GetRef(), map[string]any{"ok": true})
-	if ack.GetAccepted() || codes.Code(ack.GetCode()) != codes.FailedPrecondition || !strings.Contains(ack.GetMessage(), "after its complete-by") {
+	if ack.GetAccepted() || codes.Code(ack.GetStatus().GetCode()) != codes.FailedPrecondition || !strings.Contains(ack.GetStatus().GetMessage(), "after its complete-by") {
 		t.Fatalf("late result ack %v, want FAILED_PRECONDITION naming the complete-by", ack)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)

@@ -31,13 +31,13 @@ func TestMalformedResultIsRefusedOnItsOwn(t *testing.T) {
 	}{
 		{"no ref", &reevev1.StepResult{}, "result.ref"},
 		{"no task id", &reevev1.StepResult{Ref: &reevev1.StepRef{Namespace: "default", Step: "a", Attempt: 1}}, "result.ref.task_id"},
-		{"error message over 4 KiB", &reevev1.StepResult{Ref: ref, Error: &reevev1.StepError{Message: strings.Repeat("é", 2049)}}, "result.error.message"},
-		{"error code too long", &reevev1.StepResult{Ref: ref, Error: &reevev1.StepError{Code: strings.Repeat("c", 64)}}, "result.error.code"},
+		{"error message over 4 KiB", &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{Message: strings.Repeat("é", 2049)}}}, "result.error.message"},
+		{"error code too long", &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{Code: strings.Repeat("c", 64)}}}, "result.error.code"},
 	}
 	for _, tc := range cases {
 		a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: tc.res}})
 		ack := a.NextResultAck(wait)
-		if ack.GetAccepted() || codes.Code(ack.GetCode()) != codes.InvalidArgument || !strings.Contains(ack.GetMessage(), tc.field) {
+		if ack.GetAccepted() || codes.Code(ack.GetStatus().GetCode()) != codes.InvalidArgument || !strings.Contains(ack.GetStatus().GetMessage(), tc.field) {
 			t.Errorf("%s: ack %v, want INVALID_ARGUMENT naming %s", tc.name, ack, tc.field)
 		}
 	}
@@ -64,10 +64,10 @@ func TestOversizedResultIsRefusedOnItsOwn(t *testing.T) {
 	}
 
 	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{
-		Ref: refs[big.GetId()], Output: testenv.Value(t, strings.Repeat("x", 5<<20)),
+		Ref: refs[big.GetId()], Outcome: &reevev1.StepResult_Output{Output: testenv.Value(t, strings.Repeat("x", 5<<20))},
 	}}})
 	ack := a.NextResultAck(wait)
-	if ack.GetAccepted() || codes.Code(ack.GetCode()) != codes.InvalidArgument || !strings.Contains(ack.GetMessage(), "output_too_large") {
+	if ack.GetAccepted() || codes.Code(ack.GetStatus().GetCode()) != codes.InvalidArgument || !strings.Contains(ack.GetStatus().GetMessage(), "output_too_large") {
 		t.Fatalf("ack %v, want INVALID_ARGUMENT saying the step failed with output_too_large", ack)
 	}
 	got := stepOf(testenv.WaitTask(t, c, "default", big.GetId(), wait), "a")

@@ -37,7 +37,7 @@ func TestNamespacesAreIsolatedFromEachOthersAgents(t *testing.T) {
 	// holder's id, is refused and changes nothing.
 	before := testenv.DataKeys(t, env.Etcd.Client())
 	ack := agentA.Succeed(as.GetRef(), map[string]any{"forged": true})
-	if ack.GetAccepted() || ack.GetCode() != int32(codes.PermissionDenied) {
+	if ack.GetAccepted() || ack.GetStatus().GetCode() != int32(codes.PermissionDenied) {
 		t.Fatalf("cross-namespace result ack %v, want refused with PERMISSION_DENIED", ack)
 	}
 	// The same with the ref's namespace rewritten to a's: no such task there.

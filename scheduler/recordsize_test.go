@@ -73,7 +73,7 @@ func TestARecordFullOfOutputsAndLongErrorsStaysWritable(t *testing.T) {
 			done++
 		}
 		if !ack.GetAccepted() {
-			t.Fatalf("result %d for %s/%d refused: %s", done, as.GetRef().GetStep(), as.GetRef().GetAttempt(), ack.GetMessage())
+			t.Fatalf("result %d for %s/%d refused: %s", done, as.GetRef().GetStep(), as.GetRef().GetAttempt(), ack.GetStatus().GetMessage())
 		}
 	}
 

@@ -26,7 +26,7 @@ func TestResultAckSaysWhyAResultWasRefused(t *testing.T) {
 		before := testenv.DataKeys(t, env.Etcd.Client())
 		a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: r}}})
 		ack := a.NextResultAck(wait)
-		if ack.GetAccepted() || codes.Code(ack.GetCode()) != codes.FailedPrecondition || !strings.Contains(ack.GetMessage(), want) || strings.Contains(ack.GetMessage(), "taskstate") {
+		if ack.GetAccepted() || codes.Code(ack.GetStatus().GetCode()) != codes.FailedPrecondition || !strings.Contains(ack.GetStatus().GetMessage(), want) || strings.Contains(ack.GetStatus().GetMessage(), "taskstate") {
 			t.Fatalf("ack %v, want FAILED_PRECONDITION saying %q", ack, want)
 		}
 		if after := testenv.DataKeys(t, env.Etcd.Client()); !maps.Equal(before, after) {

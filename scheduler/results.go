@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
@@ -35,17 +35,16 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	ref := res.GetRef()
 	ack := &reevev1.ResultAck{Ref: ref}
 	reject := func(err error) *reevev1.ResultAck {
-		st := toStatus(err)
-		ack.Code, ack.Message = int32(st.Code()), st.Message()
+		ack.Status = toStatus(err).Proto()
 		return ack
 	}
 	if n := proto.Size(res.GetOutput()); n > workflow.MaxOutputBytes && workflow.ValidateStepRef("result.ref", ref) == nil {
 		// Refused on its own, and the step fails for good: the same output
 		// would be too large on every attempt.
-		failed := s.handleResult(conn, &reevev1.StepResult{Ref: ref, Error: &reevev1.StepError{
+		failed := s.handleResult(conn, &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{
 			Code: "output_too_large", NonRetryable: true,
 			Message: fmt.Sprintf("output of %d bytes is over the %d-byte limit", n, workflow.MaxOutputBytes),
-		}})
+		}}})
 		if !failed.GetAccepted() {
 			return failed
 		}
@@ -64,12 +63,18 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		return s.log.With("task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
 	}
 
+	// Read before the write: releaseRef forgets them.
+	details := s.disp.heartbeatDetails(conn, ref)
 	record := func(t *reevev1.Task, now time.Time) error {
 		if err := checkNotLate(t, ref, conn.agentID, now); err != nil {
 			return err
 		}
 		if res.GetError() != nil {
-			return taskstate.Fail(t, ref, conn.agentID, res.GetError(), now)
+			if err := taskstate.Fail(t, ref, conn.agentID, res.GetError(), now); err != nil {
+				return err
+			}
+			keepDetails(t, ref, details)
+			return nil
 		}
 		if proto.Size(t)+proto.Size(res.GetOutput()) > MaxTaskRecordBytes {
 			return taskstate.Fail(t, ref, conn.agentID, &reevev1.StepError{

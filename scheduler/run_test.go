@@ -99,7 +99,7 @@ func TestStaleAndDuplicateResultsChangeNothing(t *testing.T) {
 
 	// A late result of attempt 1 is refused and changes nothing.
 	before := getTask(t, c, "stale")
-	if ack := agent.Succeed(first.GetRef(), map[string]any{"late": true}); ack.GetAccepted() || ack.GetCode() != int32(codes.FailedPrecondition) {
+	if ack := agent.Succeed(first.GetRef(), map[string]any{"late": true}); ack.GetAccepted() || ack.GetStatus().GetCode() != int32(codes.FailedPrecondition) {
 		t.Fatalf("late result ack %v, want refused with FAILED_PRECONDITION", ack)
 	}
 	// A result for an attempt that never existed is refused too.
@@ -131,7 +131,7 @@ func TestResultFromAnotherAgentIsRefused(t *testing.T) {
 	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "forged", Workflow: inline(step("x", "t"))})
 	as := owner.NextAssignment(wait)
 	rogue := testenv.ConnectRaw(t, s.Addr, register("rogue", 1, "other"))
-	if ack := rogue.Succeed(as.GetRef(), nil); ack.GetAccepted() || ack.GetCode() != int32(codes.FailedPrecondition) {
+	if ack := rogue.Succeed(as.GetRef(), nil); ack.GetAccepted() || ack.GetStatus().GetCode() != int32(codes.FailedPrecondition) {
 		t.Fatalf("forged result ack %v, want refused", ack)
 	}
 	if st := stepOf(getTask(t, c, "forged"), "x"); st.GetState() != reevev1.StepState_STEP_STATE_RUNNING {

@@ -30,7 +30,7 @@ func FuzzAgentStream(f *testing.F) {
 	}
 	ref := &reevev1.StepRef{Namespace: "default", TaskId: "held", Step: "x", Attempt: 1}
 	seed(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref}}})
-	seed(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Error: &reevev1.StepError{Message: "x", NonRetryable: true}}}})
+	seed(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{Message: "x", NonRetryable: true}}}}})
 	seed(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{ref}}}})
 	seed(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: ref}}})
 	seed(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Register{Register: register("again", 1, "t")}})
@@ -89,8 +89,8 @@ func FuzzAgentStream(f *testing.F) {
 					return
 				}
 				if ack := r.GetResultAck(); ack != nil {
-					if code := codes.Code(ack.GetCode()); code == codes.Unknown || code == codes.Internal {
-						got <- status.Errorf(codes.Internal, "result ack with code %v: %s", code, ack.GetMessage())
+					if code := codes.Code(ack.GetStatus().GetCode()); code == codes.Unknown || code == codes.Internal {
+						got <- status.Errorf(codes.Internal, "result ack with code %v: %s", code, ack.GetStatus().GetMessage())
 						return
 					}
 					if ack.GetRef().GetTaskId() == "sentinel" {

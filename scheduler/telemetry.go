@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/telemetry"
 )
@@ -27,6 +27,8 @@ type instruments struct {
 	queueWait metric.Float64Histogram
 	runTime   metric.Float64Histogram
 	attrs     attrSets
+	// unknownMessages counts agent messages of a kind not known here.
+	unknownMessages metric.Int64Counter
 
 	mu         sync.Mutex
 	namespaces map[string]bool // namespaces whose task counts are reported
@@ -41,6 +43,8 @@ func newInstruments(s *Server) *instruments {
 		ended:      map[reevev1.TaskState]metric.Int64Counter{},
 		namespaces: map[string]bool{"default": true},
 	}
+	in.unknownMessages, _ = m.Int64Counter("reeve.agent.unknown_messages",
+		metric.WithDescription("Agent messages of a kind this scheduler does not know (from a newer protocol), ignored"))
 	in.submitted, _ = m.Int64Counter("reeve.tasks.submitted", metric.WithDescription("Tasks created by SubmitTask (idempotent resubmissions not counted)"))
 	for st, name := range map[reevev1.TaskState]string{
 		reevev1.TaskState_TASK_STATE_SUCCEEDED:   "reeve.tasks.completed",

@@ -58,9 +58,9 @@ func TestValueWithNoKindIsRefused(t *testing.T) {
 	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "good", Workflow: inline(step("x", "t"))})
 	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 1, "t"))
 	ref := agent.NextAssignment(wait).GetRef()
-	agent.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Output: kindlessValue(t)}}})
+	agent.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Output{Output: kindlessValue(t)}}}})
 	ack := agent.NextResultAck(wait)
-	if ack.GetAccepted() || codes.Code(ack.GetCode()) != codes.InvalidArgument || !strings.Contains(ack.GetMessage(), "result.output.items[2]") {
+	if ack.GetAccepted() || codes.Code(ack.GetStatus().GetCode()) != codes.InvalidArgument || !strings.Contains(ack.GetStatus().GetMessage(), "result.output.items[2]") {
 		t.Fatalf("ack %v, want a refusal with INVALID_ARGUMENT naming result.output.items[2]", ack)
 	}
 	if ack := agent.Succeed(ref, map[string]any{"ok": true}); !ack.GetAccepted() {

@@ -260,7 +260,7 @@ func TestWatchTaskGivesASlowClientTheNewestState(t *testing.T) {
 			ack = agent.Succeed(as.GetRef(), nil)
 		}
 		if !ack.GetAccepted() {
-			t.Fatalf("result %d refused: %s", i, ack.GetMessage())
+			t.Fatalf("result %d refused: %s", i, ack.GetStatus().GetMessage())
 		}
 	}
 	conn.resume()

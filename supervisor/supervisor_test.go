@@ -108,7 +108,7 @@ func TestLateResultOfOldAttemptIsRefusedAndHolderCanceled(t *testing.T) {
 	if cancel.GetRef().GetAttempt() != 1 || second.GetRef().GetAttempt() != 2 {
 		t.Fatalf("cancel %v, retry %v; want cancel of attempt 1 and attempt 2", cancel.GetRef(), second.GetRef())
 	}
-	if ack := agent.Succeed(first.GetRef(), map[string]any{"late": true}); ack.GetAccepted() || ack.GetCode() != int32(codes.FailedPrecondition) {
+	if ack := agent.Succeed(first.GetRef(), map[string]any{"late": true}); ack.GetAccepted() || ack.GetStatus().GetCode() != int32(codes.FailedPrecondition) {
 		t.Fatalf("late result ack %v, want refused", ack)
 	}
 	agent.Succeed(second.GetRef(), nil)

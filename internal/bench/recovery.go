@@ -261,7 +261,7 @@ func runScenario(parent context.Context, cfg Config, name string) (*RecoveryScen
 			err := healthy.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: a.GetRef()}}})
 			if err == nil {
 				err = healthy.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{
-					Ref: a.GetRef(), Output: structpb.NewNullValue()}}})
+					Ref: a.GetRef(), Outcome: &reevev1.StepResult_Output{Output: structpb.NewNullValue()}}}})
 			}
 			sendMu.Unlock()
 			if err != nil {

@@ -38,6 +38,7 @@ var cases = []testCase{
 	{"refused-result", "a result refused with FAILED_PRECONDITION is dropped: not resent, not listed as running", caseRefusedResult},
 	{"redelivery", "a result whose stream broke before its ResultAck is listed in Register.running and sent again", caseRedelivery},
 	{"drain", "on Drain the agent closes the stream, reconnects, and reports the running step on the new stream", caseDrain},
+	{"unknown-message", "a message kind and a field from a newer scheduler are ignored: the agent keeps its stream and runs the step", caseUnknownMessage},
 	{"heartbeat", "an execution with heartbeat_timeout is heartbeated at least that often until its result", caseHeartbeat},
 	{"shutdown", "on SIGTERM the agent sends Drain, reports its running step, closes the stream and exits 0", caseShutdown},
 }
@@ -59,6 +60,12 @@ func caseRegister(d *driver, c *caseRun) error {
 	}
 	if !slices.Contains(d.reg.GetStepTypes(), StepType) {
 		return c.fatalf("register.step_types %v does not list %q", d.reg.GetStepTypes(), StepType)
+	}
+	if d.reg.GetProtocolVersion() < int32(reevev1.ProtocolVersion_PROTOCOL_VERSION_1) {
+		c.errorf("register.protocol_version is %d; send the version the agent speaks (1)", d.reg.GetProtocolVersion())
+	}
+	if d.reg.GetSdk().GetName() == "" {
+		c.errorf("register.sdk.name is empty; name the agent's implementation")
 	}
 	// Nothing is due from the agent until it is assigned work.
 	return d.quiet(200 * time.Millisecond)

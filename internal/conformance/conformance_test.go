@@ -125,6 +125,7 @@ func TestSuiteCatchesMistakes(t *testing.T) {
 		{"no heartbeats", bugs{noHeartbeat: true}, "^(register|heartbeat)$", []string{"heartbeat"}},
 		{"agent id not stable", bugs{newIDs: true}, "^(register|redelivery)$", []string{"redelivery"}},
 		{"wrong attempt reported", bugs{wrongAttempt: true}, "^(register|stale-attempt)$", []string{"stale-attempt"}},
+		{"unknown message fatal", bugs{unknownFatal: true}, "^(register|unknown-message|assignment)$", []string{"unknown-message"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -139,6 +139,14 @@ func (d *driver) accept(timeout time.Duration) (*session, error) {
 	}
 	err := s.stream.Send(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: &reevev1.Registered{
 		SessionId: "conformance-" + randomID(), SchedulerId: "conformance",
+		ProtocolVersion: int32(reevev1.ProtocolVersion_PROTOCOL_VERSION_1), ServerVersion: "conformance",
+		// A capability no agent knows: it must be ignored.
+		Capabilities: []string{"heartbeat_details", "retry_after", "conformance_future_capability"},
+		Limits: &reevev1.AgentLimits{
+			MaxOutputBytes: workflow.MaxOutputBytes, MaxErrorMessageBytes: workflow.MaxErrorMessageBytes,
+			AckTimeout: durationpb.New(ackTimeout), MaxHeartbeatDetailsBytes: workflow.MaxHeartbeatDetailsBytes,
+			MaxRetryAfter: durationpb.New(workflow.MaxRetryAfter),
+		},
 	}}})
 	if err != nil {
 		s.close(nil)
@@ -241,7 +249,11 @@ func (d *driver) observe(m *reevev1.ConnectRequest) {
 	case *reevev1.ConnectRequest_Register:
 		d.current.errorf("register sent again on a registered stream (the scheduler ends the stream with FAILED_PRECONDITION)")
 	default:
-		d.current.errorf("empty or unknown message (the scheduler ends the stream with INVALID_ARGUMENT)")
+		// A kind from a newer protocol is ignored, as the scheduler does;
+		// a message with nothing in it is a bug.
+		if len(m.ProtoReflect().GetUnknown()) == 0 {
+			d.current.errorf("empty message (no msg set; the scheduler ignores it)")
+		}
 	}
 }
 
@@ -255,7 +267,7 @@ func (d *driver) observeResult(r *reevev1.StepResult) {
 // execution's policy is to withhold it.
 func (d *driver) judge(r *reevev1.StepResult) *reevev1.ResultAck {
 	refuse := func(code codes.Code, msg string) *reevev1.ResultAck {
-		return &reevev1.ResultAck{Ref: r.GetRef(), Code: int32(code), Message: "conformance: " + msg}
+		return &reevev1.ResultAck{Ref: r.GetRef(), Status: status.New(code, "conformance: "+msg).Proto()}
 	}
 	if err := workflow.ValidateStepResult(r); err != nil {
 		d.current.errorf("invalid result (the scheduler answers INVALID_ARGUMENT): %v", err)
@@ -305,6 +317,7 @@ type assignment struct {
 	heartbeat  time.Duration
 	policy     ackPolicy
 	comp       bool
+	future     bool // carries a field from a newer protocol
 }
 
 func (d *driver) assign(a assignment) (*execution, error) {
@@ -327,6 +340,9 @@ func (d *driver) assign(a assignment) (*execution, error) {
 		Ref: ref, Type: StepType, IdempotencyKey: fmt.Sprintf("%s/%s/%s", ref.GetNamespace(), ref.GetTaskId(), ref.GetStep()),
 		Input: input, Config: cfg, CompleteBy: timestamppb.New(a.completeBy), Compensation: a.comp,
 		TraceContext: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+	}
+	if a.future {
+		withFutureField(as)
 	}
 	if a.heartbeat > 0 {
 		as.HeartbeatTimeout = durationpb.New(a.heartbeat)

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ type bugs struct {
 	noHeartbeat   bool // never heartbeat
 	newIDs        bool // a new agent id on every connection
 	wrongAttempt  bool // report every result as attempt 1
+	unknownFatal  bool // end the stream on a message kind it does not know
 }
 
 // rawAgent is a second, independent implementation of the protocol from
@@ -81,7 +83,8 @@ func (a *rawAgent) session(ctx context.Context) error {
 	if a.bug.newIDs {
 		id = "raw-agent-" + string(rune('a'+a.conns))
 	}
-	reg := &reevev1.Register{AgentId: id, StepTypes: []string{StepType}, MaxConcurrentSteps: 16}
+	reg := &reevev1.Register{AgentId: id, StepTypes: []string{StepType}, MaxConcurrentSteps: 16,
+		ProtocolVersion: int32(reevev1.ProtocolVersion_PROTOCOL_VERSION_1), Sdk: &reevev1.Sdk{Name: "conformance-raw-agent", Version: "test"}}
 	for _, ex := range a.running {
 		reg.Running = append(reg.Running, ex.ref)
 	}
@@ -156,6 +159,10 @@ func (a *rawAgent) session(ctx context.Context) error {
 			a.out = nil
 			a.mu.Unlock()
 			return stream.CloseSend()
+		case nil:
+			if a.bug.unknownFatal {
+				return errors.New("unknown message")
+			}
 		}
 	}
 }
@@ -204,7 +211,7 @@ func (a *rawAgent) execute(ctx context.Context, as *reevev1.StepAssignment) *ree
 	_ = json.Unmarshal(b, &cfg)
 	switch cfg.Mode {
 	case ModeFail:
-		res.Error = &reevev1.StepError{Code: cfg.Error.Code, Message: cfg.Error.Message, NonRetryable: cfg.Error.NonRetryable}
+		res.Outcome = &reevev1.StepResult_Error{Error: &reevev1.StepError{Code: cfg.Error.Code, Message: cfg.Error.Message, NonRetryable: cfg.Error.NonRetryable}}
 		return res
 	case ModeSleep:
 		done := time.After(time.Duration(cfg.SleepMS) * time.Millisecond)
@@ -239,9 +246,9 @@ func (a *rawAgent) execute(ctx context.Context, as *reevev1.StepAssignment) *ree
 		"idempotency_key": as.GetIdempotencyKey(), "compensation": as.GetCompensation(), "deps": deps,
 	})
 	if err != nil {
-		res.Error = &reevev1.StepError{Message: err.Error()}
+		res.Outcome = &reevev1.StepResult_Error{Error: &reevev1.StepError{Message: err.Error()}}
 		return res
 	}
-	res.Output = out
+	res.Outcome = &reevev1.StepResult_Output{Output: out}
 	return res
 }

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 )
 
 // PutAgent records a connected agent under lease (the scheduler's session

@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 )
 
 // The supervisor's view of the deadline index: pages of expired keys, the

@@ -5,7 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 )
 
 // MaxRecordBytes bounds an encoded task record. etcd refuses a request over

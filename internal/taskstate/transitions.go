@@ -202,7 +202,11 @@ func failAttempt(t *reevev1.Task, s *reevev1.Step, stepErr *reevev1.StepError, a
 	s.FailureCount++
 	addHistory(t, now, kind, s.GetName(), s.GetAttempt(), actor, stepErr.GetMessage())
 	if workflow.Retryable(policy, stepErr) && s.GetFailureCount() < policy.GetMaxAttempts() {
-		requeue(t, s, now, workflow.Backoff(policy, int(s.GetFailureCount())))
+		delay := workflow.Backoff(policy, int(s.GetFailureCount()))
+		if ra := stepErr.GetRetryAfter(); ra != nil {
+			delay = ra.AsDuration() // the agent knows better (e.g. a rate limit's reset)
+		}
+		requeue(t, s, now, delay)
 		addHistory(t, now, "step.retry_scheduled", s.GetName(), s.GetAttempt(), actor, "not before "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 		return
 	}
@@ -368,6 +372,7 @@ func advanceCompensation(t *reevev1.Task, now time.Time) {
 			s.Compensation = true
 			s.FailureCount = 0
 			s.LastError = nil
+			s.HeartbeatDetails = nil // the step's progress, not its compensation's
 			s.EndTime = nil
 			s.Attempt++
 			enqueue(t, s, now, time.Time{})

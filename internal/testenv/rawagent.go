@@ -196,13 +196,13 @@ func (a *RawAgent) Send(m *reevev1.ConnectRequest) {
 // Succeed reports a successful result for ref and returns the ack.
 func (a *RawAgent) Succeed(ref *reevev1.StepRef, output map[string]any) *reevev1.ResultAck {
 	a.t.Helper()
-	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Output: Value(a.t, output)}}})
+	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Output{Output: Value(a.t, output)}}}})
 	return a.NextResultAck(10 * time.Second)
 }
 
 // Fail reports a failed result for ref and returns the ack.
 func (a *RawAgent) Fail(ref *reevev1.StepRef, e *reevev1.StepError) *reevev1.ResultAck {
 	a.t.Helper()
-	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Error: e}}})
+	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: e}}}})
 	return a.NextResultAck(10 * time.Second)
 }

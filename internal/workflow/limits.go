@@ -32,6 +32,13 @@ const (
 	MaxReasonBytes = 1024
 	// MaxErrorMessageBytes bounds a step error's message.
 	MaxErrorMessageBytes = 4096
+	// MaxErrorDetailsBytes bounds a step error's details (encoded).
+	MaxErrorDetailsBytes = 4096
+	// MaxRetryAfter bounds a step error's retry_after.
+	MaxRetryAfter = 24 * time.Hour
+	// MaxHeartbeatDetailsBytes bounds one execution's heartbeat details
+	// (encoded); larger ones are dropped.
+	MaxHeartbeatDetailsBytes = 4096
 	// MaxNonRetryableCodes bounds RetryPolicy.non_retryable_error_codes.
 	MaxNonRetryableCodes = 20
 	// MaxAttemptsLimit bounds RetryPolicy.max_attempts.

@@ -430,6 +430,14 @@ func ValidateStepResult(r *reevev1.StepResult) error {
 		if len(e.GetCode()) > MaxNameLen {
 			return fieldErr("result.error.code", "longer than %d characters", MaxNameLen)
 		}
+		if err := ValidateValue("result.error.details", e.GetDetails(), MaxErrorDetailsBytes); err != nil {
+			return err
+		}
+		if ra := e.GetRetryAfter(); ra != nil {
+			if err := ra.CheckValid(); err != nil || ra.AsDuration() < 0 || ra.AsDuration() > MaxRetryAfter {
+				return fieldErr("result.error.retry_after", "must be between 0 and %s", MaxRetryAfter)
+			}
+		}
 	}
 	return nil
 }

@@ -136,7 +136,7 @@ func TestValidateSubmitAndAgentMessages(t *testing.T) {
 		{"input of no kind", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("o"), Input: &structpb.Value{}}), "input: a google.protobuf.Value with no kind set"},
 		{"list item of no kind", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("o"), Input: kindless(t)}), "input.items[2]: a google.protobuf.Value with no kind set"},
 		{"member of no kind", workflow.ValidateSubmit(&reevev1.SubmitTaskRequest{Workflow: ref("o"), Input: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"ok": structpb.NewNullValue(), "a b": {}}})}), `input["a b"]: a google.protobuf.Value`},
-		{"result output of no kind", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Output: kindless(t)}), "result.output.items[2]: a google.protobuf.Value with no kind set"},
+		{"result output of no kind", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Outcome: &reevev1.StepResult_Output{Output: kindless(t)}}), "result.output.items[2]: a google.protobuf.Value with no kind set"},
 		{"valid register", workflow.ValidateRegister(&reevev1.Register{AgentId: "a-1", StepTypes: []string{"t"}, MaxConcurrentSteps: 1}), ""},
 		{"no agent id", workflow.ValidateRegister(&reevev1.Register{StepTypes: []string{"t"}, MaxConcurrentSteps: 1}), "register.agent_id: required"},
 		{"no types", workflow.ValidateRegister(&reevev1.Register{AgentId: "a", MaxConcurrentSteps: 1}), "register.step_types"},
@@ -145,8 +145,8 @@ func TestValidateSubmitAndAgentMessages(t *testing.T) {
 		{"bad running", workflow.ValidateRegister(&reevev1.Register{AgentId: "a", StepTypes: []string{"t"}, MaxConcurrentSteps: 1, Running: []*reevev1.StepRef{{TaskId: "t", Step: "s"}}}), "register.running[0].attempt"},
 		{"valid result", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef}), ""},
 		{"result without ref", workflow.ValidateStepResult(&reevev1.StepResult{}), "result.ref: required"},
-		{"result output", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Output: structpb.NewStringValue(strings.Repeat("o", workflow.MaxOutputBytes))}), "result.output"},
-		{"result message", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Error: &reevev1.StepError{Message: strings.Repeat("m", 5000)}}), "result.error.message"},
+		{"result output", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Outcome: &reevev1.StepResult_Output{Output: structpb.NewStringValue(strings.Repeat("o", workflow.MaxOutputBytes))}}), "result.output"},
+		{"result message", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{Message: strings.Repeat("m", 5000)}}}), "result.error.message"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,7 @@
 package reevev1
 
 import (
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -23,6 +24,54 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// ProtocolVersion numbers the agent protocol. Each version only adds to the
+// one before; PROTOCOL_VERSION_1 is the protocol of this file.
+type ProtocolVersion int32
+
+const (
+	ProtocolVersion_PROTOCOL_VERSION_UNSPECIFIED ProtocolVersion = 0
+	ProtocolVersion_PROTOCOL_VERSION_1           ProtocolVersion = 1
+)
+
+// Enum value maps for ProtocolVersion.
+var (
+	ProtocolVersion_name = map[int32]string{
+		0: "PROTOCOL_VERSION_UNSPECIFIED",
+		1: "PROTOCOL_VERSION_1",
+	}
+	ProtocolVersion_value = map[string]int32{
+		"PROTOCOL_VERSION_UNSPECIFIED": 0,
+		"PROTOCOL_VERSION_1":           1,
+	}
+)
+
+func (x ProtocolVersion) Enum() *ProtocolVersion {
+	p := new(ProtocolVersion)
+	*p = x
+	return p
+}
+
+func (x ProtocolVersion) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProtocolVersion) Descriptor() protoreflect.EnumDescriptor {
+	return file_reeve_v1_agent_service_proto_enumTypes[0].Descriptor()
+}
+
+func (ProtocolVersion) Type() protoreflect.EnumType {
+	return &file_reeve_v1_agent_service_proto_enumTypes[0]
+}
+
+func (x ProtocolVersion) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProtocolVersion.Descriptor instead.
+func (ProtocolVersion) EnumDescriptor() ([]byte, []int) {
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{0}
+}
 
 // ConnectRequest is a message from the agent.
 type ConnectRequest struct {
@@ -312,7 +361,18 @@ type Register struct {
 	// Registered the agent MUST send the unacknowledged results again: results
 	// are idempotent (a duplicate is refused with FAILED_PRECONDITION and
 	// changes nothing), so resending after a doubt is always safe.
-	Running       []*StepRef `protobuf:"bytes,5,rep,name=running,proto3" json:"running,omitempty"`
+	Running []*StepRef `protobuf:"bytes,5,rep,name=running,proto3" json:"running,omitempty"`
+	// The agent protocol version the agent speaks (ProtocolVersion; 0 from an
+	// agent older than this field, read as 1). Informational: versions are
+	// additive, so the scheduler serves every version; a feature is used only
+	// when the other side lists its capability.
+	ProtocolVersion int32 `protobuf:"varint,6,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	// The SDK (or hand-written implementation) the agent is built with, for
+	// logs and ListAgents.
+	Sdk *Sdk `protobuf:"bytes,7,opt,name=sdk,proto3" json:"sdk,omitempty"`
+	// Optional features the agent supports (e.g. "heartbeat_details"). The
+	// scheduler ignores names it does not know.
+	Capabilities  []string `protobuf:"bytes,8,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +442,82 @@ func (x *Register) GetRunning() []*StepRef {
 	return nil
 }
 
+func (x *Register) GetProtocolVersion() int32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *Register) GetSdk() *Sdk {
+	if x != nil {
+		return x.Sdk
+	}
+	return nil
+}
+
+func (x *Register) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+// Sdk names an agent's implementation.
+type Sdk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// e.g. "reeve-go", "reeve-node-example", "reeve-python-example".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The implementation's version, e.g. "v0.4.1".
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sdk) Reset() {
+	*x = Sdk{}
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sdk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sdk) ProtoMessage() {}
+
+func (x *Sdk) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sdk.ProtoReflect.Descriptor instead.
+func (*Sdk) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Sdk) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Sdk) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 // StepRef names one attempt of a step.
 type StepRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -395,7 +531,7 @@ type StepRef struct {
 
 func (x *StepRef) Reset() {
 	*x = StepRef{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[3]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +543,7 @@ func (x *StepRef) String() string {
 func (*StepRef) ProtoMessage() {}
 
 func (x *StepRef) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[3]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +556,7 @@ func (x *StepRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRef.ProtoReflect.Descriptor instead.
 func (*StepRef) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{3}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StepRef) GetNamespace() string {
@@ -457,14 +593,25 @@ type Registered struct {
 	// Identifies this stream; differs on every connection.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Scheduler instance the agent is connected to.
-	SchedulerId   string `protobuf:"bytes,2,opt,name=scheduler_id,json=schedulerId,proto3" json:"scheduler_id,omitempty"`
+	SchedulerId string `protobuf:"bytes,2,opt,name=scheduler_id,json=schedulerId,proto3" json:"scheduler_id,omitempty"`
+	// The agent protocol version the scheduler speaks (ProtocolVersion).
+	ProtocolVersion int32 `protobuf:"varint,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	// The scheduler's build (reeve version), for logs.
+	ServerVersion string `protobuf:"bytes,4,opt,name=server_version,json=serverVersion,proto3" json:"server_version,omitempty"`
+	// Optional features the scheduler supports; an agent MUST ignore names it
+	// does not know. Version 1 lists "heartbeat_details" (Heartbeat.details
+	// reach the next attempt's StepAssignment.heartbeat_details) and
+	// "retry_after" (StepError.retry_after is honoured).
+	Capabilities []string `protobuf:"bytes,5,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// What the scheduler enforces on this stream.
+	Limits        *AgentLimits `protobuf:"bytes,6,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[4]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +623,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[4]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +636,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{4}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Registered) GetSessionId() string {
@@ -504,6 +651,118 @@ func (x *Registered) GetSchedulerId() string {
 		return x.SchedulerId
 	}
 	return ""
+}
+
+func (x *Registered) GetProtocolVersion() int32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *Registered) GetServerVersion() string {
+	if x != nil {
+		return x.ServerVersion
+	}
+	return ""
+}
+
+func (x *Registered) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *Registered) GetLimits() *AgentLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// AgentLimits are the scheduler's bounds, so that an agent can check before
+// it sends rather than learn from a refusal. A zero field means the
+// scheduler did not say (an older one): assume the documented default.
+type AgentLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Largest StepResult.output accepted, encoded (65536).
+	MaxOutputBytes int64 `protobuf:"varint,1,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	// Largest StepError.message accepted (4096).
+	MaxErrorMessageBytes int64 `protobuf:"varint,2,opt,name=max_error_message_bytes,json=maxErrorMessageBytes,proto3" json:"max_error_message_bytes,omitempty"`
+	// How long after its StepAssignment an AssignmentAck must arrive (5s).
+	AckTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=ack_timeout,json=ackTimeout,proto3" json:"ack_timeout,omitempty"`
+	// Largest Heartbeat.details accepted per execution, encoded (4096).
+	MaxHeartbeatDetailsBytes int64 `protobuf:"varint,4,opt,name=max_heartbeat_details_bytes,json=maxHeartbeatDetailsBytes,proto3" json:"max_heartbeat_details_bytes,omitempty"`
+	// Longest StepError.retry_after honoured (24h); a longer one is refused.
+	MaxRetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=max_retry_after,json=maxRetryAfter,proto3" json:"max_retry_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentLimits) Reset() {
+	*x = AgentLimits{}
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentLimits) ProtoMessage() {}
+
+func (x *AgentLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentLimits.ProtoReflect.Descriptor instead.
+func (*AgentLimits) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AgentLimits) GetMaxOutputBytes() int64 {
+	if x != nil {
+		return x.MaxOutputBytes
+	}
+	return 0
+}
+
+func (x *AgentLimits) GetMaxErrorMessageBytes() int64 {
+	if x != nil {
+		return x.MaxErrorMessageBytes
+	}
+	return 0
+}
+
+func (x *AgentLimits) GetAckTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.AckTimeout
+	}
+	return nil
+}
+
+func (x *AgentLimits) GetMaxHeartbeatDetailsBytes() int64 {
+	if x != nil {
+		return x.MaxHeartbeatDetailsBytes
+	}
+	return 0
+}
+
+func (x *AgentLimits) GetMaxRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.MaxRetryAfter
+	}
+	return nil
 }
 
 // StepAssignment asks the agent to run one execution. Answer it at once with
@@ -548,13 +807,21 @@ type StepAssignment struct {
 	// this attempt's result will be refused. An agent cut off longer than
 	// this may stop the handler.
 	ReassignAfterDisconnect *durationpb.Duration `protobuf:"bytes,11,opt,name=reassign_after_disconnect,json=reassignAfterDisconnect,proto3" json:"reassign_after_disconnect,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The last Heartbeat.details an earlier attempt of this step reported, so
+	// that this one can resume (e.g. from the last page processed). Unset on
+	// a first attempt or when no attempt reported details. Best effort: the
+	// scheduler keeps details in memory and records them with the attempt's
+	// end (its error, a missed heartbeat, its agent's disconnect, an expiry it
+	// handles); details reported since the last write of a scheduler that
+	// crashed are lost.
+	HeartbeatDetails *structpb.Value `protobuf:"bytes,12,opt,name=heartbeat_details,json=heartbeatDetails,proto3" json:"heartbeat_details,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StepAssignment) Reset() {
 	*x = StepAssignment{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[5]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +833,7 @@ func (x *StepAssignment) String() string {
 func (*StepAssignment) ProtoMessage() {}
 
 func (x *StepAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[5]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +846,7 @@ func (x *StepAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepAssignment.ProtoReflect.Descriptor instead.
 func (*StepAssignment) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{5}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StepAssignment) GetRef() *StepRef {
@@ -659,6 +926,13 @@ func (x *StepAssignment) GetReassignAfterDisconnect() *durationpb.Duration {
 	return nil
 }
 
+func (x *StepAssignment) GetHeartbeatDetails() *structpb.Value {
+	if x != nil {
+		return x.HeartbeatDetails
+	}
+	return nil
+}
+
 // AssignmentAck tells the scheduler the agent took an assignment. Send it at
 // once on receipt, before running the step: the ack is what makes the
 // execution the agent's. An assignment not acknowledged within the
@@ -677,7 +951,7 @@ type AssignmentAck struct {
 
 func (x *AssignmentAck) Reset() {
 	*x = AssignmentAck{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[6]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +963,7 @@ func (x *AssignmentAck) String() string {
 func (*AssignmentAck) ProtoMessage() {}
 
 func (x *AssignmentAck) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[6]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +976,7 @@ func (x *AssignmentAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignmentAck.ProtoReflect.Descriptor instead.
 func (*AssignmentAck) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{6}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AssignmentAck) GetRef() *StepRef {
@@ -716,25 +990,26 @@ func (x *AssignmentAck) GetRef() *StepRef {
 // its complete_by. The agent keeps it until its ResultAck; if the stream
 // ends first, it lists the execution in Register.running on the next stream
 // and sends the result again there.
+//
+// The outcome is a oneof: output or error. Both fields kept their numbers
+// when they moved into it, so the change is wire-compatible (binary and
+// JSON): an older agent's message decodes the same, and when an agent sets
+// both, the last one on the wire wins (error, in field order).
 type StepResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	// Output of a successful execution: any JSON value, at most 64 KiB
-	// encoded. A larger one is refused (INVALID_ARGUMENT) and fails the step
-	// for good with the non-retryable code "output_too_large".
-	Output *structpb.Value `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
-	// Set when the execution failed (output is then ignored): message at most
-	// 4 KiB of valid UTF-8, code at most 63 characters and matched against
-	// the retry policy's non_retryable_error_codes, non_retryable escalates at
-	// once.
-	Error         *StepError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*StepResult_Output
+	//	*StepResult_Error
+	Outcome       isStepResult_Outcome `protobuf_oneof:"outcome"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepResult) Reset() {
 	*x = StepResult{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +1021,7 @@ func (x *StepResult) String() string {
 func (*StepResult) ProtoMessage() {}
 
 func (x *StepResult) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +1034,7 @@ func (x *StepResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResult.ProtoReflect.Descriptor instead.
 func (*StepResult) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{7}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StepResult) GetRef() *StepRef {
@@ -769,24 +1044,60 @@ func (x *StepResult) GetRef() *StepRef {
 	return nil
 }
 
+func (x *StepResult) GetOutcome() isStepResult_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
 func (x *StepResult) GetOutput() *structpb.Value {
 	if x != nil {
-		return x.Output
+		if x, ok := x.Outcome.(*StepResult_Output); ok {
+			return x.Output
+		}
 	}
 	return nil
 }
 
 func (x *StepResult) GetError() *StepError {
 	if x != nil {
-		return x.Error
+		if x, ok := x.Outcome.(*StepResult_Error); ok {
+			return x.Error
+		}
 	}
 	return nil
 }
 
+type isStepResult_Outcome interface {
+	isStepResult_Outcome()
+}
+
+type StepResult_Output struct {
+	// Output of a successful execution: any JSON value, at most 64 KiB
+	// encoded. A larger one is refused (INVALID_ARGUMENT) and fails the step
+	// for good with the non-retryable code "output_too_large". Neither
+	// output nor error set: a successful execution with no output (null).
+	Output *structpb.Value `protobuf:"bytes,2,opt,name=output,proto3,oneof"`
+}
+
+type StepResult_Error struct {
+	// Set when the execution failed: message at most 4 KiB of valid UTF-8,
+	// code at most 63 characters and matched against the retry policy's
+	// non_retryable_error_codes, non_retryable escalates at once; details
+	// at most 4 KiB; retry_after (at most 24h) replaces the retry policy's
+	// backoff before the next attempt.
+	Error *StepError `protobuf:"bytes,3,opt,name=error,proto3,oneof"`
+}
+
+func (*StepResult_Output) isStepResult_Outcome() {}
+
+func (*StepResult_Error) isStepResult_Outcome() {}
+
 // ResultAck answers a StepResult. Whatever it says, the agent then forgets
 // the result and never sends it again:
 //
-//	accepted  code                        meaning
+//	accepted  status.code                 meaning
 //	true      0                           the result changed the step (an
 //	                                      output that would push the task
 //	                                      record over 1 MiB still fails the
@@ -795,7 +1106,7 @@ func (x *StepResult) GetError() *StepError {
 //	                                      longer dispatched, another agent's,
 //	                                      a duplicate, the task ended or was
 //	                                      deleted; nothing changed
-//	false     3 INVALID_ARGUMENT          malformed; message names the field
+//	false     3 INVALID_ARGUMENT          malformed; status.message names the field
 //	                                      (an output over 64 KiB also fails
 //	                                      the step with "output_too_large")
 //	false     7 PERMISSION_DENIED         ref.namespace is not the agent's
@@ -813,16 +1124,17 @@ type ResultAck struct {
 	Ref   *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
 	// True when the result changed the step's state.
 	Accepted bool `protobuf:"varint,2,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	// When not accepted: a google.rpc.Code (table above) and why.
-	Code          int32  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// When not accepted: why, as a google.rpc.Status (code from the table
+	// above, a message for people, and details such as google.rpc.ErrorInfo
+	// for programs). Unset when accepted.
+	Status        *status.Status `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +1146,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1159,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{8}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResultAck) GetRef() *StepRef {
@@ -864,33 +1176,33 @@ func (x *ResultAck) GetAccepted() bool {
 	return false
 }
 
-func (x *ResultAck) GetCode() int32 {
+func (x *ResultAck) GetStatus() *status.Status {
 	if x != nil {
-		return x.Code
+		return x.Status
 	}
-	return 0
-}
-
-func (x *ResultAck) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
+	return nil
 }
 
 // Heartbeat says the agent still works on the listed executions (those
 // with a heartbeat_timeout; others are ignored). Liveness is kept in memory
 // by the scheduler the agent is connected to: heartbeats cost no etcd write.
 type Heartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Refs          []*StepRef             `protobuf:"bytes,1,rep,name=refs,proto3" json:"refs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Refs  []*StepRef             `protobuf:"bytes,1,rep,name=refs,proto3" json:"refs,omitempty"`
+	// Progress of some of the listed executions, e.g. {"page": 12}: the
+	// latest details of an execution reach the step's next attempt
+	// (StepAssignment.heartbeat_details) when this one fails or expires. At
+	// most 4 KiB encoded each (AgentLimits.max_heartbeat_details_bytes);
+	// larger ones are dropped. Details for an execution not in refs are
+	// ignored.
+	Details       []*HeartbeatDetails `protobuf:"bytes,2,rep,name=details,proto3" json:"details,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1214,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,12 +1227,72 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{9}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Heartbeat) GetRefs() []*StepRef {
 	if x != nil {
 		return x.Refs
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetDetails() []*HeartbeatDetails {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+// HeartbeatDetails is one execution's progress.
+type HeartbeatDetails struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Details       *structpb.Value        `protobuf:"bytes,2,opt,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatDetails) Reset() {
+	*x = HeartbeatDetails{}
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatDetails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatDetails) ProtoMessage() {}
+
+func (x *HeartbeatDetails) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatDetails.ProtoReflect.Descriptor instead.
+func (*HeartbeatDetails) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *HeartbeatDetails) GetRef() *StepRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *HeartbeatDetails) GetDetails() *structpb.Value {
+	if x != nil {
+		return x.Details
 	}
 	return nil
 }
@@ -941,7 +1313,7 @@ type CancelStep struct {
 
 func (x *CancelStep) Reset() {
 	*x = CancelStep{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1325,7 @@ func (x *CancelStep) String() string {
 func (*CancelStep) ProtoMessage() {}
 
 func (x *CancelStep) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1338,7 @@ func (x *CancelStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelStep.ProtoReflect.Descriptor instead.
 func (*CancelStep) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{10}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelStep) GetRef() *StepRef {
@@ -1000,7 +1372,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1384,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1397,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{11}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Drain) GetReason() string {
@@ -1039,7 +1411,7 @@ var File_reeve_v1_agent_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1creeve/v1/agent_service.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\x99\x02\n" +
+	"\x1creeve/v1/agent_service.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x13reeve/v1/task.proto\"\x99\x02\n" +
 	"\x0eConnectRequest\x120\n" +
 	"\bregister\x18\x01 \x01(\v2\x12.reeve.v1.RegisterH\x00R\bregister\x12@\n" +
 	"\x0eassignment_ack\x18\x02 \x01(\v2\x17.reeve.v1.AssignmentAckH\x00R\rassignmentAck\x12.\n" +
@@ -1058,24 +1430,41 @@ const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"\x05drain\x18\x04 \x01(\v2\x0f.reeve.v1.DrainH\x00R\x05drain\x124\n" +
 	"\n" +
 	"result_ack\x18\x05 \x01(\v2\x13.reeve.v1.ResultAckH\x00R\tresultAckB\x05\n" +
-	"\x03msg\"\xc1\x01\n" +
+	"\x03msg\"\xb1\x02\n" +
 	"\bRegister\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
 	"step_types\x18\x03 \x03(\tR\tstepTypes\x120\n" +
 	"\x14max_concurrent_steps\x18\x04 \x01(\x05R\x12maxConcurrentSteps\x12+\n" +
-	"\arunning\x18\x05 \x03(\v2\x11.reeve.v1.StepRefR\arunning\"n\n" +
+	"\arunning\x18\x05 \x03(\v2\x11.reeve.v1.StepRefR\arunning\x12)\n" +
+	"\x10protocol_version\x18\x06 \x01(\x05R\x0fprotocolVersion\x12\x1f\n" +
+	"\x03sdk\x18\a \x01(\v2\r.reeve.v1.SdkR\x03sdk\x12\"\n" +
+	"\fcapabilities\x18\b \x03(\tR\fcapabilities\"3\n" +
+	"\x03Sdk\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"n\n" +
 	"\aStepRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\tR\x04step\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\x05R\aattempt\"N\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\"\xf3\x01\n" +
 	"\n" +
 	"Registered\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
-	"\fscheduler_id\x18\x02 \x01(\tR\vschedulerId\"\xa0\x06\n" +
+	"\fscheduler_id\x18\x02 \x01(\tR\vschedulerId\x12)\n" +
+	"\x10protocol_version\x18\x03 \x01(\x05R\x0fprotocolVersion\x12%\n" +
+	"\x0eserver_version\x18\x04 \x01(\tR\rserverVersion\x12\"\n" +
+	"\fcapabilities\x18\x05 \x03(\tR\fcapabilities\x12-\n" +
+	"\x06limits\x18\x06 \x01(\v2\x15.reeve.v1.AgentLimitsR\x06limits\"\xac\x02\n" +
+	"\vAgentLimits\x12(\n" +
+	"\x10max_output_bytes\x18\x01 \x01(\x03R\x0emaxOutputBytes\x125\n" +
+	"\x17max_error_message_bytes\x18\x02 \x01(\x03R\x14maxErrorMessageBytes\x12:\n" +
+	"\vack_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"ackTimeout\x12=\n" +
+	"\x1bmax_heartbeat_details_bytes\x18\x04 \x01(\x03R\x18maxHeartbeatDetailsBytes\x12A\n" +
+	"\x0fmax_retry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rmaxRetryAfter\"\xe5\x06\n" +
 	"\x0eStepAssignment\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12'\n" +
@@ -1089,7 +1478,8 @@ const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"\x11heartbeat_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\x12\"\n" +
 	"\fcompensation\x18\n" +
 	" \x01(\bR\fcompensation\x12U\n" +
-	"\x19reassign_after_disconnect\x18\v \x01(\v2\x19.google.protobuf.DurationR\x17reassignAfterDisconnect\x1a\\\n" +
+	"\x19reassign_after_disconnect\x18\v \x01(\v2\x19.google.protobuf.DurationR\x17reassignAfterDisconnect\x12C\n" +
+	"\x11heartbeat_details\x18\f \x01(\v2\x16.google.protobuf.ValueR\x10heartbeatDetails\x1a\\\n" +
 	"\x16DependencyOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value:\x028\x01\x1a?\n" +
@@ -1097,25 +1487,32 @@ const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"4\n" +
 	"\rAssignmentAck\x12#\n" +
-	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\"\x8c\x01\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\"\x9b\x01\n" +
 	"\n" +
 	"StepResult\x12#\n" +
-	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12.\n" +
-	"\x06output\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x06output\x12)\n" +
-	"\x05error\x18\x03 \x01(\v2\x13.reeve.v1.StepErrorR\x05error\"z\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x120\n" +
+	"\x06output\x18\x02 \x01(\v2\x16.google.protobuf.ValueH\x00R\x06output\x12+\n" +
+	"\x05error\x18\x03 \x01(\v2\x13.reeve.v1.StepErrorH\x00R\x05errorB\t\n" +
+	"\aoutcome\"\x93\x01\n" +
 	"\tResultAck\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x1a\n" +
-	"\baccepted\x18\x02 \x01(\bR\baccepted\x12\x12\n" +
-	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"2\n" +
+	"\baccepted\x18\x02 \x01(\bR\baccepted\x12*\n" +
+	"\x06status\x18\x05 \x01(\v2\x12.google.rpc.StatusR\x06statusJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05R\x04codeR\amessage\"h\n" +
 	"\tHeartbeat\x12%\n" +
-	"\x04refs\x18\x01 \x03(\v2\x11.reeve.v1.StepRefR\x04refs\"I\n" +
+	"\x04refs\x18\x01 \x03(\v2\x11.reeve.v1.StepRefR\x04refs\x124\n" +
+	"\adetails\x18\x02 \x03(\v2\x1a.reeve.v1.HeartbeatDetailsR\adetails\"i\n" +
+	"\x10HeartbeatDetails\x12#\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x120\n" +
+	"\adetails\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\adetails\"I\n" +
 	"\n" +
 	"CancelStep\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x1f\n" +
 	"\x05Drain\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason2R\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*K\n" +
+	"\x0fProtocolVersion\x12 \n" +
+	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12PROTOCOL_VERSION_1\x10\x012R\n" +
 	"\fAgentService\x12B\n" +
 	"\aConnect\x12\x18.reeve.v1.ConnectRequest\x1a\x19.reeve.v1.ConnectResponse(\x010\x01B1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
 
@@ -1131,62 +1528,77 @@ func file_reeve_v1_agent_service_proto_rawDescGZIP() []byte {
 	return file_reeve_v1_agent_service_proto_rawDescData
 }
 
-var file_reeve_v1_agent_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_reeve_v1_agent_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_reeve_v1_agent_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_reeve_v1_agent_service_proto_goTypes = []any{
-	(*ConnectRequest)(nil),        // 0: reeve.v1.ConnectRequest
-	(*ConnectResponse)(nil),       // 1: reeve.v1.ConnectResponse
-	(*Register)(nil),              // 2: reeve.v1.Register
-	(*StepRef)(nil),               // 3: reeve.v1.StepRef
-	(*Registered)(nil),            // 4: reeve.v1.Registered
-	(*StepAssignment)(nil),        // 5: reeve.v1.StepAssignment
-	(*AssignmentAck)(nil),         // 6: reeve.v1.AssignmentAck
-	(*StepResult)(nil),            // 7: reeve.v1.StepResult
-	(*ResultAck)(nil),             // 8: reeve.v1.ResultAck
-	(*Heartbeat)(nil),             // 9: reeve.v1.Heartbeat
-	(*CancelStep)(nil),            // 10: reeve.v1.CancelStep
-	(*Drain)(nil),                 // 11: reeve.v1.Drain
-	nil,                           // 12: reeve.v1.StepAssignment.DependencyOutputsEntry
-	nil,                           // 13: reeve.v1.StepAssignment.TraceContextEntry
-	(*structpb.Value)(nil),        // 14: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
-	(*StepError)(nil),             // 17: reeve.v1.StepError
+	(ProtocolVersion)(0),          // 0: reeve.v1.ProtocolVersion
+	(*ConnectRequest)(nil),        // 1: reeve.v1.ConnectRequest
+	(*ConnectResponse)(nil),       // 2: reeve.v1.ConnectResponse
+	(*Register)(nil),              // 3: reeve.v1.Register
+	(*Sdk)(nil),                   // 4: reeve.v1.Sdk
+	(*StepRef)(nil),               // 5: reeve.v1.StepRef
+	(*Registered)(nil),            // 6: reeve.v1.Registered
+	(*AgentLimits)(nil),           // 7: reeve.v1.AgentLimits
+	(*StepAssignment)(nil),        // 8: reeve.v1.StepAssignment
+	(*AssignmentAck)(nil),         // 9: reeve.v1.AssignmentAck
+	(*StepResult)(nil),            // 10: reeve.v1.StepResult
+	(*ResultAck)(nil),             // 11: reeve.v1.ResultAck
+	(*Heartbeat)(nil),             // 12: reeve.v1.Heartbeat
+	(*HeartbeatDetails)(nil),      // 13: reeve.v1.HeartbeatDetails
+	(*CancelStep)(nil),            // 14: reeve.v1.CancelStep
+	(*Drain)(nil),                 // 15: reeve.v1.Drain
+	nil,                           // 16: reeve.v1.StepAssignment.DependencyOutputsEntry
+	nil,                           // 17: reeve.v1.StepAssignment.TraceContextEntry
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*structpb.Value)(nil),        // 19: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*StepError)(nil),             // 21: reeve.v1.StepError
+	(*status.Status)(nil),         // 22: google.rpc.Status
 }
 var file_reeve_v1_agent_service_proto_depIdxs = []int32{
-	2,  // 0: reeve.v1.ConnectRequest.register:type_name -> reeve.v1.Register
-	6,  // 1: reeve.v1.ConnectRequest.assignment_ack:type_name -> reeve.v1.AssignmentAck
-	7,  // 2: reeve.v1.ConnectRequest.result:type_name -> reeve.v1.StepResult
-	9,  // 3: reeve.v1.ConnectRequest.heartbeat:type_name -> reeve.v1.Heartbeat
-	11, // 4: reeve.v1.ConnectRequest.drain:type_name -> reeve.v1.Drain
-	4,  // 5: reeve.v1.ConnectResponse.registered:type_name -> reeve.v1.Registered
-	5,  // 6: reeve.v1.ConnectResponse.assignment:type_name -> reeve.v1.StepAssignment
-	10, // 7: reeve.v1.ConnectResponse.cancel:type_name -> reeve.v1.CancelStep
-	11, // 8: reeve.v1.ConnectResponse.drain:type_name -> reeve.v1.Drain
-	8,  // 9: reeve.v1.ConnectResponse.result_ack:type_name -> reeve.v1.ResultAck
-	3,  // 10: reeve.v1.Register.running:type_name -> reeve.v1.StepRef
-	3,  // 11: reeve.v1.StepAssignment.ref:type_name -> reeve.v1.StepRef
-	14, // 12: reeve.v1.StepAssignment.input:type_name -> google.protobuf.Value
-	14, // 13: reeve.v1.StepAssignment.config:type_name -> google.protobuf.Value
-	12, // 14: reeve.v1.StepAssignment.dependency_outputs:type_name -> reeve.v1.StepAssignment.DependencyOutputsEntry
-	15, // 15: reeve.v1.StepAssignment.complete_by:type_name -> google.protobuf.Timestamp
-	13, // 16: reeve.v1.StepAssignment.trace_context:type_name -> reeve.v1.StepAssignment.TraceContextEntry
-	16, // 17: reeve.v1.StepAssignment.heartbeat_timeout:type_name -> google.protobuf.Duration
-	16, // 18: reeve.v1.StepAssignment.reassign_after_disconnect:type_name -> google.protobuf.Duration
-	3,  // 19: reeve.v1.AssignmentAck.ref:type_name -> reeve.v1.StepRef
-	3,  // 20: reeve.v1.StepResult.ref:type_name -> reeve.v1.StepRef
-	14, // 21: reeve.v1.StepResult.output:type_name -> google.protobuf.Value
-	17, // 22: reeve.v1.StepResult.error:type_name -> reeve.v1.StepError
-	3,  // 23: reeve.v1.ResultAck.ref:type_name -> reeve.v1.StepRef
-	3,  // 24: reeve.v1.Heartbeat.refs:type_name -> reeve.v1.StepRef
-	3,  // 25: reeve.v1.CancelStep.ref:type_name -> reeve.v1.StepRef
-	14, // 26: reeve.v1.StepAssignment.DependencyOutputsEntry.value:type_name -> google.protobuf.Value
-	0,  // 27: reeve.v1.AgentService.Connect:input_type -> reeve.v1.ConnectRequest
-	1,  // 28: reeve.v1.AgentService.Connect:output_type -> reeve.v1.ConnectResponse
-	28, // [28:29] is the sub-list for method output_type
-	27, // [27:28] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	3,  // 0: reeve.v1.ConnectRequest.register:type_name -> reeve.v1.Register
+	9,  // 1: reeve.v1.ConnectRequest.assignment_ack:type_name -> reeve.v1.AssignmentAck
+	10, // 2: reeve.v1.ConnectRequest.result:type_name -> reeve.v1.StepResult
+	12, // 3: reeve.v1.ConnectRequest.heartbeat:type_name -> reeve.v1.Heartbeat
+	15, // 4: reeve.v1.ConnectRequest.drain:type_name -> reeve.v1.Drain
+	6,  // 5: reeve.v1.ConnectResponse.registered:type_name -> reeve.v1.Registered
+	8,  // 6: reeve.v1.ConnectResponse.assignment:type_name -> reeve.v1.StepAssignment
+	14, // 7: reeve.v1.ConnectResponse.cancel:type_name -> reeve.v1.CancelStep
+	15, // 8: reeve.v1.ConnectResponse.drain:type_name -> reeve.v1.Drain
+	11, // 9: reeve.v1.ConnectResponse.result_ack:type_name -> reeve.v1.ResultAck
+	5,  // 10: reeve.v1.Register.running:type_name -> reeve.v1.StepRef
+	4,  // 11: reeve.v1.Register.sdk:type_name -> reeve.v1.Sdk
+	7,  // 12: reeve.v1.Registered.limits:type_name -> reeve.v1.AgentLimits
+	18, // 13: reeve.v1.AgentLimits.ack_timeout:type_name -> google.protobuf.Duration
+	18, // 14: reeve.v1.AgentLimits.max_retry_after:type_name -> google.protobuf.Duration
+	5,  // 15: reeve.v1.StepAssignment.ref:type_name -> reeve.v1.StepRef
+	19, // 16: reeve.v1.StepAssignment.input:type_name -> google.protobuf.Value
+	19, // 17: reeve.v1.StepAssignment.config:type_name -> google.protobuf.Value
+	16, // 18: reeve.v1.StepAssignment.dependency_outputs:type_name -> reeve.v1.StepAssignment.DependencyOutputsEntry
+	20, // 19: reeve.v1.StepAssignment.complete_by:type_name -> google.protobuf.Timestamp
+	17, // 20: reeve.v1.StepAssignment.trace_context:type_name -> reeve.v1.StepAssignment.TraceContextEntry
+	18, // 21: reeve.v1.StepAssignment.heartbeat_timeout:type_name -> google.protobuf.Duration
+	18, // 22: reeve.v1.StepAssignment.reassign_after_disconnect:type_name -> google.protobuf.Duration
+	19, // 23: reeve.v1.StepAssignment.heartbeat_details:type_name -> google.protobuf.Value
+	5,  // 24: reeve.v1.AssignmentAck.ref:type_name -> reeve.v1.StepRef
+	5,  // 25: reeve.v1.StepResult.ref:type_name -> reeve.v1.StepRef
+	19, // 26: reeve.v1.StepResult.output:type_name -> google.protobuf.Value
+	21, // 27: reeve.v1.StepResult.error:type_name -> reeve.v1.StepError
+	5,  // 28: reeve.v1.ResultAck.ref:type_name -> reeve.v1.StepRef
+	22, // 29: reeve.v1.ResultAck.status:type_name -> google.rpc.Status
+	5,  // 30: reeve.v1.Heartbeat.refs:type_name -> reeve.v1.StepRef
+	13, // 31: reeve.v1.Heartbeat.details:type_name -> reeve.v1.HeartbeatDetails
+	5,  // 32: reeve.v1.HeartbeatDetails.ref:type_name -> reeve.v1.StepRef
+	19, // 33: reeve.v1.HeartbeatDetails.details:type_name -> google.protobuf.Value
+	5,  // 34: reeve.v1.CancelStep.ref:type_name -> reeve.v1.StepRef
+	19, // 35: reeve.v1.StepAssignment.DependencyOutputsEntry.value:type_name -> google.protobuf.Value
+	1,  // 36: reeve.v1.AgentService.Connect:input_type -> reeve.v1.ConnectRequest
+	2,  // 37: reeve.v1.AgentService.Connect:output_type -> reeve.v1.ConnectResponse
+	37, // [37:38] is the sub-list for method output_type
+	36, // [36:37] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_agent_service_proto_init() }
@@ -1209,18 +1621,23 @@ func file_reeve_v1_agent_service_proto_init() {
 		(*ConnectResponse_Drain)(nil),
 		(*ConnectResponse_ResultAck)(nil),
 	}
+	file_reeve_v1_agent_service_proto_msgTypes[9].OneofWrappers = []any{
+		(*StepResult_Output)(nil),
+		(*StepResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_agent_service_proto_rawDesc), len(file_reeve_v1_agent_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   14,
+			NumEnums:      1,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_reeve_v1_agent_service_proto_goTypes,
 		DependencyIndexes: file_reeve_v1_agent_service_proto_depIdxs,
+		EnumInfos:         file_reeve_v1_agent_service_proto_enumTypes,
 		MessageInfos:      file_reeve_v1_agent_service_proto_msgTypes,
 	}.Build()
 	File_reeve_v1_agent_service_proto = out.File

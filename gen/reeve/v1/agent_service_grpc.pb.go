@@ -37,13 +37,15 @@ const (
 type AgentServiceClient interface {
 	// Connect is one bidirectional stream per agent connection:
 	//
-	//	agent -> Register{agent_id, step_types, max_concurrent_steps, running}
-	//	      <- Registered{session_id, scheduler_id}
+	//	agent -> Register{agent_id, step_types, max_concurrent_steps, running,
+	//	                  protocol_version, sdk, capabilities}
+	//	      <- Registered{session_id, scheduler_id, protocol_version,
+	//	                    server_version, capabilities, limits}
 	//	      <- StepAssignment{ref, ...}     (never more than max_concurrent_steps outstanding)
 	//	agent -> AssignmentAck{ref}           (at once, before running the step)
-	//	agent -> Heartbeat{refs}              (steps with heartbeat_timeout)
+	//	agent -> Heartbeat{refs, details}     (steps with heartbeat_timeout)
 	//	agent -> StepResult{ref, output|error} (only before complete_by)
-	//	      <- ResultAck{ref, accepted, code, message}
+	//	      <- ResultAck{ref, accepted, status}
 	//	      <- CancelStep{ref} / Drain{reason}
 	//
 	// Register must be the first message and arrive within 10 seconds, else
@@ -58,6 +60,14 @@ type AgentServiceClient interface {
 	// Read the stream continuously and never block the reader on step work:
 	// the scheduler bounds what it queues per stream (messages and bytes) and
 	// takes back assignments that do not fit or are not acknowledged in time.
+	//
+	// Evolution: both sides MUST ignore a message kind they do not know (a
+	// ConnectRequest or ConnectResponse whose msg is unset or a variant added
+	// later) and fields they do not know; the scheduler counts the ones it
+	// ignores (reeve_agent_unknown_messages_total) and keeps the stream.
+	// Versions are additive: a newer peer only adds messages, fields and
+	// capabilities, never changes what an existing one means (see
+	// Register.protocol_version).
 	Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConnectRequest, ConnectResponse], error)
 }
 
@@ -97,13 +107,15 @@ type AgentService_ConnectClient = grpc.BidiStreamingClient[ConnectRequest, Conne
 type AgentServiceServer interface {
 	// Connect is one bidirectional stream per agent connection:
 	//
-	//	agent -> Register{agent_id, step_types, max_concurrent_steps, running}
-	//	      <- Registered{session_id, scheduler_id}
+	//	agent -> Register{agent_id, step_types, max_concurrent_steps, running,
+	//	                  protocol_version, sdk, capabilities}
+	//	      <- Registered{session_id, scheduler_id, protocol_version,
+	//	                    server_version, capabilities, limits}
 	//	      <- StepAssignment{ref, ...}     (never more than max_concurrent_steps outstanding)
 	//	agent -> AssignmentAck{ref}           (at once, before running the step)
-	//	agent -> Heartbeat{refs}              (steps with heartbeat_timeout)
+	//	agent -> Heartbeat{refs, details}     (steps with heartbeat_timeout)
 	//	agent -> StepResult{ref, output|error} (only before complete_by)
-	//	      <- ResultAck{ref, accepted, code, message}
+	//	      <- ResultAck{ref, accepted, status}
 	//	      <- CancelStep{ref} / Drain{reason}
 	//
 	// Register must be the first message and arrive within 10 seconds, else
@@ -118,6 +130,14 @@ type AgentServiceServer interface {
 	// Read the stream continuously and never block the reader on step work:
 	// the scheduler bounds what it queues per stream (messages and bytes) and
 	// takes back assignments that do not fit or are not acknowledged in time.
+	//
+	// Evolution: both sides MUST ignore a message kind they do not know (a
+	// ConnectRequest or ConnectResponse whose msg is unset or a variant added
+	// later) and fields they do not know; the scheduler counts the ones it
+	// ignores (reeve_agent_unknown_messages_total) and keeps the stream.
+	// Versions are additive: a newer peer only adds messages, fields and
+	// capabilities, never changes what an existing one means (see
+	// Register.protocol_version).
 	Connect(grpc.BidiStreamingServer[ConnectRequest, ConnectResponse]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }

@@ -9,6 +9,7 @@ package reevev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -359,8 +360,12 @@ type Step struct {
 	// "not_acknowledged"), so a step no agent ever takes cannot cycle for
 	// ever.
 	UnacknowledgedAttempts int32 `protobuf:"varint,18,opt,name=unacknowledged_attempts,json=unacknowledgedAttempts,proto3" json:"unacknowledged_attempts,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The last Heartbeat.details an attempt of this step reported, recorded
+	// when that attempt ended; sent to the next attempt
+	// (StepAssignment.heartbeat_details).
+	HeartbeatDetails *structpb.Value `protobuf:"bytes,19,opt,name=heartbeat_details,json=heartbeatDetails,proto3" json:"heartbeat_details,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
@@ -519,6 +524,13 @@ func (x *Step) GetUnacknowledgedAttempts() int32 {
 	return 0
 }
 
+func (x *Step) GetHeartbeatDetails() *structpb.Value {
+	if x != nil {
+		return x.HeartbeatDetails
+	}
+	return nil
+}
+
 // StepError is an error reported by an agent, or by the system for a step.
 type StepError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -527,7 +539,14 @@ type StepError struct {
 	// Machine-readable code, matched against RetryPolicy.non_retryable_error_codes.
 	Code string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
 	// True when retrying cannot help (agentsdk.Permanent).
-	NonRetryable  bool `protobuf:"varint,3,opt,name=non_retryable,json=nonRetryable,proto3" json:"non_retryable,omitempty"`
+	NonRetryable bool `protobuf:"varint,3,opt,name=non_retryable,json=nonRetryable,proto3" json:"non_retryable,omitempty"`
+	// Structured detail for programs and people, e.g. {"decline": "insufficient_funds"}
+	// (at most 4 KiB encoded). Kept with the step's last_error.
+	Details *structpb.Value `protobuf:"bytes,4,opt,name=details,proto3" json:"details,omitempty"`
+	// When set (by an agent): the next attempt is not dispatched before this
+	// long after the failure, instead of the retry policy's backoff (at most
+	// 24h). Ignored when the error is not retried.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -581,6 +600,20 @@ func (x *StepError) GetNonRetryable() bool {
 		return x.NonRetryable
 	}
 	return false
+}
+
+func (x *StepError) GetDetails() *structpb.Value {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+func (x *StepError) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
 }
 
 // HistoryEvent records one transition of a task or step.
@@ -680,7 +713,7 @@ var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\x87\x04\n" +
+	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\x87\x04\n" +
 	"\x04Task\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12.\n" +
@@ -696,7 +729,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x120\n" +
 	"\ahistory\x18\v \x03(\v2\x16.reeve.v1.HistoryEventR\ahistory\x12'\n" +
-	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\"\xd8\x06\n" +
+	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\"\x9d\a\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
@@ -721,11 +754,15 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x0f \x01(\tR\x0eidempotencyKey\x12\"\n" +
 	"\fcompensation\x18\x10 \x01(\bR\fcompensation\x12W\n" +
 	"\x1aschedule_to_start_deadline\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x17scheduleToStartDeadline\x127\n" +
-	"\x17unacknowledged_attempts\x18\x12 \x01(\x05R\x16unacknowledgedAttempts\"^\n" +
+	"\x17unacknowledged_attempts\x18\x12 \x01(\x05R\x16unacknowledgedAttempts\x12C\n" +
+	"\x11heartbeat_details\x18\x13 \x01(\v2\x16.google.protobuf.ValueR\x10heartbeatDetails\"\xcc\x01\n" +
 	"\tStepError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +
-	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"\xb0\x01\n" +
+	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\x120\n" +
+	"\adetails\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\adetails\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"\xb0\x01\n" +
 	"\fHistoryEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -777,6 +814,7 @@ var file_reeve_v1_task_proto_goTypes = []any{
 	(*Workflow)(nil),              // 6: reeve.v1.Workflow
 	(*structpb.Value)(nil),        // 7: google.protobuf.Value
 	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
 }
 var file_reeve_v1_task_proto_depIdxs = []int32{
 	6,  // 0: reeve.v1.Task.workflow:type_name -> reeve.v1.Workflow
@@ -796,12 +834,15 @@ var file_reeve_v1_task_proto_depIdxs = []int32{
 	7,  // 14: reeve.v1.Step.output:type_name -> google.protobuf.Value
 	4,  // 15: reeve.v1.Step.last_error:type_name -> reeve.v1.StepError
 	8,  // 16: reeve.v1.Step.schedule_to_start_deadline:type_name -> google.protobuf.Timestamp
-	8,  // 17: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	7,  // 17: reeve.v1.Step.heartbeat_details:type_name -> google.protobuf.Value
+	7,  // 18: reeve.v1.StepError.details:type_name -> google.protobuf.Value
+	9,  // 19: reeve.v1.StepError.retry_after:type_name -> google.protobuf.Duration
+	8,  // 20: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_task_proto_init() }

@@ -31,11 +31,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/reeve-org/reeve/agentsdk"
-	storev1 "github.com/reeve-org/reeve/gen/reeve/store/v1"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/chaos"
 	"github.com/reeve-org/reeve/internal/cluster"
 	"github.com/reeve-org/reeve/internal/demo"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 )
 
 // Keys of the default prefix (/reeve/, internal/store/keys.go) that the

@@ -312,7 +312,7 @@ const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\fscheduler_id\x18\x05 \x01(\tR\vschedulerId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x06 \x01(\tR\tsessionId\x12=\n" +
-	"\fconnect_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTimeB7Z5github.com/reeve-org/reeve/gen/reeve/store/v1;storev1b\x06proto3"
+	"\fconnect_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTimeB@Z>github.com/reeve-org/reeve/internal/gen/reeve/store/v1;storev1b\x06proto3"
 
 var (
 	file_reeve_store_v1_store_proto_rawDescOnce sync.Once
