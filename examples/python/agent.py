@@ -207,13 +207,15 @@ class Agent:
                     with self.mu:
                         self.pending.pop(ref_key(ack.ref), None)
                     if not ack.accepted:
-                        log("result refused", ref=list(ref_key(ack.ref)), code=ack.code, reason=ack.message)
+                        log("result refused", ref=list(ref_key(ack.ref)), code=ack.status.code, reason=ack.status.message)
                 elif kind == "drain":
                     # Move: close this stream, report running steps on the next one.
                     log("scheduler draining; reconnecting", reason=m.drain.reason)
                     self.detach(q)
                     call.cancel()
                     return "drained"
+                # Any other kind (or none) is from a newer scheduler: ignore
+                # it and keep the stream.
             return "ended"
         except grpc.RpcError as err:
             code = err.code()
@@ -238,7 +240,9 @@ class Agent:
                 if key not in self.running and len(running) < MAX_CONCURRENT:
                     running.append(res.ref)
         return r.agent_pb.Register(agent_id=self.id, namespace=self.namespace, step_types=list(HANDLERS),
-                                   max_concurrent_steps=MAX_CONCURRENT, running=running)
+                                   max_concurrent_steps=MAX_CONCURRENT, running=running,
+                                   protocol_version=r.agent_pb.PROTOCOL_VERSION_1,
+                                   sdk=r.agent_pb.Sdk(name="reeve-python-example", version="0.1.0"))
 
     def send(self, msg):
         # Without a stream nothing is lost where it matters: results stay

@@ -5,7 +5,8 @@
 // loopback address, the agent under test connects to it, and the suite
 // drives it through scripted cases (assignment and result, error result,
 // deadline passed, cancel, stale attempt, refused result, result redelivery
-// after a broken stream, drain and reconnect, heartbeats, graceful shutdown),
+// after a broken stream, drain and reconnect, a message kind from a newer
+// scheduler, heartbeats, graceful shutdown),
 // reporting pass or fail per case. The agent must serve the step type
 // StepType, whose behaviour the suite controls through the step's config
 // (see StepConfig). No etcd is involved: the suite checks the agent, not the

@@ -44,6 +44,9 @@ export class StepFailure extends Error {
 
 type Handler = (step: Step) => Promise<Json>;
 
+// The agent protocol version this agent speaks (Register.protocol_version).
+const PROTOCOL_VERSION = 1;
+
 // ---- step handlers ----
 
 const handlers: { [type: string]: Handler } = {
@@ -181,7 +184,7 @@ class Agent {
           case 'resultAck': {
             const ack = m.resultAck!;
             this.pending.delete(refKey(ack.ref));
-            if (!ack.accepted) log('result refused', { ref: refKey(ack.ref), code: ack.code, reason: ack.message });
+            if (!ack.accepted) log('result refused', { ref: refKey(ack.ref), code: ack.status?.code ?? 0, reason: ack.status?.message ?? '' });
             break;
           }
           case 'drain':
@@ -190,6 +193,9 @@ class Agent {
             this.stream = undefined;
             call.end();
             settle('drained');
+            break;
+          default:
+            // A message kind from a newer scheduler: ignore it, keep the stream.
             break;
         }
       });
@@ -209,7 +215,10 @@ class Agent {
     for (const [key, p] of this.pending) {
       if (!this.running.has(key) && running.length < this.maxConcurrent) running.push(p.result.ref as StepRef__Output);
     }
-    return { agentId: this.id, namespace: this.namespace, stepTypes: Object.keys(handlers), maxConcurrentSteps: this.maxConcurrent, running };
+    return {
+      agentId: this.id, namespace: this.namespace, stepTypes: Object.keys(handlers), maxConcurrentSteps: this.maxConcurrent, running,
+      protocolVersion: PROTOCOL_VERSION, sdk: { name: 'reeve-node-example', version: '0.1.0' },
+    };
   }
 
   private send(m: ConnectRequest) {
