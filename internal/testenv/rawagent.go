@@ -196,7 +196,13 @@ func (a *RawAgent) Send(m *reevev1.ConnectRequest) {
 // Succeed reports a successful result for ref and returns the ack.
 func (a *RawAgent) Succeed(ref *reevev1.StepRef, output map[string]any) *reevev1.ResultAck {
 	a.t.Helper()
-	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Output{Output: Value(a.t, output)}}}})
+	res := &reevev1.StepResult{Ref: ref}
+	if output != nil {
+		// Not a nil Output in the oneof: that is sent as an empty Value,
+		// which is refused (a Value with no kind).
+		res.Outcome = &reevev1.StepResult_Output{Output: Value(a.t, output)}
+	}
+	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: res}})
 	return a.NextResultAck(10 * time.Second)
 }
 

@@ -368,7 +368,7 @@ type Register struct {
 	// when the other side lists its capability.
 	ProtocolVersion int32 `protobuf:"varint,6,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	// The SDK (or hand-written implementation) the agent is built with, for
-	// logs and ListAgents.
+	// the scheduler's logs.
 	Sdk *Sdk `protobuf:"bytes,7,opt,name=sdk,proto3" json:"sdk,omitempty"`
 	// Optional features the agent supports (e.g. "heartbeat_details"). The
 	// scheduler ignores names it does not know.
