@@ -147,6 +147,10 @@ func TestValidateSubmitAndAgentMessages(t *testing.T) {
 		{"result without ref", workflow.ValidateStepResult(&reevev1.StepResult{}), "result.ref: required"},
 		{"result output", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Outcome: &reevev1.StepResult_Output{Output: structpb.NewStringValue(strings.Repeat("o", workflow.MaxOutputBytes))}}), "result.output"},
 		{"result message", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{Message: strings.Repeat("m", 5000)}}}), "result.error.message"},
+		{"result error details", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{Details: structpb.NewStringValue(strings.Repeat("d", workflow.MaxErrorDetailsBytes))}}}), "result.error.details"},
+		{"retry_after over a day", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{RetryAfter: durationpb.New(25 * time.Hour)}}}), "result.error.retry_after"},
+		{"negative retry_after", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{RetryAfter: durationpb.New(-time.Second)}}}), "result.error.retry_after"},
+		{"valid retry_after", workflow.ValidateStepResult(&reevev1.StepResult{Ref: stepRef, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{RetryAfter: durationpb.New(time.Minute), Details: structpb.NewBoolValue(true)}}}), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
