@@ -13,6 +13,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
@@ -56,6 +59,9 @@ type execution struct {
 	result     *reevev1.StepResult
 	lastBeat   time.Time
 	beatEvery  time.Duration // heartbeats are coalesced to one per beatEvery
+	// details are the handler's latest heartbeat details not sent yet (nil:
+	// none, or sent).
+	details *structpb.Value
 	// grace is the step's reassign_after_disconnect (0: unset); cutOff
 	// fires that long after the agent lost its stream, unless it got one
 	// back (see detach).
@@ -287,6 +293,11 @@ func (a *Agent) record(ex *execution, out any, herr error) (*reevev1.StepResult,
 		return nil, nil
 	}
 	res := result(ex.ref, out, herr)
+	if ex.details != nil && res.GetError() != nil && a.out != nil {
+		// Details a coalesced heartbeat held back: heartbeats go out before
+		// results, so the next attempt gets them.
+		a.out.beat(ex.ref, ex.details)
+	}
 	ex.result = res
 	a.pending[key] = ex
 	return res, a.out
@@ -310,9 +321,13 @@ func result(ref *reevev1.StepRef, out any, herr error) *reevev1.StepResult {
 	return res
 }
 
-// maxErrorMessage is the scheduler's bound of a step error's message, in
-// bytes.
-const maxErrorMessage = 4096
+// The scheduler's bounds (Registered.limits): a step error's message and
+// details, and heartbeat details, in bytes; a step error's retry_after.
+const (
+	maxErrorMessage = 4096
+	maxDetails      = 4096
+	maxRetryAfter   = 24 * time.Hour
+)
 
 // stepError is the StepError of a handler's error. The code of an *Error
 // is sent in its own field, not again in the message: an Error{Code:
@@ -327,6 +342,12 @@ func stepError(err error) *reevev1.StepError {
 	se := &reevev1.StepError{Message: truncate(msg, maxErrorMessage), NonRetryable: IsPermanent(err)}
 	if e != nil {
 		se.Code = strings.ToValidUTF8(e.Code, "\uFFFD")
+		if v, err := encodeOutput(e.Details); err == nil && proto.Size(v) <= maxDetails {
+			se.Details = v
+		}
+		if e.RetryAfter > 0 {
+			se.RetryAfter = durationpb.New(min(e.RetryAfter, maxRetryAfter))
+		}
 	}
 	return se
 }
@@ -396,16 +417,24 @@ func (a *Agent) signalIdle() {
 }
 
 // heartbeat queues a heartbeat for a running execution, at most one per
-// beatEvery; never dropped, merged with others not yet sent.
-func (a *Agent) heartbeat(ref *reevev1.StepRef) {
+// beatEvery; never dropped, merged with others not yet sent. details (nil:
+// none) go with the next heartbeat sent, or before the execution's failure.
+func (a *Agent) heartbeat(ref *reevev1.StepRef, details *structpb.Value) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ex := a.running[refKey(ref)]
-	if ex == nil || a.out == nil || time.Since(ex.lastBeat) < ex.beatEvery {
+	if ex == nil {
+		return
+	}
+	if details != nil {
+		ex.details = details
+	}
+	if a.out == nil || time.Since(ex.lastBeat) < ex.beatEvery {
 		return
 	}
 	ex.lastBeat = time.Now()
-	a.out.beat(ref)
+	a.out.beat(ref, ex.details)
+	ex.details = nil
 }
 
 func (a *Agent) send(m *reevev1.ConnectRequest) {

@@ -1,6 +1,9 @@
 package agentsdk
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Error is a step failure with a machine-readable code. A handler may return
 // it (or wrap it) to set StepError.code, which workflows can list in
@@ -12,6 +15,16 @@ type Error struct {
 	Message string
 	// NonRetryable marks the failure permanent, like Permanent.
 	NonRetryable bool
+	// Details is structured detail for programs and operators (encoded as
+	// JSON, at most 4 KiB: StepError.details, kept with the step's last
+	// error); nil by default. Details that cannot be encoded or are larger
+	// are not sent.
+	Details any
+	// RetryAfter, when positive, replaces the retry policy's backoff before
+	// the next attempt (e.g. until a rate limit resets; at most 24h, longer
+	// is cut to 24h). Default 0: the policy's backoff. Ignored when the
+	// failure is not retried.
+	RetryAfter time.Duration
 }
 
 // Error returns "code: message" (the message alone without a code). The

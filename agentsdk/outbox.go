@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
@@ -33,7 +35,8 @@ type outbox struct {
 	mu      sync.Mutex
 	control []*reevev1.ConnectRequest
 	beats   []*reevev1.StepRef
-	beating map[string]bool // refKeys in beats
+	beating map[string]bool            // refKeys in beats
+	details map[string]*structpb.Value // latest heartbeat details by refKey, sent with beats
 	results []*reevev1.StepResult
 	waiting map[string]int // refKeys of results in putResult waiting for room
 	closed  bool
@@ -42,7 +45,7 @@ type outbox struct {
 }
 
 func newOutbox(limit int) *outbox {
-	return &outbox{limit: max(limit, 1), beating: map[string]bool{}, waiting: map[string]int{}, wake: make(chan struct{}, 1), room: make(chan struct{})}
+	return &outbox{limit: max(limit, 1), beating: map[string]bool{}, details: map[string]*structpb.Value{}, waiting: map[string]int{}, wake: make(chan struct{}, 1), room: make(chan struct{})}
 }
 
 // push queues an ack or a drain; it never blocks. After close it does
@@ -57,13 +60,19 @@ func (o *outbox) push(m *reevev1.ConnectRequest) {
 	o.notify()
 }
 
-// beat queues a heartbeat for ref unless one is already queued; it never
-// blocks.
-func (o *outbox) beat(ref *reevev1.StepRef) {
+// beat queues a heartbeat for ref unless one is already queued, with
+// details when not nil (replacing those queued); it never blocks.
+func (o *outbox) beat(ref *reevev1.StepRef, details *structpb.Value) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	key := refKey(ref)
-	if o.closed || o.beating[key] {
+	if o.closed {
+		return
+	}
+	if details != nil {
+		o.details[key] = details
+	}
+	if o.beating[key] {
 		return
 	}
 	o.beating[key] = true
@@ -182,8 +191,14 @@ func (o *outbox) take() (*reevev1.ConnectRequest, bool) {
 		return m, true
 	case len(o.beats) > 0:
 		hb := &reevev1.Heartbeat{Refs: o.beats}
+		for _, ref := range o.beats {
+			if d := o.details[refKey(ref)]; d != nil {
+				hb.Details = append(hb.Details, &reevev1.HeartbeatDetails{Ref: ref, Details: d})
+			}
+		}
 		o.beats = nil
 		clear(o.beating)
+		clear(o.details)
 		return &reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: hb}}, true
 	case len(o.results) > 0:
 		res := o.results[0]

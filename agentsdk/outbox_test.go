@@ -25,8 +25,8 @@ func TestOutboxKeepsEverythingInOrderOfUrgency(t *testing.T) {
 	const n = 1000
 	for i := range n {
 		o.push(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: ref(i)}}})
-		o.beat(ref(i))
-		o.beat(ref(i))
+		o.beat(ref(i), nil)
+		o.beat(ref(i), nil)
 	}
 	for i := range n {
 		if m, _ := o.next(ctx); m.GetAssignmentAck().GetRef().GetTaskId() != ref(i).GetTaskId() {

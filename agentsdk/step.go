@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/reeve-org/reeve/agentsdk/internal/bridge"
@@ -95,16 +96,50 @@ func (s *Step) DependencyOutput(step string, v any) error {
 // once ctx ended. On a Step not made by an agent it only checks ctx (see
 // agenttest for a Step that records heartbeats).
 func (s *Step) Heartbeat(ctx context.Context) error {
+	return s.heartbeat(ctx, nil)
+}
+
+// HeartbeatDetails is Heartbeat with progress details (any value encoded
+// as JSON, at most 4 KiB), e.g. the last page processed. When this attempt
+// fails or expires, the last details it sent reach the step's next attempt
+// (PreviousHeartbeatDetails), so that it can resume. Only for steps with a
+// heartbeat_timeout; best effort (docs/agent-protocol.md, Heartbeats).
+// Details of coalesced calls are not lost: the latest go with the next
+// heartbeat sent, or before the result of a failed attempt.
+func (s *Step) HeartbeatDetails(ctx context.Context, details any) error {
+	v, err := encodeOutput(details)
+	if err != nil {
+		return fmt.Errorf("agentsdk: heartbeat details: %w", err)
+	}
+	if n := proto.Size(v); n > maxDetails {
+		return fmt.Errorf("agentsdk: heartbeat details: %d bytes encoded, more than the limit of %d", n, maxDetails)
+	}
+	return s.heartbeat(ctx, v)
+}
+
+func (s *Step) heartbeat(ctx context.Context, details *structpb.Value) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	switch {
 	case s.agent != nil:
-		s.agent.heartbeat(s.assignment.GetRef())
+		s.agent.heartbeat(s.assignment.GetRef(), details)
 	case s.beat != nil:
 		s.beat()
 	}
 	return nil
+}
+
+// PreviousHeartbeatDetails decodes into v the last heartbeat details an
+// earlier attempt of this step sent (see HeartbeatDetails). It reports
+// false, leaving v alone, when there are none: a first attempt, or no
+// earlier attempt sent any.
+func (s *Step) PreviousHeartbeatDetails(v any) (bool, error) {
+	d := s.assignment.GetHeartbeatDetails()
+	if d == nil {
+		return false, nil
+	}
+	return true, decode(d, v, "heartbeat details")
 }
 
 func decode(v *structpb.Value, out any, what string) error {
