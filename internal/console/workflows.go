@@ -90,7 +90,7 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, ss *sessio
 		p := workflow.EffectiveRetryPolicy(wf, sp)
 		pol := stepPolicy{Spec: sp, Timeout: fmtDur(workflow.EffectiveTimeout(wf, sp)), Attempts: p.GetMaxAttempts(),
 			Backoff:    fmtDur(p.GetInitialBackoff().AsDuration()) + " … " + fmtDur(p.GetMaxBackoff().AsDuration()),
-			Escalation: shortEnum(workflow.EffectiveEscalation(sp))}
+			Escalation: shortEnum(workflow.EffectiveEscalation(wf, sp))}
 		if sp.GetCompensation() != nil {
 			pol.Compensation = sp.GetCompensation().GetType()
 		}

@@ -41,10 +41,11 @@ func Workflows() []*reevev1.Workflow {
 		},
 		{
 			Name:        "demo.compensate",
-			Description: "Shipping fails permanently; the charge and the reservation are undone in reverse order.",
+			Description: "Shipping fails permanently; as in any workflow that declares compensations, the charge and the reservation are undone in reverse order.",
 			Steps: []*reevev1.StepSpec{reserve, charge, {
+				// No escalation: a workflow with compensations compensates
+				// when a step fails for good.
 				Name: "ship", Type: "shipping.ship_fail", DependsOn: []string{"charge"}, Timeout: timeout,
-				Escalation: reevev1.Escalation_ESCALATION_COMPENSATE,
 			}},
 		},
 	}

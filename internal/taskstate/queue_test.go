@@ -109,10 +109,11 @@ func TestDecideQueuedExpiry(t *testing.T) {
 		delay      time.Duration
 	}{
 		{"first expiry retries after the backoff", 0, 0, nil, taskstate.ActionRetry, time.Second},
-		{"attempts exhausted fails by default", 0, 2, nil, taskstate.ActionFail, 0},
+		{"attempts exhausted compensates by default in a saga", 0, 2, nil, taskstate.ActionCompensate, 0},
+		{"attempts exhausted fails", reevev1.Escalation_ESCALATION_FAIL, 2, nil, taskstate.ActionFail, 0},
 		{"attempts exhausted compensates", reevev1.Escalation_ESCALATION_COMPENSATE, 2, nil, taskstate.ActionCompensate, 0},
 		{"attempts exhausted waits then retries", reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY, 2, nil, taskstate.ActionRetry, 10 * time.Minute},
-		{"code listed as non-retryable escalates at once", 0, 0, []string{taskstate.CodeScheduleToStart}, taskstate.ActionFail, 0},
+		{"code listed as non-retryable escalates at once", reevev1.Escalation_ESCALATION_FAIL, 0, []string{taskstate.CodeScheduleToStart}, taskstate.ActionFail, 0},
 		{"deadline_exceeded listed does not affect a queued expiry", 0, 0, []string{taskstate.CodeDeadlineExceeded}, taskstate.ActionRetry, time.Second},
 	}
 	for _, tc := range cases {

@@ -98,7 +98,7 @@ func Decide(t *reevev1.Task, s *reevev1.Step) (Action, time.Duration) {
 	if Compensating(s) {
 		return ActionFail, 0
 	}
-	switch workflow.EffectiveEscalation(spec) {
+	switch workflow.EffectiveEscalation(t.GetWorkflow(), spec) {
 	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
 		return ActionRetry, workflow.EscalationWait(spec)
 	case reevev1.Escalation_ESCALATION_COMPENSATE:

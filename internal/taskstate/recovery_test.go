@@ -20,7 +20,8 @@ func TestDecide(t *testing.T) {
 	}{
 		{"first expiry retries after initial backoff", 0, 0, taskstate.ActionRetry, time.Second},
 		{"second expiry backs off twice as long", 0, 1, taskstate.ActionRetry, 2 * time.Second},
-		{"threshold reached fails by default", 0, 2, taskstate.ActionFail, 0},
+		{"threshold reached compensates by default in a saga", 0, 2, taskstate.ActionCompensate, 0},
+		{"threshold reached fails", reevev1.Escalation_ESCALATION_FAIL, 2, taskstate.ActionFail, 0},
 		{"threshold reached compensates", reevev1.Escalation_ESCALATION_COMPENSATE, 2, taskstate.ActionCompensate, 0},
 		{"threshold reached waits then retries", reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY, 2, taskstate.ActionRetry, 10 * time.Minute},
 		{"past the threshold keeps waiting", reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY, 7, taskstate.ActionRetry, 10 * time.Minute},

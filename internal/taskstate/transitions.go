@@ -221,7 +221,7 @@ func escalate(t *reevev1.Task, s *reevev1.Step, spec *reevev1.StepSpec, actor st
 		failTask(t, fmt.Sprintf("compensation of step %q failed: %s", s.GetName(), s.GetLastError().GetMessage()), actor, now)
 		return
 	}
-	switch workflow.EffectiveEscalation(spec) {
+	switch workflow.EffectiveEscalation(t.GetWorkflow(), spec) {
 	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
 		// A new round: after the wait the step gets its policy's attempts and
 		// backoff again (the count drives both), instead of one attempt per

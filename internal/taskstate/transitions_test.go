@@ -14,14 +14,16 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// orders is reserve -> charge -> ship, each with a compensation, ship
-// escalating by compensation.
+// orders is reserve -> charge -> ship, reserve and charge with a
+// compensation. reserve and charge fail the task for an operator
+// (ESCALATION_FAIL, said explicitly: a saga's default is to compensate),
+// ship escalates by compensation.
 func orders() *reevev1.Workflow {
 	comp := func(typ string) *reevev1.CompensationSpec { return &reevev1.CompensationSpec{Type: typ} }
 	retry := &reevev1.RetryPolicy{MaxAttempts: 2, InitialBackoff: durationpb.New(time.Second)}
 	return &reevev1.Workflow{Name: "orders", DefaultRetryPolicy: retry, Steps: []*reevev1.StepSpec{
-		{Name: "reserve", Type: "inv.reserve", Compensation: comp("inv.release")},
-		{Name: "charge", Type: "pay.charge", DependsOn: []string{"reserve"}, Compensation: comp("pay.refund")},
+		{Name: "reserve", Type: "inv.reserve", Compensation: comp("inv.release"), Escalation: reevev1.Escalation_ESCALATION_FAIL},
+		{Name: "charge", Type: "pay.charge", DependsOn: []string{"reserve"}, Compensation: comp("pay.refund"), Escalation: reevev1.Escalation_ESCALATION_FAIL},
 		{Name: "ship", Type: "ship.ship", DependsOn: []string{"charge"}, Escalation: reevev1.Escalation_ESCALATION_COMPENSATE},
 	}}
 }
@@ -134,7 +136,7 @@ func TestRetryBacksOffThenEscalates(t *testing.T) {
 	}
 	ref = run(t, task, "reserve", t0.Add(time.Second))
 	// The second failure (an expiry) exhausts max_attempts 2: reserve
-	// escalates with the default, fail.
+	// escalates as it says, fail.
 	if action, _ := taskstate.Decide(task, s); action != taskstate.ActionFail {
 		t.Fatalf("decision %v, want fail", action)
 	}

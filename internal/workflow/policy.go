@@ -117,11 +117,18 @@ func Retryable(p *reevev1.RetryPolicy, e *reevev1.StepError) bool {
 	return e.GetCode() == "" || !slices.Contains(p.GetNonRetryableErrorCodes(), e.GetCode())
 }
 
-// EffectiveEscalation is what the step does when its attempts are exhausted
-// or its agent reported a permanent error; ESCALATION_FAIL when unset.
-func EffectiveEscalation(s *reevev1.StepSpec) reevev1.Escalation {
+// EffectiveEscalation is what step s of workflow w does when its attempts
+// are exhausted or its agent reported a permanent error: its escalation if
+// set; when unset, ESCALATION_COMPENSATE if any step of w declares a
+// compensation (a saga undoes what it did when a step fails for good),
+// else ESCALATION_FAIL. A step of a saga that must leave the task FAILED
+// for an operator says ESCALATION_FAIL.
+func EffectiveEscalation(w *reevev1.Workflow, s *reevev1.StepSpec) reevev1.Escalation {
 	if e := s.GetEscalation(); e != reevev1.Escalation_ESCALATION_UNSPECIFIED {
 		return e
+	}
+	if anyCompensation(w) {
+		return reevev1.Escalation_ESCALATION_COMPENSATE
 	}
 	return reevev1.Escalation_ESCALATION_FAIL
 }
