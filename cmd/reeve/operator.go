@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -180,8 +181,11 @@ func printAlerts(w io.Writer, alerts []*reevev1.Alert) error {
 	fmt.Fprintln(tw, "ID\tTASK\tSTEP\tCREATED\tACKED\tREASON")
 	for _, a := range alerts {
 		acked := "no"
-		if a.GetAcknowledged() {
-			acked = "by " + a.GetAcknowledgedBy()
+		switch by := a.GetAcknowledgedBy(); {
+		case strings.HasPrefix(by, "resolved"):
+			acked = by // an operator's action took the task out of FAILED
+		case a.GetAcknowledged():
+			acked = "by " + by
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.GetId(), a.GetTaskId(), orDash(a.GetStep()), ts(a.GetCreateTime()), acked, oneLine(a.GetReason()))
 	}

@@ -90,7 +90,7 @@ func printTask(w io.Writer, t *reevev1.Task) error {
 	fmt.Fprintln(tw, "NAME\tTYPE\tSTATE\tATTEMPT\tFAILURES\tCOMPLETE-BY\tAGENT\tWAITING-FOR\tERROR")
 	for _, s := range t.GetSteps() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), s.GetType(), shortState(s.GetState(), "STEP_STATE_"),
-			s.GetAttempt(), s.GetFailureCount(), ts(s.GetCompleteBy()), orDash(s.GetLockedByAgent()), waitingFor(t, s), orDash(oneLine(s.GetLastError().GetMessage())))
+			s.GetAttempt(), s.GetFailureCount(), ts(s.GetCompleteBy()), orDash(s.GetLockedByAgent()), waitingFor(t, s), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -64,6 +64,14 @@ func parseTemplates() (*template.Template, error) {
 			}
 			return n
 		},
+		// errorMessage is a step error's message without the code it may
+		// start with (the page shows the code apart).
+		"errorMessage": func(e *reevev1.StepError) string {
+			if e.GetCode() == "" {
+				return e.GetMessage()
+			}
+			return strings.TrimPrefix(e.GetMessage(), e.GetCode()+": ")
+		},
 		"explain": func(kind string) string { return explanations[kind] },
 		"list3":   func() []string { return []string{"task", "step", "compensation"} },
 	}).ParseFS(files, "templates/*.html")

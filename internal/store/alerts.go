@@ -17,25 +17,83 @@ import (
 )
 
 // alertOps returns the write of a new alert when an update makes a task
-// FAILED, so that the alert is durable exactly when the failure is.
-func (s *Store) alertOps(before, after *reevev1.Task) []clientv3.Op {
-	if after.GetState() != reevev1.TaskState_TASK_STATE_FAILED || before.GetState() == reevev1.TaskState_TASK_STATE_FAILED {
-		return nil
+// FAILED, so that the alert is durable exactly when the failure is; and,
+// when an operator's action takes a FAILED task out of FAILED (RetryStep
+// resumes it, CompensateTask undoes it), the write that marks that
+// failure's alert resolved (resolveOp). rev is the task's revision before
+// the update.
+func (s *Store) alertOps(before, after *reevev1.Task, rev int64) []clientv3.Op {
+	failed := func(t *reevev1.Task) bool { return t.GetState() == reevev1.TaskState_TASK_STATE_FAILED }
+	switch {
+	case failed(after) && !failed(before):
+		a := alertOf(after)
+		val, err := marshal(a)
+		if err != nil {
+			panic(err) // a well-formed message always marshals
+		}
+		return []clientv3.Op{clientv3.OpPut(s.k.alerts(a.GetNamespace())+a.GetId(), val)}
+	case failed(before) && !failed(after):
+		return s.resolveOp(before, after, rev)
 	}
-	at := after.GetEndTime().AsTime()
-	a := &reevev1.Alert{
-		Namespace:  after.GetNamespace(),
-		Id:         fmt.Sprintf("%020d-%s", at.UnixNano(), after.GetId()),
-		TaskId:     after.GetId(),
-		Step:       failedStep(after),
-		Reason:     after.GetReason(),
-		CreateTime: after.GetEndTime(),
+	return nil
+}
+
+// alertOf is the alert raised when t became FAILED.
+func alertOf(t *reevev1.Task) *reevev1.Alert {
+	return &reevev1.Alert{
+		Namespace:  t.GetNamespace(),
+		Id:         fmt.Sprintf("%020d-%s", t.GetEndTime().AsTime().UnixNano(), t.GetId()),
+		TaskId:     t.GetId(),
+		Step:       failedStep(t),
+		Reason:     t.GetReason(),
+		CreateTime: t.GetEndTime(),
 	}
+}
+
+// resolveOp marks the alert of before's failure acknowledged, with
+// acknowledged_by "resolved: <action> by <actor>" (the Alert message has no
+// resolution field of its own) and ack_time the action's time. The write is
+// conditional, in the task's transaction: only if the alert still exists
+// (retention may have swept it) and was not changed since the task's last
+// write (the failure that raised it, or a later write of the FAILED task):
+// an alert an operator acknowledged since keeps that acknowledgement.
+func (s *Store) resolveOp(before, after *reevev1.Task, rev int64) []clientv3.Op {
+	a := alertOf(before)
+	a.Acknowledged = true
+	a.AcknowledgedBy, a.AckTime = resolution(after)
 	val, err := marshal(a)
 	if err != nil {
 		panic(err) // a well-formed message always marshals
 	}
-	return []clientv3.Op{clientv3.OpPut(s.k.alerts(a.GetNamespace())+a.GetId(), val)}
+	key := s.k.alerts(a.GetNamespace()) + a.GetId()
+	return []clientv3.Op{clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Version(key), ">", 0), clientv3.Compare(clientv3.ModRevision(key), "<", rev+1)},
+		[]clientv3.Op{clientv3.OpPut(key, val)}, nil)}
+}
+
+// resolution names the operator action that took the task out of FAILED,
+// from its history event, and its time: "resolved: retry_step of step
+// \"ship\" by operator/alice", "resolved: compensate_task by operator".
+func resolution(t *reevev1.Task) (string, *timestamppb.Timestamp) {
+	h := t.GetHistory()
+	for i := len(h) - 1; i >= 0; i-- {
+		switch e := h[i]; e.GetKind() {
+		case "step.retried_by_operator":
+			return truncateActor(fmt.Sprintf("resolved: retry_step of step %q by %s", e.GetStep(), e.GetActor())), e.GetTime()
+		case "task.compensating":
+			return truncateActor("resolved: compensate_task by " + e.GetActor()), e.GetTime()
+		}
+	}
+	return "resolved", nil
+}
+
+// truncateActor keeps acknowledged_by within the 128 characters AckAlert
+// accepts.
+func truncateActor(s string) string {
+	if len(s) <= 128 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:128], "")
 }
 
 // failedStep is the step that failed last, if any.

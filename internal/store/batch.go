@@ -360,7 +360,7 @@ func (s *Store) prepare(r *writeReq) error {
 	}
 	r.next, r.val = next, val
 	r.ops = append([]clientv3.Op{clientv3.OpPut(r.key, val)}, s.k.indexOps(r.cur.Record, next)...)
-	r.ops = append(r.ops, s.alertOps(r.cur.Record.GetTask(), next.GetTask())...)
+	r.ops = append(r.ops, s.alertOps(r.cur.Record.GetTask(), next.GetTask(), r.cur.Revision)...)
 	r.size = len(val) + 512
 	return nil
 }

@@ -1,7 +1,11 @@
 package taskstate_test
 
 import (
+	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -44,6 +48,69 @@ func TestPermanentFailureEscalation(t *testing.T) {
 			}
 			if task.GetState() != tc.task || taskstate.FindStep(task, "reserve").GetState() != tc.reserve {
 				t.Fatalf("task %v, reserve %v; want %v, %v", task.GetState(), taskstate.FindStep(task, "reserve").GetState(), tc.task, tc.reserve)
+			}
+		})
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	cases := []struct {
+		code, msg, want string
+	}{
+		{"card_declined", "insufficient funds", "card_declined: insufficient funds"},
+		{"card_declined", "card_declined: insufficient funds", "card_declined: insufficient funds"},
+		{"", "insufficient funds", "insufficient funds"},
+		{"card_declined", "", "card_declined"},
+		{"card_declined", "card_declined", "card_declined"},
+		{"", "", ""},
+	}
+	for _, tc := range cases {
+		if got := taskstate.ErrorText(&reevev1.StepError{Code: tc.code, Message: tc.msg}); got != tc.want {
+			t.Errorf("ErrorText(%q, %q) = %q, want %q", tc.code, tc.msg, got, tc.want)
+		}
+	}
+}
+
+// The reason a task ends with (and its alert carries) names the root cause:
+// the last error, and whether it was permanent or the attempts ran out.
+func TestEscalationReasonCarriesTheCause(t *testing.T) {
+	wf := &reevev1.Workflow{Name: "trip", DefaultRetryPolicy: &reevev1.RetryPolicy{MaxAttempts: 2, NonRetryableErrorCodes: []string{"card_declined"}},
+		DefaultScheduleToStartTimeout: durationpb.New(time.Minute),
+		Steps:                         []*reevev1.StepSpec{{Name: "charge", Type: "pay.charge", Escalation: reevev1.Escalation_ESCALATION_FAIL}}}
+	cases := []struct {
+		name string
+		fail func(task *reevev1.Task) error
+		want string
+	}{
+		{"permanent, marked by the agent", func(task *reevev1.Task) error {
+			return taskstate.Fail(task, run(t, task, "charge", t0), "a", &reevev1.StepError{Code: "gateway", Message: "gateway: account closed", NonRetryable: true}, t0)
+		}, `step "charge" failed permanently: gateway: account closed`},
+		{"permanent, code listed", func(task *reevev1.Task) error {
+			return taskstate.Fail(task, run(t, task, "charge", t0), "a", &reevev1.StepError{Code: "card_declined", Message: "insufficient funds"}, t0)
+		}, `step "charge" failed permanently: card_declined: insufficient funds`},
+		{"attempts exhausted", func(task *reevev1.Task) error {
+			for i := range 2 {
+				at := t0.Add(time.Duration(i) * time.Hour)
+				if err := taskstate.Fail(task, run(t, task, "charge", at), "a", &reevev1.StepError{Message: "timeout talking to the bank"}, at); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, `step "charge" exhausted its 2 attempts: last error timeout talking to the bank`},
+		{"no agent claimed it", func(task *reevev1.Task) error {
+			s := taskstate.FindStep(task, "charge")
+			s.FailureCount = 1
+			return taskstate.FailExpired(task, "charge", s.GetAttempt(), "", "supervisor/s1", t0.Add(time.Hour))
+		}, `step "charge" exhausted its 2 attempts: last error schedule_to_start_timeout: no agent of type "pay.charge" claimed it`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			task := taskstate.New("default", "t", wf, nil, t0)
+			if err := tc.fail(task); err != nil {
+				t.Fatal(err)
+			}
+			if task.GetState() != reevev1.TaskState_TASK_STATE_FAILED || !strings.HasPrefix(task.GetReason(), tc.want) {
+				t.Fatalf("task %v, reason %q; want FAILED, a reason starting %q", task.GetState(), task.GetReason(), tc.want)
 			}
 		})
 	}

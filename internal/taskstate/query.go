@@ -1,6 +1,8 @@
 package taskstate
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -138,4 +140,49 @@ func Revoked(before, after *reevev1.Task, except *reevev1.StepRef) []Holder {
 		out = append(out, Holder{Ref: Ref(before, old), AgentID: old.GetLockedByAgent(), Scheduler: old.GetLockedByScheduler()})
 	}
 	return out
+}
+
+// ErrorText is a step error as people read it: "code: message", the code
+// once even when the message already starts with it (agents built with an
+// SDK that put the code into the message), the message alone without a
+// code, the code alone without a message.
+func ErrorText(e *reevev1.StepError) string {
+	code, msg := e.GetCode(), e.GetMessage()
+	switch {
+	case code == "":
+		return msg
+	case msg == "" || msg == code:
+		return code
+	case strings.HasPrefix(msg, code+": "):
+		return msg
+	}
+	return code + ": " + msg
+}
+
+// EscalationReason says why step s escalates, with its last error as the
+// root cause: `step "charge" failed permanently: card_declined: insufficient
+// funds` when the error is not retryable (marked permanent by the agent, or
+// its code listed in non_retryable_error_codes), else `step "charge"
+// exhausted its 3 attempts: last error schedule_to_start_timeout: no agent
+// of type "pay.charge" claimed it before ...`. A compensation is named
+// "compensation of step ...".
+func EscalationReason(t *reevev1.Task, s *reevev1.Step) string {
+	what := fmt.Sprintf("step %q", s.GetName())
+	policy := workflow.EffectiveRetryPolicy(t.GetWorkflow(), Spec(t, s.GetName()))
+	if Compensating(s) {
+		what = "compensation of " + what
+		policy = workflow.CompensationRetryPolicy(t.GetWorkflow(), Spec(t, s.GetName()))
+	}
+	last := ErrorText(s.GetLastError())
+	if last == "" {
+		last = "no error recorded"
+	}
+	if !workflow.Retryable(policy, s.GetLastError()) {
+		return what + " failed permanently: " + last
+	}
+	attempts := "attempts"
+	if n := s.GetFailureCount(); n == 1 {
+		attempts = "attempt"
+	}
+	return fmt.Sprintf("%s exhausted its %d %s: last error %s", what, s.GetFailureCount(), attempts, last)
 }

@@ -180,7 +180,7 @@ func CompensateExpired(t *reevev1.Task, name string, attempt int32, reason, acto
 	}
 	s.State = reevev1.StepState_STEP_STATE_FAILED
 	s.EndTime = timestamppb.New(now)
-	startCompensation(t, orReason(reason, "step %q exhausted its attempts", name), actor, now)
+	startCompensation(t, orReason(reason, "%s", EscalationReason(t, s)), actor, now)
 	return nil
 }
 
@@ -193,7 +193,7 @@ func FailExpired(t *reevev1.Task, name string, attempt int32, reason, actor stri
 	}
 	s.State = reevev1.StepState_STEP_STATE_FAILED
 	s.EndTime = timestamppb.New(now)
-	failTask(t, orReason(reason, "step %q exhausted its attempts", name), actor, now)
+	failTask(t, orReason(reason, "%s", EscalationReason(t, s)), actor, now)
 	return nil
 }
 

@@ -200,7 +200,7 @@ func failAttempt(t *reevev1.Task, s *reevev1.Step, stepErr *reevev1.StepError, a
 	release(s)
 	s.LastError = stepErr
 	s.FailureCount++
-	addHistory(t, now, kind, s.GetName(), s.GetAttempt(), actor, stepErr.GetMessage())
+	addHistory(t, now, kind, s.GetName(), s.GetAttempt(), actor, ErrorText(stepErr))
 	if workflow.Retryable(policy, stepErr) && s.GetFailureCount() < policy.GetMaxAttempts() {
 		delay := workflow.Backoff(policy, int(s.GetFailureCount()))
 		if ra := stepErr.GetRetryAfter(); ra != nil {
@@ -214,11 +214,11 @@ func failAttempt(t *reevev1.Task, s *reevev1.Step, stepErr *reevev1.StepError, a
 }
 
 func escalate(t *reevev1.Task, s *reevev1.Step, spec *reevev1.StepSpec, actor string, now time.Time) {
-	reason := fmt.Sprintf("step %q failed: %s", s.GetName(), s.GetLastError().GetMessage())
+	reason := EscalationReason(t, s)
 	if Compensating(s) {
 		s.State = reevev1.StepState_STEP_STATE_FAILED
 		s.EndTime = timestamppb.New(now)
-		failTask(t, fmt.Sprintf("compensation of step %q failed: %s", s.GetName(), s.GetLastError().GetMessage()), actor, now)
+		failTask(t, reason, actor, now)
 		return
 	}
 	switch workflow.EffectiveEscalation(t.GetWorkflow(), spec) {
