@@ -73,7 +73,11 @@ func workflowName(w *reevev1.Workflow) string {
 }
 
 // printTask prints a task as an operator reads it: header, steps, history.
-func printTask(w io.Writer, t *reevev1.Task) error {
+// connected is the set of the namespace's connected agents, by id: a
+// dispatched step whose agent is not in it is marked "(disconnected)" (its
+// execution is recovered at its complete-by, or sooner with a heartbeat
+// timeout or reassign_after_disconnect). nil: not known, no mark.
+func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "ID:\t%s\n", t.GetId())
 	fmt.Fprintf(tw, "NAMESPACE:\t%s\n", t.GetNamespace())
@@ -90,7 +94,7 @@ func printTask(w io.Writer, t *reevev1.Task) error {
 	fmt.Fprintln(tw, "NAME\tTYPE\tSTATE\tATTEMPT\tFAILURES\tCOMPLETE-BY\tAGENT\tWAITING-FOR\tERROR")
 	for _, s := range t.GetSteps() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), s.GetType(), shortState(s.GetState(), "STEP_STATE_"),
-			s.GetAttempt(), s.GetFailureCount(), ts(s.GetCompleteBy()), orDash(s.GetLockedByAgent()), waitingFor(t, s), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
+			s.GetAttempt(), s.GetFailureCount(), ts(s.GetCompleteBy()), stepAgent(s, connected), waitingFor(t, s), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -109,6 +113,26 @@ func printTask(w io.Writer, t *reevev1.Task) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.GetTime().AsTime().UTC().Format(time.RFC3339Nano), h.GetKind(), orDash(h.GetStep()), attempt, orDash(h.GetActor()), orDash(oneLine(h.GetMessage())))
 	}
 	return tw.Flush()
+}
+
+// stepAgent is the agent holding the step, marked when it is known to be
+// disconnected (see printTask).
+func stepAgent(s *reevev1.Step, connected map[string]bool) string {
+	a := s.GetLockedByAgent()
+	if connected != nil && a != "" && taskstate.Dispatched(s) && !connected[a] {
+		return a + " (disconnected)"
+	}
+	return orDash(a)
+}
+
+// connectedAgents is the set of the agents connected to the cluster in the
+// namespace, by id, from ListAgents.
+func connectedAgents(resp *reevev1.ListAgentsResponse) map[string]bool {
+	ids := make(map[string]bool, len(resp.GetAgents()))
+	for _, a := range resp.GetAgents() {
+		ids[a.GetAgentId()] = true
+	}
+	return ids
 }
 
 // waitingFor says what a step that has not started waits for: its

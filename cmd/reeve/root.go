@@ -60,6 +60,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case errors.As(err, &exit):
 		return exit.code
 	case errors.As(err, &usage):
+		var file *fileError
+		if errors.As(err, &file) {
+			fmt.Fprintf(stderr, "reeve: %v\n", err) // the file's mistake, not the command's
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "reeve: %v\nRun 'reeve --help' for usage.\n", err)
 		return exitUsage
 	}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 func newTaskCmd(g *globals) *cobra.Command {
@@ -121,10 +123,16 @@ func watchTask(ctx context.Context, c reevev1.SchedulerServiceClient, ns, id str
 }
 
 func (g *globals) printTask(w io.Writer, t *reevev1.Task) error {
+	return g.printTaskAgents(w, t, nil)
+}
+
+// printTaskAgents prints t, marking the steps whose agent is not among
+// connected (printTask).
+func (g *globals) printTaskAgents(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
 	if g.output == "json" {
 		return printJSON(w, t)
 	}
-	return printTask(w, t)
+	return printTask(w, t, connected)
 }
 
 func newTaskGetCmd(g *globals) *cobra.Command {
@@ -144,7 +152,15 @@ func newTaskGetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.printTask(cmd.OutOrStdout(), resp.GetTask())
+			t := resp.GetTask()
+			var connected map[string]bool
+			if g.output != "json" && slices.ContainsFunc(t.GetSteps(), taskstate.Dispatched) {
+				// Best effort: without the list, no step is marked.
+				if agents, err := c.ListAgents(ctx, &reevev1.ListAgentsRequest{Namespace: t.GetNamespace()}); err == nil {
+					connected = connectedAgents(agents)
+				}
+			}
+			return g.printTaskAgents(cmd.OutOrStdout(), t, connected)
 		},
 	}
 }

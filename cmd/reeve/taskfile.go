@@ -15,7 +15,10 @@ import (
 
 // readWorkflowFile reads a workflow definition: the protojson form of
 // reeve.v1.Workflow, as .json or .yaml/.yml. Unknown fields are errors, so
-// that a typo does not silently change a workflow.
+// that a typo does not silently change a workflow. Enum values may be
+// written short and in any case (`escalation: compensate`), durations in
+// Go's form too (`timeout: 2m`); an error names the file's line, the field
+// path and what is accepted (normalizeFile).
 func readWorkflowFile(path string) (*reevev1.Workflow, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -25,6 +28,7 @@ func readWorkflowFile(path string) (*reevev1.Workflow, error) {
 }
 
 func parseWorkflow(path string, b []byte) (*reevev1.Workflow, error) {
+	src := b
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".yaml", ".yml":
 		j, err := yaml.YAMLToJSON(b)
@@ -37,8 +41,12 @@ func parseWorkflow(path string, b []byte) (*reevev1.Workflow, error) {
 		return nil, usagef("-f %s: want a .json, .yaml or .yml file", path)
 	}
 	w := &reevev1.Workflow{}
-	if err := protojson.Unmarshal(b, w); err != nil {
-		return nil, usagef("-f %s: %v", path, err)
+	j, err := normalizeFile(path, src, b, w.ProtoReflect().Descriptor())
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if err := protojson.Unmarshal(j, w); err != nil {
+		return nil, usageError{&fileError{path: path, msg: err.Error()}}
 	}
 	return w, nil
 }

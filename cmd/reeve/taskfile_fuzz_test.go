@@ -19,6 +19,9 @@ func FuzzParseWorkflowFile(f *testing.F) {
 	f.Add(true, []byte("a: &a [*a]\n"))
 	f.Add(true, []byte("name: !!binary AAAA\n"))
 	f.Add(false, []byte(`{"name":"w","unknown":1}`))
+	f.Add(true, []byte("name: w\nsteps:\n  - name: a\n    type: t\n    timeout: 2m\n    escalation: compensate\n"))
+	f.Add(true, []byte("name: w\nsteps:\n  - name: a\n    type: t\n    timeout: 10\n"))
+	f.Add(false, []byte(`{"name":"w","steps":[{"name":"a","type":"t","escalation":2,"retryPolicy":{"maxAttempts":1e3}}]}`))
 	f.Fuzz(func(t *testing.T, yaml bool, b []byte) {
 		path := "wf.json"
 		if yaml {

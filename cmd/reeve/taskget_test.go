@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/testenv"
+)
+
+// `task get` marks a running step whose agent is no longer connected: the
+// agent's id alone while it is connected, "(disconnected)" once its stream
+// ended (the execution is recovered only at its complete-by).
+func TestTaskGetMarksAStepWhoseAgentDisconnected(t *testing.T) {
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	c := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wf := &reevev1.Workflow{Name: "slow", Steps: []*reevev1.StepSpec{{Name: "work", Type: "slow.work", Timeout: durationpb.New(time.Hour)}}}
+	if _, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: "t-1", Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: wf}}); err != nil {
+		t.Fatal(err)
+	}
+	agent := testenv.ConnectRaw(t, s.Addr, &reevev1.Register{AgentId: "worker-1", StepTypes: []string{"slow.work"}, MaxConcurrentSteps: 1})
+	agent.NextAssignment(20 * time.Second)
+
+	agentCell := func() string {
+		t.Helper()
+		code, out, errOut := reeve(t, s.Addr, "task", "get", "t-1")
+		if code != 0 {
+			t.Fatalf("task get: exit %d: %s", code, errOut)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "work ") {
+				return line
+			}
+		}
+		t.Fatalf("no step row in:\n%s", out)
+		return ""
+	}
+	if row := agentCell(); !strings.Contains(row, "worker-1") || strings.Contains(row, "disconnected") {
+		t.Fatalf("connected agent: row %q, want worker-1 unmarked", row)
+	}
+
+	agent.Close()
+	for {
+		resp, err := c.ListAgents(ctx, &reevev1.ListAgentsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetAgents()) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the closed agent is still listed")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if row := agentCell(); !strings.Contains(row, "worker-1 (disconnected)") || !strings.Contains(row, "RUNNING") {
+		t.Fatalf("disconnected agent: row %q, want RUNNING held by worker-1 (disconnected)", row)
+	}
+}
