@@ -38,6 +38,7 @@ type env struct {
 	sup   reevev1.SupervisorServiceClient
 	url   string
 	etcd  *clientv3.Client // nil in secure mode
+	addr  string           // the scheduler's; "" in secure mode
 }
 
 // newEnv starts everything; the demo agent also serves test.fail_xss (fails
@@ -66,7 +67,7 @@ func newEnv(t *testing.T, opts ...console.Option) *env {
 	go func() { defer close(done); _ = a.Run(ctx) }()
 	cc := testenv.Dial(t, s.Addr)
 	env := newEnvOn(t, cc, opts...)
-	env.etcd = e.Etcd.Client()
+	env.etcd, env.addr = e.Etcd.Client(), s.Addr
 	return env
 }
 

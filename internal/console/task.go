@@ -62,6 +62,9 @@ type stepView struct {
 	Overdue   bool
 	Output    string
 	Retryable bool
+	// Disconnected: the step is dispatched to an agent that is not
+	// connected to any scheduler (not in ListAgents).
+	Disconnected bool
 }
 
 type eventView struct {
@@ -146,6 +149,10 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, h histo
 	d.Duration = fmtDur(end.Sub(t.GetCreateTime().AsTime()))
 	d.Version = sseID(t)
 	d.CanCompen = !d.Terminal || t.GetState() == reevev1.TaskState_TASK_STATE_FAILED
+	var connected map[string]bool
+	if slices.ContainsFunc(t.GetSteps(), taskstate.Dispatched) {
+		connected = s.connectedAgents(r, ss, t.GetNamespace())
+	}
 	for _, st := range t.GetSteps() {
 		// RetryStep without a fence takes a FAILED step of a task that is
 		// not over, or of a FAILED task (which it resumes).
@@ -163,6 +170,7 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, h histo
 		if st.GetOutput() != nil {
 			v.Output = prettyJSON(st.GetOutput())
 		}
+		v.Disconnected = connected != nil && taskstate.Dispatched(st) && st.GetLockedByAgent() != "" && !connected[st.GetLockedByAgent()]
 		d.Steps = append(d.Steps, v)
 		d.StepNames = append(d.StepNames, st.GetName())
 	}
@@ -242,4 +250,21 @@ func inStory(e *reevev1.HistoryEvent) bool {
 		return true
 	}
 	return isDecision(e)
+}
+
+// connectedAgents is the set of the namespace's agents connected to a
+// scheduler of the cluster, by id, or nil when ListAgents fails (no step is
+// then marked disconnected).
+func (s *Server) connectedAgents(r *http.Request, ss *session, ns string) map[string]bool {
+	ctx, cancel, opts := s.call(r, ss)
+	defer cancel()
+	resp, err := s.sched.ListAgents(ctx, &reevev1.ListAgentsRequest{Namespace: ns}, opts...)
+	if err != nil {
+		return nil
+	}
+	ids := make(map[string]bool, len(resp.GetAgents()))
+	for _, a := range resp.GetAgents() {
+		ids[a.GetAgentId()] = true
+	}
+	return ids
 }
