@@ -64,3 +64,20 @@ func TestTaskPageMarksADisconnectedAgentAndShowsTheCodeOnce(t *testing.T) {
 		t.Fatalf("held task page after its agent disconnected: want the step marked disconnected")
 	}
 }
+
+// An alert an operator's retry resolved shows as resolved, not as open and
+// not as acknowledged by someone.
+func TestAlertsPageShowsAResolvedAlert(t *testing.T) {
+	e := newEnv(t)
+	task := e.submit(failing(nil))
+	e.waitState(task.GetId(), reevev1.TaskState_TASK_STATE_FAILED)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := e.sup.RetryStep(ctx, &reevev1.RetryStepRequest{TaskId: task.GetId(), Step: "ship"}); err != nil {
+		t.Fatal(err)
+	}
+	_, page := e.browser().get("/alerts?all=1")
+	if !strings.Contains(page, "resolved: retry_step of step") || strings.Contains(page, "acknowledged by resolved") {
+		t.Fatalf("alerts page: want the first alert shown resolved by the retry; got:\n%s", page)
+	}
+}
