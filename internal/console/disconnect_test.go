@@ -81,3 +81,13 @@ func TestAlertsPageShowsAResolvedAlert(t *testing.T) {
 		t.Fatalf("alerts page: want the first alert shown resolved by the retry; got:\n%s", page)
 	}
 }
+
+// The workflow page shows each step's effective escalation, and when it is
+// the default: demo.compensate's ship says none and compensates.
+func TestWorkflowPageShowsTheDefaultEscalation(t *testing.T) {
+	e := newEnv(t)
+	_, page := e.browser().get("/workflows/demo.compensate")
+	if !strings.Contains(page, "<td>compensate (default)</td>") {
+		t.Fatalf("workflow page: want ship's escalation compensate (default); got:\n%s", page)
+	}
+}

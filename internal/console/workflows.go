@@ -91,6 +91,10 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request, ss *sessio
 		pol := stepPolicy{Spec: sp, Timeout: fmtDur(workflow.EffectiveTimeout(wf, sp)), Attempts: p.GetMaxAttempts(),
 			Backoff:    fmtDur(p.GetInitialBackoff().AsDuration()) + " … " + fmtDur(p.GetMaxBackoff().AsDuration()),
 			Escalation: shortEnum(workflow.EffectiveEscalation(wf, sp))}
+		if sp.GetEscalation() == reevev1.Escalation_ESCALATION_UNSPECIFIED {
+			// Compensate when the workflow declares a compensation, else fail.
+			pol.Escalation += " (default)"
+		}
 		if sp.GetCompensation() != nil {
 			pol.Compensation = sp.GetCompensation().GetType()
 		}
