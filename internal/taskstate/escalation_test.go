@@ -115,3 +115,28 @@ func TestEscalationReasonCarriesTheCause(t *testing.T) {
 		})
 	}
 }
+
+// An expired compensation out of attempts fails the task with a reason that
+// names the compensation and its last error.
+func TestEscalationReasonOfAnExpiredCompensation(t *testing.T) {
+	wf := &reevev1.Workflow{Name: "trip", DefaultRetryPolicy: &reevev1.RetryPolicy{MaxAttempts: 2}, Steps: []*reevev1.StepSpec{
+		{Name: "reserve", Type: "inv.reserve", Compensation: &reevev1.CompensationSpec{Type: "inv.release"}},
+		{Name: "charge", Type: "pay.charge", DependsOn: []string{"reserve"}},
+	}}
+	task := taskstate.New("default", "t", wf, nil, t0)
+	if err := taskstate.Complete(task, run(t, task, "reserve", t0), "a", nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := taskstate.Compensate(task, "", "operator", t0); err != nil {
+		t.Fatal(err)
+	}
+	ref := run(t, task, "reserve", t0)
+	taskstate.FindStep(task, "reserve").FailureCount = 1
+	if err := taskstate.FailExpired(task, "reserve", ref.GetAttempt(), "", "supervisor/s1", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	const want = `compensation of step "reserve" exhausted its 2 attempts: last error deadline_exceeded: no result before complete-by`
+	if task.GetState() != reevev1.TaskState_TASK_STATE_FAILED || !strings.HasPrefix(task.GetReason(), want) {
+		t.Fatalf("task %v, reason %q; want FAILED, a reason starting %q", task.GetState(), task.GetReason(), want)
+	}
+}

@@ -178,9 +178,12 @@ func CompensateExpired(t *reevev1.Task, name string, attempt int32, reason, acto
 	if err != nil {
 		return err
 	}
+	if reason == "" {
+		reason = EscalationReason(t, s)
+	}
 	s.State = reevev1.StepState_STEP_STATE_FAILED
 	s.EndTime = timestamppb.New(now)
-	startCompensation(t, orReason(reason, "%s", EscalationReason(t, s)), actor, now)
+	startCompensation(t, reason, actor, now)
 	return nil
 }
 
@@ -191,9 +194,12 @@ func FailExpired(t *reevev1.Task, name string, attempt int32, reason, actor stri
 	if err != nil {
 		return err
 	}
+	if reason == "" {
+		reason = EscalationReason(t, s) // before the step leaves COMPENSATING
+	}
 	s.State = reevev1.StepState_STEP_STATE_FAILED
 	s.EndTime = timestamppb.New(now)
-	failTask(t, orReason(reason, "%s", EscalationReason(t, s)), actor, now)
+	failTask(t, reason, actor, now)
 	return nil
 }
 
