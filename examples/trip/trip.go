@@ -2,9 +2,9 @@
 // pattern, written with Reeve's Go SDK and Go client: book a flight, book a
 // hotel, charge the card, and undo the bookings when the card is declined.
 //
-//   - trip.yaml is the workflow: three steps, each with a compensation, and
-//     escalation ESCALATION_COMPENSATE so that a step that fails for good
-//     undoes the steps that succeeded;
+//   - trip.yaml is the workflow: three steps, each with a compensation, so
+//     that a step that fails for good undoes the steps that succeeded (the
+//     default escalation of a workflow with compensations);
 //   - Register adds the agent's handlers (examples/trip/agent runs them);
 //   - Book is the client's side (examples/trip/client runs it).
 //
@@ -141,7 +141,8 @@ func Register(agent *agentsdk.Agent, ledger *Ledger, log *slog.Logger) {
 		if t.Card == "declined" {
 			log.Info("card declined", "task_id", s.TaskID)
 			// Permanent: retrying cannot help; the step's escalation
-			// (ESCALATION_COMPENSATE) undoes the hotel, then the flight.
+			// (compensate, the saga's default) undoes the hotel, then the
+			// flight.
 			return nil, &agentsdk.Error{Code: "card_declined", Message: "the bank declined the card", NonRetryable: true}
 		}
 		id := "charge-" + s.TaskID
