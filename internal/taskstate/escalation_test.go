@@ -140,3 +140,23 @@ func TestEscalationReasonOfAnExpiredCompensation(t *testing.T) {
 		t.Fatalf("task %v, reason %q; want FAILED, a reason starting %q", task.GetState(), task.GetReason(), want)
 	}
 }
+
+// An expiry names the agent that held the attempt, and says when its
+// stream ended.
+func TestExpiryNamesTheAgentAndItsDisconnect(t *testing.T) {
+	wf := &reevev1.Workflow{Name: "trip", DefaultRetryPolicy: &reevev1.RetryPolicy{MaxAttempts: 1}, Steps: []*reevev1.StepSpec{
+		{Name: "charge", Type: "pay.charge", HeartbeatTimeout: durationpb.New(time.Second)}}}
+	task := taskstate.New("default", "t", wf, nil, t0)
+	ref := run(t, task, "charge", t0)
+	if err := taskstate.ShortenOnDisconnect(task, "charge", ref.GetAttempt(), "a", t0.Add(time.Second), "scheduler/s1", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := taskstate.FailExpired(task, "charge", ref.GetAttempt(), "", "supervisor/s1", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`step "charge" exhausted its 1 attempt: last error deadline_exceeded: no result before complete-by `, " from agent a, whose stream ended"} {
+		if !strings.Contains(task.GetReason(), want) {
+			t.Errorf("reason %q, want it to contain %q", task.GetReason(), want)
+		}
+	}
+}

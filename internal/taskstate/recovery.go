@@ -135,10 +135,36 @@ func expired(t *reevev1.Task, name string, attempt int32, actor string, now time
 		addHistory(t, now, "step.schedule_to_start_expired", name, attempt, actor, msg)
 		return s, nil
 	}
+	msg := "no result before complete-by " + by
+	if agent := s.GetLockedByAgent(); agent != "" {
+		msg += " from agent " + agent
+		if disconnected(t, name, attempt) {
+			msg += ", whose stream ended"
+		}
+	}
 	release(s)
-	s.LastError = &reevev1.StepError{Code: CodeDeadlineExceeded, Message: "no result before complete-by " + by}
-	addHistory(t, now, "step.expired", name, attempt, actor, "no result before complete-by "+by)
+	s.LastError = &reevev1.StepError{Code: CodeDeadlineExceeded, Message: msg}
+	addHistory(t, now, "step.expired", name, attempt, actor, msg)
 	return s, nil
+}
+
+// disconnected reports whether the history says the stream of the agent
+// running (name, attempt) ended (step.agent_disconnected) and the agent did
+// not adopt the execution again since.
+func disconnected(t *reevev1.Task, name string, attempt int32) bool {
+	lost := false
+	for _, h := range t.GetHistory() {
+		if h.GetStep() != name || h.GetAttempt() != attempt {
+			continue
+		}
+		switch h.GetKind() {
+		case "step.agent_disconnected":
+			lost = true
+		case "step.agent_reconnected":
+			lost = false
+		}
+	}
+	return lost
 }
 
 // RetryExpired records the expiry of (name, attempt) and queues the next
