@@ -244,7 +244,24 @@ func TestOperatorAlertsAndRetry(t *testing.T) {
 	if code, out, errOut := reeve(t, addr, "task", "retry", "fr-1", "ship", "--reason", "carrier says try again"); code != 0 || !strings.Contains(out, "step.retried_by_operator") {
 		t.Fatalf("retry exit %d: %s %s", code, out, errOut)
 	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, out, _ := reeve(t, addr, "task", "get", "fr-1"); strings.Contains(out, "STATE:      FAILED") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the retried step did not fail again")
+		}
+	}
 	if code, out, _ := reeve(t, addr, "task", "compensate", "fr-1"); code != 0 || !strings.Contains(out, "STATE:      COMPENSAT") {
 		t.Fatalf("compensate exit %d: %s", code, out)
+	}
+	// The compensation resolved the alert of the second failure; the first
+	// keeps its acknowledgement.
+	if _, out, _ := reeve(t, addr, "alerts", "list"); strings.Contains(out, "fr-1") {
+		t.Fatalf("an alert of the compensated task is still open:\n%s", out)
+	}
+	if _, out, _ := reeve(t, addr, "alerts", "list", "--all"); !strings.Contains(out, "by ops") || !strings.Contains(out, "resolved: compensate_task by operator") ||
+		!strings.Contains(out, `step "ship" failed permanently: carrier rejected the parcel`) {
+		t.Fatalf("alerts list --all: want the first acknowledged by ops, the second resolved by the compensation, the cause in the reason:\n%s", out)
 	}
 }
