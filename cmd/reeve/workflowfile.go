@@ -66,16 +66,13 @@ func normalizeFile(path string, b, j []byte, md protoreflect.MessageDescriptor) 
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, &fileError{path: path, msg: "more than one value: want one workflow"}
 	}
-	n := &normalizer{}
-	doc, err := n.message(doc, md, nil)
+	doc, err := checkMessage(doc, md, nil)
 	if err != nil {
 		err.path, err.line = path, lineOf(b, err.at)
 		return nil, &err.fileError
 	}
 	return json.Marshal(doc)
 }
-
-type normalizer struct{}
 
 // pathErr is a fileError before its line is known: at is the path of the
 // field as keys (string) and indexes (int).
@@ -84,7 +81,7 @@ type pathErr struct {
 	at []any
 }
 
-func (n *normalizer) fail(at []any, format string, args ...any) *pathErr {
+func failAt(at []any, format string, args ...any) *pathErr {
 	return &pathErr{fileError: fileError{field: fieldPath(at), msg: fmt.Sprintf(format, args...)}, at: slices.Clone(at)}
 }
 
@@ -104,13 +101,13 @@ func fieldPath(at []any) string {
 	return b.String()
 }
 
-func (n *normalizer) message(v any, md protoreflect.MessageDescriptor, at []any) (any, *pathErr) {
+func checkMessage(v any, md protoreflect.MessageDescriptor, at []any) (any, *pathErr) {
 	if v == nil {
 		return nil, nil
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, n.fail(at, "want an object with the fields %s, got %s", fieldNames(md), describeJSON(v))
+		return nil, failAt(at, "want an object with the fields %s, got %s", fieldNames(md), describeJSON(v))
 	}
 	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		fd := md.Fields().ByJSONName(k)
@@ -118,9 +115,9 @@ func (n *normalizer) message(v any, md protoreflect.MessageDescriptor, at []any)
 			fd = md.Fields().ByTextName(k)
 		}
 		if fd == nil {
-			return nil, n.fail(append(at, k), "unknown field (the fields of %s: %s)", md.Name(), fieldNames(md))
+			return nil, failAt(append(at, k), "unknown field (the fields of %s: %s)", md.Name(), fieldNames(md))
 		}
-		fv, err := n.field(obj[k], fd, append(at, k))
+		fv, err := checkField(obj[k], fd, append(at, k))
 		if err != nil {
 			return nil, err
 		}
@@ -129,17 +126,17 @@ func (n *normalizer) message(v any, md protoreflect.MessageDescriptor, at []any)
 	return obj, nil
 }
 
-func (n *normalizer) field(v any, fd protoreflect.FieldDescriptor, at []any) (any, *pathErr) {
+func checkField(v any, fd protoreflect.FieldDescriptor, at []any) (any, *pathErr) {
 	switch {
 	case v == nil:
 		return nil, nil
 	case fd.IsList():
 		list, ok := v.([]any)
 		if !ok {
-			return nil, n.fail(at, "want a list, got %s", describeJSON(v))
+			return nil, failAt(at, "want a list, got %s", describeJSON(v))
 		}
 		for i := range list {
-			e, err := n.value(list[i], fd, append(at, i))
+			e, err := checkValue(list[i], fd, append(at, i))
 			if err != nil {
 				return nil, err
 			}
@@ -149,10 +146,10 @@ func (n *normalizer) field(v any, fd protoreflect.FieldDescriptor, at []any) (an
 	case fd.IsMap():
 		m, ok := v.(map[string]any)
 		if !ok {
-			return nil, n.fail(at, "want an object, got %s", describeJSON(v))
+			return nil, failAt(at, "want an object, got %s", describeJSON(v))
 		}
 		for _, k := range slices.Sorted(maps.Keys(m)) {
-			e, err := n.value(m[k], fd.MapValue(), append(at, k))
+			e, err := checkValue(m[k], fd.MapValue(), append(at, k))
 			if err != nil {
 				return nil, err
 			}
@@ -160,11 +157,11 @@ func (n *normalizer) field(v any, fd protoreflect.FieldDescriptor, at []any) (an
 		}
 		return m, nil
 	}
-	return n.value(v, fd, at)
+	return checkValue(v, fd, at)
 }
 
 // value checks one value of fd's kind (an element, for a list).
-func (n *normalizer) value(v any, fd protoreflect.FieldDescriptor, at []any) (any, *pathErr) {
+func checkValue(v any, fd protoreflect.FieldDescriptor, at []any) (any, *pathErr) {
 	if v == nil {
 		return nil, nil
 	}
@@ -172,26 +169,26 @@ func (n *normalizer) value(v any, fd protoreflect.FieldDescriptor, at []any) (an
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		switch fd.Message().FullName() {
 		case "google.protobuf.Duration":
-			return n.duration(v, at)
+			return checkDuration(v, at)
 		case "google.protobuf.Value", "google.protobuf.Struct", "google.protobuf.ListValue", "google.protobuf.Timestamp":
 			return v, nil // any JSON; protojson checks timestamps
 		}
-		return n.message(v, fd.Message(), at)
+		return checkMessage(v, fd.Message(), at)
 	case protoreflect.EnumKind:
-		return n.enum(v, fd.Enum(), at)
+		return checkEnum(v, fd.Enum(), at)
 	case protoreflect.BoolKind:
 		if _, ok := v.(bool); !ok {
-			return nil, n.fail(at, "want true or false, got %s", describeJSON(v))
+			return nil, failAt(at, "want true or false, got %s", describeJSON(v))
 		}
 	case protoreflect.StringKind, protoreflect.BytesKind:
 		if _, ok := v.(string); !ok {
-			return nil, n.fail(at, "want a string (quote it: \"%v\"), got %s", v, describeJSON(v))
+			return nil, failAt(at, "want a string (quote it: \"%v\"), got %s", v, describeJSON(v))
 		}
 	case protoreflect.FloatKind, protoreflect.DoubleKind:
 		switch v.(type) {
 		case json.Number, string: // protojson takes "1.5", "NaN"
 		default:
-			return nil, n.fail(at, "want a number, got %s", describeJSON(v))
+			return nil, failAt(at, "want a number, got %s", describeJSON(v))
 		}
 	default: // the integer kinds
 		if s, ok := v.(string); ok {
@@ -201,11 +198,11 @@ func (n *normalizer) value(v any, fd protoreflect.FieldDescriptor, at []any) (an
 		}
 		num, ok := v.(json.Number)
 		if !ok {
-			return nil, n.fail(at, "want a whole number, got %s", describeJSON(v))
+			return nil, failAt(at, "want a whole number, got %s", describeJSON(v))
 		}
 		// Other forms (1e3) are protojson's to judge.
 		if i, err := strconv.ParseInt(num.String(), 10, 64); err == nil && fd.Kind() == protoreflect.Int32Kind && (i < -1<<31 || i > 1<<31-1) {
-			return nil, n.fail(at, "want a whole number from %d to %d, got %s", -1<<31, 1<<31-1, num)
+			return nil, failAt(at, "want a whole number from %d to %d, got %s", -1<<31, 1<<31-1, num)
 		}
 	}
 	return v, nil
@@ -213,18 +210,18 @@ func (n *normalizer) value(v any, fd protoreflect.FieldDescriptor, at []any) (an
 
 // duration accepts protojson's form ("10s", "0.5s") and Go's ("2m",
 // "1h30m", "250ms"), and gives protojson's.
-func (n *normalizer) duration(v any, at []any) (any, *pathErr) {
+func checkDuration(v any, at []any) (any, *pathErr) {
 	s, ok := v.(string)
 	if !ok {
-		return nil, n.fail(at, "want a duration with its unit, such as \"10s\", \"1.5s\", \"250ms\" or \"2m\", got %s", describeJSON(v))
+		return nil, failAt(at, "want a duration with its unit, such as \"10s\", \"1.5s\", \"250ms\" or \"2m\", got %s", describeJSON(v))
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return nil, n.fail(at, "want a duration with its unit, such as \"10s\", \"1.5s\", \"250ms\" or \"2m\", got %q", s)
+		return nil, failAt(at, "want a duration with its unit, such as \"10s\", \"1.5s\", \"250ms\" or \"2m\", got %q", s)
 	}
 	b, err := protojson.Marshal(durationpb.New(d))
 	if err != nil {
-		return nil, n.fail(at, "duration %q out of range", s)
+		return nil, failAt(at, "duration %q out of range", s)
 	}
 	out, _ := strconv.Unquote(string(b))
 	return out, nil
@@ -234,7 +231,7 @@ func (n *normalizer) duration(v any, at []any) (any, *pathErr) {
 // escalation_compensate), its short form without the enum's prefix
 // (compensate, COMPENSATE, wait-then-retry) and its number, and gives the
 // full name (or the number).
-func (n *normalizer) enum(v any, ed protoreflect.EnumDescriptor, at []any) (any, *pathErr) {
+func checkEnum(v any, ed protoreflect.EnumDescriptor, at []any) (any, *pathErr) {
 	if num, ok := v.(json.Number); ok {
 		if i, err := strconv.ParseInt(num.String(), 10, 32); err == nil && ed.Values().ByNumber(protoreflect.EnumNumber(i)) != nil {
 			return v, nil
@@ -250,7 +247,7 @@ func (n *normalizer) enum(v any, ed protoreflect.EnumDescriptor, at []any) (any,
 			}
 		}
 	}
-	return nil, n.fail(at, "want one of %s, got %s", enumNames(ed), describeJSON(v))
+	return nil, failAt(at, "want one of %s, got %s", enumNames(ed), describeJSON(v))
 }
 
 // enumPrefix is the prefix every value of ed shares by the style guide:
