@@ -226,7 +226,8 @@ type StepSpec struct {
 	// How the step is undone when the task is compensated (optional).
 	Compensation *CompensationSpec `protobuf:"bytes,7,opt,name=compensation,proto3" json:"compensation,omitempty"`
 	// What happens when attempts are exhausted or the agent reports a permanent
-	// error; ESCALATION_FAIL when unset.
+	// error. When unset: ESCALATION_COMPENSATE if any step of the workflow
+	// declares a compensation (a saga undoes itself), else ESCALATION_FAIL.
 	Escalation Escalation `protobuf:"varint,8,opt,name=escalation,proto3,enum=reeve.v1.Escalation" json:"escalation,omitempty"`
 	// For ESCALATION_WAIT_THEN_RETRY: how long to wait before the next round of
 	// attempts; 5m when unset.
