@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	protov2 "google.golang.org/protobuf/proto"
 )
 
@@ -47,7 +46,7 @@ func (c decodeCodec) check(m any) error {
 	if pm, ok := m.(protov2.Message); ok {
 		name = string(pm.ProtoReflect().Descriptor().FullName())
 	}
-	return status.Errorf(codes.InvalidArgument, "request: not a valid %s: %v", name, e)
+	return statusErr(refuse(codes.InvalidArgument, ReasonMalformedRequest, "request: not a valid %s: %v", name, e))
 }
 
 func (c decodeCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -91,7 +92,7 @@ func TestRecoverStepsDispatchesDirectly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := resp.GetOutcomes()[0]; o.GetApplied() || codes.Code(o.GetCode()) != codes.FailedPrecondition {
+	if o := resp.GetOutcomes()[0]; o.GetApplied() || status.FromProto(o.GetStatus()).Code() != codes.FailedPrecondition || reasonOf(status.FromProto(o.GetStatus())) != scheduler.ReasonFenced {
 		t.Fatalf("deposed decision: %v, want FAILED_PRECONDITION", o)
 	}
 	if v := version(t, cli, "d1"); v != v0 {

@@ -3,11 +3,13 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/reeve-org/reeve/internal/store"
@@ -23,78 +25,169 @@ const (
 	retryAfterNoSpace = 30 * time.Second // etcd out of space: an operator or compaction must act
 )
 
-// toStatus maps every error the scheduler returns to a gRPC status; it is
-// the only place that does. Nothing leaves as codes.Unknown. A
-// RESOURCE_EXHAUSTED or UNAVAILABLE status carries a google.rpc.RetryInfo
-// detail, except for a request too large to ever succeed.
-func toStatus(err error) *status.Status {
-	st := mapStatus(err)
-	switch {
-	case st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable,
-		errors.Is(err, store.ErrTooLarge), hasRetryInfo(st):
-		return st
-	case errors.Is(err, store.ErrNoSpace):
-		return withRetryInfo(st, retryAfterNoSpace)
-	}
-	return withRetryInfo(st, retryAfter)
+// refusal is a request the scheduler refuses on its own account (a limit,
+// a lost race with a slow reader): a gRPC code and a stable reason.
+type refusal struct {
+	code   codes.Code
+	reason string
+	msg    string
 }
 
-func hasRetryInfo(st *status.Status) bool {
-	for _, d := range st.Details() {
-		if _, ok := d.(*errdetails.RetryInfo); ok {
-			return true
+func (e *refusal) Error() string { return e.msg }
+
+// refuse returns a refusal with the message format and args make.
+func refuse(code codes.Code, reason, format string, args ...any) error {
+	return &refusal{code: code, reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// toStatus maps every error the scheduler returns to a gRPC status; it is
+// the only place that does. Nothing leaves as codes.Unknown. Every status
+// carries a google.rpc.ErrorInfo (domain ErrorDomain, a Reason* reason and
+// the metadata the error knows); INVALID_ARGUMENT carries a
+// google.rpc.BadRequest naming the field; RESOURCE_EXHAUSTED and
+// UNAVAILABLE carry a google.rpc.RetryInfo, except for a request too large
+// to ever succeed. withRequest adds what the request names (namespace,
+// task, step, attempt).
+func toStatus(err error) *status.Status {
+	if st, ok := status.FromError(err); ok {
+		return withErrorInfo(st, ReasonOf(st.Code()), nil)
+	}
+	code, reason, msg := classify(err)
+	st := status.New(code, msg)
+	meta := map[string]string{}
+	var nf *store.NotFoundError
+	if errors.As(err, &nf) {
+		if nf.Namespace != "" {
+			meta[MetaNamespace] = nf.Namespace
+		}
+		if k := notFoundKeys[nf.Kind]; k != "" && nf.Name != "" {
+			meta[k] = nf.Name
 		}
 	}
-	return false
+	st = withErrorInfo(st, reason, meta)
+	var fe *workflow.FieldError
+	if errors.As(err, &fe) {
+		st = withDetail(st, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: fe.Field, Description: fe.Reason, Reason: reason},
+		}})
+	}
+	switch {
+	case code != codes.ResourceExhausted && code != codes.Unavailable, errors.Is(err, store.ErrTooLarge):
+		return st
+	case errors.Is(err, store.ErrNoSpace):
+		return withDetail(st, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfterNoSpace)})
+	}
+	return withDetail(st, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
 }
 
-func withRetryInfo(st *status.Status, d time.Duration) *status.Status {
-	if with, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
+// classify names an error's code, reason and message.
+func classify(err error) (codes.Code, string, string) {
+	var (
+		fe  *workflow.FieldError
+		ref *refusal
+		se  *taskstate.StateError
+	)
+	switch {
+	case err == nil:
+		return codes.OK, "", ""
+	case errors.As(err, &ref):
+		return ref.code, ref.reason, ref.msg
+	case errors.As(err, &fe):
+		return codes.InvalidArgument, ReasonInvalidField, fe.Error()
+	case errors.Is(err, store.ErrNotFound):
+		var nf *store.NotFoundError
+		reason := ReasonTaskNotFound
+		if errors.As(err, &nf) {
+			reason = notFoundReasons[nf.Kind]
+		}
+		return codes.NotFound, reason, err.Error()
+	case errors.Is(err, store.ErrAlreadyExists):
+		return codes.AlreadyExists, ReasonTaskAlreadyExists, err.Error()
+	case errors.Is(err, store.ErrConflict):
+		return codes.Aborted, ReasonConflict, err.Error()
+	case errors.Is(err, store.ErrFenced):
+		return codes.FailedPrecondition, ReasonFenced, err.Error()
+	case errors.Is(err, taskstate.ErrStale):
+		return codes.FailedPrecondition, ReasonStaleAttempt, err.Error()
+	case errors.Is(err, taskstate.ErrTerminal):
+		return codes.FailedPrecondition, ReasonTaskTerminal, err.Error()
+	case errors.Is(err, taskstate.ErrUnknownStep):
+		return codes.FailedPrecondition, ReasonStepNotFound, err.Error()
+	case errors.Is(err, taskstate.ErrNotQueued):
+		return codes.FailedPrecondition, ReasonStepNotQueued, err.Error()
+	case errors.Is(err, taskstate.ErrNotDue):
+		return codes.FailedPrecondition, ReasonStepNotDue, err.Error()
+	case errors.Is(err, taskstate.ErrNotExpired):
+		return codes.FailedPrecondition, ReasonNotExpired, err.Error()
+	case errors.Is(err, taskstate.ErrNotFailed):
+		return codes.FailedPrecondition, ReasonStepNotFailed, err.Error()
+	case errors.As(err, &se), errors.Is(err, taskstate.ErrWrongState):
+		return codes.FailedPrecondition, ReasonWrongState, err.Error()
+	case errors.Is(err, store.ErrNoSpace):
+		return codes.ResourceExhausted, ReasonNoSpace, "etcd is out of space: new work is refused until an operator compacts and defragments it (" + err.Error() + ")"
+	case errors.Is(err, store.ErrTooManyOps):
+		// Not retryable: the same write needs as many operations again.
+		return codes.FailedPrecondition, ReasonTooManyOperations, err.Error()
+	case errors.Is(err, store.ErrTooLarge):
+		return codes.ResourceExhausted, ReasonTooLarge, err.Error()
+	case errors.Is(err, store.ErrOverloaded):
+		return codes.ResourceExhausted, ReasonOverloaded, "scheduler overloaded, new tasks are refused for now; retry with backoff (" + err.Error() + ")"
+	case errors.Is(err, store.ErrUnavailable):
+		return codes.Unavailable, ReasonStoreUnavailable, err.Error()
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled, ReasonCanceled, err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded, ReasonDeadlineExceeded, err.Error()
+	}
+	return codes.Internal, ReasonInternal, err.Error()
+}
+
+var notFoundKeys = map[string]string{store.KindTask: MetaTaskID, store.KindWorkflow: MetaWorkflow, store.KindAlert: MetaAlertID}
+
+var notFoundReasons = map[string]string{
+	store.KindTask:     ReasonTaskNotFound,
+	store.KindWorkflow: ReasonWorkflowNotFound,
+	store.KindAlert:    ReasonAlertNotFound,
+}
+
+// withErrorInfo returns st with an ErrorInfo of reason and meta, or, when st
+// has one, with meta's keys it lacks added to it.
+func withErrorInfo(st *status.Status, reason string, meta map[string]string) *status.Status {
+	if st.Code() == codes.OK {
+		return st
+	}
+	p := st.Proto()
+	for i, d := range p.GetDetails() {
+		info := &errdetails.ErrorInfo{}
+		if d.MessageIs(info) && d.UnmarshalTo(info) == nil {
+			if len(meta) == 0 {
+				return st
+			}
+			if info.Metadata == nil {
+				info.Metadata = map[string]string{}
+			}
+			for k, v := range meta {
+				if _, ok := info.Metadata[k]; !ok {
+					info.Metadata[k] = v
+				}
+			}
+			if d.MarshalFrom(info) == nil {
+				p.Details[i] = d
+			}
+			return status.FromProto(p)
+		}
+	}
+	if len(meta) == 0 {
+		meta = nil
+	}
+	return withDetail(st, &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta})
+}
+
+func withDetail(st *status.Status, d protoadapt.MessageV1) *status.Status {
+	if with, err := st.WithDetails(d); err == nil {
 		return with
 	}
 	return st
-}
-
-func mapStatus(err error) *status.Status {
-	if err == nil {
-		return status.New(codes.OK, "")
-	}
-	if st, ok := status.FromError(err); ok {
-		return st
-	}
-	var fe *workflow.FieldError
-	switch {
-	case errors.As(err, &fe):
-		return status.New(codes.InvalidArgument, fe.Error())
-	case errors.Is(err, store.ErrNotFound):
-		return status.New(codes.NotFound, err.Error())
-	case errors.Is(err, store.ErrAlreadyExists):
-		return status.New(codes.AlreadyExists, err.Error())
-	case errors.Is(err, store.ErrConflict):
-		return status.New(codes.Aborted, err.Error())
-	case errors.Is(err, store.ErrFenced),
-		errors.Is(err, taskstate.ErrStale), errors.Is(err, taskstate.ErrTerminal),
-		errors.Is(err, taskstate.ErrNotQueued), errors.Is(err, taskstate.ErrUnknownStep),
-		errors.Is(err, taskstate.ErrNotExpired), errors.Is(err, taskstate.ErrNotFailed),
-		errors.Is(err, taskstate.ErrWrongState):
-		return status.New(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, store.ErrNoSpace):
-		return status.New(codes.ResourceExhausted, "etcd is out of space: new work is refused until an operator compacts and defragments it ("+err.Error()+")")
-	case errors.Is(err, store.ErrTooManyOps):
-		// Not retryable: the same write needs as many operations again.
-		return status.New(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, store.ErrTooLarge):
-		return status.New(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, store.ErrOverloaded):
-		return status.New(codes.ResourceExhausted, "scheduler overloaded, new tasks are refused for now; retry with backoff ("+err.Error()+")")
-	case errors.Is(err, store.ErrUnavailable):
-		return status.New(codes.Unavailable, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.New(codes.Canceled, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.New(codes.DeadlineExceeded, err.Error())
-	}
-	return status.New(codes.Internal, err.Error())
 }
 
 func statusErr(err error) error { return toStatus(err).Err() }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -195,14 +196,15 @@ func (s *Server) expireOrphan(conn endedStream, b *beat) bool {
 	if out.GetApplied() {
 		return true
 	}
-	switch code := codes.Code(out.GetCode()); code {
+	st := status.FromProto(out.GetStatus())
+	switch code := st.Code(); code {
 	case codes.FailedPrecondition, codes.NotFound:
 		return true // taken back, finished, deleted: nothing to recover
 	default:
 		if s.stopping.Err() == nil {
 			s.log.Warn("recover a dropped agent's execution after its heartbeat deadline; trying again",
 				"task_id", b.ref.GetTaskId(), "step", b.ref.GetStep(), "attempt", b.ref.GetAttempt(), "agent_id", conn.agentID,
-				"code", code.String(), "err", out.GetMessage())
+				"code", code.String(), "err", st.Message())
 		}
 		return false
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -57,7 +56,7 @@ func (s *Server) acquireList(ctx context.Context) (release func(), err error) {
 	case s.lists <- struct{}{}:
 		return func() { <-s.lists }, nil
 	case <-t.C:
-		return nil, status.Errorf(codes.ResourceExhausted, "page_size: this scheduler already serves %d lists at once (the limit); retry with backoff or ask for smaller pages", cap(s.lists))
+		return nil, statusErr(refuse(codes.ResourceExhausted, ReasonTooManyLists, "page_size: this scheduler already serves %d lists at once (the limit); retry with backoff or ask for smaller pages", cap(s.lists)))
 	case <-ctx.Done():
 		return nil, statusErr(ctx.Err())
 	}
@@ -323,7 +322,7 @@ func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.Sched
 	err = <-watchErr
 	switch {
 	case errors.Is(err, errSlowWatcher):
-		return status.Errorf(codes.ResourceExhausted, "start_revision: the client read changes slower than they happened (%d changes or %d bytes buffered); watch again from revision %d", watchBuffer, s.opts.watchBytes, sent)
+		return statusErr(refuse(codes.ResourceExhausted, ReasonSlowReader, "start_revision: the client read changes slower than they happened (%d changes or %d bytes buffered); watch again from revision %d", watchBuffer, s.opts.watchBytes, sent))
 	case stream.Context().Err() != nil:
 		return nil
 	}

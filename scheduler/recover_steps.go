@@ -42,8 +42,7 @@ func (s *Server) RecoverSteps(ctx context.Context, req *reevev1.RecoverStepsRequ
 			if errors.As(err, &fe) {
 				err = &workflow.FieldError{Field: fmt.Sprintf("decisions[%d].%s", i, fe.Field), Reason: fe.Reason}
 			}
-			st := toStatus(err)
-			out[i] = &reevev1.RecoveryOutcome{Code: int32(st.Code()), Message: st.Message()}
+			out[i] = &reevev1.RecoveryOutcome{Status: withRequest(toStatus(err), d).Proto()}
 			continue
 		}
 		wg.Add(1)
@@ -107,8 +106,7 @@ func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceC
 	fences []clientv3.Cmp, decide decideFunc) *reevev1.RecoveryOutcome {
 	t, err := s.recoverTask(ctx, ref, traceCtx, actor, fences, decided(ref, actor, decide))
 	if err != nil {
-		st := toStatus(err)
-		return &reevev1.RecoveryOutcome{Code: int32(st.Code()), Message: st.Message()}
+		return &reevev1.RecoveryOutcome{Status: withRequest(toStatus(err), ref).Proto()}
 	}
 	return &reevev1.RecoveryOutcome{Applied: true, TaskState: t.GetState()}
 }

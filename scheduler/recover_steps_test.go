@@ -83,8 +83,9 @@ func TestRecoverStepsRefusals(t *testing.T) {
 	}
 	for i, w := range want {
 		o := resp.GetOutcomes()[i]
-		if o.GetApplied() || codes.Code(o.GetCode()) != w.code || !strings.Contains(o.GetMessage(), w.field) {
-			t.Errorf("outcome %d: %v, want %v naming %q", i, o, w.code, w.field)
+		st := status.FromProto(o.GetStatus())
+		if o.GetApplied() || st.Code() != w.code || fieldOf(st) != w.field || reasonOf(st) == "" {
+			t.Errorf("outcome %d: %v, want %v naming %q with a reason", i, o, w.code, w.field)
 		}
 	}
 	got, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "real"})

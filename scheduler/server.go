@@ -136,7 +136,7 @@ func DefaultGRPCLimits() GRPCLimits {
 
 // ServerOptionsWith is ServerOptions with the given limits.
 func ServerOptionsWith(l GRPCLimits) []grpc.ServerOption {
-	return append(decodeOptions(),
+	return append(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(errorUnary), grpc.ChainStreamInterceptor(errorStream)}, decodeOptions()...),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -87,7 +86,7 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 		return nil, statusErr(err)
 	}
 	if !created && string(existing.GetRequestDigest()) != string(digest) {
-		return nil, status.Errorf(codes.AlreadyExists, "task_id: task %q already exists with a different request", req.GetTaskId())
+		return nil, statusErr(refuse(codes.AlreadyExists, ReasonTaskAlreadyExists, "task_id: task %q already exists with a different request", req.GetTaskId()))
 	}
 	if created {
 		s.adm.created(req.GetNamespace())
@@ -266,7 +265,7 @@ func (a *admission) allowSubmit(ctx context.Context) error {
 	ok := l.lim.AllowN(now, 1)
 	a.mu.Unlock()
 	if !ok {
-		return status.Errorf(codes.ResourceExhausted, "submit rate: %s is over %g submissions/s (burst %d); retry with backoff", key, o.submitRate, o.submitBurst)
+		return refuse(codes.ResourceExhausted, ReasonRateLimited, "submit rate: %s is over %g submissions/s (burst %d); retry with backoff", key, o.submitRate, o.submitBurst)
 	}
 	return nil
 }
@@ -303,7 +302,7 @@ func (a *admission) allowActive(ctx context.Context, ns string) error {
 		c.read, c.since, c.readAt, c.invalid = n, 0, now, false
 	}
 	if c.read+c.since >= limit {
-		return status.Errorf(codes.ResourceExhausted, "namespace: %q has %d active tasks, the limit is %d; retry when some finish", ns, c.read+c.since, limit)
+		return refuse(codes.ResourceExhausted, ReasonActiveTaskLimit, "namespace: %q has %d active tasks, the limit is %d; retry when some finish", ns, c.read+c.since, limit)
 	}
 	return nil
 }
@@ -410,10 +409,10 @@ func (g *spaceGuard) allow() error {
 		return nil
 	}
 	if sp.NoSpace {
-		return status.Errorf(codes.ResourceExhausted,
+		return refuse(codes.ResourceExhausted, ReasonNoSpace,
 			"etcd is out of space (NOSPACE alarm; %s): new tasks are refused until space is freed; the scheduler compacts and defragments etcd and disarms the alarm by itself once the database fits again; if live data fills it, delete data or raise the quota (see docs/degraded-modes.md; etcdctl alarm disarm)", sp)
 	}
-	return status.Errorf(codes.ResourceExhausted,
+	return refuse(codes.ResourceExhausted, ReasonNoSpace,
 		"etcd is near its space quota: %s, plus %.1f MiB reserved for the %d executions in flight to finish, at or over the %.0f%% soft limit; new tasks are refused until running tasks finish and retention and compaction free space, running tasks continue",
 		sp.Space, float64(sp.reserved)/(1<<20), sp.live, 100*g.s.opts.spaceSoftLimit)
 }

@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
@@ -77,7 +74,7 @@ func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest)
 		return nil, statusErr(err)
 	}
 	if len(req.GetReason()) > workflow.MaxReasonBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "reason: longer than %d bytes", workflow.MaxReasonBytes)
+		return nil, statusErr(&workflow.FieldError{Field: "reason", Reason: fmt.Sprintf("longer than %d bytes", workflow.MaxReasonBytes)})
 	}
 	reason := req.GetReason()
 	if reason == "" {

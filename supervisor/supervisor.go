@@ -502,7 +502,10 @@ func (s *Supervisor) send(ctx context.Context, calls *tickCalls, batch []pending
 			perr := err
 			if perr == nil {
 				if o := resp.GetOutcomes()[i]; !o.GetApplied() {
-					perr = status.Error(codes.Code(o.GetCode()), o.GetMessage())
+					perr = status.FromProto(o.GetStatus()).Err()
+					if perr == nil {
+						perr = status.Error(codes.Internal, "the scheduler refused a decision without a status")
+					}
 				}
 			}
 			endDecision(spans[i], perr)

@@ -151,7 +151,7 @@ func (s *Store) AckAlert(ctx context.Context, ns, id, by string, now time.Time) 
 			return nil, etcdErr(ctx, "ack alert", err)
 		}
 		if len(resp.Kvs) == 0 {
-			return nil, notFound("alert %q in namespace %q", id, ns)
+			return nil, notFound(KindAlert, ns, id, "alert %q in namespace %q", id, ns)
 		}
 		a, err := unmarshalAlert(resp.Kvs[0])
 		if err != nil {

@@ -324,7 +324,7 @@ func (s *Store) resolve(ctx context.Context, batch []*writeReq) error {
 		missing = still
 	}
 	for _, r := range missing {
-		r.done <- writeRes{err: notFound("task %q in namespace %q", r.id, r.ns)}
+		r.done <- writeRes{err: notFound(KindTask, r.ns, r.id, "task %q in namespace %q", r.id, r.ns)}
 		r.answered = true
 	}
 	return nil
@@ -468,7 +468,7 @@ func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (
 	}
 	if len(kvs) == 0 {
 		s.cache.drop(r.key)
-		r.done <- writeRes{err: notFound("task %q in namespace %q", r.id, r.ns)}
+		r.done <- writeRes{err: notFound(KindTask, r.ns, r.id, "task %q in namespace %q", r.id, r.ns)}
 		return false
 	}
 	if kvs[0].ModRevision == r.cur.Revision {

@@ -50,13 +50,26 @@ var (
 )
 
 // NotFoundError names what was not found; it matches ErrNotFound.
-type NotFoundError struct{ What string }
+type NotFoundError struct {
+	// What says it in words: `task "t-1" in namespace "default"`.
+	What string
+	// Kind is KindTask, KindWorkflow or KindAlert; Namespace and Name
+	// (the task id, workflow name or alert id) name it, when known.
+	Kind, Namespace, Name string
+}
+
+// The kinds of records a NotFoundError names.
+const (
+	KindTask     = "task"
+	KindWorkflow = "workflow"
+	KindAlert    = "alert"
+)
 
 func (e *NotFoundError) Error() string        { return e.What + " not found" }
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
-func notFound(format string, args ...any) error {
-	return &NotFoundError{What: fmt.Sprintf(format, args...)}
+func notFound(kind, ns, name, format string, args ...any) error {
+	return &NotFoundError{What: fmt.Sprintf(format, args...), Kind: kind, Namespace: ns, Name: name}
 }
 
 // Store reads and writes Reeve state in etcd. It is safe for concurrent use.

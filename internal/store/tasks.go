@@ -65,7 +65,7 @@ func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 		return Versioned{}, etcdErr(ctx, "get task", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Versioned{}, notFound("task %q in namespace %q", id, ns)
+		return Versioned{}, notFound(KindTask, ns, id, "task %q in namespace %q", id, ns)
 	}
 	return unmarshalTask(resp.Kvs[0])
 }
@@ -152,7 +152,7 @@ func (s *Store) followTask(wch clientv3.WatchChan, fn func(*reevev1.Task) bool) 
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				return true, notFound("task (removed after its retention)")
+				return true, notFound(KindTask, "", "", "task (removed after its retention)")
 			}
 			v, err := unmarshalTask(ev.Kv)
 			if err != nil {

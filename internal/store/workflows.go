@@ -69,9 +69,9 @@ func (s *Store) GetWorkflow(ctx context.Context, ns, name string, version int32)
 	}
 	if len(resp.Kvs) == 0 {
 		if version > 0 {
-			return nil, notFound("workflow %q version %d in namespace %q", name, version, ns)
+			return nil, notFound(KindWorkflow, ns, name, "workflow %q version %d in namespace %q", name, version, ns)
 		}
-		return nil, notFound("workflow %q in namespace %q", name, ns)
+		return nil, notFound(KindWorkflow, ns, name, "workflow %q in namespace %q", name, ns)
 	}
 	kv := resp.Kvs[0]
 	w, err := unmarshalWorkflow(kv.Value)

@@ -20,7 +20,7 @@ var ErrNotExpired = errors.New("taskstate: execution has not expired")
 
 // ErrNotFailed means an operator asked to retry a step that is not FAILED.
 //
-// Deprecated: RetryFailed now returns a StateError (ErrWrongState).
+// RetryFailed returns a StateError that matches it (and ErrWrongState).
 var ErrNotFailed = errors.New("taskstate: step is not failed")
 
 // Action is a supervisor's decision for an expired execution.
@@ -256,17 +256,20 @@ var ErrWrongState = errors.New("taskstate: wrong state for this action")
 // StateError is an operator action refused because of the task's or the
 // step's state. Its message is meant for the operator, e.g.
 // `task t-1 is COMPENSATED: retry_step needs the task FAILED`.
-// It matches ErrWrongState, and ErrTerminal when the task is terminal.
+// It matches ErrWrongState, ErrTerminal when the task is terminal, and
+// ErrNotFailed when retry_step found the step not FAILED.
 type StateError struct {
-	Msg      string
-	Terminal bool
+	Msg       string
+	Terminal  bool
+	NotFailed bool
 }
 
 func (e *StateError) Error() string { return e.Msg }
 
-// Is makes errors.Is match ErrWrongState, and ErrTerminal for a terminal task.
+// Is makes errors.Is match ErrWrongState, ErrTerminal for a terminal task
+// and ErrNotFailed for a step that is not FAILED.
 func (e *StateError) Is(target error) bool {
-	return target == ErrWrongState || (e.Terminal && target == ErrTerminal)
+	return target == ErrWrongState || (e.Terminal && target == ErrTerminal) || (e.NotFailed && target == ErrNotFailed)
 }
 
 // Operator actions and the task states they accept. A supervisor's fenced
@@ -334,7 +337,7 @@ func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor stri
 		return err
 	}
 	if s.GetState() != reevev1.StepState_STEP_STATE_FAILED {
-		return &StateError{Msg: fmt.Sprintf("step %q of task %s is %s: retry_step needs the step FAILED", name, t.GetId(), StateName(s.GetState()))}
+		return &StateError{Msg: fmt.Sprintf("step %q of task %s is %s: retry_step needs the step FAILED", name, t.GetId(), StateName(s.GetState())), NotFailed: true}
 	}
 	if attempt != 0 && attempt != s.GetAttempt() {
 		return &refusal{ErrStale, fmt.Sprintf("step %q is at attempt %d, not %d", name, s.GetAttempt(), attempt)}

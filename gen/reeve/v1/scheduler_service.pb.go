@@ -7,6 +7,7 @@
 package reevev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -397,11 +398,11 @@ type ListTasksRequest struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Only tasks in this state; all tasks when unspecified.
 	State TaskState `protobuf:"varint,2,opt,name=state,proto3,enum=reeve.v1.TaskState" json:"state,omitempty"`
-	// At most this many tasks (default 100, at most 1000).
+	// At most this many tasks (default 100; more than 1000 is lowered to 1000).
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From a previous response's next_page_token, with the same filters;
-	// a token that this API did not issue for these filters is
-	// INVALID_ARGUMENT.
+	// opaque: a token that this API did not issue for these filters is
+	// INVALID_ARGUMENT (reason INVALID_FIELD).
 	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Only tasks of this workflow (exact name).
 	Workflow string `protobuf:"bytes,5,opt,name=workflow,proto3" json:"workflow,omitempty"`
@@ -629,11 +630,16 @@ func (x *CountTasksRequest) GetWorkflow() string {
 
 type CountTasksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Number of tasks per state, keyed by TaskState name
-	// (e.g. "TASK_STATE_RUNNING"); states without tasks are present with 0.
+	// Deprecated: read counts. The same numbers keyed by TaskState name
+	// (e.g. "TASK_STATE_RUNNING"); removed in the next release.
+	//
+	// Deprecated: Marked as deprecated in reeve/v1/scheduler_service.proto.
 	ByState map[string]int64 `protobuf:"bytes,1,rep,name=by_state,json=byState,proto3" json:"by_state,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// The etcd revision the counts were read at.
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Number of tasks per state, one entry per state in enum order; states
+	// without tasks are present with 0.
+	Counts        []*StateCount `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -668,6 +674,7 @@ func (*CountTasksResponse) Descriptor() ([]byte, []int) {
 	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{8}
 }
 
+// Deprecated: Marked as deprecated in reeve/v1/scheduler_service.proto.
 func (x *CountTasksResponse) GetByState() map[string]int64 {
 	if x != nil {
 		return x.ByState
@@ -678,6 +685,66 @@ func (x *CountTasksResponse) GetByState() map[string]int64 {
 func (x *CountTasksResponse) GetRevision() int64 {
 	if x != nil {
 		return x.Revision
+	}
+	return 0
+}
+
+func (x *CountTasksResponse) GetCounts() []*StateCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+// StateCount is the number of tasks in one state.
+type StateCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         TaskState              `protobuf:"varint,1,opt,name=state,proto3,enum=reeve.v1.TaskState" json:"state,omitempty"`
+	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateCount) Reset() {
+	*x = StateCount{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateCount) ProtoMessage() {}
+
+func (x *StateCount) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateCount.ProtoReflect.Descriptor instead.
+func (*StateCount) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StateCount) GetState() TaskState {
+	if x != nil {
+		return x.State
+	}
+	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
+func (x *StateCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
 	}
 	return 0
 }
@@ -696,7 +763,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +775,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +788,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchTasksRequest) GetNamespace() string {
@@ -758,7 +825,7 @@ type WatchTasksResponse struct {
 
 func (x *WatchTasksResponse) Reset() {
 	*x = WatchTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +837,7 @@ func (x *WatchTasksResponse) String() string {
 func (*WatchTasksResponse) ProtoMessage() {}
 
 func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +850,7 @@ func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
 func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchTasksResponse) GetEvent() isWatchTasksResponse_Event {
@@ -842,7 +909,7 @@ type TaskChanged struct {
 
 func (x *TaskChanged) Reset() {
 	*x = TaskChanged{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +921,7 @@ func (x *TaskChanged) String() string {
 func (*TaskChanged) ProtoMessage() {}
 
 func (x *TaskChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +934,7 @@ func (x *TaskChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChanged.ProtoReflect.Descriptor instead.
 func (*TaskChanged) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskChanged) GetTask() *Task {
@@ -902,7 +969,7 @@ type WatchReset struct {
 
 func (x *WatchReset) Reset() {
 	*x = WatchReset{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +981,7 @@ func (x *WatchReset) String() string {
 func (*WatchReset) ProtoMessage() {}
 
 func (x *WatchReset) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +994,7 @@ func (x *WatchReset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchReset.ProtoReflect.Descriptor instead.
 func (*WatchReset) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchReset) GetRevision() int64 {
@@ -940,14 +1007,18 @@ func (x *WatchReset) GetRevision() int64 {
 type ListAgentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Agents and queues of this namespace ("default" when empty).
-	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// At most this many agents (default 100; more than 1000 is lowered to 1000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token; opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1030,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1043,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListAgentsRequest) GetNamespace() string {
@@ -982,20 +1053,39 @@ func (x *ListAgentsRequest) GetNamespace() string {
 	return ""
 }
 
+func (x *ListAgentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAgentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListAgentsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Every agent of the namespace connected to a scheduler of the cluster, by id.
+	// The page's agents of the namespace connected to a scheduler of the
+	// cluster, by id.
 	Agents []*AgentInfo `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
-	// One entry per step type that a connected agent serves or that has
-	// queued steps, by step type.
-	Queues        []*QueueInfo `protobuf:"bytes,2,rep,name=queues,proto3" json:"queues,omitempty"`
+	// First page only (no page_token): one entry per step type that a
+	// connected agent serves or that has queued steps, by step type. The step
+	// types of agents on later pages that no earlier agent serves and that
+	// have no queued step are not listed.
+	Queues []*QueueInfo `protobuf:"bytes,2,rep,name=queues,proto3" json:"queues,omitempty"`
+	// Empty when there are no more agents.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1097,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1110,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -1035,6 +1125,13 @@ func (x *ListAgentsResponse) GetQueues() []*QueueInfo {
 		return x.Queues
 	}
 	return nil
+}
+
+func (x *ListAgentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // AgentInfo is one connected agent.
@@ -1059,7 +1156,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1168,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1181,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AgentInfo) GetAgentId() string {
@@ -1158,7 +1255,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1267,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1280,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QueueInfo) GetNamespace() string {
@@ -1224,7 +1321,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1333,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1346,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{17}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchTaskRequest) GetNamespace() string {
@@ -1275,7 +1372,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1384,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1397,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{18}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchTaskResponse) GetTask() *Task {
@@ -1322,7 +1419,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1431,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1444,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{19}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelTaskRequest) GetNamespace() string {
@@ -1380,7 +1477,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1489,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1502,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{20}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -1416,15 +1513,17 @@ func (x *CancelTaskResponse) GetTask() *Task {
 }
 
 type RegisterWorkflowRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workflow      *Workflow              `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Registering a definition equal to the latest version returns that
+	// version (created false): a retry after a lost answer is safe.
+	Workflow      *Workflow `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterWorkflowRequest) Reset() {
 	*x = RegisterWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1535,7 @@ func (x *RegisterWorkflowRequest) String() string {
 func (*RegisterWorkflowRequest) ProtoMessage() {}
 
 func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1548,7 @@ func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{21}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterWorkflowRequest) GetWorkflow() *Workflow {
@@ -1470,7 +1569,7 @@ type RegisterWorkflowResponse struct {
 
 func (x *RegisterWorkflowResponse) Reset() {
 	*x = RegisterWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1581,7 @@ func (x *RegisterWorkflowResponse) String() string {
 func (*RegisterWorkflowResponse) ProtoMessage() {}
 
 func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1594,7 @@ func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterWorkflowResponse) GetWorkflow() *Workflow {
@@ -1524,7 +1623,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1635,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1648,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetWorkflowRequest) GetNamespace() string {
@@ -1582,7 +1681,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1693,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1706,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -1620,8 +1719,9 @@ func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
 type ListWorkflowsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// At most this many workflows (default 100, at most 1000).
-	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// At most this many workflows (default 100; more than 1000 is lowered to 1000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token; opaque.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1629,7 +1729,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1741,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1754,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListWorkflowsRequest) GetNamespace() string {
@@ -1688,7 +1788,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1800,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1813,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -1734,7 +1834,7 @@ var File_reeve_v1_scheduler_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\n" +
-	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xff\x01\n" +
+	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xff\x01\n" +
 	"\x11SubmitTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12:\n" +
@@ -1742,16 +1842,16 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\x0finline_workflow\x18\x04 \x01(\v2\x12.reeve.v1.WorkflowH\x00R\x0einlineWorkflow\x12,\n" +
 	"\x05input\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x05inputB\n" +
 	"\n" +
-	"\bworkflow\";\n" +
-	"\vWorkflowRef\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\bworkflow\"@\n" +
+	"\vWorkflowRef\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\"R\n" +
 	"\x12SubmitTaskResponse\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"G\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"L\n" +
 	"\x0eGetTaskRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\"5\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\"5\n" +
 	"\x0fGetTaskResponse\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\x85\x03\n" +
 	"\x10ListTasksRequest\x12\x1c\n" +
@@ -1771,13 +1871,18 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\"M\n" +
 	"\x11CountTasksRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
-	"\bworkflow\x18\x02 \x01(\tR\bworkflow\"\xb2\x01\n" +
-	"\x12CountTasksResponse\x12D\n" +
-	"\bby_state\x18\x01 \x03(\v2).reeve.v1.CountTasksResponse.ByStateEntryR\abyState\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\x1a:\n" +
+	"\bworkflow\x18\x02 \x01(\tR\bworkflow\"\xe4\x01\n" +
+	"\x12CountTasksResponse\x12H\n" +
+	"\bby_state\x18\x01 \x03(\v2).reeve.v1.CountTasksResponse.ByStateEntryB\x02\x18\x01R\abyState\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12,\n" +
+	"\x06counts\x18\x03 \x03(\v2\x14.reeve.v1.StateCountR\x06counts\x1a:\n" +
 	"\fByStateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x80\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"M\n" +
+	"\n" +
+	"StateCount\x12)\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x13.reeve.v1.TaskStateR\x05state\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\x80\x01\n" +
 	"\x11WatchTasksRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0estart_revision\x18\x02 \x01(\x03R\rstartRevision\x12&\n" +
@@ -1792,12 +1897,16 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\"(\n" +
 	"\n" +
 	"WatchReset\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"1\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"m\n" +
 	"\x11ListAgentsRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"n\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x96\x01\n" +
 	"\x12ListAgentsResponse\x12+\n" +
 	"\x06agents\x18\x01 \x03(\v2\x13.reeve.v1.AgentInfoR\x06agents\x12+\n" +
-	"\x06queues\x18\x02 \x03(\v2\x13.reeve.v1.QueueInfoR\x06queues\"\xb4\x02\n" +
+	"\x06queues\x18\x02 \x03(\v2\x13.reeve.v1.QueueInfoR\x06queues\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xb4\x02\n" +
 	"\tAgentInfo\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1d\n" +
@@ -1812,26 +1921,26 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tstep_type\x18\x02 \x01(\tR\bstepType\x12\x14\n" +
 	"\x05depth\x18\x03 \x01(\x03R\x05depth\x12F\n" +
-	"\x11oldest_ready_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0foldestReadyTime\"I\n" +
+	"\x11oldest_ready_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0foldestReadyTime\"N\n" +
 	"\x10WatchTaskRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\"7\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\"7\n" +
 	"\x11WatchTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"b\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"g\n" +
 	"\x11CancelTaskRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x16\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"8\n" +
 	"\x12CancelTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"I\n" +
-	"\x17RegisterWorkflowRequest\x12.\n" +
-	"\bworkflow\x18\x01 \x01(\v2\x12.reeve.v1.WorkflowR\bworkflow\"d\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"N\n" +
+	"\x17RegisterWorkflowRequest\x123\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x12.reeve.v1.WorkflowB\x03\xe0A\x02R\bworkflow\"d\n" +
 	"\x18RegisterWorkflowResponse\x12.\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x12.reeve.v1.WorkflowR\bworkflow\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"`\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"e\n" +
 	"\x12GetWorkflowRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
+	"\x04name\x18\x02 \x01(\tB\x03\xe0A\x02R\x04name\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x05R\aversion\"E\n" +
 	"\x13GetWorkflowResponse\x12.\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x12.reeve.v1.WorkflowR\bworkflow\"p\n" +
@@ -1878,7 +1987,7 @@ func file_reeve_v1_scheduler_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_scheduler_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(TaskView)(0),                    // 0: reeve.v1.TaskView
 	(*SubmitTaskRequest)(nil),        // 1: reeve.v1.SubmitTaskRequest
@@ -1890,84 +1999,87 @@ var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(*ListTasksResponse)(nil),        // 7: reeve.v1.ListTasksResponse
 	(*CountTasksRequest)(nil),        // 8: reeve.v1.CountTasksRequest
 	(*CountTasksResponse)(nil),       // 9: reeve.v1.CountTasksResponse
-	(*WatchTasksRequest)(nil),        // 10: reeve.v1.WatchTasksRequest
-	(*WatchTasksResponse)(nil),       // 11: reeve.v1.WatchTasksResponse
-	(*TaskChanged)(nil),              // 12: reeve.v1.TaskChanged
-	(*WatchReset)(nil),               // 13: reeve.v1.WatchReset
-	(*ListAgentsRequest)(nil),        // 14: reeve.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),       // 15: reeve.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                // 16: reeve.v1.AgentInfo
-	(*QueueInfo)(nil),                // 17: reeve.v1.QueueInfo
-	(*WatchTaskRequest)(nil),         // 18: reeve.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),        // 19: reeve.v1.WatchTaskResponse
-	(*CancelTaskRequest)(nil),        // 20: reeve.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),       // 21: reeve.v1.CancelTaskResponse
-	(*RegisterWorkflowRequest)(nil),  // 22: reeve.v1.RegisterWorkflowRequest
-	(*RegisterWorkflowResponse)(nil), // 23: reeve.v1.RegisterWorkflowResponse
-	(*GetWorkflowRequest)(nil),       // 24: reeve.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),      // 25: reeve.v1.GetWorkflowResponse
-	(*ListWorkflowsRequest)(nil),     // 26: reeve.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),    // 27: reeve.v1.ListWorkflowsResponse
-	nil,                              // 28: reeve.v1.CountTasksResponse.ByStateEntry
-	(*Workflow)(nil),                 // 29: reeve.v1.Workflow
-	(*structpb.Value)(nil),           // 30: google.protobuf.Value
-	(*Task)(nil),                     // 31: reeve.v1.Task
-	(TaskState)(0),                   // 32: reeve.v1.TaskState
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
+	(*StateCount)(nil),               // 10: reeve.v1.StateCount
+	(*WatchTasksRequest)(nil),        // 11: reeve.v1.WatchTasksRequest
+	(*WatchTasksResponse)(nil),       // 12: reeve.v1.WatchTasksResponse
+	(*TaskChanged)(nil),              // 13: reeve.v1.TaskChanged
+	(*WatchReset)(nil),               // 14: reeve.v1.WatchReset
+	(*ListAgentsRequest)(nil),        // 15: reeve.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),       // 16: reeve.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                // 17: reeve.v1.AgentInfo
+	(*QueueInfo)(nil),                // 18: reeve.v1.QueueInfo
+	(*WatchTaskRequest)(nil),         // 19: reeve.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),        // 20: reeve.v1.WatchTaskResponse
+	(*CancelTaskRequest)(nil),        // 21: reeve.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),       // 22: reeve.v1.CancelTaskResponse
+	(*RegisterWorkflowRequest)(nil),  // 23: reeve.v1.RegisterWorkflowRequest
+	(*RegisterWorkflowResponse)(nil), // 24: reeve.v1.RegisterWorkflowResponse
+	(*GetWorkflowRequest)(nil),       // 25: reeve.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),      // 26: reeve.v1.GetWorkflowResponse
+	(*ListWorkflowsRequest)(nil),     // 27: reeve.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),    // 28: reeve.v1.ListWorkflowsResponse
+	nil,                              // 29: reeve.v1.CountTasksResponse.ByStateEntry
+	(*Workflow)(nil),                 // 30: reeve.v1.Workflow
+	(*structpb.Value)(nil),           // 31: google.protobuf.Value
+	(*Task)(nil),                     // 32: reeve.v1.Task
+	(TaskState)(0),                   // 33: reeve.v1.TaskState
+	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
 	2,  // 0: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
-	29, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
-	30, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
-	31, // 3: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
-	31, // 4: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
-	32, // 5: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
-	33, // 6: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	33, // 7: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	30, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
+	31, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
+	32, // 3: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
+	32, // 4: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
+	33, // 5: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
+	34, // 6: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	34, // 7: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
 	0,  // 8: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
-	31, // 9: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
-	28, // 10: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
-	0,  // 11: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
-	12, // 12: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
-	13, // 13: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
-	31, // 14: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
-	16, // 15: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
-	17, // 16: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
-	33, // 17: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
-	33, // 18: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
-	31, // 19: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	31, // 20: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	29, // 21: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	29, // 22: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	29, // 23: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	29, // 24: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	1,  // 25: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	4,  // 26: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	6,  // 27: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	8,  // 28: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
-	10, // 29: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
-	18, // 30: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	20, // 31: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	22, // 32: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	24, // 33: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	26, // 34: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	14, // 35: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
-	3,  // 36: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	5,  // 37: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	7,  // 38: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	9,  // 39: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
-	11, // 40: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
-	19, // 41: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	21, // 42: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	23, // 43: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	25, // 44: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	27, // 45: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	15, // 46: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
-	36, // [36:47] is the sub-list for method output_type
-	25, // [25:36] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	32, // 9: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
+	29, // 10: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
+	10, // 11: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
+	33, // 12: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
+	0,  // 13: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
+	13, // 14: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
+	14, // 15: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
+	32, // 16: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	17, // 17: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
+	18, // 18: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
+	34, // 19: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	34, // 20: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	32, // 21: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	32, // 22: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	30, // 23: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	30, // 24: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	30, // 25: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	30, // 26: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	1,  // 27: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	4,  // 28: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	6,  // 29: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	8,  // 30: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	11, // 31: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	19, // 32: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	21, // 33: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	23, // 34: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	25, // 35: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	27, // 36: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	15, // 37: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	3,  // 38: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	5,  // 39: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	7,  // 40: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	9,  // 41: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	12, // 42: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	20, // 43: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	22, // 44: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	24, // 45: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	26, // 46: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	28, // 47: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	16, // 48: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }
@@ -1981,7 +2093,7 @@ func file_reeve_v1_scheduler_service_proto_init() {
 		(*SubmitTaskRequest_WorkflowRef)(nil),
 		(*SubmitTaskRequest_InlineWorkflow)(nil),
 	}
-	file_reeve_v1_scheduler_service_proto_msgTypes[10].OneofWrappers = []any{
+	file_reeve_v1_scheduler_service_proto_msgTypes[11].OneofWrappers = []any{
 		(*WatchTasksResponse_Changed)(nil),
 		(*WatchTasksResponse_Reset_)(nil),
 	}
@@ -1991,7 +2103,7 @@ func file_reeve_v1_scheduler_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_scheduler_service_proto_rawDesc), len(file_reeve_v1_scheduler_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

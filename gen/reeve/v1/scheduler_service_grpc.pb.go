@@ -38,6 +38,15 @@ const (
 //
 // SchedulerService is the client-facing API: submit and follow tasks, manage
 // workflow definitions. Every request names a namespace; "default" when empty.
+//
+// Errors: every error status carries a google.rpc.ErrorInfo detail (domain
+// "reeve.dev") whose reason is the stable contract (docs/errors.md lists
+// them); INVALID_ARGUMENT also carries google.rpc.BadRequest with the field
+// path. Messages are for people and may change.
+//
+// Lists: page_size 0 means the default (100); a larger page_size than the
+// maximum (1000) is lowered to it. Page tokens are opaque: pass back the
+// next_page_token of a previous response with the same filters, unchanged.
 type SchedulerServiceClient interface {
 	// SubmitTask records a task and starts it. Idempotent on task_id: the same id
 	// with the same request returns the existing task; with a different request
@@ -65,7 +74,9 @@ type SchedulerServiceClient interface {
 	// between; the terminal state is always sent.
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error)
 	// CancelTask stops a task that is not terminal: running steps are told to
-	// cancel, pending ones never start. Canceling a terminal task is a no-op.
+	// cancel, pending ones never start. Canceling a terminal task is a no-op
+	// that returns the task, so a retry after a lost answer gets the canceled
+	// task (AIP-155).
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
 	// RegisterWorkflow stores a new version of a named workflow. Registering a
 	// definition identical to the latest version returns that version.
@@ -74,8 +85,9 @@ type SchedulerServiceClient interface {
 	GetWorkflow(ctx context.Context, in *GetWorkflowRequest, opts ...grpc.CallOption) (*GetWorkflowResponse, error)
 	// ListWorkflows returns the latest version of every workflow of a namespace.
 	ListWorkflows(ctx context.Context, in *ListWorkflowsRequest, opts ...grpc.CallOption) (*ListWorkflowsResponse, error)
-	// ListAgents returns the agents connected to every scheduler of the
-	// cluster and, per step type, the ready queue.
+	// ListAgents pages through the agents connected to every scheduler of the
+	// cluster, by agent id, and returns, on the first page, the ready queue of
+	// every step type.
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
 }
 
@@ -221,6 +233,15 @@ func (c *schedulerServiceClient) ListAgents(ctx context.Context, in *ListAgentsR
 //
 // SchedulerService is the client-facing API: submit and follow tasks, manage
 // workflow definitions. Every request names a namespace; "default" when empty.
+//
+// Errors: every error status carries a google.rpc.ErrorInfo detail (domain
+// "reeve.dev") whose reason is the stable contract (docs/errors.md lists
+// them); INVALID_ARGUMENT also carries google.rpc.BadRequest with the field
+// path. Messages are for people and may change.
+//
+// Lists: page_size 0 means the default (100); a larger page_size than the
+// maximum (1000) is lowered to it. Page tokens are opaque: pass back the
+// next_page_token of a previous response with the same filters, unchanged.
 type SchedulerServiceServer interface {
 	// SubmitTask records a task and starts it. Idempotent on task_id: the same id
 	// with the same request returns the existing task; with a different request
@@ -248,7 +269,9 @@ type SchedulerServiceServer interface {
 	// between; the terminal state is always sent.
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error
 	// CancelTask stops a task that is not terminal: running steps are told to
-	// cancel, pending ones never start. Canceling a terminal task is a no-op.
+	// cancel, pending ones never start. Canceling a terminal task is a no-op
+	// that returns the task, so a retry after a lost answer gets the canceled
+	// task (AIP-155).
 	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
 	// RegisterWorkflow stores a new version of a named workflow. Registering a
 	// definition identical to the latest version returns that version.
@@ -257,8 +280,9 @@ type SchedulerServiceServer interface {
 	GetWorkflow(context.Context, *GetWorkflowRequest) (*GetWorkflowResponse, error)
 	// ListWorkflows returns the latest version of every workflow of a namespace.
 	ListWorkflows(context.Context, *ListWorkflowsRequest) (*ListWorkflowsResponse, error)
-	// ListAgents returns the agents connected to every scheduler of the
-	// cluster and, per step type, the ready queue.
+	// ListAgents pages through the agents connected to every scheduler of the
+	// cluster, by agent id, and returns, on the first page, the ready queue of
+	// every step type.
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
 	mustEmbedUnimplementedSchedulerServiceServer()
 }

@@ -7,6 +7,8 @@
 package reevev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -161,7 +163,11 @@ type RetryStepRequest struct {
 	// With a fence: the backoff before the next attempt.
 	Delay *durationpb.Duration `protobuf:"bytes,6,opt,name=delay,proto3" json:"delay,omitempty"`
 	// Recorded in the task's history; at most 1 KiB.
-	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Operator only (no fence): makes a retry of this call after a lost
+	// answer return the task (see the service). 1-128 characters from
+	// [A-Za-z0-9._:-]; a UUID is a good choice.
+	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,6 +251,13 @@ func (x *RetryStepRequest) GetReason() string {
 	return ""
 }
 
+func (x *RetryStepRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type RetryStepResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -294,10 +307,12 @@ type CompensateTaskRequest struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	TaskId    string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// With a fence: the expired execution that caused it.
-	Step          string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
-	Attempt       int32  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Fence         *Fence `protobuf:"bytes,5,opt,name=fence,proto3" json:"fence,omitempty"`
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Step    string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	Attempt int32  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Fence   *Fence `protobuf:"bytes,5,opt,name=fence,proto3" json:"fence,omitempty"`
+	Reason  string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Operator only (no fence): as RetryStepRequest.request_id.
+	RequestId     string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +389,13 @@ func (x *CompensateTaskRequest) GetReason() string {
 	return ""
 }
 
+func (x *CompensateTaskRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type CompensateTaskResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -423,10 +445,12 @@ type FailTaskRequest struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	TaskId    string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// With a fence: the expired execution that caused it.
-	Step          string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
-	Attempt       int32  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Fence         *Fence `protobuf:"bytes,5,opt,name=fence,proto3" json:"fence,omitempty"`
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Step    string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	Attempt int32  `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Fence   *Fence `protobuf:"bytes,5,opt,name=fence,proto3" json:"fence,omitempty"`
+	Reason  string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Operator only (no fence): as RetryStepRequest.request_id.
+	RequestId     string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -499,6 +523,13 @@ func (x *FailTaskRequest) GetFence() *Fence {
 func (x *FailTaskRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *FailTaskRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -723,14 +754,14 @@ type RecoveryOutcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The decision changed the task.
 	Applied bool `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
-	// When not applied: the gRPC status code the single-decision RPC would
-	// have returned (e.g. 9 FAILED_PRECONDITION for an execution that moved on
-	// or a deposed leader, 5 NOT_FOUND, 3 INVALID_ARGUMENT naming the field as
-	// decisions[i].field), and its message.
-	Code    int32  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
-	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// The task's state after the decision, when applied.
-	TaskState     TaskState `protobuf:"varint,4,opt,name=task_state,json=taskState,proto3,enum=reeve.v1.TaskState" json:"task_state,omitempty"`
+	TaskState TaskState `protobuf:"varint,4,opt,name=task_state,json=taskState,proto3,enum=reeve.v1.TaskState" json:"task_state,omitempty"`
+	// When not applied: the status the single-decision RPC would have
+	// returned, with its google.rpc.ErrorInfo (and BadRequest for
+	// INVALID_ARGUMENT, naming the field as decisions[i].field), e.g.
+	// FAILED_PRECONDITION reason STALE_ATTEMPT for an execution that moved on,
+	// FENCED for a deposed leader, NOT_FOUND reason TASK_NOT_FOUND.
+	Status        *status.Status `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -772,25 +803,18 @@ func (x *RecoveryOutcome) GetApplied() bool {
 	return false
 }
 
-func (x *RecoveryOutcome) GetCode() int32 {
-	if x != nil {
-		return x.Code
-	}
-	return 0
-}
-
-func (x *RecoveryOutcome) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
 func (x *RecoveryOutcome) GetTaskState() TaskState {
 	if x != nil {
 		return x.TaskState
 	}
 	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
+func (x *RecoveryOutcome) GetStatus() *status.Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
 }
 
 type RecoverStepsResponse struct {
@@ -954,8 +978,9 @@ type ListAlertsRequest struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Include acknowledged alerts too.
 	IncludeAcknowledged bool `protobuf:"varint,2,opt,name=include_acknowledged,json=includeAcknowledged,proto3" json:"include_acknowledged,omitempty"`
-	// At most this many (default 100, at most 1000).
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// At most this many (default 100; more than 1000 is lowered to 1000).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token; opaque.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1268,37 +1293,43 @@ var File_reeve_v1_supervisor_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\n" +
-	"!reeve/v1/supervisor_service.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"k\n" +
+	"!reeve/v1/supervisor_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x13reeve/v1/task.proto\"k\n" +
 	"\x05Fence\x12!\n" +
 	"\felection_key\x18\x01 \x01(\tR\velectionKey\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
-	"\rsupervisor_id\x18\x03 \x01(\tR\fsupervisorId\"\xe7\x01\n" +
+	"\rsupervisor_id\x18\x03 \x01(\tR\fsupervisorId\"\x8b\x02\n" +
 	"\x10RetryStepRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\tR\x04step\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12%\n" +
 	"\x05fence\x18\x05 \x01(\v2\x0f.reeve.v1.FenceR\x05fence\x12/\n" +
 	"\x05delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"7\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tR\trequestId\"7\n" +
 	"\x11RetryStepResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xbb\x01\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xdf\x01\n" +
 	"\x15CompensateTaskRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\tR\x04step\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12%\n" +
 	"\x05fence\x18\x05 \x01(\v2\x0f.reeve.v1.FenceR\x05fence\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"<\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\tR\trequestId\"<\n" +
 	"\x16CompensateTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xb5\x01\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xd9\x01\n" +
 	"\x0fFailTaskRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\tR\x04step\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12%\n" +
 	"\x05fence\x18\x05 \x01(\v2\x0f.reeve.v1.FenceR\x05fence\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"6\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\tR\trequestId\"6\n" +
 	"\x10FailTaskResponse\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xa1\x03\n" +
 	"\x10RecoveryDecision\x12\x1c\n" +
@@ -1313,21 +1344,20 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\rtrace_context\x18\t \x03(\v2,.reeve.v1.RecoveryDecision.TraceContextEntryR\ftraceContext\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
-	"\x13RecoverStepsRequest\x12%\n" +
-	"\x05fence\x18\x01 \x01(\v2\x0f.reeve.v1.FenceR\x05fence\x128\n" +
-	"\tdecisions\x18\x02 \x03(\v2\x1a.reeve.v1.RecoveryDecisionR\tdecisions\"\x8d\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"{\n" +
+	"\x13RecoverStepsRequest\x12*\n" +
+	"\x05fence\x18\x01 \x01(\v2\x0f.reeve.v1.FenceB\x03\xe0A\x02R\x05fence\x128\n" +
+	"\tdecisions\x18\x02 \x03(\v2\x1a.reeve.v1.RecoveryDecisionR\tdecisions\"\xa6\x01\n" +
 	"\x0fRecoveryOutcome\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied\x12\x12\n" +
-	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\x122\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\x122\n" +
 	"\n" +
-	"task_state\x18\x04 \x01(\x0e2\x13.reeve.v1.TaskStateR\ttaskState\"M\n" +
+	"task_state\x18\x04 \x01(\x0e2\x13.reeve.v1.TaskStateR\ttaskState\x12*\n" +
+	"\x06status\x18\x05 \x01(\v2\x12.google.rpc.StatusR\x06statusJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\x04codeR\amessage\"M\n" +
 	"\x14RecoverStepsResponse\x125\n" +
-	"\boutcomes\x18\x01 \x03(\v2\x19.reeve.v1.RecoveryOutcomeR\boutcomes\"\xbb\x02\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x19.reeve.v1.RecoveryOutcomeR\boutcomes\"\xc0\x02\n" +
 	"\x05Alert\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\x12\x17\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x13\n" +
+	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04step\x18\x04 \x01(\tR\x04step\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12;\n" +
@@ -1348,10 +1378,10 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\x12WatchAlertsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"<\n" +
 	"\x13WatchAlertsResponse\x12%\n" +
-	"\x05alert\x18\x01 \x01(\v2\x0f.reeve.v1.AlertR\x05alert\"s\n" +
+	"\x05alert\x18\x01 \x01(\v2\x0f.reeve.v1.AlertR\x05alert\"x\n" +
 	"\x0fAckAlertRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x19\n" +
-	"\balert_id\x18\x02 \x01(\tR\aalertId\x12'\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\balert_id\x18\x02 \x01(\tB\x03\xe0A\x02R\aalertId\x12'\n" +
 	"\x0facknowledged_by\x18\x03 \x01(\tR\x0eacknowledgedBy\"9\n" +
 	"\x10AckAlertResponse\x12%\n" +
 	"\x05alert\x18\x01 \x01(\v2\x0f.reeve.v1.AlertR\x05alert*\xa6\x01\n" +
@@ -1409,7 +1439,8 @@ var file_reeve_v1_supervisor_service_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),    // 20: google.protobuf.Duration
 	(*Task)(nil),                   // 21: reeve.v1.Task
 	(TaskState)(0),                 // 22: reeve.v1.TaskState
-	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
+	(*status.Status)(nil),          // 23: google.rpc.Status
+	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
 }
 var file_reeve_v1_supervisor_service_proto_depIdxs = []int32{
 	1,  // 0: reeve.v1.RetryStepRequest.fence:type_name -> reeve.v1.Fence
@@ -1425,31 +1456,32 @@ var file_reeve_v1_supervisor_service_proto_depIdxs = []int32{
 	1,  // 10: reeve.v1.RecoverStepsRequest.fence:type_name -> reeve.v1.Fence
 	8,  // 11: reeve.v1.RecoverStepsRequest.decisions:type_name -> reeve.v1.RecoveryDecision
 	22, // 12: reeve.v1.RecoveryOutcome.task_state:type_name -> reeve.v1.TaskState
-	10, // 13: reeve.v1.RecoverStepsResponse.outcomes:type_name -> reeve.v1.RecoveryOutcome
-	23, // 14: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
-	23, // 15: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
-	12, // 16: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
-	12, // 17: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
-	12, // 18: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
-	2,  // 19: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
-	4,  // 20: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
-	6,  // 21: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
-	9,  // 22: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
-	13, // 23: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
-	15, // 24: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
-	17, // 25: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
-	3,  // 26: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
-	5,  // 27: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
-	7,  // 28: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
-	11, // 29: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
-	14, // 30: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
-	16, // 31: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
-	18, // 32: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
-	26, // [26:33] is the sub-list for method output_type
-	19, // [19:26] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	23, // 13: reeve.v1.RecoveryOutcome.status:type_name -> google.rpc.Status
+	10, // 14: reeve.v1.RecoverStepsResponse.outcomes:type_name -> reeve.v1.RecoveryOutcome
+	24, // 15: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
+	24, // 16: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
+	12, // 17: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
+	12, // 18: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
+	12, // 19: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
+	2,  // 20: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
+	4,  // 21: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
+	6,  // 22: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
+	9,  // 23: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
+	13, // 24: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
+	15, // 25: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
+	17, // 26: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
+	3,  // 27: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
+	5,  // 28: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
+	7,  // 29: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
+	11, // 30: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
+	14, // 31: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
+	16, // 32: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
+	18, // 33: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_supervisor_service_proto_init() }

@@ -38,7 +38,14 @@ const (
 // A supervisor acting on an expired execution names it (step, attempt) and
 // sends its Fence; the scheduler compares the fence in the same etcd
 // transaction as the change, so a deposed leader's call changes nothing and
-// fails with FAILED_PRECONDITION. An operator sends no fence.
+// fails with FAILED_PRECONDITION (reason FENCED). An operator sends no fence.
+//
+// An operator's RetryStep, CompensateTask and FailTask may carry a
+// request_id: it is recorded on the history events the action writes, and a
+// later call with the same request_id on the same task, refused only because
+// the action already took effect, returns the task instead (AIP-155), while
+// that event is in the task's kept history. Errors carry a
+// google.rpc.ErrorInfo reason as SchedulerService's do (docs/errors.md).
 type SupervisorServiceClient interface {
 	// RetryStep makes a step run again.
 	// With a fence: the named execution must be dispatched and past its
@@ -171,7 +178,14 @@ func (c *supervisorServiceClient) AckAlert(ctx context.Context, in *AckAlertRequ
 // A supervisor acting on an expired execution names it (step, attempt) and
 // sends its Fence; the scheduler compares the fence in the same etcd
 // transaction as the change, so a deposed leader's call changes nothing and
-// fails with FAILED_PRECONDITION. An operator sends no fence.
+// fails with FAILED_PRECONDITION (reason FENCED). An operator sends no fence.
+//
+// An operator's RetryStep, CompensateTask and FailTask may carry a
+// request_id: it is recorded on the history events the action writes, and a
+// later call with the same request_id on the same task, refused only because
+// the action already took effect, returns the task instead (AIP-155), while
+// that event is in the task's kept history. Errors carry a
+// google.rpc.ErrorInfo reason as SchedulerService's do (docs/errors.md).
 type SupervisorServiceServer interface {
 	// RetryStep makes a step run again.
 	// With a fence: the named execution must be dispatched and past its
