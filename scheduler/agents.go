@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -81,12 +82,19 @@ func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest)
 		return nil, statusErr(err)
 	}
 	ns := workflow.Namespace(req.GetNamespace())
-	recs, err := s.store.ListAgents(ctx, ns)
+	size, after, err := page(pageAgents, ns, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	recs, more, err := s.store.ListAgents(ctx, ns, after, size)
 	if err != nil {
 		return nil, statusErr(err)
 	}
 	local := s.disp.loads()
 	resp := &reevev1.ListAgentsResponse{}
+	if more {
+		resp.NextPageToken = encodePageToken(pageAgents, ns, recs[len(recs)-1].Record.GetAgentId())
+	}
 	queues := map[string]*reevev1.QueueInfo{}
 	for _, a := range recs {
 		r := a.Record
@@ -105,19 +113,26 @@ func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest)
 			queues[typ] = &reevev1.QueueInfo{Namespace: ns, StepType: typ}
 		}
 	}
+	if after == "" { // queues come with the first page
+		resp.Queues = s.queues(ctx, ns, queues)
+	}
+	slices.SortFunc(resp.Agents, func(a, b *reevev1.AgentInfo) int { return strings.Compare(a.GetAgentId(), b.GetAgentId()) })
+	return resp, nil
+}
+
+// queues are the ready queues of namespace ns: those of this scheduler's
+// memory, with an empty one for each other step type of served.
+func (s *Server) queues(ctx context.Context, ns string, served map[string]*reevev1.QueueInfo) []*reevev1.QueueInfo {
 	for _, h := range s.disp.queueHeads(ns) {
 		q := &reevev1.QueueInfo{Namespace: ns, StepType: h.typ, Depth: int64(h.depth)}
 		if h.taskID != "" {
 			q.OldestReadyTime = s.readyTime(ctx, ns, h.taskID, h.step)
 		}
-		queues[h.typ] = q
+		served[h.typ] = q
 	}
-	for _, q := range queues {
-		resp.Queues = append(resp.Queues, q)
-	}
-	slices.SortFunc(resp.Agents, func(a, b *reevev1.AgentInfo) int { return strings.Compare(a.GetAgentId(), b.GetAgentId()) })
-	slices.SortFunc(resp.Queues, func(a, b *reevev1.QueueInfo) int { return strings.Compare(a.GetStepType(), b.GetStepType()) })
-	return resp, nil
+	out := slices.Collect(maps.Values(served))
+	slices.SortFunc(out, func(a, b *reevev1.QueueInfo) int { return strings.Compare(a.GetStepType(), b.GetStepType()) })
+	return out
 }
 
 // readyTime returns when a queued step became ready (its not-before when

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/workflow"
@@ -12,17 +13,19 @@ func (s *Server) ListAlerts(ctx context.Context, req *reevev1.ListAlertsRequest)
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, statusErr(err)
 	}
-	size, after, err := page(req.GetPageSize(), req.GetPageToken())
+	ns := workflow.Namespace(req.GetNamespace())
+	filters := fmt.Sprintf("%s\x00%v", ns, req.GetIncludeAcknowledged())
+	size, after, err := page(pageAlerts, filters, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	alerts, more, err := s.store.ListAlerts(ctx, workflow.Namespace(req.GetNamespace()), req.GetIncludeAcknowledged(), after, size)
+	alerts, more, err := s.store.ListAlerts(ctx, ns, req.GetIncludeAcknowledged(), after, size)
 	if err != nil {
 		return nil, statusErr(err)
 	}
 	resp := &reevev1.ListAlertsResponse{Alerts: alerts}
 	if more {
-		resp.NextPageToken = pageToken(alerts[len(alerts)-1].GetId())
+		resp.NextPageToken = encodePageToken(pageAlerts, filters, alerts[len(alerts)-1].GetId())
 	}
 	return resp, nil
 }

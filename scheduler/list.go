@@ -2,12 +2,12 @@ package scheduler
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -166,25 +166,23 @@ func basicView(t *reevev1.Task) {
 	}
 }
 
-// pageSize validates a page size; 0 means the default.
+// pageSize validates a page size: 0 means the default, more than the
+// maximum is lowered to it (AIP-158).
 func pageSize(size int32) (int, error) {
 	switch {
 	case size < 0:
 		return 0, &workflow.FieldError{Field: "page_size", Reason: "must not be negative"}
 	case size > maxPageSize:
-		return 0, &workflow.FieldError{Field: "page_size", Reason: fmt.Sprintf("at most %d", maxPageSize)}
+		return maxPageSize, nil
 	case size == 0:
 		return defaultPageSize, nil
 	}
 	return int(size), nil
 }
 
-// A list page token is base64url("t1:<create time, unix ns>:<filters>:<task id>"):
-// where the previous page ended and a fingerprint of the filters it was
-// issued for. Tokens are opaque to clients; one that does not parse, or
-// that was issued for other filters, is refused.
-const listTokenVersion = "t1"
-
+// A ListTasks page token (pagetoken.go) holds where the previous page
+// ended (create time in unix ns, task id) and a fingerprint of the filters
+// it was issued for.
 func listFilters(req *reevev1.ListTasksRequest) string {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%d\x00%s\x00%s\x00%v\x00%v", workflow.Namespace(req.GetNamespace()), req.GetState(),
@@ -193,33 +191,19 @@ func listFilters(req *reevev1.ListTasksRequest) string {
 }
 
 func encodeListToken(req *reevev1.ListTasksRequest, p store.ListPosition) string {
-	raw := strings.Join([]string{listTokenVersion, strconv.FormatInt(p.Created.UnixNano(), 10), listFilters(req), p.ID}, ":")
-	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+	return encodePageToken(pageTasks, listFilters(req), strconv.FormatInt(p.Created.UnixNano(), 10), p.ID)
 }
 
 func decodeListToken(req *reevev1.ListTasksRequest, tok string) (store.ListPosition, error) {
-	bad := func(why string) error {
-		return &workflow.FieldError{Field: "page_token", Reason: why + "; pass the next_page_token of a previous response with the same filters"}
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	f, err := decodePageToken(tok, pageTasks, listFilters(req), 2)
 	if err != nil {
-		return store.ListPosition{}, bad("not a page token")
+		return store.ListPosition{}, err
 	}
-	parts := strings.SplitN(string(raw), ":", 4)
-	if len(parts) != 4 || parts[0] != listTokenVersion {
-		return store.ListPosition{}, bad("not a page token")
+	nanos, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || nanos < 0 || workflow.ValidateTaskID("page_token", f[1]) != nil {
+		return store.ListPosition{}, &workflow.FieldError{Field: "page_token", Reason: "not a page token; pass the next_page_token of a previous response with the same filters, unchanged"}
 	}
-	nanos, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || nanos < 0 {
-		return store.ListPosition{}, bad("not a page token")
-	}
-	if workflow.ValidateTaskID("page_token", parts[3]) != nil {
-		return store.ListPosition{}, bad("not a page token")
-	}
-	if parts[2] != listFilters(req) {
-		return store.ListPosition{}, bad("issued for other filters")
-	}
-	return store.ListPosition{Created: time.Unix(0, nanos), ID: parts[3]}, nil
+	return store.ListPosition{Created: time.Unix(0, nanos), ID: f[1]}, nil
 }
 
 // CountTasks implements SchedulerService.
@@ -237,8 +221,10 @@ func (s *Server) CountTasks(ctx context.Context, req *reevev1.CountTasksRequest)
 		return nil, statusErr(err)
 	}
 	resp := &reevev1.CountTasksResponse{ByState: make(map[string]int64, len(counts)), Revision: rev}
-	for st, n := range counts {
-		resp.ByState[st.String()] = n
+	for _, st := range slices.Sorted(maps.Keys(counts)) {
+		n := counts[st]
+		resp.Counts = append(resp.Counts, &reevev1.StateCount{State: st, Count: n})
+		resp.ByState[st.String()] = n // deprecated; removed in the next release
 	}
 	return resp, nil
 }

@@ -128,8 +128,8 @@ func TestInvalidRequestsAreRefusedAndStoreNothing(t *testing.T) {
 			_, err := c.GetTask(ctx, &reevev1.GetTaskRequest{})
 			return err
 		}, "task_id"},
-		{"page size too large", func(ctx context.Context) error {
-			_, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{PageSize: 5000})
+		{"negative page size", func(ctx context.Context) error {
+			_, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{PageSize: -5})
 			return err
 		}, "page_size"},
 		{"cancel reason too long", func(ctx context.Context) error {

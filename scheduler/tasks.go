@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 
@@ -109,24 +108,17 @@ func taskKey(ns, id string) (string, error) {
 	return workflow.Namespace(ns), nil
 }
 
-// page validates paging arguments. Page tokens are opaque to clients.
-func page(size int32, token string) (int, string, error) {
-	switch {
-	case size < 0:
-		return 0, "", &workflow.FieldError{Field: "page_size", Reason: "must not be negative"}
-	case size > maxPageSize:
-		return 0, "", &workflow.FieldError{Field: "page_size", Reason: fmt.Sprintf("at most %d", maxPageSize)}
-	case size == 0:
-		size = defaultPageSize
+// page validates the paging arguments of a list of kind whose filters'
+// fingerprint is filters, and returns the page size and the key the page
+// starts after ("" for the first page).
+func page(kind pageKind, filters string, size int32, token string) (int, string, error) {
+	n, err := pageSize(size)
+	if err != nil || token == "" {
+		return n, "", err
 	}
-	if token == "" {
-		return int(size), "", nil
-	}
-	after, err := base64.RawURLEncoding.DecodeString(token)
+	f, err := decodePageToken(token, kind, filters, 1)
 	if err != nil {
-		return 0, "", &workflow.FieldError{Field: "page_token", Reason: "malformed"}
+		return 0, "", err
 	}
-	return int(size), string(after), nil
+	return n, f[0], nil
 }
-
-func pageToken(last string) string { return base64.RawURLEncoding.EncodeToString([]byte(last)) }

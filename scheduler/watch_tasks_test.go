@@ -369,8 +369,17 @@ func TestCountTasksByState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		by := resp.GetByState()
-		if by["TASK_STATE_PENDING"] != tc.pending || by["TASK_STATE_RUNNING"] != tc.running || len(by) != 7 {
+		by := map[reevev1.TaskState]int64{}
+		for i, sc := range resp.GetCounts() {
+			by[sc.GetState()] = sc.GetCount()
+			if want := reevev1.TaskState(i + 1); sc.GetState() != want {
+				t.Errorf("workflow %q: count %d is of %v, want %v (enum order)", tc.wf, i, sc.GetState(), want)
+			}
+			if old := resp.GetByState()[sc.GetState().String()]; old != sc.GetCount() {
+				t.Errorf("workflow %q: deprecated by_state says %d %v, counts %d", tc.wf, old, sc.GetState(), sc.GetCount())
+			}
+		}
+		if by[reevev1.TaskState_TASK_STATE_PENDING] != tc.pending || by[reevev1.TaskState_TASK_STATE_RUNNING] != tc.running || len(by) != 7 {
 			t.Errorf("workflow %q: counts %v, want %d pending, %d running, 7 states", tc.wf, by, tc.pending, tc.running)
 		}
 	}

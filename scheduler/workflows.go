@@ -61,20 +61,21 @@ func (s *Server) ListWorkflows(ctx context.Context, req *reevev1.ListWorkflowsRe
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, statusErr(err)
 	}
-	size, after, err := page(req.GetPageSize(), req.GetPageToken())
+	ns := workflow.Namespace(req.GetNamespace())
+	size, after, err := page(pageWorkflows, ns, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, statusErr(err)
 	}
 	if after != "" && workflow.ValidateName("page_token", after) != nil {
 		return nil, statusErr(&workflow.FieldError{Field: "page_token", Reason: "not a page token; pass the next_page_token of a previous response"})
 	}
-	wfs, more, err := s.store.ListWorkflows(ctx, workflow.Namespace(req.GetNamespace()), after, size)
+	wfs, more, err := s.store.ListWorkflows(ctx, ns, after, size)
 	if err != nil {
 		return nil, statusErr(err)
 	}
 	resp := &reevev1.ListWorkflowsResponse{Workflows: wfs}
 	if more {
-		resp.NextPageToken = pageToken(wfs[len(wfs)-1].GetName())
+		resp.NextPageToken = encodePageToken(pageWorkflows, ns, wfs[len(wfs)-1].GetName())
 	}
 	return resp, nil
 }

@@ -32,7 +32,16 @@ published every 2 seconds, so they can be that old.`,
 			defer closeConn()
 			ctx, cancel := g.requestCtx(cmd.Context())
 			defer cancel()
-			resp, err := c.ListAgents(ctx, &reevev1.ListAgentsRequest{Namespace: g.namespace})
+			// Every page; the queues come with the first.
+			req := &reevev1.ListAgentsRequest{Namespace: g.namespace, PageSize: 1000}
+			resp, err := c.ListAgents(ctx, req)
+			for err == nil && resp.GetNextPageToken() != "" {
+				req.PageToken = resp.GetNextPageToken()
+				var next *reevev1.ListAgentsResponse
+				if next, err = c.ListAgents(ctx, req); err == nil {
+					resp.Agents, resp.NextPageToken = append(resp.Agents, next.GetAgents()...), next.GetNextPageToken()
+				}
+			}
 			if err != nil {
 				return err
 			}

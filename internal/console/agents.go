@@ -17,6 +17,9 @@ type agentsData struct {
 	Note   string
 }
 
+// maxAgentPages bounds the agents page at 10 pages of 1,000 agents.
+const maxAgentPages = 10
+
 // agentsPage shows every agent connected to any scheduler of the cluster,
 // and the ready queue of each step type, from the API's ListAgents.
 func (s *Server) agentsPage(w http.ResponseWriter, r *http.Request, ss *session) {
@@ -28,7 +31,16 @@ func (s *Server) agentsPage(w http.ResponseWriter, r *http.Request, ss *session)
 	d := agentsData{pageData: s.page(r, ss, "Agents and queues", "agents", ns)}
 	ctx, cancel, opts := s.call(r, ss)
 	defer cancel()
-	resp, err := s.sched.ListAgents(ctx, &reevev1.ListAgentsRequest{Namespace: ns}, opts...)
+	// Up to maxAgentPages pages; the queues come with the first.
+	req := &reevev1.ListAgentsRequest{Namespace: ns, PageSize: 1000}
+	resp, err := s.sched.ListAgents(ctx, req, opts...)
+	for i := 1; err == nil && resp.GetNextPageToken() != "" && i < maxAgentPages; i++ {
+		req.PageToken = resp.GetNextPageToken()
+		var next *reevev1.ListAgentsResponse
+		if next, err = s.sched.ListAgents(ctx, req, opts...); err == nil {
+			resp.Agents, resp.NextPageToken = append(resp.Agents, next.GetAgents()...), next.GetNextPageToken()
+		}
+	}
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		d.Note = "This scheduler does not serve ListAgents (an older version): upgrade it to see agents and queues."

@@ -53,9 +53,13 @@ func (s *Server) counts(ctx context.Context, opts []grpc.CallOption, f taskFilte
 		}
 		return nil
 	}
+	by := map[string]int64{}
+	for _, c := range resp.GetCounts() {
+		by[c.GetState().String()] = c.GetCount()
+	}
 	var out []stateCount
 	for _, st := range taskStates {
-		out = append(out, stateCount{State: st, N: resp.GetByState()["TASK_STATE_"+strings.ToUpper(st)]})
+		out = append(out, stateCount{State: st, N: by["TASK_STATE_"+strings.ToUpper(st)]})
 	}
 	return out
 }

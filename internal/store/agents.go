@@ -94,42 +94,52 @@ type ConnectedAgent struct {
 	LoadOK bool
 }
 
-// maxListedAgents bounds ListAgents: a namespace with more connected agents
-// lists the first ones by id.
-const maxListedAgents = 10_000
-
-// ListAgents returns the agents connected to any scheduler in namespace ns,
-// by id, with their published loads: two ranges read at one revision.
-func (s *Store) ListAgents(ctx context.Context, ns string) ([]ConnectedAgent, error) {
+// ListAgents returns a page of the agents connected to any scheduler in
+// namespace ns, by id: at most limit of them after the id after ("" for the
+// first page), with their published loads read at the same revision, and
+// whether more follow.
+func (s *Store) ListAgents(ctx context.Context, ns, after string, limit int) (agents []ConnectedAgent, more bool, err error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	ap, lp := s.k.agent(ns, ""), s.k.agentLoad(ns, "")
-	resp, err := s.c.Txn(octx).Then(
-		clientv3.OpGet(ap, clientv3.WithRange(prefixEnd(ap)), clientv3.WithLimit(maxListedAgents)),
-		clientv3.OpGet(lp, clientv3.WithRange(prefixEnd(lp)), clientv3.WithLimit(maxListedAgents)),
-	).Commit()
+	start := ap
+	if after != "" {
+		start = ap + after + "\x00"
+	}
+	resp, err := s.c.Get(octx, start, clientv3.WithRange(prefixEnd(ap)), clientv3.WithLimit(int64(limit)+1))
 	if err != nil {
-		return nil, etcdErr(ctx, "list agents", err)
+		return nil, false, etcdErr(ctx, "list agents", err)
+	}
+	kvs := resp.Kvs
+	if len(kvs) > limit {
+		kvs, more = kvs[:limit], true
+	}
+	if len(kvs) == 0 {
+		return nil, false, nil
+	}
+	first, last := strings.TrimPrefix(string(kvs[0].Key), ap), strings.TrimPrefix(string(kvs[len(kvs)-1].Key), ap)
+	lresp, err := s.c.Get(octx, lp+first, clientv3.WithRange(lp+last+"\x00"), clientv3.WithRev(resp.Header.Revision))
+	if err != nil {
+		return nil, false, etcdErr(ctx, "list agents", err)
 	}
 	loads := map[string]AgentLoad{}
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+	for _, kv := range lresp.Kvs {
 		if l, ok := parseAgentLoad(string(kv.Value)); ok {
 			loads[strings.TrimPrefix(string(kv.Key), lp)] = l
 		}
 	}
-	var out []ConnectedAgent
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+	for _, kv := range kvs {
 		rec := &storev1.AgentRecord{}
 		if err := proto.Unmarshal(kv.Value, rec); err != nil {
-			return nil, fmt.Errorf("store: decode %s: %w", kv.Key, err)
+			return nil, false, fmt.Errorf("store: decode %s: %w", kv.Key, err)
 		}
 		a := ConnectedAgent{Record: rec}
 		if l, ok := loads[rec.GetAgentId()]; ok && l.SessionID == rec.GetSessionId() {
 			a.Load, a.LoadOK = l, true
 		}
-		out = append(out, a)
+		agents = append(agents, a)
 	}
-	return out, nil
+	return agents, more, nil
 }
 
 // DeleteAgentSession removes an agent record if it is still the one of
