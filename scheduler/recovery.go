@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -92,7 +94,7 @@ func (s *Server) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx
 	var action string // of the write's last run before UpdateTask returned
 	defer func() {
 		span.SetAttributes(telemetry.KeyAction.String(action))
-		if err != nil {
+		if done := (*alreadyApplied)(nil); err != nil && !errors.As(err, &done) {
 			span.SetStatus(otelcodes.Error, toStatus(err).Message())
 		}
 		span.End()
@@ -139,6 +141,7 @@ type recoveryRequest interface {
 	GetAttempt() int32
 	GetFence() *reevev1.Fence
 	GetReason() string
+	GetRequestId() string
 }
 
 // recover serves a single-action recovery RPC. With a fence it is the
@@ -160,6 +163,9 @@ func (s *Server) recover(ctx context.Context, req recoveryRequest, action reevev
 		ns, err = validateDecision(d)
 	} else {
 		ns, err = validateRecovery(req.GetNamespace(), req.GetTaskId(), req.GetStep(), req.GetAttempt(), req.GetReason(), false, stepRequired)
+		if rid := req.GetRequestId(); err == nil && rid != "" {
+			err = workflow.ValidateTaskID("request_id", rid)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -175,9 +181,48 @@ func (s *Server) recover(ctx context.Context, req recoveryRequest, action reevev
 		}))
 	}
 	actor = actorOf(ctx, actor)
-	return s.recoverTask(ctx, ref, nil, actor, nil, func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
-		return "operator", claim.without(func() error { return operator(t, actor, now) })
+	t, err := s.recoverTask(ctx, ref, nil, actor, nil, func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
+		return "operator", claim.without(func() error {
+			return operatorOnce(t, req.GetRequestId(), func() error { return operator(t, actor, now) })
+		})
 	})
+	var done *alreadyApplied
+	if errors.As(err, &done) {
+		return done.task, nil
+	}
+	return t, err
+}
+
+// alreadyApplied is the refusal of an operator action whose request_id
+// the task's history already records: the caller answers with the task.
+type alreadyApplied struct{ task *reevev1.Task }
+
+func (e *alreadyApplied) Error() string { return "request already applied" }
+
+// operatorOnce runs an operator's action on t unless requestID (when not
+// empty) is on an event of t's history, and marks the events the action
+// adds with requestID: a retry of the call after a lost answer returns the
+// task (AIP-155) while the event is in the kept history.
+func operatorOnce(t *reevev1.Task, requestID string, act func() error) error {
+	if requestID == "" {
+		return act()
+	}
+	had := make(map[*reevev1.HistoryEvent]bool, len(t.GetHistory()))
+	for _, e := range t.GetHistory() {
+		if e.GetRequestId() == requestID {
+			return &alreadyApplied{task: proto.Clone(t).(*reevev1.Task)}
+		}
+		had[e] = true
+	}
+	if err := act(); err != nil {
+		return err
+	}
+	for _, e := range t.GetHistory() {
+		if !had[e] {
+			e.RequestId = requestID
+		}
+	}
+	return nil
 }
 
 // RetryStep implements SupervisorService.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -15,8 +16,8 @@ import (
 // newTaskRetryCmd is the operator's retry of a FAILED step.
 func newTaskRetryCmd(g *globals) *cobra.Command {
 	var (
-		reason  string
-		attempt int32
+		reason, requestID string
+		attempt           int32
 	)
 	cmd := &cobra.Command{
 		Use:   "retry ID STEP [--reason TEXT]",
@@ -30,7 +31,7 @@ func newTaskRetryCmd(g *globals) *cobra.Command {
 			defer closeConn()
 			ctx, cancel := g.requestCtx(cmd.Context())
 			defer cancel()
-			resp, err := c.RetryStep(ctx, &reevev1.RetryStepRequest{Namespace: g.namespace, TaskId: args[0], Step: args[1], Attempt: attempt, Reason: reason})
+			resp, err := c.RetryStep(ctx, &reevev1.RetryStepRequest{Namespace: g.namespace, TaskId: args[0], Step: args[1], Attempt: attempt, Reason: reason, RequestId: orNewRequestID(requestID)})
 			if err != nil {
 				return err
 			}
@@ -39,12 +40,13 @@ func newTaskRetryCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
 	cmd.Flags().Int32Var(&attempt, "attempt", 0, "only if the step is still at this attempt (default: any)")
+	cmd.Flags().StringVar(&requestID, "request-id", "", requestIDUsage)
 	return cmd
 }
 
 // newTaskCompensateCmd is the operator's request to undo a task.
 func newTaskCompensateCmd(g *globals) *cobra.Command {
-	var reason string
+	var reason, requestID string
 	cmd := &cobra.Command{
 		Use:   "compensate ID [--reason TEXT]",
 		Short: "Undo a running or failed task: compensate its succeeded steps in reverse order",
@@ -57,7 +59,7 @@ func newTaskCompensateCmd(g *globals) *cobra.Command {
 			defer closeConn()
 			ctx, cancel := g.requestCtx(cmd.Context())
 			defer cancel()
-			resp, err := c.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason})
+			resp, err := c.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason, RequestId: orNewRequestID(requestID)})
 			if err != nil {
 				return err
 			}
@@ -65,7 +67,18 @@ func newTaskCompensateCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
+	cmd.Flags().StringVar(&requestID, "request-id", "", requestIDUsage)
 	return cmd
+}
+
+const requestIDUsage = "recorded on the action's history events: running the command again with the same id after a lost answer prints the task instead of acting again (default: a new UUID)"
+
+// orNewRequestID returns id, or a new UUID when id is empty.
+func orNewRequestID(id string) string {
+	if id != "" {
+		return id
+	}
+	return uuid.NewString()
 }
 
 func newAlertsCmd(g *globals) *cobra.Command {

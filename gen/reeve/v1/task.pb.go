@@ -631,8 +631,12 @@ type HistoryEvent struct {
 	// FailTask), "supervisor/<id>" (a fenced call), "scheduler/<id>" (a
 	// dispatch, a missed heartbeat), "scheduler" (what follows from another
 	// event: a step becoming ready, the task ending), "agent/<id>" (a result).
-	Actor         string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
-	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Actor   string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// The request_id of the operator action (RetryStep, CompensateTask,
+	// FailTask) that wrote the event, when it had one: a later call with
+	// the same request_id returns the task instead of acting again.
+	RequestId     string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +713,13 @@ func (x *HistoryEvent) GetMessage() string {
 	return ""
 }
 
+func (x *HistoryEvent) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
@@ -762,14 +773,16 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\x120\n" +
 	"\adetails\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\adetails\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"\xb0\x01\n" +
+	"retryAfter\"\xcf\x01\n" +
 	"\fHistoryEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\tR\x04step\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage*\xda\x01\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\tR\trequestId*\xda\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TASK_STATE_PENDING\x10\x01\x12\x16\n" +
