@@ -50,7 +50,11 @@ func refuse(code codes.Code, reason, format string, args ...any) error {
 // task, step, attempt).
 func toStatus(err error) *status.Status {
 	if st, ok := status.FromError(err); ok {
-		return withErrorInfo(st, ReasonOf(st.Code()), nil)
+		st = withErrorInfo(st, ReasonOf(st.Code()), nil)
+		if (st.Code() == codes.ResourceExhausted || st.Code() == codes.Unavailable) && !hasRetryInfo(st) {
+			st = withDetail(st, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
+		}
+		return st
 	}
 	code, reason, msg := classify(err)
 	st := status.New(code, msg)
@@ -188,6 +192,15 @@ func withDetail(st *status.Status, d protoadapt.MessageV1) *status.Status {
 		return with
 	}
 	return st
+}
+
+func hasRetryInfo(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.RetryInfo); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func statusErr(err error) error { return toStatus(err).Err() }
