@@ -243,7 +243,8 @@ python-example:
 		  { apt-get update -q >/dev/null && apt-get install -y -q python3-grpcio python3-grpc-tools python3-protobuf >/dev/null; }; }
 	rm -rf examples/python/gen && mkdir -p examples/python/gen
 	$(PYTHON) -m grpc_tools.protoc -I proto -I "$$($(PYTHON) -c 'import grpc_tools, os; print(os.path.dirname(grpc_tools.__file__))')/_proto" \
-		--python_out=examples/python/gen --grpc_python_out=examples/python/gen proto/reeve/v1/*.proto proto/google/rpc/status.proto
+		--python_out=examples/python/gen --grpc_python_out=examples/python/gen proto/reeve/v1/*.proto \
+		proto/google/api/field_behavior.proto proto/google/rpc/status.proto
 
 # The Python client and agent against reeve dev (plaintext and mutual TLS),
 # then `reeve conformance` against the Python agent (about 25 s).
