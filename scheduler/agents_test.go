@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +110,65 @@ func TestListAgentsAcrossSchedulers(t *testing.T) {
 	}
 	if _, err := c1.ListAgents(ctx, &reevev1.ListAgentsRequest{Namespace: "a/b"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("bad namespace: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// ListAgents pages by agent id: every agent comes exactly once over the
+// pages, the queues come with the first page, and a page size over the
+// maximum is lowered, not refused.
+func TestListAgentsPages(t *testing.T) {
+	_, s, c := newEnv(t)
+	ids := []string{"p-1", "p-2", "p-3", "p-4", "p-5"}
+	for _, id := range ids {
+		testenv.ConnectRaw(t, s.Addr, register(id, 1, "type-"+id))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	// Condition wait: an agent's record is written just after its
+	// Registered is sent.
+	for deadline := time.Now().Add(wait); ; {
+		resp, err := c.ListAgents(ctx, &reevev1.ListAgentsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetAgents()) == len(ids) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d agents listed, want %d", len(resp.GetAgents()), len(ids))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var got []string
+	pages := 0
+	req := &reevev1.ListAgentsRequest{PageSize: 2}
+	for {
+		resp, err := c.ListAgents(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if len(resp.GetAgents()) > 2 {
+			t.Fatalf("page %d has %d agents, want at most 2", pages, len(resp.GetAgents()))
+		}
+		if first := req.PageToken == ""; first != (len(resp.GetQueues()) > 0) {
+			t.Fatalf("page %d: %d queues; want them on the first page only", pages, len(resp.GetQueues()))
+		}
+		for _, a := range resp.GetAgents() {
+			got = append(got, a.GetAgentId())
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" || pages > len(ids) {
+			break
+		}
+	}
+	if pages != 3 || strings.Join(got, ",") != strings.Join(ids, ",") {
+		t.Fatalf("%d pages listing %v, want 3 listing %v", pages, got, ids)
+	}
+	resp, err := c.ListAgents(ctx, &reevev1.ListAgentsRequest{PageSize: 1 << 20})
+	if err != nil || len(resp.GetAgents()) != len(ids) || resp.GetNextPageToken() != "" {
+		t.Fatalf("page size over the maximum: %d agents, token %q, %v; want all %d in one page", len(resp.GetAgents()), resp.GetNextPageToken(), err, len(ids))
+	}
+	if _, err := c.ListAgents(ctx, &reevev1.ListAgentsRequest{PageToken: resp.GetNextPageToken() + "x"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("forged token: %v, want INVALID_ARGUMENT", err)
 	}
 }

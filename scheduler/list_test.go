@@ -384,3 +384,23 @@ func TestListWorkflowsPagesByByteBudget(t *testing.T) {
 		t.Fatalf("forged token: %v, want INVALID_ARGUMENT naming page_token", err)
 	}
 }
+
+// A page size over the maximum is lowered to it on every list (AIP-158),
+// never refused.
+func TestPageSizeOverTheMaximumIsLowered(t *testing.T) {
+	_, s, c := newEnv(t)
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	submitMany(t, c, "big", 3, "wf", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	tasks, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{PageSize: 1 << 30})
+	if err != nil || len(tasks.GetTasks()) != 3 {
+		t.Fatalf("ListTasks: %d tasks, %v; want 3", len(tasks.GetTasks()), err)
+	}
+	if _, err := c.ListWorkflows(ctx, &reevev1.ListWorkflowsRequest{PageSize: 1 << 30}); err != nil {
+		t.Fatalf("ListWorkflows: %v", err)
+	}
+	if _, err := sup.ListAlerts(ctx, &reevev1.ListAlertsRequest{PageSize: 1 << 30}); err != nil {
+		t.Fatalf("ListAlerts: %v", err)
+	}
+}
