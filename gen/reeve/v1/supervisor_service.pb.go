@@ -862,7 +862,8 @@ func (x *RecoverStepsResponse) GetOutcomes() []*RecoveryOutcome {
 	return nil
 }
 
-// Alert tells an operator that a task failed and needs a human.
+// Alert tells an operator that a task failed and needs a human. Every
+// field is set by the scheduler.
 type Alert struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -1354,18 +1355,18 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"task_state\x18\x04 \x01(\x0e2\x13.reeve.v1.TaskStateR\ttaskState\x12*\n" +
 	"\x06status\x18\x05 \x01(\v2\x12.google.rpc.StatusR\x06statusJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\x04codeR\amessage\"M\n" +
 	"\x14RecoverStepsResponse\x125\n" +
-	"\boutcomes\x18\x01 \x03(\v2\x19.reeve.v1.RecoveryOutcomeR\boutcomes\"\xc0\x02\n" +
-	"\x05Alert\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x13\n" +
-	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x17\n" +
-	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x12\n" +
-	"\x04step\x18\x04 \x01(\tR\x04step\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\x12;\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12\"\n" +
-	"\facknowledged\x18\a \x01(\bR\facknowledged\x125\n" +
-	"\back_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aackTime\x12'\n" +
-	"\x0facknowledged_by\x18\t \x01(\tR\x0eacknowledgedBy\"\xa0\x01\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x19.reeve.v1.RecoveryOutcomeR\boutcomes\"\xe8\x02\n" +
+	"\x05Alert\x12!\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x03\xe0A\x03R\tnamespace\x12\x13\n" +
+	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1c\n" +
+	"\atask_id\x18\x03 \x01(\tB\x03\xe0A\x03R\x06taskId\x12\x17\n" +
+	"\x04step\x18\x04 \x01(\tB\x03\xe0A\x03R\x04step\x12\x1b\n" +
+	"\x06reason\x18\x05 \x01(\tB\x03\xe0A\x03R\x06reason\x12@\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12'\n" +
+	"\facknowledged\x18\a \x01(\bB\x03\xe0A\x03R\facknowledged\x12:\n" +
+	"\back_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\aackTime\x12,\n" +
+	"\x0facknowledged_by\x18\t \x01(\tB\x03\xe0A\x03R\x0eacknowledgedBy\"\xa0\x01\n" +
 	"\x11ListAlertsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x121\n" +
 	"\x14include_acknowledged\x18\x02 \x01(\bR\x13includeAcknowledged\x12\x1b\n" +

@@ -7,6 +7,7 @@
 package reevev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -90,7 +91,8 @@ type Workflow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespace the workflow is registered in; "default" when empty.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// Name of the workflow, e.g. "demo.orders".
+	// Name of the workflow, e.g. "demo.orders". Required to register it;
+	// optional for an inline workflow.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// Version assigned by the server on registration (1, 2, ...). Ignored on input.
 	Version int32 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
@@ -541,16 +543,16 @@ var File_reeve_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x17reeve/v1/workflow.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x03\n" +
+	"\x17reeve/v1/workflow.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x03\n" +
 	"\bWorkflow\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x05R\aversion\x12 \n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
+	"\aversion\x18\x03 \x01(\x05B\x03\xe0A\x03R\aversion\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12(\n" +
 	"\x05steps\x18\x05 \x03(\v2\x12.reeve.v1.StepSpecR\x05steps\x12G\n" +
 	"\x14default_retry_policy\x18\x06 \x01(\v2\x15.reeve.v1.RetryPolicyR\x12defaultRetryPolicy\x12B\n" +
-	"\x0fdefault_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0edefaultTimeout\x12;\n" +
-	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"\x0fdefault_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0edefaultTimeout\x12@\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"createTime\x12c\n" +
 	"!default_schedule_to_start_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x1ddefaultScheduleToStartTimeout\"\x9f\x05\n" +
 	"\bStepSpec\x12\x12\n" +
