@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,6 +31,9 @@ type confirmData struct {
 	T                   *reevev1.Task
 	Step                string
 	Explain             string
+	// RequestID makes a second post of the form (a reload, a double
+	// click) return the task instead of acting again (operator actions).
+	RequestID string
 }
 
 // confirmTaskAction shows what an action will do and asks for a reason; the
@@ -45,7 +49,7 @@ func (s *Server) confirmTaskAction(w http.ResponseWriter, r *http.Request, ss *s
 	if !ok {
 		return
 	}
-	d := confirmData{pageData: s.page(r, ss, title, "tasks", t.GetNamespace()), Action: action, ActionTitle: title, T: t, Step: r.URL.Query().Get("step")}
+	d := confirmData{pageData: s.page(r, ss, title, "tasks", t.GetNamespace()), Action: action, ActionTitle: title, T: t, Step: r.URL.Query().Get("step"), RequestID: uuid.NewString()}
 	if !d.Operator {
 		s.renderError(w, r, ss, http.StatusForbidden, "Not allowed", "Your identity may not use operator actions in namespace "+t.GetNamespace()+".")
 		return
@@ -80,7 +84,7 @@ func (s *Server) taskAction(w http.ResponseWriter, r *http.Request, ss *session)
 	}
 	ctx, cancel, opts := s.call(r, ss)
 	defer cancel()
-	if err := s.apply(ctx, opts, action, ns, id, r.PostFormValue("step"), reason); err != nil {
+	if err := s.apply(ctx, opts, action, ns, id, r.PostFormValue("step"), reason, r.PostFormValue("request_id")); err != nil {
 		s.apiError(w, r, ss, fmt.Sprintf("%s task %q", action, id), err)
 		return
 	}
@@ -104,8 +108,9 @@ func (s *Server) requireOperator(w http.ResponseWriter, r *http.Request, ss *ses
 }
 
 // apply runs one operator action through the API. An empty step for retry
-// means the task's first FAILED step.
-func (s *Server) apply(ctx context.Context, opts []grpc.CallOption, action, ns, id, step, reason string) error {
+// means the task's first FAILED step; requestID (may be empty) is the
+// operator action's request_id.
+func (s *Server) apply(ctx context.Context, opts []grpc.CallOption, action, ns, id, step, reason, requestID string) error {
 	if reason == "" {
 		reason = action + " from the console"
 	}
@@ -114,7 +119,7 @@ func (s *Server) apply(ctx context.Context, opts []grpc.CallOption, action, ns, 
 		_, err := s.sched.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: ns, TaskId: id, Reason: reason}, opts...)
 		return err
 	case "compensate":
-		_, err := s.sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: ns, TaskId: id, Reason: reason}, opts...)
+		_, err := s.sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: ns, TaskId: id, Reason: reason, RequestId: requestID}, opts...)
 		return err
 	case "retry":
 		if step == "" {
@@ -132,7 +137,7 @@ func (s *Server) apply(ctx context.Context, opts []grpc.CallOption, action, ns, 
 				return status.Error(codes.FailedPrecondition, "step: the task has no FAILED step")
 			}
 		}
-		_, err := s.sup.RetryStep(ctx, &reevev1.RetryStepRequest{Namespace: ns, TaskId: id, Step: step, Reason: reason}, opts...)
+		_, err := s.sup.RetryStep(ctx, &reevev1.RetryStepRequest{Namespace: ns, TaskId: id, Step: step, Reason: reason, RequestId: requestID}, opts...)
 		return err
 	}
 	return fmt.Errorf("unknown action %q", action)
@@ -243,7 +248,7 @@ func (s *Server) bulkApply(w http.ResponseWriter, r *http.Request, ss *session) 
 	}
 	for _, id := range ids {
 		ctx, cancel, opts := s.call(r, ss)
-		err := s.apply(ctx, opts, action, ns, id, "", reason)
+		err := s.apply(ctx, opts, action, ns, id, "", reason, "")
 		cancel()
 		res := bulkResult{ID: id}
 		if err != nil {

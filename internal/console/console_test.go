@@ -396,3 +396,39 @@ func TestTasksEventStreamAfterCompaction(t *testing.T) {
 		t.Fatal("no event for a change after the reset")
 	}
 }
+
+// The confirmation form of an operator action carries a request_id: posting
+// it twice (a reload, a double click) compensates the task once and shows
+// the task both times.
+func TestConfirmedActionPostedTwiceActsOnce(t *testing.T) {
+	e := newEnv(t)
+	task := e.submit(stuck())
+	b := e.browser()
+	code, page := b.get("/tasks/" + task.GetId() + "/compensate")
+	if code != http.StatusOK {
+		t.Fatalf("confirm page: status %d: %.400s", code, textOf(page))
+	}
+	m := regexp.MustCompile(`name="request_id" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("confirm page has no request_id: %.400s", textOf(page))
+	}
+	form := url.Values{"csrf": {csrf(t, page)}, "ns": {"default"}, "request_id": {m[1]}}
+	for i := range 2 {
+		if code, body := b.post("/tasks/"+task.GetId()+"/compensate", e.url, form); code != http.StatusOK {
+			t.Fatalf("post %d: status %d: %.400s", i, code, textOf(body))
+		}
+	}
+	got, err := e.sched.GetTask(context.Background(), &reevev1.GetTaskRequest{TaskId: task.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range got.GetTask().GetHistory() {
+		if ev.GetRequestId() == m[1] && ev.GetKind() == "task.compensating" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d task.compensating events with the request id, want 1: %v", n, got.GetTask().GetHistory())
+	}
+}
