@@ -258,3 +258,26 @@ func TestOperatorActionsAreIdempotent(t *testing.T) {
 		t.Fatalf("no history event records request id req-1: %v", again.GetHistory())
 	}
 }
+
+// A refused result's ResultAck status carries the reason and the execution
+// it names, like every API error: STALE_ATTEMPT for another attempt,
+// INVALID_FIELD with the field for a malformed result.
+func TestResultAckCarriesReasons(t *testing.T) {
+	_, s, c := newEnv(t)
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 1, "work"))
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "t-run", Workflow: inline(step("x", "work"))})
+	ref := a.NextAssignment(wait).GetRef()
+	other := &reevev1.StepRef{Namespace: ref.GetNamespace(), TaskId: ref.GetTaskId(), Step: ref.GetStep(), Attempt: ref.GetAttempt() + 5}
+	ack := a.Succeed(other, map[string]any{"ok": true})
+	st := status.FromProto(ack.GetStatus())
+	info := errorInfo(st)
+	if ack.GetAccepted() || st.Code() != codes.FailedPrecondition || info.GetReason() != scheduler.ReasonStaleAttempt ||
+		info.GetMetadata()["task_id"] != "t-run" || info.GetMetadata()["attempt"] != strconv.Itoa(int(other.GetAttempt())) {
+		t.Fatalf("result for another attempt: %v, want FAILED_PRECONDITION STALE_ATTEMPT naming t-run attempt %d", ack, other.GetAttempt())
+	}
+	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{}}})
+	st = status.FromProto(a.NextResultAck(wait).GetStatus())
+	if st.Code() != codes.InvalidArgument || reasonOf(st) != scheduler.ReasonInvalidField || fieldOf(st) != "result.ref" {
+		t.Fatalf("result without a ref: %v (%v), want INVALID_FIELD naming result.ref", st, st.Details())
+	}
+}

@@ -35,7 +35,7 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	ref := res.GetRef()
 	ack := &reevev1.ResultAck{Ref: ref}
 	reject := func(err error) *reevev1.ResultAck {
-		ack.Status = toStatus(err).Proto()
+		ack.Status = withRequest(toStatus(err), ref).Proto()
 		return ack
 	}
 	if n := proto.Size(res.GetOutput()); n > workflow.MaxOutputBytes && workflow.ValidateStepRef("result.ref", ref) == nil {
@@ -91,7 +91,10 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	if err != nil {
 		if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
 			log().Info("stale result refused", "err", err)
-			return reject(status.Error(codes.FailedPrecondition, err.Error()))
+			if errors.Is(err, store.ErrNotFound) { // FAILED_PRECONDITION like every stale result
+				err = refuse(codes.FailedPrecondition, ReasonTaskNotFound, "%s", err.Error())
+			}
+			return reject(err)
 		}
 		s.logs.log(log(), slog.LevelWarn, "record result: "+errKind(err), "record result", "err", err)
 		return reject(err)
