@@ -17,7 +17,7 @@ HELM_VERSION               := v3.19.0
 OTELCOL_VERSION            := v0.162.0
 OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 
-.PHONY: all tools generate check-generate check-fmt lint build run test test-throughput vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster e2e-console
+.PHONY: all tools generate check-generate check-breaking api-release check-fmt lint build run test test-throughput vet fuzz e2e e2e-grpcurl e2e-node e2e-conformance node-example bench etcd toxiproxy cluster chaos e2e-otel test-cluster e2e-console
 
 all: build
 
@@ -86,6 +86,16 @@ generate: tools
 
 lint: tools
 	buf lint
+
+# The API's compatibility: buf breaking under the FILE rules (buf.yaml)
+# against the last released schema, api/released.binpb — an image that
+# `make api-release` writes when a release is cut, committed with it. A
+# change that would break generated clients fails `make test`.
+check-breaking: tools
+	buf breaking --against api/released.binpb
+
+api-release: tools
+	buf build --exclude-source-info -o api/released.binpb
 
 # Fails when gen/ or internal/gen/ differs from what the pinned generators produce.
 check-generate: generate
@@ -181,7 +191,7 @@ fuzz:
 		go test -run '^$$' -fuzz "^$$name$$" -fuzztime "$$count" $$pkg; \
 	done
 
-test: check-generate check-fmt lint vet
+test: check-generate check-fmt lint check-breaking vet
 	go test -race -count=1 -timeout 15m ./...
 	$(MAKE) test-throughput
 	$(MAKE) test-cluster
