@@ -78,6 +78,8 @@ print(json.dumps({
     "etcd_cpu_us_per_task": round(etcd / n * 1e6),
     "scheduler_peak_rss_mb": d.get("server_peak_rss_mb"),
     "etcd_txns_per_task": round(d.get("etcd_txns_per_task", 0), 3),
+    "etcd_bytes_per_task": round(d.get("etcd_bytes_per_task", 0)),
+    "etcd_ops_per_task": round(d.get("etcd_ops_per_task", 0), 2),
     "etcd_wal_fsyncs_per_task": round(fsyncs / n, 3),
     "etcd_wal_fsync_mean_ms": round(delta("etcd_disk_wal_fsync_duration_seconds_sum") / max(1, fsyncs) * 1e3, 2),
     "etcd_wal_fsync_busy": round(delta("etcd_disk_wal_fsync_duration_seconds_sum") / max(1e-9, d["duration_sec"]), 2),

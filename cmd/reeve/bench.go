@@ -34,7 +34,9 @@ func newBenchCmd(g *globals) *cobra.Command {
 tasks in flight, or open loop at --rate tasks/s), serves them with --agents no-op
 agent connections, and reports completed tasks/s, submit-to-completed latency
 percentiles (for the whole run and for each 5 s window), queue wait, dispatch
-latency and etcd writes (raft entries) per task. --embedded runs etcd (fsync on) and a scheduler in this process; its CPU
+latency and etcd writes per task: raft entries (transactions), write-ahead
+log bytes, operations (puts + deletes) and key+value bytes put, as one etcd
+member's metrics count them (a running target's: its leader's /metrics). --embedded runs etcd (fsync on) and a scheduler in this process; its CPU
 and peak RSS figures, allocations per task and GC share cover the whole
 process, load generator included. The run
 stops by itself after --tasks or --max-duration. The embedded
@@ -168,6 +170,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 			fmt.Fprintf(tw, "queue wait\tp50 %.2f ms  p99 %.2f ms\n", rep.QueueWaitP50Ms, rep.QueueWaitP99Ms)
 			fmt.Fprintf(tw, "dispatch latency\tp50 %.2f ms  p99 %.2f ms\n", rep.DispatchP50Ms, rep.DispatchP99Ms)
 			fmt.Fprintf(tw, "etcd txns per task\t%.2f\n", rep.EtcdTxnsPerTask)
+			fmt.Fprintf(tw, "etcd writes per task\t%.0f WAL bytes, %.2f ops (puts + deletes), %.0f key+value bytes put (one member)\n", rep.EtcdBytesPerTask, rep.EtcdOpsPerTask, rep.EtcdPutBytesPerTask)
 			if rep.EtcdDBMaxMB > 0 {
 				fmt.Fprintf(tw, "etcd db size\tstart %.1f MB  max %.1f MB  end %.1f MB; in use every 10s: %v MB\n", rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB)
 			}

@@ -40,6 +40,7 @@ func TestContractBenchJSON(t *testing.T) {
 	rep := benchJSON(t, "--embedded", "--tasks", "200", "--concurrency", "32", "--steps", "1", "-o", "json")
 	for _, f := range []string{
 		"tasks_per_sec", "p50_ms", "p95_ms", "p99_ms", "max_ms", "etcd_txns_per_task",
+		"etcd_bytes_per_task", "etcd_ops_per_task", "etcd_put_bytes_per_task",
 		"queue_wait_p50_ms", "queue_wait_p99_ms", "dispatch_p50_ms", "dispatch_p99_ms",
 		"process_cpu_sec", "process_peak_rss_mb", "completed", "failed", "errors", "duration_sec",
 	} {
@@ -66,6 +67,11 @@ func TestContractBenchJSON(t *testing.T) {
 	// drop below 3, but never to zero, and never far above 3.
 	if txns := rep["etcd_txns_per_task"].(float64); txns <= 0.1 || txns > 4 {
 		t.Errorf("etcd_txns_per_task %v; want in (0.1, 4]", txns)
+	}
+	// Issue 26: what etcd wrote per task; a 1-step task writes its record
+	// more than once, each time with its index keys.
+	if ops, b := rep["etcd_ops_per_task"].(float64), rep["etcd_bytes_per_task"].(float64); ops < 2 || b < 500 {
+		t.Errorf("etcd_ops_per_task %v, etcd_bytes_per_task %v; want at least 2 and 500", ops, b)
 	}
 	// Issue 15: allocations per task and the GC's share of the CPU (the
 	// embedded process's), and the latency per 5 s window.

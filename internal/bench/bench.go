@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -178,9 +179,21 @@ type Report struct {
 	DispatchP50Ms   float64 `json:"dispatch_p50_ms"`
 	DispatchP99Ms   float64 `json:"dispatch_p99_ms"`
 	EtcdTxnsPerTask float64 `json:"etcd_txns_per_task"`
-	EtcdDBStartMB   float64 `json:"etcd_db_start_mb,omitempty"`
-	EtcdDBMaxMB     float64 `json:"etcd_db_max_mb,omitempty"`
-	EtcdDBEndMB     float64 `json:"etcd_db_end_mb,omitempty"`
+	// EtcdBytesPerTask, EtcdOpsPerTask and EtcdPutBytesPerTask are what one
+	// etcd member wrote during the load per completed task: bytes appended
+	// to its write-ahead log (etcd_disk_wal_write_bytes_total: raft entries
+	// with their framing, and raft hard states), key writes applied (puts
+	// plus deletes, etcd_mvcc_put_total + etcd_mvcc_delete_total) and the
+	// key and value bytes of those puts
+	// (etcd_debugging_mvcc_total_put_size_in_bytes). Every member writes
+	// the same log; a running target's are read from the /metrics of its
+	// leader among EtcdEndpoints (the first endpoint when none is).
+	EtcdBytesPerTask    float64 `json:"etcd_bytes_per_task"`
+	EtcdOpsPerTask      float64 `json:"etcd_ops_per_task"`
+	EtcdPutBytesPerTask float64 `json:"etcd_put_bytes_per_task"`
+	EtcdDBStartMB       float64 `json:"etcd_db_start_mb,omitempty"`
+	EtcdDBMaxMB         float64 `json:"etcd_db_max_mb,omitempty"`
+	EtcdDBEndMB         float64 `json:"etcd_db_end_mb,omitempty"`
 	// EtcdDBInUseMB is the part of etcd's database in use (not free pages
 	// left by compaction) every 10 s of the run: flat when retention and
 	// compaction keep up.
@@ -238,7 +251,9 @@ type target struct {
 	dbSize  func() (total, inUse int64) // bytes; nil when unknown
 	etcd    *clientv3.Client
 	applied func(context.Context) (uint64, error) // etcd's applied raft index
-	close   func()
+	// counters reads one member's write counters (see etcdCounters).
+	counters func(context.Context) (etcdCounters, error)
+	close    func()
 }
 
 // Run performs one bounded run.
@@ -294,6 +309,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	startCounters, err := tg.counters(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
 	cpu0 := cpuSeconds()
 	db := &dbSampler{size: tg.dbSize}
 	stopSampling := db.start()
@@ -324,6 +343,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	endCounters, err := tg.counters(after)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	wrote := endCounters.sub(startCounters)
 	cpu := cpuSeconds() - cpu0
 	stopWatch()
 	<-watching
@@ -338,6 +362,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		TasksPerSec:     float64(len(latencies)) / elapsed.Seconds(),
 		EtcdTxnsPerTask: float64(endIndex-startIndex) / float64(max(1, len(latencies))),
 	}
+	perTask := 1 / float64(max(1, len(latencies)))
+	rep.EtcdBytesPerTask = wrote.WALBytes * perTask
+	rep.EtcdOpsPerTask = (wrote.Puts + wrote.Deletes) * perTask
+	rep.EtcdPutBytesPerTask = wrote.PutBytes * perTask
 	if firstErr != nil {
 		rep.FirstError = firstErr.Error()
 	}
@@ -885,6 +913,34 @@ func dialTarget(cfg Config) (*target, error) {
 			}
 			return st.RaftIndex, nil
 		},
-		close: func() { _ = cli.Close() },
+		counters: remoteCounters(cli, cfg),
+		close:    func() { _ = cli.Close() },
 	}, nil
+}
+
+// remoteCounters reads the write counters from the /metrics of the leader
+// among cfg.EtcdEndpoints (the first endpoint when none is), chosen at the
+// first read and kept for the next: every member writes the same raft log,
+// so one member's counters are what each member writes, and the leader is
+// the member that bounds throughput.
+func remoteCounters(cli *clientv3.Client, cfg Config) func(context.Context) (etcdCounters, error) {
+	var tlsCfg *tls.Config
+	if cfg.EtcdTLS != nil {
+		tlsCfg = cfg.EtcdTLS.Clone()
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	url := ""
+	return func(ctx context.Context) (etcdCounters, error) {
+		if url == "" {
+			ep := cfg.EtcdEndpoints[0]
+			for _, e := range cfg.EtcdEndpoints {
+				if st, err := cli.Status(ctx, e); err == nil && st.Leader == st.Header.GetMemberId() {
+					ep = e
+					break
+				}
+			}
+			url = metricsURL(ep, cfg.EtcdTLS)
+		}
+		return scrapeEtcdCounters(ctx, hc, url)
+	}
 }

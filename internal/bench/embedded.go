@@ -106,10 +106,11 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	supRan := make(chan struct{})
 	go func() { _ = sup.Run(runCtx); close(supRan) }()
 	return &target{
-		sched:   sched,
-		dbSize:  etcd.DBSize,
-		etcd:    cli,
-		applied: func(context.Context) (uint64, error) { return etcd.AppliedIndex(), nil },
+		sched:    sched,
+		dbSize:   etcd.DBSize,
+		etcd:     cli,
+		applied:  func(context.Context) (uint64, error) { return etcd.AppliedIndex(), nil },
+		counters: localEtcdCounters,
 		close: func() {
 			stopRun()
 			<-ran
