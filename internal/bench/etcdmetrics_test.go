@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/reeve-org/reeve/internal/etcdserver"
+	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
 // A run reports what etcd wrote per task: at least each task's final record
@@ -117,5 +119,50 @@ etcd_server_proposals_applied_total{foo="bar"} 7
 	lacking := strings.ReplaceAll(page, "etcd_mvcc_delete_total 250\n", "")
 	if _, err := parseEtcdCounters(bufio.NewScanner(strings.NewReader(lacking))); err == nil {
 		t.Error("a page without etcd_mvcc_delete_total parsed; want an error")
+	}
+}
+
+// A running target's etcd with client certificates serves /metrics over
+// HTTPS on its client URL; the bench reads the counters there with the TLS
+// configuration it reaches etcd with (--etcd-ca, --etcd-cert, --etcd-key).
+func TestRemoteCountersOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := tlsconfig.Init(dir, []tlsconfig.CertSpec{{Name: "server", Server: true}, {Name: "bench"}}, tlsconfig.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := func(n string) string { return filepath.Join(dir, n) }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := etcdserver.Start(ctx, etcdserver.Config{DataDir: t.TempDir(), Fast: true, Logger: zap.NewNop(),
+		ClientTLS: &etcdserver.ClientTLS{CertFile: p("server.pem"), KeyFile: p("server-key.pem"), TrustedCAFile: p("ca.pem")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	tlsCfg, err := tlsconfig.Client(tlsconfig.Files{CA: p("ca.pem"), Cert: p("bench.pem"), Key: p("bench-key.pem")}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without a scheme, as clientv3 also takes endpoints: https, since TLS is set.
+	cfg := Config{EtcdEndpoints: []string{strings.TrimPrefix(e.Endpoints()[0], "https://")}, EtcdTLS: tlsCfg}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	read := remoteCounters(cli, cfg)
+	c0, err := read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "k", "value"); err != nil {
+		t.Fatal(err)
+	}
+	c1, err := read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c1.sub(c0); d.Puts < 1 || d.PutBytes < float64(len("k")+len("value")) || d.WALBytes <= d.PutBytes {
+		t.Errorf("after one put, /metrics over TLS grew by %+v; want a put of at least 6 bytes, and more WAL bytes", d)
 	}
 }
