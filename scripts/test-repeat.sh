@@ -37,7 +37,7 @@ TIMING=(
 	"./internal/store:^TestCommitWindow"
 	"./internal/conformance:^TestRawAgentConforms$"
 	"./agentsdk:^TestResultSurvivesSchedulerCrash$"
-	"./internal/console:^TestBrowserConsole$"
+	"./internal/console:^TestBrowser"
 )
 
 busy=()
