@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -31,12 +32,14 @@ type heldAttempt struct {
 	stop    func() // stops the agent and the proxy
 }
 
-// holdAttempt registers failover.hold and starts an agent of this process
-// whose only address is a proxy to victim, so that the victim dispatches
-// its step; the proxy sends later connections to survivor (retarget), so
-// that after the kill the agent reconnects there. It submits one task
-// through client and returns once its step's handler runs (attempt 1,
-// dispatched by victim), holding it until release is closed.
+// holdAttempt registers failover.hold (through client: in a secure cluster
+// agents may not) and starts an agent of this process (with the Agent
+// certificate in a secure cluster) whose only address is a proxy to
+// victim, so that the victim dispatches its step; the proxy sends later
+// connections to the survivor (retarget), so that after the kill the agent
+// reconnects there. It submits one task through client and returns once
+// its step's handler runs (attempt 1, dispatched by victim), holding it
+// until release is closed.
 func (m *Measurer) holdAttempt(ctx context.Context, round int, victim string, victimAddr string, client reevev1.SchedulerServiceClient) (*heldAttempt, error) {
 	wf := &reevev1.Workflow{Name: holdWorkflow, Description: "failover measurement: a step held open across a scheduler's kill",
 		Steps: []*reevev1.StepSpec{{Name: "hold", Type: holdWorkflow, Timeout: durationpb.New(holdTimeout),
@@ -52,9 +55,9 @@ func (m *Measurer) holdAttempt(ctx context.Context, round int, victim string, vi
 	h := &heldAttempt{taskID: fmt.Sprintf("failover-held-%d-%d", stamp, round), agentID: fmt.Sprintf("failover-held-%d-%d", stamp, round),
 		proxy: proxy, release: make(chan struct{})}
 	started := make(chan int, 1)
-	a, err := agentsdk.New([]string{proxy.addr()}, agentsdk.WithAgentID(h.agentID),
+	a, err := agentsdk.New([]string{proxy.addr()}, append(slices.Clone(m.agentOpts), agentsdk.WithAgentID(h.agentID),
 		agentsdk.WithLogger(slog.New(slog.DiscardHandler)), agentsdk.WithReconnectBackoff(50*time.Millisecond, time.Second),
-		agentsdk.WithShutdownTimeout(5*time.Second))
+		agentsdk.WithShutdownTimeout(5*time.Second))...)
 	if err != nil {
 		proxy.cut()
 		return nil, err
