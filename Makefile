@@ -21,7 +21,7 @@ OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 
 all: build
 
-.PHONY: image test-image helm test-helm test-deploy python-example e2e-python e2e-trip
+.PHONY: image test-image helm test-helm test-deploy python-example e2e-python e2e-trip test-repeat
 
 # Pinned tools, installed once into .tools/bin (skipped when the version matches).
 tools: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/buf
@@ -210,6 +210,15 @@ test-throughput:
 # of other packages.
 test-cluster: etcd toxiproxy
 	REEVE_CLUSTER_TESTS=1 REEVE_REQUIRE_BINARIES=1 go test -race -count=1 -timeout 10m ./internal/cluster/... ./internal/chaos/...
+
+# The cluster tests (test-cluster's packages) and the tests that once
+# depended on the machine's timing, REPEAT times (default 10), stopping at
+# the first failure and naming the run (scripts/test-repeat.sh; not part of
+# `make test`). ONLY=cluster or ONLY=timing runs one part; BUSY=1 keeps one
+# core busy meanwhile. See docs/reliability.md, "Deterministic tests".
+REPEAT ?= 10
+test-repeat: etcd toxiproxy
+	REPEAT=$(REPEAT) ONLY=$(ONLY) BUSY=$(BUSY) scripts/test-repeat.sh
 
 # End-to-end checks against real processes (about 45s once the tools are
 # installed): the README's grpcurl examples against reeve dev, the Node

@@ -26,15 +26,23 @@ func (rawCodec) Name() string { return "proto" }
 
 // nested returns a google.protobuf.Value-typed field nested n list levels
 // deep: SubmitTaskRequest.input (field 5) = Value{list_value{values:[...]}}.
+// Written outside in, in time linear in n (wrapping the inner bytes level
+// by level copies them n times: seconds under the race detector).
 func nested(n int) []byte {
-	inner := []byte{}
-	for range n {
-		// Value.list_value (6) containing ListValue.values (1) = inner
-		lv := append([]byte{0x0a}, varint(len(inner))...)
-		lv = append(lv, inner...)
-		inner = append(append([]byte{0x32}, varint(len(lv))...), lv...)
+	// value[i] is the size of the Value nested i deep (0: empty), list[i]
+	// that of the ListValue inside it, holding value[i-1].
+	value, list := make([]int, n+1), make([]int, n+1)
+	for i := 1; i <= n; i++ {
+		list[i] = 1 + len(varint(value[i-1])) + value[i-1]
+		value[i] = 1 + len(varint(list[i])) + list[i]
 	}
-	return append(append([]byte{0x2a}, varint(len(inner))...), inner...)
+	b := append([]byte{0x2a}, varint(value[n])...)
+	for i := n; i >= 1; i-- {
+		// Value.list_value (6), then ListValue.values (1)
+		b = append(append(b, 0x32), varint(list[i])...)
+		b = append(append(b, 0x0a), varint(value[i-1])...)
+	}
+	return b
 }
 
 func varint(n int) []byte {
@@ -52,20 +60,22 @@ func varint(n int) []byte {
 func TestUndecodableRequestsAreInvalidArgument(t *testing.T) {
 	_, s, c := newEnv(t)
 	cc := testenv.Dial(t, s.Addr)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
 	cases := map[string][]byte{
 		"garbage":       {0xff, 0xff, 0xff, 0xff},
 		"invalid UTF-8": append([]byte{0x0a, 0x02}, 0xc3, 0x28), // namespace = "\xc3("
 		"deep nesting":  nested(10000),
 	}
 	for name, body := range cases {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		var out []byte
 		err := cc.Invoke(ctx, "/reeve.v1.SchedulerService/SubmitTask", &body, &out, grpc.ForceCodec(rawCodec{}))
+		cancel()
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "SubmitTaskRequest") {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT naming the request", name, err)
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
 	stream, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/reeve.v1.AgentService/Connect", grpc.ForceCodec(rawCodec{}))
 	if err != nil {
 		t.Fatal(err)

@@ -13,15 +13,25 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
 )
 
 // Two schedulers on one etcd race for every ready step; each attempt must be
-// dispatched exactly once.
+// dispatched exactly once. No supervisor runs and the raw agents answer one
+// message at a time, so the schedulers wait a minute for an acknowledgement
+// and the steps have 10 minutes: on a loaded machine an assignment taken
+// back unacknowledged would be dispatched again (by design), and a result
+// past its complete-by would be refused and its task left RUNNING.
 func TestTwoSchedulersNeverDispatchTheSameAttemptTwice(t *testing.T) {
 	const tasks = 1000
 	env := testenv.New(t)
-	s1, s2 := env.StartScheduler(""), env.StartScheduler("")
+	s1, s2 := env.StartScheduler("", scheduler.WithAckTimeout(time.Minute)), env.StartScheduler("", scheduler.WithAckTimeout(time.Minute))
 	c := s1.Client(t)
+	slow := func(name string, deps ...string) *reevev1.StepSpec {
+		st := step(name, "t", deps...)
+		st.Timeout = durationpb.New(10 * time.Minute)
+		return st
+	}
 
 	var mu sync.Mutex
 	dispatched := map[string]int{}
@@ -41,6 +51,7 @@ func TestTwoSchedulersNeverDispatchTheSameAttemptTwice(t *testing.T) {
 				mu.Lock()
 				dispatched[fmt.Sprintf("%s/%s/%d", as.GetRef().GetTaskId(), as.GetRef().GetStep(), as.GetRef().GetAttempt())]++
 				mu.Unlock()
+				agent.TrySend(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: as.GetRef()}}})
 				agent.TrySend(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: as.GetRef()}}})
 			}
 		})
@@ -50,7 +61,7 @@ func TestTwoSchedulersNeverDispatchTheSameAttemptTwice(t *testing.T) {
 	for w := range 8 {
 		sub.Go(func() {
 			for i := w; i < tasks; i += 8 {
-				submit(t, c, &reevev1.SubmitTaskRequest{TaskId: fmt.Sprintf("t%04d", i), Workflow: inline(step("a", "t"), step("b", "t", "a"))})
+				submit(t, c, &reevev1.SubmitTaskRequest{TaskId: fmt.Sprintf("t%04d", i), Workflow: inline(slow("a"), slow("b", "a"))})
 			}
 		})
 	}

@@ -147,6 +147,25 @@ func poll(t *testing.T, ctx context.Context, what, js string, d time.Duration) {
 	}
 }
 
+// across waits until the JavaScript expression js is true (at most d) while
+// the page may navigate: a navigation ends an evaluation under way (poll
+// would fail), so js is evaluated again, every 50ms, on whatever page is
+// shown.
+func across(t *testing.T, ctx context.Context, what, js string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var last error
+	for time.Now().Before(deadline) {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
+		if err == nil && ok {
+			return
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true within %v (last error: %v)", what, d, last)
+}
+
 // The console in a real browser: tasks appear and change state live,
 // the compensated task shows its compensations in reverse order, an
 // operator retries and cancels from the page, user text stays text.
@@ -190,9 +209,11 @@ func TestBrowserConsole(t *testing.T) {
 		t.Fatal("the tasks list reloaded instead of updating in place")
 	}
 	screenshot(t, ctx, dir, "tasks")
-	// Keyboard: j selects the first row, Enter opens it.
-	run(t, ctx, "keyboard", chromedp.KeyEvent("j"), chromedp.WaitVisible(chromedp.CSS("tr.row.focus")), chromedp.KeyEvent("\r"),
-		chromedp.WaitVisible(chromedp.CSS("#task-state")))
+	// Keyboard: j selects the first row, Enter opens it (Enter opens nothing
+	// without a selected row). The row's focus mark is not waited for: a
+	// live reload of the list may replace the row, and the selection with
+	// it, at any moment.
+	run(t, ctx, "keyboard", chromedp.KeyEvent("j"), chromedp.KeyEvent("\r"), chromedp.WaitVisible(chromedp.CSS("#task-state")))
 
 	// demo.compensate: charge is undone before reserve.
 	run(t, ctx, "open demo.compensate", chromedp.Navigate(e.url+"/tasks/"+comp.GetId()), chromedp.WaitVisible(chromedp.CSS("#task-state.st-compensated")))
@@ -207,8 +228,10 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	screenshot(t, ctx, dir, "task-compensate")
 	run(t, ctx, "dark theme", chromedp.Click(chromedp.CSS("#theme-toggle")))
+	poll(t, ctx, "dark theme applied", `document.documentElement.getAttribute('data-theme') === 'dark'`, 30*time.Second)
 	screenshot(t, ctx, dir, "task-compensate-dark")
 	run(t, ctx, "light theme", chromedp.Click(chromedp.CSS("#theme-toggle")))
+	poll(t, ctx, "light theme applied", `document.documentElement.getAttribute('data-theme') === 'light'`, 30*time.Second)
 
 	// A failed task whose input and error hold markup: shown as text, and
 	// an operator retries its step from the page.
@@ -232,8 +255,18 @@ func TestBrowserConsole(t *testing.T) {
 	// Alerts: the failed task's alert, acknowledged from the page.
 	run(t, ctx, "alerts", chromedp.Navigate(e.url+"/alerts"), chromedp.WaitVisible(chromedp.CSS(`#alerts-table a[href^="/tasks/`+failed.GetId()+`"]`)))
 	screenshot(t, ctx, dir, "alerts")
-	run(t, ctx, "ack", chromedp.Click(chromedp.CSS("button.ack")), chromedp.WaitVisible(chromedp.CSS("#alerts-table")),
-		chromedp.Navigate(e.url+"/alerts?all=1"), chromedp.WaitVisible(chromedp.CSS("#alerts-table")))
+	// Acknowledge one alert (the retry of the failed task may have raised a
+	// second one, open still). The click posts its form; the page it lands
+	// on, the open alerts, no longer has that form once the acknowledgement
+	// is recorded. Leaving before that would cancel the request.
+	action, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('button.ack').form.getAttribute('action')`))
+	if err != nil || !strings.HasPrefix(action, "/alerts/") {
+		t.Fatalf("ack form: action %q, %v", action, err)
+	}
+	form := `form[action="` + action + `"]`
+	run(t, ctx, "ack", chromedp.Click(chromedp.CSS(form+" button.ack")))
+	across(t, ctx, "alert acknowledged", `!!document.querySelector('#alerts-table') && !document.querySelector('`+form+`')`, time.Minute)
+	run(t, ctx, "all alerts", chromedp.Navigate(e.url+"/alerts?all=1"), chromedp.WaitVisible(chromedp.CSS("#alerts-table")))
 	poll(t, ctx, "acknowledged", `document.querySelector('#alerts-table').textContent.includes('acknowledged by console')`, 30*time.Second)
 
 	run(t, ctx, "workflows", chromedp.Navigate(e.url+"/workflows"), chromedp.WaitVisible(chromedp.CSS("#workflows")))

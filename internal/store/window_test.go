@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -32,11 +33,20 @@ func createPaced(t *testing.T, s *store.Store, prefix string, n int, gap time.Du
 
 // Writes that arrive one at a time but faster than the commit window share
 // transactions: without the window each would find an idle committer and
-// pay a transaction (and an fsync) of its own. The window is large here
-// (300 ms against writes 20 ms apart) so that a loaded machine's commit
-// latency does not decide the outcome.
+// pay a transaction (and an fsync) of its own.
+//
+// The batches are cut by count, not by time: with batches of 40, a held
+// batch is cut once it holds 10 writes (a quarter), and the window (2 s) is
+// far longer than 10 writes 20 ms apart take to arrive. One committer: with
+// several, one that finishes a slow commit takes the batch another is
+// holding (by design: only one holds), so the count would follow the
+// machine's commit latency. So the count of transactions does not depend
+// on how late a loaded machine runs the writes, commits or wakes the
+// committer: it would take writes 500 ms apart on average, 25 times the
+// pacing, or a committer asleep 2 s past its window several times over, to
+// reach the bound.
 func TestCommitWindowGroupsPacedWrites(t *testing.T) {
-	s := store.New(etcdtest.New(t).Client(), store.WithCommitWindow(300*time.Millisecond))
+	s := store.New(etcdtest.New(t).Client(), store.WithCommitWindow(2*time.Second), store.WithGroupCommit(40, 1))
 	// Warm up: the store learns that writes come 20 ms apart.
 	createPaced(t, s, "warm", 30, 20*time.Millisecond)
 	before := s.WriteStats()
@@ -45,18 +55,22 @@ func TestCommitWindowGroupsPacedWrites(t *testing.T) {
 	txns, writes := after.Txns-before.Txns, after.TaskWrites-before.TaskWrites
 	t.Logf("%d paced writes in %d transactions", writes, txns)
 	if writes != 40 || txns > writes/4 {
-		t.Fatalf("%d writes 20 ms apart took %d transactions; want at most %d (the window holds each batch open for 300 ms)", writes, txns, writes/4)
+		t.Fatalf("%d writes 20 ms apart took %d transactions; want at most %d (a batch is held until it has 10 writes or for 2 s)", writes, txns, writes/4)
 	}
 }
 
 // A write to an idle store is not held for company: the window applies only
-// when writes have been arriving less than a window apart.
+// when writes have been arriving less than a window apart. The window is a
+// minute, so that a held write could not pass for a slow one.
 func TestCommitWindowDoesNotHoldALoneWrite(t *testing.T) {
-	const window = 3 * time.Second
+	const window = time.Minute
 	s := store.New(etcdtest.New(t).Client(), store.WithCommitWindow(window))
 	for i := range 5 {
 		began := time.Now()
-		if _, _, err := s.CreateTask(ctx(t), record(fmt.Sprintf("lone%d", i))); err != nil {
+		wctx, cancel := context.WithTimeout(context.Background(), 2*window)
+		_, _, err := s.CreateTask(wctx, record(fmt.Sprintf("lone%d", i)))
+		cancel()
+		if err != nil {
 			t.Fatal(err)
 		}
 		if took := time.Since(began); took >= window {

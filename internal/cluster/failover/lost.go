@@ -227,11 +227,11 @@ func (m *Measurer) LostAgentRound(ctx context.Context, round, steps int) (LostAg
 
 // cutProxy forwards TCP connections to target until cut, which closes the
 // listener and every connection: to a client the target vanished and
-// cannot be reached again.
+// cannot be reached again. retarget sends later connections elsewhere.
 type cutProxy struct {
 	l      net.Listener
-	target string
 	mu     sync.Mutex
+	target string
 	conns  []net.Conn
 	closed bool
 	wg     sync.WaitGroup
@@ -249,13 +249,24 @@ func newCutProxy(target string) (*cutProxy, error) {
 
 func (p *cutProxy) addr() string { return p.l.Addr().String() }
 
+// retarget forwards the connections accepted from now on to target; those
+// open stay where they are.
+func (p *cutProxy) retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 func (p *cutProxy) accept() {
 	for {
 		in, err := p.l.Accept()
 		if err != nil {
 			return
 		}
-		out, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		out, err := net.DialTimeout("tcp", target, 2*time.Second)
 		if err != nil {
 			_ = in.Close()
 			continue

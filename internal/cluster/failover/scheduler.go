@@ -75,17 +75,27 @@ type SchedulerFailover struct {
 	// RetriedWhy describes up to 5 retried executions: the events of the
 	// attempt before, with times relative to the kill.
 	RetriedWhy []string `json:"retried_why,omitempty"`
-	Tasks      int      `json:"tasks"`
+	// HeldAccepted: the attempt that an agent of this process held open
+	// across the kill (dispatched by the killed scheduler, released once the
+	// agent had registered with the other one) had its result accepted
+	// after the kill, on attempt 1. Unlike InFlightAccepted it does not
+	// depend on what the load had in flight at the kill. HeldWhy says what
+	// happened otherwise.
+	HeldAccepted bool   `json:"held_accepted"`
+	HeldWhy      string `json:"held_why,omitempty"`
+	Tasks        int    `json:"tasks"`
 	// TargetMs is 2,000 ms (issue 13); Met: AllResumedMs within it.
 	TargetMs float64 `json:"target_ms"`
 	Met      bool    `json:"met"`
 }
 
-// SchedulerRound runs the load, SIGKILLs the scheduler holding most chaos
-// agents after load.Warmup, keeps the load running until every moved agent
-// has registered elsewhere and 2 s more, waits for every task to end
-// (SUCCEEDED), and reads the times from the tasks' histories. It then starts
-// the killed scheduler again.
+// SchedulerRound picks the scheduler holding most chaos agents, has an
+// attempt it dispatched held open by an agent of this process (holdAttempt),
+// runs the load, SIGKILLs that scheduler after load.Warmup, releases the
+// held attempt once its agent registered with the other scheduler, keeps the
+// load running until every moved agent has registered elsewhere and 2 s
+// more, waits for every task to end (SUCCEEDED), and reads the times from
+// the tasks' histories. It then starts the killed scheduler again.
 func (m *Measurer) SchedulerRound(ctx context.Context, round int, load SchedulerLoad) (SchedulerFailover, error) {
 	load.defaults()
 	r := SchedulerFailover{Round: round, TargetMs: ms(SchedulerTarget)}
@@ -123,6 +133,14 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 	}
 	r.AgentsMoved = len(moved)
 	client := m.clients[(vi+1)%len(m.clients)]
+	survivor := m.c.Schedulers[(vi+1)%len(m.c.Schedulers)]
+
+	// An attempt in flight at the kill, whatever the load's timing.
+	held, err := m.holdAttempt(ctx, round, r.Killed, victim.Addr, client)
+	if err != nil {
+		return r, err
+	}
+	defer held.stop()
 
 	// The load: closed loop through a surviving scheduler.
 	lctx, stopLoad := context.WithCancel(ctx)
@@ -171,6 +189,7 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 	}
 
 	w := watchFrom(ctx, m.cli, agentsPrefix, rev, clientv3.WithPrefix())
+	held.proxy.retarget(survivor.Addr) // its next connection, after the kill
 	killed := time.Now()
 	if err := victim.Kill(); err != nil {
 		w.close()
@@ -206,6 +225,12 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 		recon = append(recon, ms(at.Sub(killed)))
 	}
 	r.ReconnectP50Ms, r.ReconnectMaxMs = percentile(recon, 50), percentile(recon, 100)
+	if err := m.waitRegistered(ctx, held.agentID, survivor.Name); err != nil {
+		stopLoad()
+		wg.Wait()
+		return r, err
+	}
+	held.finish()
 
 	// Results keep coming through the survivor for 2 s more, then the load
 	// stops and every task must end.
@@ -270,6 +295,9 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 	}
 	r.FirstResultMs, r.AllResumedMs = ms(first.Sub(killed)), ms(all.Sub(killed))
 	r.Met = r.AllResumedMs <= r.TargetMs
+	if r.HeldAccepted, r.HeldWhy, err = m.heldOutcome(ctx, held, killed); err != nil {
+		return r, err
+	}
 
 	if err := victim.Start(); err != nil {
 		return r, err
