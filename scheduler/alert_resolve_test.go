@@ -85,13 +85,21 @@ func TestAlertCarriesTheCauseAndIsResolvedByTheOperatorsAction(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := o.alerts(t, true)
-	wantBy := []string{`resolved: retry_step of step "charge" by operator`, "bob", "resolved: compensate_task by operator"}
-	if len(all) != len(wantBy) {
-		t.Fatalf("alerts %v, want %d", all, len(wantBy))
+	wantAlerts := []struct{ by, resolution string }{
+		{"operator", `retry_step of step "charge" by operator`},
+		{"bob", ""}, // acknowledged before the retry: kept
+		{"operator", "compensate_task by operator"},
+	}
+	if len(all) != len(wantAlerts) {
+		t.Fatalf("alerts %v, want %d", all, len(wantAlerts))
 	}
 	for i, a := range all {
-		if !a.GetAcknowledged() || a.GetAcknowledgedBy() != wantBy[i] || a.GetAckTime() == nil {
-			t.Errorf("alert %d: acknowledged %v by %q at %v, want by %q", i, a.GetAcknowledged(), a.GetAcknowledgedBy(), a.GetAckTime(), wantBy[i])
+		w := wantAlerts[i]
+		if !a.GetAcknowledged() || a.GetAcknowledgedBy() != w.by || a.GetAckTime() == nil || a.GetResolution() != w.resolution {
+			t.Errorf("alert %d: acknowledged %v by %q at %v, resolution %q; want by %q, resolution %q", i, a.GetAcknowledged(), a.GetAcknowledgedBy(), a.GetAckTime(), a.GetResolution(), w.by, w.resolution)
+		}
+		if (a.GetResolveTime() != nil) != (w.resolution != "") {
+			t.Errorf("alert %d: resolve_time %v with resolution %q", i, a.GetResolveTime(), a.GetResolution())
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/google/uuid"
@@ -194,11 +193,11 @@ func printAlerts(w io.Writer, alerts []*reevev1.Alert) error {
 	fmt.Fprintln(tw, "ID\tTASK\tSTEP\tCREATED\tACKED\tREASON")
 	for _, a := range alerts {
 		acked := "no"
-		switch by := a.GetAcknowledgedBy(); {
-		case strings.HasPrefix(by, "resolved"):
-			acked = by // an operator's action took the task out of FAILED
+		switch {
+		case a.GetResolution() != "":
+			acked = "resolved: " + a.GetResolution() // an operator's action took the task out of FAILED
 		case a.GetAcknowledged():
-			acked = "by " + by
+			acked = "by " + a.GetAcknowledgedBy()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.GetId(), a.GetTaskId(), orDash(a.GetStep()), ts(a.GetCreateTime()), acked, oneLine(a.GetReason()))
 	}

@@ -50,17 +50,18 @@ func alertOf(t *reevev1.Task) *reevev1.Alert {
 	}
 }
 
-// resolveOp marks the alert of before's failure acknowledged, with
-// acknowledged_by "resolved: <action> by <actor>" (the Alert message has no
-// resolution field of its own) and ack_time the action's time. The write is
+// resolveOp marks the alert of before's failure resolved by the operator
+// action that made after (Alert.resolution and resolve_time), and
+// acknowledged by the action's actor at that time. The write is
 // conditional, in the task's transaction: only if the alert still exists
 // (retention may have swept it) and was not changed since the task's last
 // write (the failure that raised it, or a later write of the FAILED task):
 // an alert an operator acknowledged since keeps that acknowledgement.
 func (s *Store) resolveOp(before, after *reevev1.Task, rev int64) []clientv3.Op {
 	a := alertOf(before)
-	a.Acknowledged = true
-	a.AcknowledgedBy, a.AckTime = resolution(after)
+	var actor string
+	a.Resolution, actor, a.ResolveTime = resolution(after)
+	a.Acknowledged, a.AcknowledgedBy, a.AckTime = true, truncateActor(actor), a.ResolveTime
 	val, err := marshal(a)
 	if err != nil {
 		panic(err) // a well-formed message always marshals
@@ -72,19 +73,19 @@ func (s *Store) resolveOp(before, after *reevev1.Task, rev int64) []clientv3.Op 
 }
 
 // resolution names the operator action that took the task out of FAILED,
-// from its history event, and its time: "resolved: retry_step of step
-// \"ship\" by operator/alice", "resolved: compensate_task by operator".
-func resolution(t *reevev1.Task) (string, *timestamppb.Timestamp) {
+// from its history event ("retry_step of step \"ship\" by operator/alice",
+// "compensate_task by operator"), its actor and its time.
+func resolution(t *reevev1.Task) (what, actor string, at *timestamppb.Timestamp) {
 	h := t.GetHistory()
 	for i := len(h) - 1; i >= 0; i-- {
 		switch e := h[i]; e.GetKind() {
 		case "step.retried_by_operator":
-			return truncateActor(fmt.Sprintf("resolved: retry_step of step %q by %s", e.GetStep(), e.GetActor())), e.GetTime()
+			return fmt.Sprintf("retry_step of step %q by %s", e.GetStep(), e.GetActor()), e.GetActor(), e.GetTime()
 		case "task.compensating":
-			return truncateActor("resolved: compensate_task by " + e.GetActor()), e.GetTime()
+			return "compensate_task by " + e.GetActor(), e.GetActor(), e.GetTime()
 		}
 	}
-	return "resolved", nil
+	return "an operator's action", "operator", timestamppb.Now()
 }
 
 // truncateActor keeps acknowledged_by within the 128 characters AckAlert

@@ -877,8 +877,14 @@ type Alert struct {
 	Acknowledged   bool                   `protobuf:"varint,7,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
 	AckTime        *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=ack_time,json=ackTime,proto3" json:"ack_time,omitempty"`
 	AcknowledgedBy string                 `protobuf:"bytes,9,opt,name=acknowledged_by,json=acknowledgedBy,proto3" json:"acknowledged_by,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set when an operator's action took the task out of FAILED (RetryStep,
+	// CompensateTask): what it was and who, e.g. `retry_step of step "ship" by
+	// operator/cert:alice`. Such an alert is acknowledged too, by the action's
+	// actor at resolve_time, unless an operator acknowledged it before.
+	Resolution    string                 `protobuf:"bytes,10,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	ResolveTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=resolve_time,json=resolveTime,proto3" json:"resolve_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Alert) Reset() {
@@ -972,6 +978,20 @@ func (x *Alert) GetAcknowledgedBy() string {
 		return x.AcknowledgedBy
 	}
 	return ""
+}
+
+func (x *Alert) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
+}
+
+func (x *Alert) GetResolveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResolveTime
+	}
+	return nil
 }
 
 type ListAlertsRequest struct {
@@ -1355,7 +1375,7 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"task_state\x18\x04 \x01(\x0e2\x13.reeve.v1.TaskStateR\ttaskState\x12*\n" +
 	"\x06status\x18\x05 \x01(\v2\x12.google.rpc.StatusR\x06statusJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\x04codeR\amessage\"M\n" +
 	"\x14RecoverStepsResponse\x125\n" +
-	"\boutcomes\x18\x01 \x03(\v2\x19.reeve.v1.RecoveryOutcomeR\boutcomes\"\xe8\x02\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x19.reeve.v1.RecoveryOutcomeR\boutcomes\"\xd1\x03\n" +
 	"\x05Alert\x12!\n" +
 	"\tnamespace\x18\x01 \x01(\tB\x03\xe0A\x03R\tnamespace\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1c\n" +
@@ -1366,7 +1386,12 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"createTime\x12'\n" +
 	"\facknowledged\x18\a \x01(\bB\x03\xe0A\x03R\facknowledged\x12:\n" +
 	"\back_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\aackTime\x12,\n" +
-	"\x0facknowledged_by\x18\t \x01(\tB\x03\xe0A\x03R\x0eacknowledgedBy\"\xa0\x01\n" +
+	"\x0facknowledged_by\x18\t \x01(\tB\x03\xe0A\x03R\x0eacknowledgedBy\x12#\n" +
+	"\n" +
+	"resolution\x18\n" +
+	" \x01(\tB\x03\xe0A\x03R\n" +
+	"resolution\x12B\n" +
+	"\fresolve_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\vresolveTime\"\xa0\x01\n" +
 	"\x11ListAlertsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x121\n" +
 	"\x14include_acknowledged\x18\x02 \x01(\bR\x13includeAcknowledged\x12\x1b\n" +
@@ -1461,28 +1486,29 @@ var file_reeve_v1_supervisor_service_proto_depIdxs = []int32{
 	10, // 14: reeve.v1.RecoverStepsResponse.outcomes:type_name -> reeve.v1.RecoveryOutcome
 	24, // 15: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
 	24, // 16: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
-	12, // 17: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
-	12, // 18: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
-	12, // 19: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
-	2,  // 20: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
-	4,  // 21: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
-	6,  // 22: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
-	9,  // 23: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
-	13, // 24: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
-	15, // 25: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
-	17, // 26: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
-	3,  // 27: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
-	5,  // 28: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
-	7,  // 29: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
-	11, // 30: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
-	14, // 31: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
-	16, // 32: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
-	18, // 33: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	24, // 17: reeve.v1.Alert.resolve_time:type_name -> google.protobuf.Timestamp
+	12, // 18: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
+	12, // 19: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
+	12, // 20: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
+	2,  // 21: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
+	4,  // 22: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
+	6,  // 23: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
+	9,  // 24: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
+	13, // 25: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
+	15, // 26: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
+	17, // 27: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
+	3,  // 28: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
+	5,  // 29: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
+	7,  // 30: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
+	11, // 31: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
+	14, // 32: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
+	16, // 33: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
+	18, // 34: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
+	28, // [28:35] is the sub-list for method output_type
+	21, // [21:28] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_supervisor_service_proto_init() }
