@@ -36,6 +36,15 @@
     if (row && !t.closest("a,input,button,label,form")) location.href = row.getAttribute("data-href");
   });
 
+  // A form posted from the page navigates away: skip live reloads from then
+  // on. A reload that replaced the form while its submission starts would
+  // make the browser abort it (net::ERR_ABORTED): the operator's action lost.
+  var posting = false;
+  document.addEventListener("submit", function (ev) { if (!ev.defaultPrevented) posting = true; });
+  window.addEventListener("pageshow", function () { posting = false; });
+  document.addEventListener("htmx:beforeRequest", function (ev) { if (posting) ev.preventDefault(); });
+  document.addEventListener("htmx:beforeSwap", function (ev) { if (posting) ev.detail.shouldSwap = false; });
+
   // Keep selected rows: skip a live reload of the list while any is checked.
   document.addEventListener("htmx:beforeRequest", function (ev) {
     if (ev.detail.elt && ev.detail.elt.id === "task-rows" && document.querySelector("#task-rows input[name=id]:checked")) ev.preventDefault();
