@@ -136,14 +136,20 @@ port with client certificates, and prints the environment a client needs.`,
 			defer etcd.Close()
 			cli := etcd.Client()
 
+			// serve ends the started callback's context before it returns;
+			// the supervisor has stopped when waitSupervisor returns.
+			waitSupervisor := func() {}
+			defer func() { waitSupervisor() }()
 			return serve(ctx, log, cli, listen, "", gopts, func(ctx context.Context, srv *scheduler.Server, addr string) error {
 				fmt.Fprintf(cmd.OutOrStdout(), "reeve dev: scheduler and supervisor on %s (%s), etcd on %s, data in %s\n", addr, describe(gopts), strings.Join(etcd.Endpoints(), ","), dataDir)
 				if secure {
 					dev.printEnv(cmd.OutOrStdout(), addr)
 				}
-				if err := startSupervisor(ctx, log, cli, []string{addr}, dev.supervisor, supervisor.WithTick(tick)); err != nil {
+				wait, err := startSupervisor(ctx, log, cli, []string{addr}, dev.supervisor, supervisor.WithTick(tick))
+				if err != nil {
 					return err
 				}
+				waitSupervisor = wait
 				if err := dev.startConsole(ctx, log, cmd.OutOrStdout(), &con, &srvSec, addr); err != nil {
 					return err
 				}
@@ -172,8 +178,9 @@ port with client certificates, and prints the environment a client needs.`,
 }
 
 // startSupervisor runs a supervisor acting through the schedulers at addrs,
-// each dialed on its own with sched's TLS and token, until ctx ends.
-func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, addrs []string, sched dial.Config, opts ...supervisor.Option) error {
+// each dialed on its own with sched's TLS and token, until ctx ends; wait
+// returns once it has stopped and closed its connections (after ctx ended).
+func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, addrs []string, sched dial.Config, opts ...supervisor.Option) (wait func(), err error) {
 	var clients []reevev1.SupervisorServiceClient
 	var conns []*grpc.ClientConn
 	closeAll := func() {
@@ -186,7 +193,7 @@ func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client
 		cc, err := dial.Schedulers(sched, telemetry.ClientHandler())
 		if err != nil {
 			closeAll()
-			return dialUsage(err, "--schedulers")
+			return nil, dialUsage(err, "--schedulers")
 		}
 		conns = append(conns, cc)
 		clients = append(clients, reevev1.NewSupervisorServiceClient(cc))
@@ -194,13 +201,15 @@ func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client
 	sup, err := supervisor.New(cli, clients, append([]supervisor.Option{supervisor.WithLogger(log.With("component", "supervisor"))}, opts...)...)
 	if err != nil {
 		closeAll()
-		return err
+		return nil, err
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		_ = sup.Run(ctx)
 		closeAll()
 	}()
-	return nil
+	return func() { <-done }, nil
 }
 
 // startDemo registers the demo workflows and runs demo agents against the
@@ -376,9 +385,12 @@ task, or fail it and raise an operator alert. Run two or more for availability.`
 			if id != "" {
 				opts = append(opts, supervisor.WithID(id))
 			}
-			if err := startSupervisor(ctx, log, cli, schedulers, g.sec.dialConfig(""), opts...); err != nil {
+			waitSupervisor, err := startSupervisor(ctx, log, cli, schedulers, g.sec.dialConfig(""), opts...)
+			if err != nil {
 				return err
 			}
+			// Whatever ends the command ends the supervisor first.
+			defer func() { stop(); waitSupervisor() }()
 			// Healthy while the process runs: a supervisor that cannot reach
 			// etcd or the schedulers is not fixed by a restart, and its
 			// leadership lapses on its own (--session-ttl).
