@@ -62,3 +62,15 @@ start_dev() {
 	done
 	fail "demo.orders not registered within 30s"
 }
+
+# restart_dev_secure stops the `reeve dev` start_dev started (it must exit 0
+# on SIGTERM), forgets the processes started so far, and starts it again
+# with --secure on fresh data (ADDR and CERTS set, reeve commands as admin).
+restart_dev_secure() {
+	kill -TERM "${E2E_PIDS[0]}"
+	wait "${E2E_PIDS[0]}" || fail "reeve dev exited with $? on SIGTERM"
+	E2E_PIDS=()
+	rm -rf "$E2E_DIR/data"
+	start_dev --secure
+	echo "reeve dev --secure on $ADDR"
+}

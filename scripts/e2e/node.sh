@@ -43,12 +43,7 @@ echo "PASS: Node client and agent against reeve dev (task $TASK_ID)"
 
 # The same in secure mode: mutual TLS, the agent with the agent certificate,
 # the client as admin (clients may not register workflows).
-kill -TERM "${E2E_PIDS[0]}"
-wait "${E2E_PIDS[0]}" || fail "reeve dev exited with $? on SIGTERM"
-E2E_PIDS=()
-rm -rf "$E2E_DIR/data"
-start_dev --secure
-echo "reeve dev --secure on $ADDR"
+restart_dev_secure
 REEVE_ADDRESS=$ADDR REEVE_AGENT_ID=node-e2e-tls REEVE_TLS_CERT=$CERTS/agent.pem REEVE_TLS_KEY=$CERTS/agent-key.pem \
 	node "$NODE_DIR/dist/agent.js" 2>"$E2E_DIR/node-agent-tls.log" &
 E2E_PIDS+=($!)

@@ -51,12 +51,7 @@ kill -TERM "$AGENT_PID"
 wait "$AGENT_PID" || fail "the agent exited with $? after SIGTERM"
 echo "PASS: the trip saga with the Go agent and the Go client"
 
-kill -TERM "${E2E_PIDS[0]}"
-wait "${E2E_PIDS[0]}" || fail "reeve dev exited with $? on SIGTERM"
-E2E_PIDS=()
-rm -rf "$E2E_DIR/data"
-start_dev --secure
-echo "reeve dev --secure on $ADDR"
+restart_dev_secure
 "$REEVE" --address "$ADDR" workflow register -f examples/trip/trip.yaml >/dev/null || fail "register trip.yaml as admin"
 "$E2E_DIR/trip-agent" --address "$ADDR" --agent-id trip-e2e-tls --ca "$CERTS/ca.pem" --cert "$CERTS/agent.pem" --key "$CERTS/agent-key.pem" 2>"$E2E_DIR/trip-agent-tls.log" &
 E2E_PIDS+=($!)
