@@ -1,0 +1,370 @@
+// Package pgtest starts throwaway PostgreSQL servers for tests: initdb and
+// pg_ctl in a temporary directory on a free 127.0.0.1 port, trust
+// authentication for the user "reeve", stopped when the test (or the test
+// binary) ends.
+//
+// Two ways to use it:
+//
+//	// One server for the whole package, a fresh database per test (fast):
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+//	func TestX(t *testing.T) { dsn := pgtest.Start(t); ... }
+//
+//	// A server of the test's own, to stop and start (outage tests):
+//	srv := pgtest.StartServer(t)
+//	srv.Stop(t); srv.Start(t)
+//
+// Without Run in TestMain, Start starts a server per test. When PostgreSQL is
+// not installed, Start and StartServer skip the test, or fail it when
+// REEVE_REQUIRE_BINARIES=1. PostgreSQL refuses to run as root: as root, the
+// server runs as the user "postgres" (through runuser).
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// User is the superuser of every server, authenticated by trust.
+const User = "reeve"
+
+// startTimeout bounds how long pg_ctl waits for a server to accept
+// connections.
+const startTimeout = 60 * time.Second
+
+// Server is one PostgreSQL server in a temporary directory.
+type Server struct {
+	bin     string // directory of initdb and pg_ctl
+	runAs   string // "postgres" when running as root, else ""
+	dir     string // 0777 temp directory: data/, the socket and the log
+	port    int
+	running bool
+	mu      sync.Mutex
+}
+
+// DSN returns the URL of database db on the server (postgres:// form).
+func (s *Server) DSN(db string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", User, s.port, db)
+}
+
+// Port returns the server's TCP port (kept across Stop and Start).
+func (s *Server) Port() int { return s.port }
+
+// StartServer starts a server of the test's own, stopped and removed by
+// t.Cleanup. Its database "postgres" is empty: s.DSN("postgres").
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	s, err := newServer()
+	if err != nil {
+		skipOrFatal(t, err)
+	}
+	t.Cleanup(s.destroy)
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Stop stops the server at once (pg_ctl stop -m immediate): connections
+// break as in a crash. The data is kept for Start.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Start starts a stopped server again on the same port.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	if err := s.startOnPort(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CreateDatabase creates a database named name and returns its DSN.
+func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return s.DSN(name), nil
+}
+
+// DropDatabase drops database name, ending its connections.
+func (s *Server) DropDatabase(ctx context.Context, name string) error {
+	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	return err
+}
+
+var (
+	sharedMu  sync.Mutex
+	shared    *Server
+	sharedErr error
+	useShared bool
+	dbSeq     atomic.Int64
+)
+
+// Run runs the package's tests (m.Run) with one shared server, started by
+// the first Start, and stops it afterwards. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+func Run(m *testing.M) int {
+	sharedMu.Lock()
+	useShared = true
+	sharedMu.Unlock()
+	code := m.Run()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared != nil {
+		shared.destroy()
+		shared = nil
+	}
+	return code
+}
+
+// Start returns the DSN of an empty database for the test: on the package's
+// shared server when TestMain uses Run (the database is dropped by
+// t.Cleanup), else on a server of the test's own.
+func Start(t testing.TB) string {
+	t.Helper()
+	sharedMu.Lock()
+	if !useShared {
+		sharedMu.Unlock()
+		return StartServer(t).DSN("postgres")
+	}
+	if shared == nil && sharedErr == nil {
+		s, err := newServer()
+		if err == nil {
+			if err = s.start(); err != nil {
+				s.destroy()
+			}
+		}
+		shared, sharedErr = s, err
+		if err != nil {
+			shared = nil
+		}
+	}
+	s, err := shared, sharedErr
+	sharedMu.Unlock()
+	if err != nil {
+		skipOrFatal(t, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbSeq.Add(1))
+	dsn, err := s.CreateDatabase(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.DropDatabase(ctx, name); err != nil {
+			t.Logf("pgtest: drop database %s: %v", name, err)
+		}
+	})
+	return dsn
+}
+
+// missingError is PostgreSQL (or its user) missing on this machine: the test
+// is skipped unless REEVE_REQUIRE_BINARIES=1.
+type missingError struct{ err error }
+
+func (e missingError) Error() string { return e.err.Error() }
+
+func skipOrFatal(t testing.TB, err error) {
+	t.Helper()
+	if _, missing := err.(missingError); missing && os.Getenv("REEVE_REQUIRE_BINARIES") != "1" {
+		t.Skipf("pgtest: %v (set REEVE_REQUIRE_BINARIES=1 to fail instead)", err)
+	}
+	t.Fatal(err)
+}
+
+// BinDir returns the directory of PostgreSQL's server binaries: pg_config
+// --bindir when it has initdb, else /usr/lib/postgresql/<newest>/bin.
+func BinDir() (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		d := strings.TrimSpace(string(out))
+		if isExecutable(filepath.Join(d, "initdb")) {
+			return d, nil
+		}
+	}
+	for _, v := range []string{"17", "16", "15", "14", "13"} {
+		d := "/usr/lib/postgresql/" + v + "/bin"
+		if isExecutable(filepath.Join(d, "initdb")) {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("PostgreSQL is not installed (no initdb in pg_config --bindir or /usr/lib/postgresql/*/bin; make postgres installs it)")
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// newServer finds the binaries and the user, and runs initdb in a fresh
+// temporary directory. Its errors are missingError when something is not
+// installed.
+func newServer() (*Server, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, missingError{err}
+	}
+	s := &Server{bin: bin}
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("postgres"); err != nil {
+			return nil, missingError{fmt.Errorf("running as root and there is no user postgres to run PostgreSQL as: %v", err)}
+		}
+		if _, err := exec.LookPath("runuser"); err != nil {
+			return nil, missingError{fmt.Errorf("running as root and runuser is missing: %v", err)}
+		}
+		s.runAs = "postgres"
+	}
+	// Our own directory, traversable by the postgres user (t.TempDir's
+	// parents may not be).
+	s.dir, err = os.MkdirTemp(os.TempDir(), "pgtest-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(s.dir, 0o777); err != nil {
+		s.destroy()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := s.command(ctx, "initdb", "-D", s.dataDir(), "-A", "trust", "-U", User, "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
+		s.destroy()
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	return s, nil
+}
+
+func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
+func (s *Server) logFile() string { return filepath.Join(s.dir, "postgres.log") }
+
+// command runs one of PostgreSQL's binaries, as the user postgres when root.
+func (s *Server) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	path := filepath.Join(s.bin, name)
+	if s.runAs != "" {
+		return exec.CommandContext(ctx, "runuser", append([]string{"-u", s.runAs, "--", path}, args...)...)
+	}
+	return exec.CommandContext(ctx, path, args...)
+}
+
+// start picks a free port and starts the server, trying three ports (one
+// may be taken between the pick and the start).
+func (s *Server) start() error {
+	var err error
+	for range 3 {
+		if s.port, err = freePort(); err != nil {
+			return err
+		}
+		if err = s.startOnPort(); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func (s *Server) startOnPort() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout+10*time.Second)
+	defer cancel()
+	opts := fmt.Sprintf("-p %d -k %s -h 127.0.0.1 -c max_connections=200", s.port, s.dir)
+	out, err := s.command(ctx, "pg_ctl", "start", "-w", "-t", strconv.Itoa(int(startTimeout.Seconds())),
+		"-D", s.dataDir(), "-l", s.logFile(), "-o", opts).CombinedOutput()
+	if err != nil {
+		// pg_ctl may leave a postmaster that came up after its wait.
+		_ = s.command(context.Background(), "pg_ctl", "stop", "-m", "immediate", "-D", s.dataDir()).Run()
+		return fmt.Errorf("pg_ctl start on port %d: %v\n%s\n%s", s.port, err, out, s.logTail())
+	}
+	s.running = true
+	// pg_ctl -w waited for the server to accept connections; check it
+	// accepts ours (bounded).
+	deadline := time.Now().Add(startTimeout)
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := pgx.Connect(cctx, s.DSN("postgres"))
+		ccancel()
+		if err == nil {
+			_ = conn.Close(context.Background())
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres on port %d does not accept connections: %v\n%s", s.port, err, s.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+func (s *Server) stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	out, err := s.command(ctx, "pg_ctl", "stop", "-w", "-m", "immediate", "-D", s.dataDir()).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
+	}
+	s.running = false
+	return nil
+}
+
+// destroy stops the server and removes its directory.
+func (s *Server) destroy() {
+	_ = s.stop()
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+func (s *Server) logTail() string {
+	b, err := os.ReadFile(s.logFile())
+	if err != nil {
+		return ""
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return "postgres log:\n" + string(b)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
