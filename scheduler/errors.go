@@ -138,6 +138,8 @@ func classify(err error) (codes.Code, string, string) {
 		return codes.ResourceExhausted, ReasonOverloaded, "scheduler overloaded, new tasks are refused for now; retry with backoff (" + err.Error() + ")"
 	case errors.Is(err, store.ErrUnavailable):
 		return codes.Unavailable, ReasonStoreUnavailable, err.Error()
+	case errors.As(err, new(errArchive)):
+		return codes.Unavailable, ReasonArchiveUnavailable, err.Error()
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled, ReasonCanceled, err.Error()
 	case errors.Is(err, context.DeadlineExceeded):

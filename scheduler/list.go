@@ -37,6 +37,9 @@ func (s *Server) ListTasks(ctx context.Context, req *reevev1.ListTasksRequest) (
 	q.MaxBytes = s.opts.listBytes
 	q.Trim = trimmer(view)
 	page, err := s.store.QueryTasks(ctx, q)
+	if err == nil && s.opts.archive != nil {
+		page, err = s.withArchived(ctx, q, view == reevev1.TaskView_TASK_VIEW_FULL, page)
+	}
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -216,9 +219,20 @@ func (s *Server) CountTasks(ctx context.Context, req *reevev1.CountTasksRequest)
 			return nil, statusErr(err)
 		}
 	}
-	counts, rev, err := s.store.CountTasksByState(ctx, workflow.Namespace(req.GetNamespace()), req.GetWorkflow())
+	ns := workflow.Namespace(req.GetNamespace())
+	counts, rev, err := s.store.CountTasksByState(ctx, ns, req.GetWorkflow())
 	if err != nil {
 		return nil, statusErr(err)
+	}
+	if s.opts.archive != nil {
+		// A task moving to the archive is counted twice for that moment.
+		archived, err := s.opts.archive.Count(ctx, ns, req.GetWorkflow())
+		if err != nil {
+			return nil, statusErr(archiveErr(err))
+		}
+		for st, n := range archived {
+			counts[st] += n
+		}
 	}
 	resp := &reevev1.CountTasksResponse{ByState: make(map[string]int64, len(counts)), Revision: rev}
 	for _, st := range slices.Sorted(maps.Keys(counts)) {
@@ -276,7 +290,7 @@ func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.Sched
 				if trim != nil && !ev.Deleted {
 					trim(ev.Task)
 				}
-				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Changed{Changed: &reevev1.TaskChanged{Task: ev.Task, Deleted: ev.Deleted, Revision: ev.Revision}}}
+				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Changed{Changed: &reevev1.TaskChanged{Task: ev.Task, Deleted: ev.Deleted, Archived: ev.Deleted && s.opts.archive != nil, Revision: ev.Revision}}}
 			}
 			// A change larger than the budget is still sent when it is
 			// the only one held.

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/store"
 )
 
@@ -46,6 +47,10 @@ type options struct {
 	maxTxnOps           int
 	spaceReclaimEvery   time.Duration
 	spaceReservePerStep int64
+	archive             archive.Archive
+	archiveGrace        time.Duration
+	archiveRetention    time.Duration
+	archiveInterval     time.Duration
 }
 
 func defaultOptions() options {
@@ -57,6 +62,8 @@ func defaultOptions() options {
 		clock:               clockwork.NewRealClock(),
 		retention:           72 * time.Hour,
 		sweepInterval:       time.Minute,
+		archiveRetention:    30 * 24 * time.Hour,
+		archiveInterval:     5 * time.Second,
 		drainTimeout:        10 * time.Second,
 		claimConcurrency:    256,
 		dispatchOnSubmit:    true,

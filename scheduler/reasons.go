@@ -60,6 +60,8 @@ const (
 
 	// UNAVAILABLE: etcd cannot be reached; retry.
 	ReasonStoreUnavailable = "STORE_UNAVAILABLE"
+	// UNAVAILABLE: the archive of finished tasks cannot be reached; retry.
+	ReasonArchiveUnavailable = "ARCHIVE_UNAVAILABLE"
 
 	ReasonCanceled         = "CANCELED"
 	ReasonDeadlineExceeded = "DEADLINE_EXCEEDED"

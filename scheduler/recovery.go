@@ -121,6 +121,9 @@ func (s *Server) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx
 	returned, action = true, last
 	mu.Unlock()
 	next := claim.settle(err, err == nil, "direct dispatch of a retry")
+	if store.IsNotFound(err) {
+		err = s.notInEtcd(ctx, ns, id, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -180,6 +180,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stop()
 	wg.Go(func() { s.keepSession(runCtx) })
 	wg.Go(func() { s.sweep(runCtx) })
+	if s.opts.archive != nil {
+		wg.Go(func() { s.archiveTasks(runCtx) })
+	}
 	wg.Go(func() { s.disp.run(runCtx) })
 	wg.Go(func() { s.space.watch(runCtx) })
 	wg.Go(func() { s.publishLoads(runCtx) })
@@ -258,7 +261,8 @@ func (s *Server) currentLease() clientv3.LeaseID {
 	return s.lease
 }
 
-// sweep deletes terminal tasks past their retention.
+// sweep deletes terminal tasks past their retention (moves them to the
+// archive when there is one), and alerts raised before it.
 func (s *Server) sweep(ctx context.Context) {
 	t := s.opts.clock.NewTicker(s.opts.sweepInterval)
 	defer t.Stop()
@@ -278,7 +282,11 @@ func (s *Server) sweep(ctx context.Context) {
 			cursor = ""
 		}
 		for {
-			n, next, more, err := s.store.SweepEndedFrom(ctx, cursor, s.opts.clock.Now().Add(-s.opts.retention), 500)
+			sw := store.Sweep{From: cursor, Before: s.opts.clock.Now().Add(-s.opts.retention), Limit: archiveBatch, Alerts: true}
+			if s.opts.archive != nil {
+				sw.Keep = s.keepInArchive
+			}
+			n, next, more, err := s.store.SweepEnded(ctx, sw)
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
 					s.log.Warn("sweep ended tasks", "err", err)

@@ -70,6 +70,17 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	}
 	ctx, span := s.tel.startSubmit(ctx, req)
 	defer span.End()
+	if !generated {
+		if rec, err := s.archivedSubmission(ctx, req); err != nil || rec != nil {
+			if err != nil {
+				return nil, statusErr(err)
+			}
+			if string(rec.GetRequestDigest()) != string(digest) {
+				return nil, statusErr(refuse(codes.AlreadyExists, ReasonTaskAlreadyExists, "task_id: task %q already exists with a different request (it ended and was moved to the archive)", req.GetTaskId()))
+			}
+			return &reevev1.SubmitTaskResponse{Task: rec.GetTask()}, nil
+		}
+	}
 	existing, created, err := s.createTask(ctx, req, wf, digest, latest)
 	if errors.Is(err, store.ErrStaleWorkflow) {
 		// The cached latest version is not the latest any more (registered
@@ -140,11 +151,11 @@ func (s *Server) sameSubmission(ctx context.Context, req *reevev1.SubmitTaskRequ
 	if err != nil {
 		return nil
 	}
-	v, err := s.store.GetTask(ctx, req.GetNamespace(), req.GetTaskId())
-	if err != nil || string(v.Record.GetRequestDigest()) != string(digest) {
+	rec, err := s.getTask(ctx, req.GetNamespace(), req.GetTaskId())
+	if err != nil || string(rec.GetRequestDigest()) != string(digest) {
 		return nil
 	}
-	return v.Record.GetTask()
+	return rec.GetTask()
 }
 
 // resolveWorkflow returns the workflow a submission runs, as the snapshot the

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
@@ -21,11 +23,11 @@ func (s *Server) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*ree
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	v, err := s.store.GetTask(ctx, ns, req.GetTaskId())
+	rec, err := s.getTask(ctx, ns, req.GetTaskId())
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	return &reevev1.GetTaskResponse{Task: v.Record.GetTask()}, nil
+	return &reevev1.GetTaskResponse{Task: rec.GetTask()}, nil
 }
 
 // WatchTask implements SchedulerService.
@@ -46,14 +48,24 @@ func (s *Server) WatchTask(req *reevev1.WatchTaskRequest, stream reevev1.Schedul
 	watchErr := make(chan error, 1)
 	go func() {
 		defer close(newest)
-		watchErr <- s.store.WatchTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) bool {
+		put := func(t *reevev1.Task) bool {
 			select { // this goroutine alone puts, so after this the put cannot block
 			case <-newest:
 			default:
 			}
 			newest <- t
 			return taskstate.TerminalTask(t.GetState())
-		})
+		}
+		err := s.store.WatchTask(ctx, ns, req.GetTaskId(), put)
+		if store.IsNotFound(err) {
+			// Not in etcd, or it left etcd while watched: an archived
+			// task's final state ends the stream.
+			var rec *storev1.TaskRecord
+			if rec, err = s.archivedRecord(ctx, ns, req.GetTaskId(), err); err == nil {
+				put(rec.GetTask())
+			}
+		}
+		watchErr <- err
 	}()
 	for t := range newest {
 		if err := stream.Send(&reevev1.WatchTaskResponse{Task: t}); err != nil {
@@ -84,6 +96,15 @@ func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest)
 	})
 	if errors.Is(err, taskstate.ErrTerminal) {
 		return &reevev1.CancelTaskResponse{Task: before.GetTask()}, nil
+	}
+	if store.IsNotFound(err) {
+		// An archived task ended: canceling it changes nothing, as for a
+		// terminal task in etcd.
+		rec, err := s.archivedRecord(ctx, ns, req.GetTaskId(), err)
+		if err != nil {
+			return nil, statusErr(err)
+		}
+		return &reevev1.CancelTaskResponse{Task: rec.GetTask()}, nil
 	}
 	if err != nil {
 		return nil, statusErr(err)

@@ -29,6 +29,10 @@ type instruments struct {
 	attrs     attrSets
 	// unknownMessages counts agent messages of a kind not known here.
 	unknownMessages metric.Int64Counter
+	// The archive's writes (archive.go).
+	archivedTasks  metric.Int64Counter
+	archiveErrors  metric.Int64Counter
+	archiveLatency metric.Float64Histogram
 
 	mu         sync.Mutex
 	namespaces map[string]bool // namespaces whose task counts are reported
@@ -45,6 +49,12 @@ func newInstruments(s *Server) *instruments {
 	}
 	in.unknownMessages, _ = m.Int64Counter("reeve.agent.unknown_messages",
 		metric.WithDescription("Agent messages of a kind this scheduler does not know (from a newer protocol), ignored"))
+	in.archivedTasks, _ = m.Int64Counter("reeve.archive.tasks",
+		metric.WithDescription("Finished tasks written to the archive (then deleted from etcd unless they changed meanwhile)"))
+	in.archiveErrors, _ = m.Int64Counter("reeve.archive.errors",
+		metric.WithDescription("Archive writes that failed; their tasks stay in etcd until a later write"))
+	in.archiveLatency, _ = m.Float64Histogram("reeve.archive.write_time", metric.WithUnit("s"), durationBuckets,
+		metric.WithDescription("Time of one archive write (a batch of up to 500 tasks) until durable"))
 	in.submitted, _ = m.Int64Counter("reeve.tasks.submitted", metric.WithDescription("Tasks created by SubmitTask (idempotent resubmissions not counted)"))
 	for st, name := range map[reevev1.TaskState]string{
 		reevev1.TaskState_TASK_STATE_SUCCEEDED:   "reeve.tasks.completed",
@@ -343,3 +353,13 @@ func (c *attrSets) get(key [5]string, attrs func() []attribute.KeyValue) metric.
 }
 
 func boolKey(b bool) string { return strconv.FormatBool(b) }
+
+// archived records one archive write of n tasks.
+func (in *instruments) archived(ctx context.Context, n int, took time.Duration, err error) {
+	if err != nil {
+		in.archiveErrors.Add(ctx, 1)
+		return
+	}
+	in.archivedTasks.Add(ctx, int64(n))
+	in.archiveLatency.Record(ctx, took.Seconds())
+}

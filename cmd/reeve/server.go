@@ -74,6 +74,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		deg                         degradedFlags
 		gcf                         perfFlags
 		con                         consoleFlags
+		arc                         archiveFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -135,6 +136,14 @@ port with client certificates, and prints the environment a client needs.`,
 			}
 			defer etcd.Close()
 			cli := etcd.Client()
+			if arc.dsn == "" {
+				arc.dsn = devArchiveDSN(dataDir)
+			}
+			arcOpts, closeArchive, err := arc.open(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer closeArchive()
 
 			// serve ends the started callback's context before it returns;
 			// the supervisor has stopped when waitSupervisor returns.
@@ -157,7 +166,7 @@ port with client certificates, and prints the environment a client needs.`,
 					return nil
 				}
 				return startDemo(ctx, log, srv, addr, dev.agentOpts...)
-			}, append(append(append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithEmbeddedDefragmenter(etcd.Defragment)}, lim.options()...), degOpts...), gcf.schedulerOptions()...)...)
+			}, append(append(append(append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithEmbeddedDefragmenter(etcd.Defragment)}, lim.options()...), degOpts...), gcf.schedulerOptions()...), arcOpts...)...)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "./.reeve", "directory for the embedded etcd's data")
@@ -174,6 +183,8 @@ port with client certificates, and prints the environment a client needs.`,
 	prof.register(cmd)
 	gcf.register(cmd, g.getenv, 400)
 	con.register(cmd, "127.0.0.1:8233")
+	arc.register(cmd, g.getenv, "")
+	cmd.Flags().Lookup("archive-dsn").Usage += " (default sqlite:<data-dir>/archive.db)"
 	return cmd
 }
 
@@ -248,6 +259,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		hf                 healthFlag
 		gcf                perfFlags
 		con                consoleFlags
+		arc                archiveFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -295,8 +307,13 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			if err != nil {
 				return err
 			}
+			arcOpts, closeArchive, err := arc.open(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer closeArchive()
 			opts := append(append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...), gcf.schedulerOptions()...)
-			opts = append(opts, degOpts...)
+			opts = append(append(opts, degOpts...), arcOpts...)
 			if id != "" {
 				opts = append(opts, scheduler.WithID(id))
 			}
@@ -321,7 +338,8 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address the gRPC API listens on")
 	cmd.Flags().StringVar(&id, "id", "", "scheduler instance id, unique among schedulers (default <hostname>-<random>)")
 	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix")
-	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept")
+	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept in etcd without an archive; with one, how long FAILED tasks stay (the window to retry or compensate them)")
+	arc.register(cmd, g.getenv, "")
 	con.register(cmd, "")
 	srvSec.register(cmd, g.getenv)
 	etcdSec.register(cmd, g.getenv)

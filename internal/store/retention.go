@@ -9,27 +9,59 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
-// SweepEndedFrom deletes up to limit tasks that ended at or before `before`,
-// with every key derived from their records (see indexKeys: created, ended,
-// and any ready or deadline key a record still implies), in one transaction
-// per task guarded by its ended key's and its record's revisions, so a task
-// revived or changed meanwhile is left alone. Deletions are grouped, up to
-// sweepBatch tasks per etcd transaction within etcd's operation limit. It
-// returns how many tasks it deleted.
+// SweepEndedFrom deletes up to limit tasks that ended at or before
+// `before`, and the alerts raised by then: SweepEnded without archiving.
+func (s *Store) SweepEndedFrom(ctx context.Context, from string, before time.Time, limit int) (deleted int, next string, more bool, err error) {
+	return s.SweepEnded(ctx, Sweep{From: from, Before: before, Limit: limit, Alerts: true})
+}
+
+// Sweep is one call of SweepEnded.
+type Sweep struct {
+	// From is where the pass starts in the ended index ("" for its start):
+	// the next of the previous call.
+	From string
+	// Before: tasks that ended at or before it are deleted.
+	Before time.Time
+	// Limit is the most ended keys examined.
+	Limit int
+	// Skip, when set, leaves the tasks whose state it returns true for
+	// (their keys are examined, and the cursor passes them).
+	Skip func(reevev1.TaskState) bool
+	// Keep, when set, is given the records of the tasks about to be
+	// deleted, before any is deleted; when it returns an error nothing is
+	// deleted and SweepEnded returns that error. The archive writes them.
+	Keep func(ctx context.Context, recs []*storev1.TaskRecord) error
+	// Alerts also deletes the alerts raised at or before Before in the
+	// namespaces of the tasks examined.
+	Alerts bool
+}
+
+// SweepEnded deletes up to sw.Limit tasks that ended at or before
+// sw.Before, with every key derived from their records (see indexKeys:
+// created, ended, and any ready or deadline key a record still implies), in
+// one transaction per task guarded by its ended key's and its record's
+// revisions, so a task revived or changed meanwhile is left alone (and, when
+// it was given to sw.Keep, kept again by a later sweep). Deletions are
+// grouped, up to sweepBatch tasks per etcd transaction within etcd's
+// operation limit. It returns how many tasks it deleted.
 //
-// It examines the ended keys from `from` on ("" for the start of the
-// index) and returns where the next call should start (after the last
-// ended key it examined, or `from` when it examined none) and whether the
-// range held more than limit keys.
+// It examines the ended keys from sw.From on and returns where the next
+// call should start (after the last ended key it examined, or sw.From when
+// it examined none) and whether the range held more than sw.Limit keys.
 //
 // The cursor is what keeps a sweep's cost proportional to what it deletes:
 // etcd counts every key of a range, and keeps the keys a sweep deleted in
 // its index (as tombstones) until the next compaction, so a sweep that
 // always ranged from the start of the index would walk every task deleted
 // since the last compaction, and the whole backlog, on every call.
-func (s *Store) SweepEndedFrom(ctx context.Context, from string, before time.Time, limit int) (deleted int, next string, more bool, err error) {
+func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next string, more bool, err error) {
+	from, before, limit := sw.From, sw.Before, sw.Limit
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	prefix := s.k.endedPrefix()
@@ -54,6 +86,9 @@ func (s *Store) SweepEndedFrom(ctx context.Context, from string, before time.Tim
 		if len(parts) != 3 {
 			continue
 		}
+		if sw.Skip != nil && sw.Skip(reevev1.TaskState(reevev1.TaskState_value[string(kv.Value)])) {
+			continue
+		}
 		victims = append(victims, &victim{ns: parts[1], id: parts[2], state: string(kv.Value), ended: kv})
 	}
 	// Read the records, at most sweepBatch per transaction.
@@ -74,6 +109,28 @@ func (s *Store) SweepEndedFrom(ctx context.Context, from string, before time.Tim
 					return 0, from, false, err
 				}
 				v.rec = &rec
+			}
+		}
+	}
+	if sw.Keep != nil {
+		// A record that is not terminal (an inconsistency: its ended
+		// key should have gone with its revival) is neither kept nor
+		// deleted.
+		var recs []*storev1.TaskRecord
+		kept := victims[:0]
+		for _, v := range victims {
+			switch {
+			case v.rec == nil:
+				kept = append(kept, v) // a leftover ended key: nothing to keep
+			case taskstate.TerminalTask(v.rec.Record.GetTask().GetState()):
+				recs = append(recs, v.rec.Record)
+				kept = append(kept, v)
+			}
+		}
+		victims = kept
+		if len(recs) > 0 {
+			if err := sw.Keep(octx, recs); err != nil {
+				return 0, from, false, err
 			}
 		}
 	}
@@ -144,6 +201,9 @@ func (s *Store) SweepEndedFrom(ctx context.Context, from string, before time.Tim
 	}
 	if err := flush(); err != nil {
 		return deleted, from, false, err
+	}
+	if !sw.Alerts {
+		return deleted, next, more, nil
 	}
 	nss := map[string]bool{}
 	for _, v := range victims {

@@ -10,13 +10,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/archive"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -41,6 +44,13 @@ const (
 	KindWedged = "task_nothing_will_move"
 	// KindUndecodable: a record that does not decode.
 	KindUndecodable = "undecodable_record"
+	// KindNotArchived: with an archive, a task that ended long before (past
+	// its grace, or the retention for a FAILED one, and Slack) is still in
+	// etcd: the move to the archive is not happening.
+	KindNotArchived = "ended_task_not_archived"
+	// KindLost: a task named in Options.Expect is neither in etcd nor in
+	// the archive.
+	KindLost = "task_lost"
 )
 
 // Violation is one broken invariant.
@@ -100,7 +110,24 @@ type Options struct {
 	PageSize int
 	// MaxViolations bounds the violations listed; default 10,000.
 	MaxViolations int
+
+	// Archive, when set, is the schedulers' archive of finished tasks
+	// (their --archive-dsn): ended tasks must have moved there.
+	Archive archive.Archive
+	// ArchiveGrace and Retention are the schedulers' --archive-grace and
+	// --retention (how long FAILED tasks stay); Slack is how much later
+	// than that a move counts as not happening (default 10m). Now is the
+	// clock (default time.Now).
+	ArchiveGrace, Retention, Slack time.Duration
+	Now                            func() time.Time
+	// Expect names tasks that must exist, in etcd or in the archive
+	// (e.g. every id a load generator's submissions were acknowledged):
+	// namespace and id.
+	Expect []TaskRef
 }
+
+// TaskRef names a task.
+type TaskRef struct{ Namespace, ID string }
 
 // Check scans the store under opts.Prefix at one revision and reports every
 // violation. It fails if etcd fails or the revision is compacted during the
@@ -114,6 +141,12 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	}
 	if opts.MaxViolations <= 0 {
 		opts.MaxViolations = 10000
+	}
+	if opts.Slack <= 0 {
+		opts.Slack = 10 * time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	ck := &checker{c: c, st: store.New(c, store.WithPrefix(opts.Prefix), store.WithRecordCache(0)), opts: opts, rep: &Report{}}
 	resp, err := c.Get(ctx, opts.Prefix+"tasks/", clientv3.WithCountOnly())
@@ -132,6 +165,9 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 		if err := ck.scanIndex(ctx, idx); err != nil {
 			return nil, err
 		}
+	}
+	if err := ck.checkExpected(ctx); err != nil {
+		return nil, err
 	}
 	return ck.rep, nil
 }
@@ -209,6 +245,7 @@ func (ck *checker) scanRecords(ctx context.Context) error {
 			}
 			t := rec.GetTask()
 			ck.checkMoves(t)
+			ck.checkArchived(t)
 			for key, val := range ck.st.DerivedKeys(rec) {
 				want = append(want, key)
 				wantVal[key] = val
@@ -271,6 +308,61 @@ func (ck *checker) checkMoves(t *reevev1.Task) {
 		ck.add(Violation{Kind: KindWedged, Key: key, Namespace: t.GetNamespace(), TaskID: t.GetId(),
 			Detail: fmt.Sprintf("%s task with no queued step and no dispatched step with a deadline", t.GetState())})
 	}
+}
+
+// checkArchived reports an ended task still in etcd long after it should
+// have moved to the archive.
+func (ck *checker) checkArchived(t *reevev1.Task) {
+	if ck.opts.Archive == nil || !taskstate.TerminalTask(t.GetState()) || t.GetEndTime() == nil {
+		return
+	}
+	stay := ck.opts.ArchiveGrace
+	if t.GetState() == reevev1.TaskState_TASK_STATE_FAILED {
+		stay = ck.opts.Retention
+	}
+	ended := t.GetEndTime().AsTime()
+	if late := ck.opts.Now().Sub(ended) - stay; late > ck.opts.Slack {
+		ck.add(Violation{Kind: KindNotArchived, Key: ck.opts.Prefix + "tasks/" + t.GetNamespace() + "/" + t.GetId(), Namespace: t.GetNamespace(), TaskID: t.GetId(),
+			Detail: fmt.Sprintf("%s task ended at %s and is still in etcd %s after it should have moved to the archive (is the archive down? see the schedulers' reeve.archive.errors)", t.GetState(), ended.Format(time.RFC3339), late.Round(time.Second))})
+	}
+}
+
+// checkExpected reports every task of opts.Expect found neither in etcd (at
+// the check's revision) nor, after that, in the archive.
+func (ck *checker) checkExpected(ctx context.Context) error {
+	const batch = 100
+	for start := 0; start < len(ck.opts.Expect); start += batch {
+		part := ck.opts.Expect[start:min(start+batch, len(ck.opts.Expect))]
+		gets := make([]clientv3.Op, len(part))
+		for i, r := range part {
+			gets[i] = clientv3.OpGet(ck.opts.Prefix+"tasks/"+r.Namespace+"/"+r.ID, clientv3.WithRev(ck.rev), clientv3.WithCountOnly())
+		}
+		resp, err := ck.c.Txn(ctx).Then(gets...).Commit()
+		if err != nil {
+			return fmt.Errorf("verify: read expected tasks: %w", err)
+		}
+		missing := map[string][]string{} // by namespace
+		for i, r := range part {
+			if resp.Responses[i].GetResponseRange().GetCount() == 0 {
+				missing[r.Namespace] = append(missing[r.Namespace], r.ID)
+			}
+		}
+		for _, ns := range slices.Sorted(maps.Keys(missing)) {
+			ids := missing[ns]
+			has := map[string]bool{}
+			if ck.opts.Archive != nil {
+				if has, err = ck.opts.Archive.Has(ctx, ns, ids); err != nil {
+					return fmt.Errorf("verify: read the archive: %w", err)
+				}
+			}
+			for _, id := range ids {
+				if !has[id] {
+					ck.add(Violation{Kind: KindLost, Namespace: ns, TaskID: id, Detail: "expected, and neither in etcd nor in the archive"})
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // scanIndex checks every key of one index against its record.

@@ -898,11 +898,15 @@ func (*WatchTasksResponse_Reset_) isWatchTasksResponse_Event() {}
 type TaskChanged struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The task after the change; for a deleted task (removed after its
-	// retention) only namespace and id are set.
-	Task    *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
-	Deleted bool  `protobuf:"varint,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// retention, or moved to the archive) only namespace and id are set.
+	Task *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// The task left etcd.
+	Deleted bool `protobuf:"varint,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	// The etcd revision of the change; resume a watch after it.
-	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// With deleted: the task moved to the archive of finished tasks, where
+	// GetTask and ListTasks still find it (docs/archive.md).
+	Archived      bool `protobuf:"varint,4,opt,name=archived,proto3" json:"archived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -956,6 +960,13 @@ func (x *TaskChanged) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *TaskChanged) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
 }
 
 // WatchReset says changes were missed: the revisions the watch would resume
@@ -1890,11 +1901,12 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\x12WatchTasksResponse\x121\n" +
 	"\achanged\x18\x01 \x01(\v2\x15.reeve.v1.TaskChangedH\x00R\achanged\x12,\n" +
 	"\x05reset\x18\x02 \x01(\v2\x14.reeve.v1.WatchResetH\x00R\x05resetB\a\n" +
-	"\x05event\"g\n" +
+	"\x05event\"\x83\x01\n" +
 	"\vTaskChanged\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12\x18\n" +
 	"\adeleted\x18\x02 \x01(\bR\adeleted\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"(\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x1a\n" +
+	"\barchived\x18\x04 \x01(\bR\barchived\"(\n" +
 	"\n" +
 	"WatchReset\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\"m\n" +

@@ -1,0 +1,228 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/archive"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskstate"
+)
+
+// Finished tasks move from etcd to the archive (WithArchive; docs/archive.md):
+//
+//   - `grace` after it ended, a task that did not fail is written to the
+//     archive and then deleted from etcd with its index keys (the delete
+//     compares the record's revision, so a task changed meanwhile stays);
+//   - a FAILED task stays in etcd for the retention (WithRetention), the
+//     window in which operators retry or compensate it, then moves the
+//     same way;
+//   - reads (GetTask, WatchTask, ListTasks, CountTasks, SubmitTask's
+//     idempotency) look in etcd first and then in the archive. A task is
+//     written to the archive before it leaves etcd, so one that a read did
+//     not find in etcd is in the archive by the time the read looks there.
+//
+// Without an archive, terminal tasks are deleted after the retention.
+
+// WithArchive keeps finished tasks in a: they move there grace after they
+// end (FAILED ones after the retention). Default: no archive.
+func WithArchive(a archive.Archive, grace time.Duration) Option {
+	return func(o *options) { o.archive, o.archiveGrace = a, grace }
+}
+
+// WithArchiveRetention sets how long the archive keeps a task after it
+// ended; default 30 days (0 keeps them forever).
+func WithArchiveRetention(d time.Duration) Option {
+	return func(o *options) { o.archiveRetention = d }
+}
+
+// WithArchiveInterval sets how often tasks past their grace are moved to
+// the archive; default 5s.
+func WithArchiveInterval(d time.Duration) Option {
+	return func(o *options) { o.archiveInterval = d }
+}
+
+// archiveBatch is how many ended keys one archive pass examines per call:
+// the tasks of one archive write.
+const archiveBatch = 500
+
+// archiveDropEvery is how often a scheduler drops what the archive's
+// retention has passed.
+const archiveDropEvery = time.Hour
+
+// archiveTasks moves tasks past their grace to the archive until ctx ends.
+func (s *Server) archiveTasks(ctx context.Context) {
+	t := s.opts.clock.NewTicker(s.opts.archiveInterval)
+	defer t.Stop()
+	var cursor string
+	var lastDrop time.Time
+	for pass := 0; ; pass++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		// From the start of the ended index every sweepRescanEvery passes,
+		// as the retention sweep does (sweep).
+		if pass%sweepRescanEvery == 0 {
+			cursor = ""
+		}
+		for {
+			sw := store.Sweep{From: cursor, Before: s.opts.clock.Now().Add(-s.opts.archiveGrace), Limit: archiveBatch,
+				Skip: isFailed, Keep: s.keepInArchive}
+			n, next, more, err := s.store.SweepEnded(ctx, sw)
+			if err != nil {
+				if !errors.Is(err, context.Canceled) {
+					s.log.Warn("archive ended tasks; they stay in etcd until the archive takes them", "err", err)
+				}
+				cursor = ""
+				break
+			}
+			cursor = next
+			if n > 0 {
+				s.log.Debug("archived ended tasks", "count", n)
+			}
+			if !more {
+				break
+			}
+		}
+		if now := s.opts.clock.Now(); s.opts.archiveRetention > 0 && now.Sub(lastDrop) >= archiveDropEvery {
+			lastDrop = now
+			n, err := s.opts.archive.DropEndedBefore(ctx, now.Add(-s.opts.archiveRetention))
+			switch {
+			case err != nil && !errors.Is(err, context.Canceled):
+				s.log.Warn("drop archived tasks past the archive retention", "err", err)
+				lastDrop = time.Time{}
+			case n > 0:
+				s.log.Info("dropped archived tasks past the archive retention", "count", n)
+			}
+		}
+	}
+}
+
+func isFailed(st reevev1.TaskState) bool { return st == reevev1.TaskState_TASK_STATE_FAILED }
+
+// keepInArchive writes records to the archive; it returns once they are
+// durable there.
+func (s *Server) keepInArchive(ctx context.Context, recs []*storev1.TaskRecord) error {
+	tasks := make([]archive.Task, 0, len(recs))
+	for _, rec := range recs {
+		at, err := archiveTask(rec)
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, at)
+	}
+	start := time.Now()
+	err := s.opts.archive.Put(ctx, tasks)
+	s.tel.archived(ctx, len(tasks), time.Since(start), err)
+	return err
+}
+
+// archiveTask is rec as the archive keeps it.
+func archiveTask(rec *storev1.TaskRecord) (archive.Task, error) {
+	t := rec.GetTask()
+	full, err := proto.Marshal(rec)
+	if err != nil {
+		return archive.Task{}, err
+	}
+	sum := proto.Clone(t).(*reevev1.Task)
+	basicView(sum)
+	summary, err := proto.Marshal(sum)
+	if err != nil {
+		return archive.Task{}, err
+	}
+	return archive.Task{
+		Namespace:  t.GetNamespace(),
+		ID:         t.GetId(),
+		Workflow:   t.GetWorkflow().GetName(),
+		State:      t.GetState(),
+		CreateTime: t.GetCreateTime().AsTime(),
+		EndTime:    t.GetEndTime().AsTime(),
+		Summary:    summary,
+		Record:     full,
+	}, nil
+}
+
+// archivedRecord returns the record of an archived task, or a not-found
+// error as the store's when there is no archive or it does not hold the
+// task.
+func (s *Server) archivedRecord(ctx context.Context, ns, id string, notFound error) (*storev1.TaskRecord, error) {
+	if s.opts.archive == nil {
+		return nil, notFound
+	}
+	at, err := s.opts.archive.Get(ctx, ns, id)
+	if errors.Is(err, archive.ErrNotFound) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, archiveErr(err)
+	}
+	rec := &storev1.TaskRecord{}
+	if err := proto.Unmarshal(at.Record, rec); err != nil {
+		return nil, archiveErr(err)
+	}
+	return rec, nil
+}
+
+// getTask returns a task's record from etcd or, when it is not there, from
+// the archive.
+func (s *Server) getTask(ctx context.Context, ns, id string) (*storev1.TaskRecord, error) {
+	v, err := s.store.GetTask(ctx, ns, id)
+	if store.IsNotFound(err) {
+		return s.archivedRecord(ctx, ns, id, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return v.Record, nil
+}
+
+// errArchive marks an archive that could not answer.
+type errArchive struct{ err error }
+
+func (e errArchive) Error() string { return "archive unavailable: " + e.err.Error() }
+func (e errArchive) Unwrap() error { return e.err }
+
+func archiveErr(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return errArchive{err}
+}
+
+// notInEtcd is the error of an action on a task etcd does not hold:
+// TASK_TERMINAL when the archive holds it (it ended and moved there), the
+// store's not-found error otherwise.
+func (s *Server) notInEtcd(ctx context.Context, ns, id string, notFound error) error {
+	if _, err := s.archivedRecord(ctx, ns, id, notFound); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: task %q ended and was moved to the archive", taskstate.ErrTerminal, id)
+}
+
+// archivedSubmission returns the archived record of the task a submission
+// with a chosen id names, or nil when the task is not archived: in etcd
+// (createTask answers), or new. etcd is read first: a task is archived
+// before it leaves etcd, so one etcd did not hold when it was read is in
+// the archive when it is read next, unless it never existed.
+func (s *Server) archivedSubmission(ctx context.Context, req *reevev1.SubmitTaskRequest) (*storev1.TaskRecord, error) {
+	if s.opts.archive == nil {
+		return nil, nil
+	}
+	_, err := s.store.GetTask(ctx, req.GetNamespace(), req.GetTaskId())
+	if !store.IsNotFound(err) {
+		return nil, err // in etcd (nil), or etcd could not say
+	}
+	rec, err := s.archivedRecord(ctx, req.GetNamespace(), req.GetTaskId(), err)
+	if store.IsNotFound(err) {
+		return nil, nil
+	}
+	return rec, err
+}
