@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/etcdtest"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
@@ -185,4 +187,55 @@ func TestEveryViolationIsReported(t *testing.T) {
 		_ = rep.WriteText(&b)
 		t.Log(b.String())
 	}
+}
+
+// With an archive: ended tasks still in etcd long past their move are
+// reported (a FAILED one by the retention, the others by the grace), and
+// expected tasks found neither in etcd nor in the archive are lost.
+func TestArchiveViolations(t *testing.T) {
+	c := etcdtest.New(t).Client()
+	s := store.New(c)
+	healthy(t, s) // ok-03, ok-07, ok-11 canceled at t0; ok-02, ok-06, ok-10 succeeded at t0
+	a, err := archive.Open(ctx(t), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	// ok-99 moved to the archive; gone-1 is in neither.
+	if err := a.Put(ctx(t), []archive.Task{{Namespace: "default", ID: "ok-99", State: reevev1.TaskState_TASK_STATE_SUCCEEDED, CreateTime: t0, EndTime: t0}}); err != nil {
+		t.Fatal(err)
+	}
+	opts := verify.Options{Archive: a, ArchiveGrace: time.Minute, Retention: time.Hour, Slack: time.Minute,
+		Expect: []verify.TaskRef{{"default", "ok-00"}, {"default", "ok-99"}, {"default", "gone-1"}}}
+
+	opts.Now = func() time.Time { return t0.Add(90 * time.Second) } // within grace + slack
+	rep, err := verify.Check(ctx(t), c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kinds := kindsOf(rep); !slices.Equal(kinds, []string{verify.KindLost + " gone-1"}) {
+		t.Fatalf("within the grace: %v; want only the lost task", kinds)
+	}
+	opts.Now = func() time.Time { return t0.Add(3 * time.Minute) }
+	rep, err = verify.Check(ctx(t), c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{verify.KindLost + " gone-1"}
+	for _, id := range []string{"ok-02", "ok-03", "ok-06", "ok-07", "ok-10", "ok-11"} {
+		want = append(want, verify.KindNotArchived+" "+id)
+	}
+	slices.Sort(want)
+	if kinds := kindsOf(rep); !slices.Equal(kinds, want) {
+		t.Fatalf("past the grace: %v; want %v", kinds, want)
+	}
+}
+
+func kindsOf(rep *verify.Report) []string {
+	var kinds []string
+	for _, v := range rep.Violations {
+		kinds = append(kinds, v.Kind+" "+v.TaskID)
+	}
+	slices.Sort(kinds)
+	return kinds
 }
