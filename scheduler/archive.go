@@ -89,6 +89,7 @@ func (s *Server) archiveTasks(ctx context.Context) {
 				s.log.Debug("archived ended tasks", "count", n)
 			}
 			if !more {
+				s.archiveCaughtUp.Store(sw.Before.UnixNano())
 				break
 			}
 		}

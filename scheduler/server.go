@@ -55,6 +55,9 @@ type Server struct {
 	workClosed bool           // Run is waiting for work: goWork starts none
 
 	unregistered atomic.Int64 // agent streams waiting for their Register
+	// archiveCaughtUp is the grace cutoff (unix ns) of the last archive pass
+	// that reached the end of the tasks due (archive.go).
+	archiveCaughtUp atomic.Int64
 
 	// stopping ends when Run's context does: the timers of dropped agents'
 	// heartbeat executions stop (heartbeats.go).

@@ -55,6 +55,16 @@ func newInstruments(s *Server) *instruments {
 		metric.WithDescription("Archive writes that failed; their tasks stay in etcd until a later write"))
 	in.archiveLatency, _ = m.Float64Histogram("reeve.archive.write_time", metric.WithUnit("s"), durationBuckets,
 		metric.WithDescription("Time of one archive write (a batch of up to 500 tasks) until durable"))
+	if s.opts.archive != nil {
+		s.archiveCaughtUp.Store(s.opts.clock.Now().UnixNano())
+		_, _ = m.Float64ObservableGauge("reeve.archive.lag", metric.WithUnit("s"),
+			metric.WithDescription("How far the archive's moves are behind: now − grace − the cutoff of the last archive pass that moved every task due; grows while the archive is down or slow"),
+			metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+				due := s.opts.clock.Now().Add(-s.opts.archiveGrace)
+				o.Observe(max(0, due.Sub(time.Unix(0, s.archiveCaughtUp.Load())).Seconds()))
+				return nil
+			}))
+	}
 	in.submitted, _ = m.Int64Counter("reeve.tasks.submitted", metric.WithDescription("Tasks created by SubmitTask (idempotent resubmissions not counted)"))
 	for st, name := range map[reevev1.TaskState]string{
 		reevev1.TaskState_TASK_STATE_SUCCEEDED:   "reeve.tasks.completed",
