@@ -110,5 +110,6 @@ violation. See docs/reliability.md.`,
 	f.StringVar(&toxiproxyBin, "toxiproxy-bin", "toxiproxy-server", "toxiproxy server binary (make toxiproxy)")
 	f.StringVar(&jsonPath, "json", "chaos-report.json", "where to write the JSON report; empty: not written")
 	f.BoolVar(&cfg.Secure, "secure", false, "run the cluster over mutual TLS with role checks (as 'reeve cluster --secure'); a call of a component refused by them is a violation")
+	f.StringVar(&cfg.ArchiveDSN, "archive-dsn", "", "a PostgreSQL database the schedulers archive finished tasks to (2 s after they end), checked for every task as etcd is")
 	return cmd
 }

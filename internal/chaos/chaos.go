@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/cluster"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
@@ -57,6 +58,12 @@ type Config struct {
 	// checks read etcd with a client certificate, and a call of a component refused by the role checks is
 	// a violation. Default plaintext.
 	Secure bool
+	// ArchiveDSN, when set, is the archive the schedulers share
+	// (cluster.Config.ArchiveDSN; a PostgreSQL database): finished tasks
+	// move there 2 s after they end, during the run, and the checks read
+	// every task from etcd or, when it moved, from the archive; an expected
+	// task in neither is a violation. Default: no archive.
+	ArchiveDSN string
 }
 
 func (c *Config) defaults() error {
@@ -123,7 +130,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: cfg.Dir, Reeve: cfg.Reeve, Etcd: cfg.Etcd, Toxiproxy: cfg.Toxiproxy, NoFsync: true,
 		Agents: cfg.Agents, SupervisorTick: 500 * time.Millisecond, SessionTTL: 3, EtcdMaxTxnOps: MaxTxnOps,
-		Secure: cfg.Secure, Workflows: Workflows(),
+		Secure: cfg.Secure, Workflows: Workflows(), ArchiveDSN: cfg.ArchiveDSN,
 		AgentArgs: func(i int) []string {
 			return []string{"--chaos", "--side-effects", filepath.Join(cfg.sideEffectDir(), fmt.Sprintf("agent-%d.jsonl", i+1)), "--log-level", "warn"}
 		},
@@ -202,12 +209,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	ops.report(rep)
 	logf("chaos: drained %.1fs after the last fault; checking", rep.DrainAfterLastFault)
 
+	var arc archive.Archive
+	if cfg.ArchiveDSN != "" {
+		if arc, err = archive.Open(ctx, cfg.ArchiveDSN); err != nil {
+			return nil, fmt.Errorf("chaos: open the archive: %w", err)
+		}
+		defer arc.Close()
+	}
 	// Check while etcd is up; agents write each side effect with one write(2).
-	if err := check(ctx, cli, cfg, plan, pager, rep); err != nil {
+	if err := check(ctx, cli, arc, cfg, plan, pager, rep); err != nil {
 		return nil, err
 	}
 	// And the store's own invariants, as `reeve verify` checks them.
-	if err := verifyStore(ctx, cli, rep); err != nil {
+	if err := verifyStore(ctx, cli, arc, plan, rep); err != nil {
 		return nil, err
 	}
 	// And, in production's configuration, that the role checks refused no

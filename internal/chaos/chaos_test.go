@@ -10,6 +10,7 @@ import (
 
 	"github.com/reeve-org/reeve/internal/chaos"
 	"github.com/reeve-org/reeve/internal/cluster/clustertest"
+	"github.com/reeve-org/reeve/internal/pgtest"
 )
 
 // logWriter sends progress lines to t.Log.
@@ -34,6 +35,9 @@ func TestChaosShort(t *testing.T) {
 		Tasks: 300, WideTasks: 5, Rate: 10, FaultEvery: time.Second, DrainTimeout: 2 * time.Minute,
 		Dir: t.TempDir(), Reeve: clustertest.Reeve(t), Etcd: clustertest.Tool(t, "etcd"), Toxiproxy: clustertest.Tool(t, "toxiproxy-server"),
 		Log: logWriter{t}, Secure: true,
+		// Production's configuration: finished tasks move to a PostgreSQL
+		// archive the schedulers share, during the faults.
+		ArchiveDSN: pgtest.Start(t),
 	}
 	if s := os.Getenv("REEVE_CHAOS_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
@@ -59,6 +63,9 @@ func TestChaosShort(t *testing.T) {
 	}
 	if rep.WideTasks != cfg.WideTasks || rep.RetryTasks == 0 || rep.TasksRetried == 0 {
 		t.Errorf("%d wide tasks (want %d), %d retry tasks of which %d retried: the run did not exercise them", rep.WideTasks, cfg.WideTasks, rep.RetryTasks, rep.TasksRetried)
+	}
+	if rep.Archived == 0 {
+		t.Error("no task was read from the archive: the run did not exercise the move")
 	}
 	if !rep.OK() {
 		t.Fatalf("%d invariant violations; replay with REEVE_CHAOS_SEED=%d", len(rep.Violations), rep.Seed)

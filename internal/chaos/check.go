@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/archive"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/verify"
@@ -23,7 +25,7 @@ import (
 // check reads every task and the side-effect logs and records violations
 // and counts in rep. The wide tasks' histories come from pager when they
 // outgrew their records. It returns an error only if it cannot read.
-func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []plannedTask, pager *historyPager, rep *Report) error {
+func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg Config, plan []plannedTask, pager *historyPager, rep *Report) error {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	resp, err := cli.Get(rctx, "/reeve/tasks/default/", clientv3.WithPrefix())
@@ -38,6 +40,28 @@ func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []planned
 		}
 		tasks[rec.GetTask().GetId()] = rec.GetTask()
 	}
+	// Tasks that moved to the archive: read after etcd, as a task is
+	// archived before it leaves etcd.
+	if arc != nil {
+		for _, pt := range plan {
+			if pt.ID == "" || tasks[pt.ID] != nil {
+				continue
+			}
+			at, err := arc.Get(rctx, "default", pt.ID)
+			if errors.Is(err, archive.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("chaos: read the archive: %w", err)
+			}
+			var rec storev1.TaskRecord
+			if err := proto.Unmarshal(at.Record, &rec); err != nil {
+				return fmt.Errorf("chaos: archived task %s: %w", pt.ID, err)
+			}
+			tasks[pt.ID] = rec.GetTask()
+			rep.Archived++
+		}
+	}
 	alerted, err := alertedTasks(rctx, cli)
 	if err != nil {
 		return err
@@ -47,7 +71,7 @@ func check(ctx context.Context, cli *clientv3.Client, cfg Config, plan []planned
 		t := tasks[pt.ID]
 		if t == nil {
 			if pt.ID != "" {
-				rep.violate("every task terminal", pt.ID, "task missing from etcd")
+				rep.violate("every task terminal", pt.ID, "task missing from etcd and the archive")
 			}
 			continue
 		}
@@ -349,8 +373,20 @@ func checkSideEffects(dir string, tasks map[string]*reevev1.Task, rep *Report) e
 // verifyStore adds every store invariant violation `reeve verify` finds
 // (orphan or disagreeing index keys, terminal tasks with live keys, tasks
 // nothing will move) as a violation of invariant "store: <kind>".
-func verifyStore(ctx context.Context, cli *clientv3.Client, rep *Report) error {
-	vr, err := verify.Check(ctx, cli, verify.Options{})
+func verifyStore(ctx context.Context, cli *clientv3.Client, arc archive.Archive, plan []plannedTask, rep *Report) error {
+	opts := verify.Options{}
+	if arc != nil {
+		// Every task of the plan must be in etcd or the archive, and none
+		// may linger in etcd much past its move (grace 2 s; FAILED ones stay
+		// for the retention).
+		opts.Archive, opts.ArchiveGrace, opts.Retention, opts.Slack = arc, 2*time.Second, 72*time.Hour, time.Minute
+		for _, pt := range plan {
+			if pt.ID != "" {
+				opts.Expect = append(opts.Expect, verify.TaskRef{Namespace: "default", ID: pt.ID})
+			}
+		}
+	}
+	vr, err := verify.Check(ctx, cli, opts)
 	if err != nil {
 		return err
 	}

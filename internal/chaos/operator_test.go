@@ -118,7 +118,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	<-pagerDone
 	rep := &Report{}
 	ops.report(rep)
-	if err := check(ctx, cli, cfg, plan, pager, rep); err != nil {
+	if err := check(ctx, cli, nil, cfg, plan, pager, rep); err != nil {
 		t.Fatal(err)
 	}
 	if !rep.OK() {

@@ -15,8 +15,11 @@ type Report struct {
 	Tasks     int    `json:"tasks"`
 	Submitted int    `json:"submitted"`
 	// States counts tasks by final state (SUCCEEDED, COMPENSATED, ...).
-	States         map[string]int `json:"states"`
-	DesignedToFail int            `json:"designed_to_fail"`
+	States map[string]int `json:"states"`
+	// Archived: tasks the checks read from the archive (they had moved
+	// there during the run; Config.ArchiveDSN).
+	Archived       int `json:"archived"`
+	DesignedToFail int `json:"designed_to_fail"`
 	// OperatorCancels: tasks an operator canceled at a random point
 	// (CancelTask while queued, running, compensating or already ended).
 	OperatorCancels int `json:"operator_cancels"`
@@ -118,6 +121,7 @@ func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
 	for _, k := range sortedKeys(r.States) {
 		row("  ended "+k, r.States[k])
 	}
+	row("read from the archive (moved there during the run)", r.Archived)
 	row("designed to fail and compensate", r.DesignedToFail)
 	row("canceled by an operator at a random point", r.OperatorCancels)
 	row("compensated by an operator at a random point", r.OperatorCompensations)

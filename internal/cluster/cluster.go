@@ -73,6 +73,11 @@ type Config struct {
 	// cluster their role may not: there, what the agents serve must be
 	// listed here. Default none.
 	Workflows []*reevev1.Workflow
+	// ArchiveDSN, when set, is the schedulers' --archive-dsn (a PostgreSQL
+	// database they share), with --archive-grace ArchiveGrace (default 2s).
+	// Default: no archive.
+	ArchiveDSN   string
+	ArchiveGrace time.Duration
 }
 
 // Cluster is a running local cluster. Its process lists never change;
@@ -174,6 +179,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		args = append(args, c.schedulerTLSArgs()...)
 		if cfg.EtcdMaxTxnOps > 0 {
 			args = append(args, "--etcd-max-txn-ops", strconv.Itoa(cfg.EtcdMaxTxnOps))
+		}
+		if cfg.ArchiveDSN != "" {
+			grace := cfg.ArchiveGrace
+			if grace == 0 {
+				grace = 2 * time.Second
+			}
+			args = append(args, "--archive-dsn", cfg.ArchiveDSN, "--archive-grace", grace.String())
 		}
 		p := c.process(fmt.Sprintf("scheduler-%d", i+1), cfg.Reeve, addr, args...)
 		c.Schedulers = append(c.Schedulers, p)

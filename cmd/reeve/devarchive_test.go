@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/reeve-org/reeve/internal/archive"
+	"github.com/reeve-org/reeve/internal/pgtest"
+)
+
+// `reeve dev` keeps finished tasks in an archive: by default a SQLite file
+// in its data directory, or the PostgreSQL database --archive-dsn names. A
+// task that ended leaves etcd for it, and the CLI reads it as before.
+func TestDevArchivesFinishedTasks(t *testing.T) {
+	for _, kind := range []string{"default", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			args := []string{"dev", "--demo", "--listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0", "--data-dir", dir, "--archive-grace", "0s"}
+			dsn := "sqlite:" + filepath.Join(dir, "archive.db")
+			if kind == "postgres" {
+				dsn = pgtest.Start(t)
+				args = append(args, "--archive-dsn", dsn)
+			}
+			var stdout, stderr syncBuffer
+			ctx, stop := context.WithCancel(context.Background())
+			devCode := -1
+			devDone := make(chan struct{})
+			go func() {
+				defer close(devDone)
+				devCode = run(ctx, args, &stdout, &stderr, func(string) string { return "" })
+			}()
+			defer func() {
+				stop()
+				<-devDone
+				if devCode != 0 {
+					t.Errorf("reeve dev exited %d: %s", devCode, stderr.String())
+				}
+			}()
+			addrLine := regexp.MustCompile(`reeve dev: scheduler and supervisor on (\S+) `)
+			var addr string
+			waitUntil(t, time.Minute, "reeve dev to print its address", func() bool {
+				select {
+				case <-devDone:
+					t.Fatalf("reeve dev exited %d: %s", devCode, stderr.String())
+				default:
+				}
+				if m := addrLine.FindStringSubmatch(stdout.String()); m != nil {
+					addr = m[1]
+					return true
+				}
+				return false
+			})
+			env := map[string]string{"REEVE_ADDRESS": addr}
+			waitUntil(t, time.Minute, "the demo workflows to be registered", func() bool {
+				code, _, _ := reeveEnv(t, env, "workflow", "get", "demo.orders")
+				return code == 0
+			})
+			code, out, errOut := reeveEnv(t, env, "task", "submit", "--workflow", "demo.orders", "--id", "order-archived", "--wait", "-o", "json")
+			if code != 0 {
+				t.Fatalf("submit: exit %d: %s", code, errOut)
+			}
+
+			a, err := archive.Open(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			waitUntil(t, time.Minute, "the task to move to the archive", func() bool {
+				has, err := a.Has(context.Background(), "default", []string{"order-archived"})
+				return err == nil && has["order-archived"]
+			})
+			code, got, errOut := reeveEnv(t, env, "task", "get", "order-archived", "-o", "json")
+			if code != 0 {
+				t.Fatalf("task get of the archived task: exit %d: %s", code, errOut)
+			}
+			var ended, read struct{ ID, State string }
+			if json.Unmarshal([]byte(out), &ended) != nil || json.Unmarshal([]byte(got), &read) != nil || read != ended || read.State != "TASK_STATE_SUCCEEDED" {
+				t.Fatalf("task get of the archived task = %s; want it as it ended: %s", got, out)
+			}
+		})
+	}
+}
