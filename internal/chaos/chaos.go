@@ -196,7 +196,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, subErr
 	}
 
-	drained, drainErr := waitDrained(ctx, cli, cfg.Tasks, cfg.DrainTimeout)
+	var arc archive.Archive
+	if cfg.ArchiveDSN != "" {
+		if arc, err = archive.Open(ctx, cfg.ArchiveDSN); err != nil {
+			stopRun()
+			<-sampleDone
+			<-pagerDone
+			return nil, fmt.Errorf("chaos: open the archive: %w", err)
+		}
+		defer arc.Close()
+	}
+	drained, drainErr := waitDrained(ctx, cli, arc, cfg.Tasks, cfg.DrainTimeout)
 	rep.DrainAfterLastFault = seconds(drained.Sub(lastFault))
 	if drainErr != nil {
 		rep.violate("drain", "", drainErr.Error())
@@ -209,13 +219,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	ops.report(rep)
 	logf("chaos: drained %.1fs after the last fault; checking", rep.DrainAfterLastFault)
 
-	var arc archive.Archive
-	if cfg.ArchiveDSN != "" {
-		if arc, err = archive.Open(ctx, cfg.ArchiveDSN); err != nil {
-			return nil, fmt.Errorf("chaos: open the archive: %w", err)
-		}
-		defer arc.Close()
-	}
 	// Check while etcd is up; agents write each side effect with one write(2).
 	if err := check(ctx, cli, arc, cfg, plan, pager, rep); err != nil {
 		return nil, err

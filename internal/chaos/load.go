@@ -18,7 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/dial"
+	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
@@ -276,9 +278,10 @@ func operatorAct(ctx context.Context, after time.Duration, what string, act func
 	}
 }
 
-// waitDrained polls the state index until n tasks are terminal and none is
-// pending, running or compensating, or timeout passes. It returns when.
-func waitDrained(ctx context.Context, cli *clientv3.Client, n int, timeout time.Duration) (time.Time, error) {
+// waitDrained polls the state index (and then the archive, when there is
+// one: tasks that ended and moved there) until n tasks are terminal and none
+// is pending, running or compensating, or timeout passes. It returns when.
+func waitDrained(ctx context.Context, cli *clientv3.Client, arc archive.Archive, n int, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	var live, ended int64
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -300,6 +303,15 @@ func waitDrained(ctx context.Context, cli *clientv3.Client, n int, timeout time.
 					break
 				}
 				ended += cnt
+			}
+		}
+		if ok && arc != nil {
+			counts, err := arc.Count(ctx, "default", "")
+			ok = err == nil
+			for st, cnt := range counts {
+				if taskstate.TerminalTask(st) {
+					ended += cnt
+				}
 			}
 		}
 		if ok && live == 0 && ended >= int64(n) {

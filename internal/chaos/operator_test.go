@@ -100,7 +100,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	if err != nil || n != len(plan) {
 		t.Fatalf("submitted %d of %d: %v", n, len(plan), err)
 	}
-	if _, err := waitDrained(ctx, cli, len(plan), time.Minute); err != nil {
+	if _, err := waitDrained(ctx, cli, nil, len(plan), time.Minute); err != nil {
 		for _, pt := range plan {
 			if tk, gerr := getTask(ctx, c, pt.ID); gerr == nil && !taskstate.TerminalTask(tk.GetState()) {
 				h := tk.GetHistory()
