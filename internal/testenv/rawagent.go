@@ -203,12 +203,17 @@ func (a *RawAgent) Succeed(ref *reevev1.StepRef, output map[string]any) *reevev1
 		res.Outcome = &reevev1.StepResult_Output{Output: Value(a.t, output)}
 	}
 	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: res}})
-	return a.NextResultAck(10 * time.Second)
+	return a.NextResultAck(ackWait)
 }
 
 // Fail reports a failed result for ref and returns the ack.
 func (a *RawAgent) Fail(ref *reevev1.StepRef, e *reevev1.StepError) *reevev1.ResultAck {
 	a.t.Helper()
 	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: e}}}})
-	return a.NextResultAck(10 * time.Second)
+	return a.NextResultAck(ackWait)
 }
+
+// ackWait bounds Succeed's and Fail's wait for the ack: a bound against a
+// hang, not a latency check. The write of a record near 1 MiB under the race
+// detector on a loaded 2-core machine took over 10 s.
+const ackWait = time.Minute
