@@ -18,7 +18,11 @@ import (
 )
 
 // One PostgreSQL server for the package, a database per test.
-func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	closeFixtures()
+	os.Exit(code)
+}
 
 // kinds are the implementations every contract test runs against: each
 // returns the DSN of an empty archive.
