@@ -180,7 +180,7 @@ const (
 	putLockSQL = `SELECT pg_advisory_xact_lock($1, k) FROM (
 		SELECT DISTINCT hashtext(n || '/' || i) AS k FROM unnest($2::text[], $3::text[]) AS u(n, i) ORDER BY k OFFSET 0) s`
 	// The delete looks each task up in the partitions of the days from its
-	// create time (less a day, for clocks apart) on: a task's create time
+	// create time (less endSlack, for clocks apart) on: a task's create time
 	// never changes and it ends after it was created, so an older row of
 	// it is there. Joins other than a nested loop are off for the
 	// transaction: the lookups must be index probes of the few partitions
@@ -189,7 +189,7 @@ const (
 	putNoHashSQL  = `SET LOCAL enable_hashjoin = off`
 	putNoMergeSQL = `SET LOCAL enable_mergejoin = off`
 	putDeleteSQL  = `DELETE FROM archived_tasks t USING unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS u(n, i, e, c)
-		WHERE t.namespace = u.n AND t.id = u.i AND t.ended_ns >= u.c - 86400000000000 AND t.ended_ns <> u.e`
+		WHERE t.namespace = u.n AND t.id = u.i AND t.ended_ns >= u.c - $5 AND t.ended_ns <> u.e`
 	putUpsertSQL = `INSERT INTO archived_tasks (namespace, id, workflow, state, created_ns, ended_ns, summary, record)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bytea[], $8::bytea[])
 		ON CONFLICT (namespace, id, ended_ns) DO UPDATE SET workflow = excluded.workflow, state = excluded.state,
@@ -240,7 +240,7 @@ func (p *postgres) put(ctx context.Context, tasks []Task) error {
 		b.Queue(putNoHashSQL)
 		b.Queue(putNoMergeSQL)
 		b.Queue(putLockSQL, putLockClass, ns, ids)
-		b.Queue(putDeleteSQL, ns, ids, ended, created)
+		b.Queue(putDeleteSQL, ns, ids, ended, created, endSlack)
 		b.Queue(putUpsertSQL, ns, ids, wfs, states, created, ended, summary, record)
 		res := tx.SendBatch(ctx, b)
 		for range b.Len() {
@@ -274,7 +274,7 @@ func pgPrefix(l *listSQL, p string) {
 }
 
 func (p *postgres) List(ctx context.Context, q Query) ([]Task, error) {
-	sql, args, err := buildList(q, pgPlaceholder, pgPrefix)
+	sql, args, err := buildList(q, dialect{ph: pgPlaceholder, idPrefix: pgPrefix, endBound: true})
 	if err != nil {
 		return nil, err
 	}
