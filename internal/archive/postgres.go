@@ -127,17 +127,15 @@ func partitionDay(name string) (int64, bool) {
 // lock per day, so that schedulers creating the same day at once do not
 // fail).
 func (p *postgres) ensurePartitions(ctx context.Context, tasks []Task) error {
-	var missing []int64
+	missing := map[int64]bool{}
 	p.mu.Lock()
 	for _, t := range tasks {
-		d := dayOf(toNS(t.EndTime))
-		if !p.partitions[d] {
-			missing = append(missing, d)
-			p.partitions[d] = true // optimistic; undone on failure
+		if d := dayOf(toNS(t.EndTime)); !p.partitions[d] {
+			missing[d] = true
 		}
 	}
 	p.mu.Unlock()
-	for i, d := range missing {
+	for d := range missing {
 		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", partitionLockClass, int32(d)); err != nil {
 				return err
@@ -147,13 +145,11 @@ func (p *postgres) ensurePartitions(ctx context.Context, tasks []Task) error {
 			return err
 		})
 		if err != nil {
-			p.mu.Lock()
-			for _, d := range missing[i:] {
-				delete(p.partitions, d)
-			}
-			p.mu.Unlock()
 			return fmt.Errorf("archive: create partition %s: %w", partitionName(d), err)
 		}
+		p.mu.Lock()
+		p.partitions[d] = true
+		p.mu.Unlock()
 	}
 	return nil
 }
