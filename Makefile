@@ -21,6 +21,12 @@ OTELCOL                    := $(TOOLS)/otelcol-reeve-$(OTELCOL_VERSION)
 
 all: build
 
+# PostgreSQL for the archive's tests (internal/pgtest starts throwaway servers
+# with its initdb and pg_ctl): Debian's postgresql, installed when missing.
+.PHONY: postgres
+postgres:
+	@test -x /usr/lib/postgresql/15/bin/initdb || { apt-get update && apt-get install -y postgresql; }
+
 .PHONY: image test-image helm test-helm test-deploy python-example e2e-python e2e-trip test-repeat
 
 # Pinned tools, installed once into .tools/bin (skipped when the version matches).
@@ -191,7 +197,7 @@ fuzz:
 		go test -run '^$$' -fuzz "^$$name$$" -fuzztime "$$count" $$pkg; \
 	done
 
-test: check-generate check-fmt lint check-breaking vet
+test: postgres check-generate check-fmt lint check-breaking vet
 	go test -race -count=1 -timeout 15m ./...
 	$(MAKE) test-throughput
 	$(MAKE) test-cluster

@@ -18,7 +18,11 @@ import (
 )
 
 // One PostgreSQL server for the package, a database per test.
-func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	closeFixtures()
+	os.Exit(code)
+}
 
 // kinds are the implementations every contract test runs against: each
 // returns the DSN of an empty archive.
@@ -501,6 +505,29 @@ func TestStats(t *testing.T) {
 		}
 		if empty.Tasks != 0 || st.Tasks != 300 || st.Bytes <= empty.Bytes {
 			t.Fatalf("Stats: empty %+v, with 300 tasks %+v", empty, st)
+		}
+	})
+}
+
+// Tasks whose end time is far after their create time (long runs) or a
+// little before it (the clocks of two machines) are found by create time
+// and replaced by a later Put like any other.
+func TestEndFarFromCreate(t *testing.T) {
+	eachKind(t, func(t *testing.T, a archive.Archive) {
+		ctx := ctxT(t)
+		long := task("default", "long", "wf", reevev1.TaskState_TASK_STATE_SUCCEEDED, base)
+		long.EndTime = base.Add(40 * 24 * time.Hour)
+		skewed := task("default", "skewed", "wf", reevev1.TaskState_TASK_STATE_SUCCEEDED, base)
+		skewed.EndTime = base.Add(-time.Hour)
+		put(t, a, long, skewed)
+		q := archive.Query{Namespace: "default", CreatedAfter: base, CreatedBefore: base.Add(time.Second), Limit: 10}
+		if got := ids(listAll(t, a, q)); !slices.Equal(got, []string{"long", "skewed"}) {
+			t.Fatalf("List by create time: %v, want long and skewed", got)
+		}
+		long.EndTime, skewed.EndTime = base.Add(time.Minute), base.Add(-2*time.Hour)
+		put(t, a, long, skewed)
+		if st, err := a.Stats(ctx); err != nil || st.Tasks != 2 {
+			t.Fatalf("Stats after putting both again: %+v, %v; want 2 tasks", st, err)
 		}
 	})
 }

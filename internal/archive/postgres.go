@@ -127,17 +127,15 @@ func partitionDay(name string) (int64, bool) {
 // lock per day, so that schedulers creating the same day at once do not
 // fail).
 func (p *postgres) ensurePartitions(ctx context.Context, tasks []Task) error {
-	var missing []int64
+	missing := map[int64]bool{}
 	p.mu.Lock()
 	for _, t := range tasks {
-		d := dayOf(toNS(t.EndTime))
-		if !p.partitions[d] {
-			missing = append(missing, d)
-			p.partitions[d] = true // optimistic; undone on failure
+		if d := dayOf(toNS(t.EndTime)); !p.partitions[d] {
+			missing[d] = true
 		}
 	}
 	p.mu.Unlock()
-	for i, d := range missing {
+	for d := range missing {
 		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", partitionLockClass, int32(d)); err != nil {
 				return err
@@ -147,13 +145,11 @@ func (p *postgres) ensurePartitions(ctx context.Context, tasks []Task) error {
 			return err
 		})
 		if err != nil {
-			p.mu.Lock()
-			for _, d := range missing[i:] {
-				delete(p.partitions, d)
-			}
-			p.mu.Unlock()
 			return fmt.Errorf("archive: create partition %s: %w", partitionName(d), err)
 		}
+		p.mu.Lock()
+		p.partitions[d] = true
+		p.mu.Unlock()
 	}
 	return nil
 }
@@ -179,8 +175,17 @@ const (
 	// and leave two.
 	putLockSQL = `SELECT pg_advisory_xact_lock($1, k) FROM (
 		SELECT DISTINCT hashtext(n || '/' || i) AS k FROM unnest($2::text[], $3::text[]) AS u(n, i) ORDER BY k OFFSET 0) s`
-	putDeleteSQL = `DELETE FROM archived_tasks t USING unnest($1::text[], $2::text[], $3::bigint[]) AS u(n, i, e)
-		WHERE t.namespace = u.n AND t.id = u.i AND t.ended_ns <> u.e`
+	// The delete looks each task up in the partitions of the days from its
+	// create time (less endSlack, for clocks apart) on: a task's create time
+	// never changes and it ends after it was created, so an older row of
+	// it is there. Joins other than a nested loop are off for the
+	// transaction: the lookups must be index probes of the few partitions
+	// left after run-time pruning, never scans of every partition (a hash
+	// join the planner may choose for a batch of 500 rows).
+	putNoHashSQL  = `SET LOCAL enable_hashjoin = off`
+	putNoMergeSQL = `SET LOCAL enable_mergejoin = off`
+	putDeleteSQL  = `DELETE FROM archived_tasks t USING unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS u(n, i, e, c)
+		WHERE t.namespace = u.n AND t.id = u.i AND t.ended_ns >= u.c - $5 AND t.ended_ns <> u.e`
 	putUpsertSQL = `INSERT INTO archived_tasks (namespace, id, workflow, state, created_ns, ended_ns, summary, record)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bytea[], $8::bytea[])
 		ON CONFLICT (namespace, id, ended_ns) DO UPDATE SET workflow = excluded.workflow, state = excluded.state,
@@ -209,9 +214,9 @@ func (p *postgres) Put(ctx context.Context, tasks []Task) error {
 	return nil
 }
 
-// put writes tasks in one transaction: a batch of three statements (locks,
-// delete of the same tasks with other end times, upsert), one round trip
-// between BEGIN and COMMIT.
+// put writes tasks in one transaction: a batch (the plan settings, the
+// locks, the delete of the same tasks with other end times, the upsert),
+// one round trip between BEGIN and COMMIT.
 func (p *postgres) put(ctx context.Context, tasks []Task) error {
 	n := len(tasks)
 	var (
@@ -228,8 +233,10 @@ func (p *postgres) put(ctx context.Context, tasks []Task) error {
 	}
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
+		b.Queue(putNoHashSQL)
+		b.Queue(putNoMergeSQL)
 		b.Queue(putLockSQL, putLockClass, ns, ids)
-		b.Queue(putDeleteSQL, ns, ids, ended)
+		b.Queue(putDeleteSQL, ns, ids, ended, created, endSlack)
 		b.Queue(putUpsertSQL, ns, ids, wfs, states, created, ended, summary, record)
 		res := tx.SendBatch(ctx, b)
 		for range b.Len() {
@@ -263,7 +270,7 @@ func pgPrefix(l *listSQL, p string) {
 }
 
 func (p *postgres) List(ctx context.Context, q Query) ([]Task, error) {
-	sql, args, err := buildList(q, pgPlaceholder, pgPrefix)
+	sql, args, err := buildList(q, dialect{ph: pgPlaceholder, idPrefix: pgPrefix, endBound: true})
 	if err != nil {
 		return nil, err
 	}

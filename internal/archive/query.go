@@ -68,14 +68,29 @@ func (l *listSQL) arg(v any) string {
 
 func (l *listSQL) cond(c string) { l.where = append(l.where, c) }
 
+// dialect is what list queries differ in.
+type dialect struct {
+	// ph returns the placeholder of the n-th argument.
+	ph func(n int) string
+	// idPrefix adds the condition of an id prefix.
+	idPrefix func(l *listSQL, p string)
+	// endBound adds ended_ns >= CreatedAfter - endSlack, so that
+	// PostgreSQL skips the partitions of days before it.
+	endBound bool
+}
+
+// endSlack is how much earlier than its create time a task may end in the
+// archive's eyes: none should, but the times may come from the clocks of
+// two machines. Put and List rely on it (docs/archive.md).
+const endSlack = int64(24 * time.Hour)
+
 // buildList returns the query of q: the columns (record only when q.Full),
-// the filters, the keyset position, newest first. idPrefix writes the
-// dialect's prefix condition.
-func buildList(q Query, ph func(int) string, idPrefix func(l *listSQL, p string)) (string, []any, error) {
+// the filters, the keyset position, newest first.
+func buildList(q Query, d dialect) (string, []any, error) {
 	if q.Limit < 1 {
 		return "", nil, errLimit
 	}
-	l := &listSQL{ph: ph}
+	l := &listSQL{ph: d.ph}
 	l.cond("namespace = " + l.arg(q.Namespace))
 	if q.Workflow != "" {
 		l.cond("workflow = " + l.arg(q.Workflow))
@@ -85,12 +100,15 @@ func buildList(q Query, ph func(int) string, idPrefix func(l *listSQL, p string)
 	}
 	if !q.CreatedAfter.IsZero() {
 		l.cond("created_ns >= " + l.arg(toNS(q.CreatedAfter)))
+		if d.endBound {
+			l.cond("ended_ns >= " + l.arg(toNS(q.CreatedAfter)-endSlack))
+		}
 	}
 	if !q.CreatedBefore.IsZero() {
 		l.cond("created_ns < " + l.arg(toNS(q.CreatedBefore)))
 	}
 	if q.IDPrefix != "" {
-		idPrefix(l, q.IDPrefix)
+		d.idPrefix(l, q.IDPrefix)
 	}
 	if q.After != nil {
 		c := toNS(q.After.Created)

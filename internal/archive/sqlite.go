@@ -168,7 +168,7 @@ func sqlitePrefix(l *listSQL, p string) {
 }
 
 func (s *sqlite) List(ctx context.Context, q Query) ([]Task, error) {
-	query, args, err := buildList(q, sqlitePlaceholder, sqlitePrefix)
+	query, args, err := buildList(q, dialect{ph: sqlitePlaceholder, idPrefix: sqlitePrefix})
 	if err != nil {
 		return nil, err
 	}

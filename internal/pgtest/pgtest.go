@@ -150,27 +150,12 @@ func Run(m *testing.M) int {
 func Start(t testing.TB) string {
 	t.Helper()
 	sharedMu.Lock()
-	if !useShared {
-		sharedMu.Unlock()
+	perTest := !useShared
+	sharedMu.Unlock()
+	if perTest {
 		return StartServer(t).DSN("postgres")
 	}
-	if shared == nil && sharedErr == nil {
-		s, err := newServer()
-		if err == nil {
-			if err = s.start(); err != nil {
-				s.destroy()
-			}
-		}
-		shared, sharedErr = s, err
-		if err != nil {
-			shared = nil
-		}
-	}
-	s, err := shared, sharedErr
-	sharedMu.Unlock()
-	if err != nil {
-		skipOrFatal(t, err)
-	}
+	s := Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbSeq.Add(1))
@@ -186,6 +171,38 @@ func Start(t testing.TB) string {
 		}
 	})
 	return dsn
+}
+
+// Shared returns the package's shared server, started by the first call,
+// stopped when Run returns (for fixtures that outlive one test, such as a
+// benchmark's filled table: create their database with CreateDatabase).
+// It fails the test when TestMain does not use Run.
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	sharedMu.Lock()
+	if !useShared {
+		sharedMu.Unlock()
+		t.Fatal("pgtest.Shared: TestMain does not call pgtest.Run")
+	}
+	if shared == nil && sharedErr == nil {
+		s, err := newServer()
+		if err == nil {
+			if err = s.start(); err != nil {
+				s.destroy()
+			}
+		}
+		if err == nil {
+			shared = s
+		} else {
+			sharedErr = err
+		}
+	}
+	s, err := shared, sharedErr
+	sharedMu.Unlock()
+	if err != nil {
+		skipOrFatal(t, err)
+	}
+	return s
 }
 
 // missingError is PostgreSQL (or its user) missing on this machine: the test
