@@ -25,7 +25,7 @@ all: build
 # with its initdb and pg_ctl): Debian's postgresql, installed when missing.
 .PHONY: postgres
 postgres:
-	@test -x /usr/lib/postgresql/15/bin/initdb || { apt-get update && apt-get install -y postgresql; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update && apt-get install -y postgresql; }
 
 .PHONY: image test-image helm test-helm test-deploy python-example e2e-python e2e-trip test-repeat
 
