@@ -14,7 +14,8 @@ import (
 func itoa(n int) string           { return strconv.Itoa(n) }
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
-// Open creates the file and its missing directories, in WAL mode.
+// Open creates the file and its missing directories, and the schema from
+// empty; a second Open migrates nothing.
 func TestSQLiteCreatesFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "data", "archive", "archive.db")
 	for _, dsn := range []string{"sqlite:" + path, "sqlite://" + path} {
@@ -26,8 +27,20 @@ func TestSQLiteCreatesFile(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("the archive's file: %v", err)
 	}
-	if _, err := os.Stat(path + "-wal"); err != nil && !os.IsNotExist(err) {
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer db.Close()
+	var versions, mode string
+	if err := db.QueryRow("SELECT group_concat(name) FROM archive_schema_version").Scan(&versions); err != nil {
+		t.Fatal(err)
+	}
+	if versions != "0001_archived_tasks.sql" {
+		t.Fatalf("archive_schema_version: %q, want the one migration once", versions)
+	}
+	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		t.Fatalf("journal mode %q, %v; want wal", mode, err)
 	}
 }
 
