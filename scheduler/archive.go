@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -113,6 +115,11 @@ func isFailed(st reevev1.TaskState) bool { return st == reevev1.TaskState_TASK_S
 // durable there.
 func (s *Server) keepInArchive(ctx context.Context, recs []*storev1.TaskRecord) error {
 	tasks := make([]archive.Task, 0, len(recs))
+	s.archivedNamespaces.mu.Lock()
+	for _, rec := range recs {
+		s.archivedNamespaces.met[rec.GetTask().GetNamespace()] = s.opts.clock.Now()
+	}
+	s.archivedNamespaces.mu.Unlock()
 	for _, rec := range recs {
 		at, err := archiveTask(rec)
 		if err != nil {
@@ -226,4 +233,37 @@ func (s *Server) archivedSubmission(ctx context.Context, req *reevev1.SubmitTask
 		return nil, nil
 	}
 	return rec, err
+}
+
+// metNamespaces are the namespaces of tasks moved to the archive, with when
+// a task of theirs last moved.
+type metNamespaces struct {
+	mu  sync.Mutex
+	met map[string]time.Time
+}
+
+// sweepArchivedAlerts deletes the alerts raised before the retention in
+// the namespaces whose tasks moved to the archive within the retention
+// (and a margin): alerts go after the retention, as without an archive.
+// The retention sweep deletes a namespace's old alerts only when it meets
+// an old ended task there, and with an archive only FAILED ones stay that
+// long; a task that failed, raised an alert and was retried to success
+// moves after the grace. After a restart a namespace is swept again once a
+// task of it moves.
+func (s *Server) sweepArchivedAlerts(ctx context.Context) {
+	now := s.opts.clock.Now()
+	var nss []string
+	s.archivedNamespaces.mu.Lock()
+	for ns, at := range s.archivedNamespaces.met {
+		if now.Sub(at) > s.opts.retention+s.opts.archiveGrace+2*s.opts.sweepInterval {
+			delete(s.archivedNamespaces.met, ns)
+			continue
+		}
+		nss = append(nss, ns)
+	}
+	s.archivedNamespaces.mu.Unlock()
+	slices.Sort(nss)
+	if err := s.store.SweepAlerts(ctx, nss, now.Add(-s.opts.retention)); err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Warn("sweep alerts of archived tasks", "err", err)
+	}
 }

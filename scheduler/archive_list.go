@@ -83,12 +83,11 @@ func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool,
 		out.Tasks = append(out.Tasks, t)
 		size += n
 	}
-	last := out.Tasks[len(out.Tasks)-1:]
 	switch {
-	case len(last) == 0:
+	case len(out.Tasks) == 0:
 		out.Next = page.Next
 	case i < 0 || i < len(live) || j < len(archived) || len(rows) == q.Limit:
-		p := positionOf(last[0])
+		p := positionOf(out.Tasks[len(out.Tasks)-1])
 		out.Next = &p
 	case page.Next != nil:
 		// Every task up to etcd's stopping point is listed.

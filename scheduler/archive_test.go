@@ -194,6 +194,10 @@ func TestListPagesAcrossTheArchive(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
 
+			// An empty list: no task anywhere.
+			if resp, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{}); err != nil || len(resp.GetTasks()) != 0 || resp.GetNextPageToken() != "" {
+				t.Fatalf("list of nothing = %v, %v", resp, err)
+			}
 			tasks := submitPending(t, c, "t", 30)
 			var want []string
 			for _, tk := range slices.Backward(tasks) {
@@ -356,4 +360,45 @@ func archiveErrors(t *testing.T, reader *sdkmetric.ManualReader) int64 {
 		}
 	}
 	return n
+}
+
+// With an archive, an alert goes after the retention even when its task was
+// retried to success and moved to the archive long before: the archive pass
+// deletes old alerts of the namespaces it meets (the retention sweep only
+// meets FAILED tasks that stayed).
+func TestAlertsOfArchivedTasksGoAfterTheRetention(t *testing.T) {
+	env := testenv.New(t)
+	a := openArchive(t, archiveDSN(t, "sqlite"))
+	s := env.StartScheduler("", archiving(a, scheduler.WithRetention(time.Second), scheduler.WithSweepInterval(50*time.Millisecond))...)
+	c := s.Client(t)
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	st := step("a", "flaky")
+	st.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 1}
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "alerted", Workflow: inline(st)})
+	agent := testenv.ConnectRaw(t, s.Addr, register("ag", 1, "flaky"))
+	agent.Fail(agent.NextAssignment(wait).GetRef(), &reevev1.StepError{Code: "boom", Message: "down"})
+	if alerts, err := sup.ListAlerts(ctx, &reevev1.ListAlertsRequest{}); err != nil || len(alerts.GetAlerts()) != 1 {
+		t.Fatalf("alerts after the failure = %v, %v; want one", alerts.GetAlerts(), err)
+	}
+	if _, err := sup.RetryStep(ctx, &reevev1.RetryStepRequest{TaskId: "alerted", Step: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	agent.Succeed(agent.NextAssignment(wait).GetRef(), nil)
+	waitArchived(t, env, a, "alerted")
+	if alerts, err := sup.ListAlerts(ctx, &reevev1.ListAlertsRequest{IncludeAcknowledged: true}); err != nil || len(alerts.GetAlerts()) != 1 {
+		t.Fatalf("alerts once the task moved = %v, %v; want the resolved one, kept for the retention", alerts.GetAlerts(), err)
+	}
+	for {
+		alerts, err := sup.ListAlerts(ctx, &reevev1.ListAlertsRequest{IncludeAcknowledged: true})
+		if err == nil && len(alerts.GetAlerts()) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the alert of the archived task is still listed after the retention: %v, %v", alerts.GetAlerts(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

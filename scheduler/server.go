@@ -58,6 +58,9 @@ type Server struct {
 	// archiveCaughtUp is the grace cutoff (unix ns) of the last archive pass
 	// that reached the end of the tasks due (archive.go).
 	archiveCaughtUp atomic.Int64
+	// archivedNamespaces: whose alerts the retention sweep deletes too
+	// (sweepArchivedAlerts).
+	archivedNamespaces metNamespaces
 
 	// stopping ends when Run's context does: the timers of dropped agents'
 	// heartbeat executions stop (heartbeats.go).
@@ -79,14 +82,15 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	base, cancel := context.WithCancel(context.Background())
 	stopping, stopTimers := context.WithCancel(context.Background())
 	s := &Server{
-		stopping:   stopping,
-		stopTimers: stopTimers,
-		expiries:   make(chan struct{}, expiriesInFlight),
-		opts:       o,
-		store:      store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithMaxTxnOps(cmp.Or(o.maxTxnOps, store.DefaultMaxTxnOps))}, o.storeOpts...)...),
-		log:        o.log.With("scheduler_id", o.id),
-		base:       base,
-		cancelBase: cancel,
+		stopping:           stopping,
+		stopTimers:         stopTimers,
+		expiries:           make(chan struct{}, expiriesInFlight),
+		archivedNamespaces: metNamespaces{met: map[string]time.Time{}},
+		opts:               o,
+		store:              store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithMaxTxnOps(cmp.Or(o.maxTxnOps, store.DefaultMaxTxnOps))}, o.storeOpts...)...),
+		log:                o.log.With("scheduler_id", o.id),
+		base:               base,
+		cancelBase:         cancel,
 	}
 	s.logs = newLogLimiter(o.clock, 10*time.Second)
 	s.disp = newDispatcher(dispatchDeps{
@@ -285,7 +289,8 @@ func (s *Server) sweep(ctx context.Context) {
 			cursor = ""
 		}
 		for {
-			sw := store.Sweep{From: cursor, Before: s.opts.clock.Now().Add(-s.opts.retention), Limit: archiveBatch, Alerts: true}
+			before := s.opts.clock.Now().Add(-s.opts.retention)
+			sw := store.Sweep{From: cursor, Before: before, Limit: archiveBatch, AlertsBefore: before}
 			if s.opts.archive != nil {
 				sw.Keep = s.keepInArchive
 			}
@@ -304,6 +309,9 @@ func (s *Server) sweep(ctx context.Context) {
 			if !more {
 				break
 			}
+		}
+		if s.opts.archive != nil {
+			s.sweepArchivedAlerts(ctx)
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 // SweepEndedFrom deletes up to limit tasks that ended at or before
 // `before`, and the alerts raised by then: SweepEnded without archiving.
 func (s *Store) SweepEndedFrom(ctx context.Context, from string, before time.Time, limit int) (deleted int, next string, more bool, err error) {
-	return s.SweepEnded(ctx, Sweep{From: from, Before: before, Limit: limit, Alerts: true})
+	return s.SweepEnded(ctx, Sweep{From: from, Before: before, Limit: limit, AlertsBefore: before})
 }
 
 // Sweep is one call of SweepEnded.
@@ -37,9 +37,9 @@ type Sweep struct {
 	// deleted, before any is deleted; when it returns an error nothing is
 	// deleted and SweepEnded returns that error. The archive writes them.
 	Keep func(ctx context.Context, recs []*storev1.TaskRecord) error
-	// Alerts also deletes the alerts raised at or before Before in the
-	// namespaces of the tasks examined.
-	Alerts bool
+	// AlertsBefore, when set, also deletes the alerts raised at or before
+	// it in the namespaces of the tasks examined.
+	AlertsBefore time.Time
 }
 
 // SweepEnded deletes up to sw.Limit tasks that ended at or before
@@ -202,17 +202,25 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 	if err := flush(); err != nil {
 		return deleted, from, false, err
 	}
-	if !sw.Alerts {
+	if sw.AlertsBefore.IsZero() {
 		return deleted, next, more, nil
 	}
 	nss := map[string]bool{}
 	for _, v := range victims {
 		nss[v.ns] = true
 	}
-	if err := s.sweepAlerts(octx, slices.Sorted(maps.Keys(nss)), before); err != nil {
+	if err := s.sweepAlerts(octx, slices.Sorted(maps.Keys(nss)), sw.AlertsBefore); err != nil {
 		return deleted, from, false, err
 	}
 	return deleted, next, more, nil
+}
+
+// SweepAlerts deletes the alerts of namespaces nss raised at or before
+// `before` (see sweepAlerts).
+func (s *Store) SweepAlerts(ctx context.Context, nss []string, before time.Time) error {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	return s.sweepAlerts(octx, nss, before)
 }
 
 // sweepAlerts deletes the alerts of namespaces nss raised at or before
