@@ -113,6 +113,22 @@ func TestBrowserArchive(t *testing.T) {
 		t.Errorf("WatchTask of an archived task: after the final state got %v, %v; want the end of the stream", m, err)
 	}
 
+	// A task page open while its task ends and moves: it turns to the final
+	// state in place, and stays there once the task left etcd.
+	run(t, ctx, "open pending task", chromedp.Navigate(e.url+"/tasks/"+pending.GetId()),
+		chromedp.WaitVisible(chromedp.CSS("#task-state.st-pending")))
+	eval(t, ctx, `window.__noReload = 1`)
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if _, err := e.sched.CancelTask(cctx, &reevev1.CancelTaskRequest{TaskId: pending.GetId(), Reason: "moved on"}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "canceled live", chromedp.WaitVisible(chromedp.CSS("#task-state.st-canceled")))
+	e.waitArchived(pending.GetId(), reevev1.TaskState_TASK_STATE_CANCELED)
+	if eval(t, ctx, `window.__noReload || 0`) != 1 || text(t, ctx, "#task-state") != "canceled" {
+		t.Errorf("the page of a task that moved to the archive reloaded or changed: state %q", text(t, ctx, "#task-state"))
+	}
+
 	for _, m := range dlg.all() {
 		t.Errorf("a dialog opened: %q", m)
 	}
