@@ -116,6 +116,8 @@ var promised = []string{
 	"reeve_supervisor_recoveries_total", "reeve_supervisor_leader", // recoveries by action, leader
 	"reeve_etcd_txn_duration_seconds_bucket", "reeve_etcd_db_size_bytes", "reeve_etcd_db_size_in_use_bytes", // etcd latency and size
 	"reeve_agents_connected", // agent connections
+	// The archive's moves (issue 25): lag, tasks moved, write time.
+	"reeve_archive_lag_seconds", "reeve_archive_tasks_total", "reeve_archive_write_time_seconds_bucket",
 }
 
 func TestDashboardShape(t *testing.T) {
@@ -152,9 +154,10 @@ func TestDashboardShape(t *testing.T) {
 }
 
 // TestDashboardMetricsExist starts `reeve dev --demo` (REEVE_BIN, or a
-// binary built from ../../cmd/reeve), runs demo tasks, including one that
-// the supervisor must recover, and checks every metric and label name of
-// every query against its /metrics.
+// binary built from ../../cmd/reeve) with its archive taking ended tasks at
+// once (--archive-grace 0s), runs demo tasks, including one that the
+// supervisor must recover, and checks every metric and label name of every
+// query against its /metrics.
 func TestDashboardMetricsExist(t *testing.T) {
 	d := load(t)
 	bin := os.Getenv("REEVE_BIN")
@@ -168,7 +171,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dev := exec.CommandContext(ctx, bin, "dev", "--demo", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
-		"--etcd-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--supervisor-tick", "200ms")
+		"--etcd-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--supervisor-tick", "200ms", "--archive-grace", "0s")
 	dev.Cancel = func() error { return dev.Process.Signal(os.Interrupt) }
 	dev.WaitDelay = 20 * time.Second
 	out, err := dev.StdoutPipe()

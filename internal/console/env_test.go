@@ -8,6 +8,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,9 +21,11 @@ import (
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/console"
 	"github.com/reeve-org/reeve/internal/demo"
 	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
 
@@ -33,20 +36,44 @@ const xss = `<script>alert("pwned")</script><img src=x onerror=alert(1)>`
 // env is a real etcd, scheduler, supervisor and demo agent, and a console in
 // front of them on a loopback HTTP port.
 type env struct {
-	t     *testing.T
-	sched reevev1.SchedulerServiceClient
-	sup   reevev1.SupervisorServiceClient
-	url   string
-	etcd  *clientv3.Client // nil in secure mode
-	addr  string           // the scheduler's; "" in secure mode
+	t       *testing.T
+	sched   reevev1.SchedulerServiceClient
+	sup     reevev1.SupervisorServiceClient
+	url     string
+	etcd    *clientv3.Client // nil in secure mode
+	addr    string           // the scheduler's; "" in secure mode
+	archive archive.Archive  // the scheduler's (newArchiveEnv), else nil
 }
 
 // newEnv starts everything; the demo agent also serves test.fail_xss (fails
 // permanently with xss as the error message).
 func newEnv(t *testing.T, opts ...console.Option) *env {
 	t.Helper()
+	return newEnvWith(t, nil, opts...)
+}
+
+// newArchiveEnv is newEnv with an archive of finished tasks: an SQLite file
+// in a temporary directory that the scheduler moves every ended task to at
+// once (grace 0; FAILED tasks stay in etcd for the retention), looking every
+// 50ms.
+func newArchiveEnv(t *testing.T, opts ...console.Option) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := archive.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "archive.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() }) // after the scheduler stopped (cleanups run last first)
+	e := newEnvWith(t, []scheduler.Option{scheduler.WithArchive(a, 0), scheduler.WithArchiveInterval(50 * time.Millisecond)}, opts...)
+	e.archive = a
+	return e
+}
+
+func newEnvWith(t *testing.T, schedOpts []scheduler.Option, opts ...console.Option) *env {
+	t.Helper()
 	e := testenv.New(t)
-	s := e.StartScheduler("")
+	s := e.StartScheduler("", schedOpts...)
 	e.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -108,6 +135,35 @@ func (e *env) waitState(id string, state reevev1.TaskState) *reevev1.Task {
 			e.t.Fatalf("task %s: want %v, have %v (err %v)", id, state, resp.GetTask().GetState(), err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitArchived waits (at most a minute) until the task has left etcd, and
+// checks that the archive holds it in state.
+func (e *env) waitArchived(id string, state reevev1.TaskState) {
+	e.t.Helper()
+	key := "/reeve/tasks/default/" + id // the store's key of the task's record (internal/store/keys.go)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := e.etcd.Get(ctx, key, clientv3.WithCountOnly())
+		cancel()
+		if err == nil && resp.Count == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task %s: still in etcd after a minute (err %v)", id, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	at, err := e.archive.Get(ctx, "default", id)
+	if err != nil {
+		e.t.Fatalf("task %s left etcd but the archive does not hold it: %v", id, err)
+	}
+	if at.State != state {
+		e.t.Fatalf("task %s archived in state %v, want %v", id, at.State, state)
 	}
 }
 

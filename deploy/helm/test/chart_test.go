@@ -473,6 +473,8 @@ func TestChartRefuses(t *testing.T) {
 		{"no etcd", []string{"--set", "etcd.bundled.enabled=false"}, "etcd.endpoints"},
 		{"tokens over plaintext", []string{"--set", "tokens.secretName=t"}, "tls.serverSecretName"},
 		{"TLS schedulers, supervisors without a CA", []string{"--set", "tls.serverSecretName=s"}, "tls.supervisorSecretName"},
+		{"archive TLS without an archive", []string{"--set", "archive.tlsSecretName=pg-tls"}, "archive.dsnSecret.name"},
+		{"archive DSN without a key", []string{"--set", "archive.dsnSecret.name=pg", "--set", "archive.dsnSecret.key="}, "archive.dsnSecret.key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -512,6 +514,110 @@ func TestExternalEtcd(t *testing.T) {
 			t.Errorf("%s: image %q", comp, c.Image)
 		}
 	}
+}
+
+// The archive reaches the schedulers only when archive.dsnSecret names a
+// Secret: its DSN as REEVE_ARCHIVE_DSN from that Secret (never a literal on
+// the command line or in the pod spec), the grace and retention as flags,
+// and archive.tlsSecretName mounted read-only where the DSN's sslrootcert,
+// sslcert and sslkey point (docs/kubernetes.md). Supervisors never get it.
+func TestArchive(t *testing.T) {
+	const tlsDir = "/etc/reeve/archive-tls"
+	hasArchiveArg := func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--archive-") })
+	}
+	mount := func(c corev1.Container) (corev1.VolumeMount, bool) {
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == tlsDir })
+		if i < 0 {
+			return corev1.VolumeMount{}, false
+		}
+		return c.VolumeMounts[i], true
+	}
+
+	t.Run("none", func(t *testing.T) {
+		rendered, err := helmTemplate(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := decode(t, rendered)
+		for _, comp := range []string{"scheduler", "supervisor"} {
+			d := o.deployment(t, comp)
+			c := d.Spec.Template.Spec.Containers[0]
+			if e, ok := env(c, "REEVE_ARCHIVE_DSN"); ok {
+				t.Errorf("%s: no archive set, yet REEVE_ARCHIVE_DSN %+v", comp, e)
+			}
+			if hasArchiveArg(c) {
+				t.Errorf("%s: no archive set, yet args %q", comp, c.Args)
+			}
+			if m, ok := mount(c); ok {
+				t.Errorf("%s: no archive set, yet %s is mounted: %+v", comp, tlsDir, m)
+			}
+		}
+	})
+
+	t.Run("dsnSecret", func(t *testing.T) {
+		rendered, err := helmTemplate(t, "--set", "archive.dsnSecret.name=pg-dsn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := decode(t, rendered)
+		c := o.deployment(t, "scheduler").Spec.Template.Spec.Containers[0]
+		e, ok := env(c, "REEVE_ARCHIVE_DSN")
+		switch {
+		case !ok:
+			t.Fatal("scheduler: REEVE_ARCHIVE_DSN not set")
+		case e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil:
+			t.Fatalf("scheduler: REEVE_ARCHIVE_DSN %+v, want it from a Secret", e)
+		case e.ValueFrom.SecretKeyRef.Name != "pg-dsn" || e.ValueFrom.SecretKeyRef.Key != "dsn":
+			t.Errorf("scheduler: REEVE_ARCHIVE_DSN from Secret %s key %s, want pg-dsn key dsn (the default key)",
+				e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
+		}
+		for _, want := range []string{"--archive-grace=1m", "--archive-retention=720h"} {
+			if !slices.Contains(c.Args, want) {
+				t.Errorf("scheduler: args %q lack %s (the defaults of values.yaml)", c.Args, want)
+			}
+		}
+		if m, ok := mount(c); ok {
+			t.Errorf("scheduler: no archive.tlsSecretName, yet %s is mounted: %+v", tlsDir, m)
+		}
+		sup := o.deployment(t, "supervisor").Spec.Template.Spec.Containers[0]
+		if _, ok := env(sup, "REEVE_ARCHIVE_DSN"); ok || hasArchiveArg(sup) {
+			t.Errorf("supervisor: given the archive (env %v, args %q); only schedulers use it", sup.Env, sup.Args)
+		}
+	})
+
+	t.Run("tlsSecretName", func(t *testing.T) {
+		rendered, err := helmTemplate(t, "-f", chart+"/ci/external-etcd-values.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := decode(t, rendered)
+		p := o.deployment(t, "scheduler").Spec.Template.Spec
+		c := p.Containers[0]
+		e, _ := env(c, "REEVE_ARCHIVE_DSN")
+		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "reeve-archive" || e.ValueFrom.SecretKeyRef.Key != "url" {
+			t.Errorf("scheduler: REEVE_ARCHIVE_DSN %+v, want Secret reeve-archive key url", e)
+		}
+		for _, want := range []string{"--archive-grace=2m", "--archive-retention=2160h"} {
+			if !slices.Contains(c.Args, want) {
+				t.Errorf("scheduler: args %q lack %s", c.Args, want)
+			}
+		}
+		m, ok := mount(c)
+		if !ok {
+			t.Fatalf("scheduler: nothing mounted at %s: %+v", tlsDir, c.VolumeMounts)
+		}
+		if !m.ReadOnly {
+			t.Errorf("scheduler: %s is mounted read-write", tlsDir)
+		}
+		i := slices.IndexFunc(p.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if i < 0 {
+			t.Fatalf("scheduler: mount %s names volume %q, which the pod lacks", tlsDir, m.Name)
+		}
+		if v := p.Volumes[i]; v.Secret == nil || v.Secret.SecretName != "reeve-archive-tls" {
+			t.Errorf("scheduler: volume %s is %+v, want Secret reeve-archive-tls", m.Name, v.VolumeSource)
+		}
+	})
 }
 
 // The bundled etcd forms one cluster: each member is named in the initial
