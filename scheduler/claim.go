@@ -41,7 +41,7 @@ func (s *Server) claim(e *storev1.ReadyEntry, agentID string) (*reevev1.StepAssi
 	t := after.GetTask()
 	st := taskstate.FindStep(t, e.GetStep())
 	a := assignment(t, st)
-	s.tel.claimed(after, st, a, s.opts.id, agentID, s.opts.clock.Now())
+	s.claimed(after, st, a, agentID)
 	return a, nil
 }
 
@@ -236,7 +236,7 @@ func (s *Server) deliverClaim(rec *storev1.TaskRecord, c *writeClaim) {
 	a := assignment(t, st)
 	// claimed puts the attempt's trace context in the assignment: before it
 	// goes to the stream, whose send loop encodes it.
-	s.tel.claimed(rec, st, a, s.opts.id, c.slot.conn.agentID, s.opts.clock.Now())
+	s.claimed(rec, st, a, c.slot.conn.agentID)
 	s.disp.deliver(c.slot, a)
 }
 

@@ -31,6 +31,7 @@ type refusal struct {
 	code   codes.Code
 	reason string
 	msg    string
+	retry  time.Duration // the RetryInfo delay; 0: the default for the code
 }
 
 func (e *refusal) Error() string { return e.msg }
@@ -58,6 +59,7 @@ func toStatus(err error) *status.Status {
 	}
 	code, reason, msg := classify(err)
 	st := status.New(code, msg)
+	var ref *refusal
 	meta := map[string]string{}
 	var nf *store.NotFoundError
 	if errors.As(err, &nf) {
@@ -80,6 +82,8 @@ func toStatus(err error) *status.Status {
 		return st
 	case errors.Is(err, store.ErrNoSpace):
 		return withDetail(st, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfterNoSpace)})
+	case errors.As(err, &ref) && ref.retry > 0:
+		return withDetail(st, &errdetails.RetryInfo{RetryDelay: durationpb.New(ref.retry)})
 	}
 	return withDetail(st, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
 }

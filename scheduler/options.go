@@ -51,6 +51,8 @@ type options struct {
 	archiveGrace        time.Duration
 	archiveRetention    time.Duration
 	archiveInterval     time.Duration
+	overloadTarget      time.Duration
+	overloadInterval    time.Duration
 }
 
 func defaultOptions() options {
@@ -83,6 +85,8 @@ func defaultOptions() options {
 		watchBytes:          16 << 20,
 		spaceReclaimEvery:   time.Minute,
 		spaceReservePerStep: 4 << 10,
+		overloadTarget:      DefaultOverloadTarget,
+		overloadInterval:    DefaultOverloadInterval,
 	}
 }
 
@@ -181,6 +185,23 @@ func WithDefaultScheduleToStart(d time.Duration) Option {
 // RESOURCE_EXHAUSTED. Default r = 0: unlimited.
 func WithSubmitRate(r float64, burst int) Option {
 	return func(o *options) { o.submitRate, o.submitBurst = r, max(burst, 1) }
+}
+
+// WithOverload sheds new tasks past capacity: while the work this
+// scheduler dispatches, or the tasks it creates, keep waiting longer than
+// target (the least wait of each interval is over it: a standing queue, not
+// a burst), SubmitTask refuses a growing share of new tasks with
+// RESOURCE_EXHAUSTED (reason OVERLOADED, a RetryInfo of the measured wait
+// plus one interval) before any etcd work, and admits them all again as the
+// wait falls back under target. Waits are measured per step type, so a type
+// whose agents are saturated sheds the workflows that use it only. Default
+// target 50ms, interval 100ms; target 0 turns shedding off. An interval
+// under 10ms is raised to 10ms. See overload.go and docs/architecture.md
+// (overload).
+func WithOverload(target, interval time.Duration) Option {
+	return func(o *options) {
+		o.overloadTarget, o.overloadInterval = max(target, 0), max(interval, 10*time.Millisecond)
+	}
 }
 
 // WithMaxActiveTasks caps the non-terminal tasks of each namespace; a

@@ -50,7 +50,7 @@ const (
 	ReasonConflict = "CONFLICT"
 
 	// RESOURCE_EXHAUSTED (with RetryInfo, but TOO_LARGE).
-	ReasonOverloaded      = "OVERLOADED"        // the store's write queue is full
+	ReasonOverloaded      = "OVERLOADED"        // past capacity: shedding new tasks (WithOverload), or the store's write queue is full
 	ReasonNoSpace         = "NO_SPACE"          // etcd is out of (or near) its space quota
 	ReasonTooLarge        = "TOO_LARGE"         // the record would pass etcd's request size; not retryable
 	ReasonRateLimited     = "RATE_LIMITED"      // over the submission rate

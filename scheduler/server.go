@@ -27,6 +27,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/telemetry"
 )
 
 // Server implements reeve.v1.SchedulerService, reeve.v1.AgentService and
@@ -43,6 +44,7 @@ type Server struct {
 	tel   *instruments
 	adm   *admission
 	space *spaceGuard
+	shed  *overload     // nil when shedding is off (WithOverload)
 	lists chan struct{} // one slot per ListTasks in progress (WithMaxConcurrentLists)
 	logs  *logLimiter   // rate-limits log lines of failures that repeat per task
 
@@ -101,6 +103,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	s.tel = newInstruments(s)
 	s.adm = newAdmission(s)
 	s.space = &spaceGuard{s: s}
+	s.shed = newOverload(o, s.log, o.meter.Meter(telemetry.ScopeName+"/scheduler"))
 	s.lists = make(chan struct{}, max(o.maxLists, 1))
 	return s
 }

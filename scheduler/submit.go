@@ -68,6 +68,14 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	if err != nil {
 		return nil, statusErr(err)
 	}
+	if err := s.shed.allow(req.GetNamespace(), wf); err != nil {
+		// Idempotency wins over shedding, as far as this scheduler knows
+		// the task without asking etcd (overload.go).
+		if t := s.knownSubmission(req, digest, generated); t != nil {
+			return &reevev1.SubmitTaskResponse{Task: t}, nil
+		}
+		return nil, statusErr(err)
+	}
 	ctx, span := s.tel.startSubmit(ctx, req)
 	defer span.End()
 	if !generated {
@@ -128,11 +136,13 @@ func (s *Server) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest,
 		claim = &writeClaim{d: s.disp}
 		_ = claim.run(rec.GetTask(), "", s.opts.clock.Now(), nil)
 	}
+	began := s.opts.clock.Now()
 	if ofLatest {
 		existing, created, err = s.store.CreateTaskOfLatest(ctx, rec)
 	} else {
 		existing, created, err = s.store.CreateTask(ctx, rec)
 	}
+	s.shed.wrote(s.opts.clock.Since(began))
 	if claim != nil {
 		// Created: the agent gets the step. The id was taken: the existing
 		// task is the answer, and the reservation is released.

@@ -187,13 +187,7 @@ func stepAttrs(t *reevev1.Task, st *reevev1.Step) []attribute.KeyValue {
 // and puts its context in the assignment for the agent's span.
 func (in *instruments) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *reevev1.StepAssignment, schedulerID, agentID string, now time.Time) {
 	t := rec.GetTask()
-	due := st.GetReadyTime().AsTime()
-	if nb := st.GetNotBefore(); nb != nil && nb.AsTime().After(due) {
-		due = nb.AsTime()
-	}
-	if st.GetReadyTime() == nil || due.After(now) {
-		due = now
-	}
+	due := dueAt(st, now)
 	wait := now.Sub(due)
 	ns, typ, comp := t.GetNamespace(), taskstate.ExecutionType(t, st), taskstate.Compensating(st)
 	in.queueWait.Record(context.Background(), wait.Seconds(), in.attrs.get([5]string{"queue_wait", ns, typ, boolKey(comp)}, func() []attribute.KeyValue {

@@ -26,6 +26,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		gcf            perfFlags
 		fo             failoverFlags
 		etcdSec        etcdSecurity
+		overload       [2]time.Duration // --overload-target, --overload-interval
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR[,ADDR...] --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout] | --embedded --recovery [--tasks N] | --failover [--etcd-bin PATH] [--rounds N] [--session-ttl S]",
@@ -56,6 +57,13 @@ timeout; it heartbeats once, then its connection drops) — and a healthy agent
 completes what is re-dispatched. It reports, per scenario, re-dispatch latency
 percentiles from each step's deadline to its re-dispatch, the time from the
 first deadline to the last task done, and lost and stuck tasks.
+
+Submissions refused with RESOURCE_EXHAUSTED (overload shedding, limits) are
+counted apart from errors, by reason, with the latency of the refusing call;
+they are not sent again (a closed-loop submitter waits the refusal's retry
+delay before its next), and the latency figures are of admitted tasks only.
+--overload-target and --overload-interval configure the embedded scheduler's
+shedding (0: off).
 
 --quota-bytes N (with --embedded) gives the embedded etcd that space quota
 and makes the run a flood check: RESOURCE_EXHAUSTED refusals are counted, not
@@ -106,6 +114,13 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 			}
 			if err := checkSpaceFlags(cmd, cfg, reservePerStep, reclaimEvery); err != nil {
 				return err
+			}
+			if err := checkOverloadFlags(overload[0], overload[1]); err != nil {
+				return err
+			}
+			cfg.OverloadTarget, cfg.OverloadInterval = overload[0], overload[1]
+			if overload[0] == 0 {
+				cfg.OverloadTarget = -1 // off
 			}
 			cfg.SpaceReservePerStep, cfg.SpaceReclaim = reservePerStep, reclaimEvery
 			if reservePerStep == 0 {
@@ -165,6 +180,10 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 			if rep.Errors > 0 {
 				fmt.Fprintf(tw, "errors\t%d; first: %s\n", rep.Errors, rep.FirstError)
 			}
+			if rep.Refused > 0 {
+				fmt.Fprintf(tw, "refused\t%d of %d submissions (RESOURCE_EXHAUSTED: %v), in p50 %.2f ms  p99 %.2f ms\n",
+					rep.Refused, rep.Refused+rep.Accepted, rep.RefusedReasons, rep.RefusalP50Ms, rep.RefusalP99Ms)
+			}
 			fmt.Fprintf(tw, "throughput\t%.0f tasks/s\n", rep.TasksPerSec)
 			fmt.Fprintf(tw, "submit→completed\tp50 %.1f ms  p95 %.1f ms  p99 %.1f ms  max %.1f ms\n", rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs)
 			fmt.Fprintf(tw, "queue wait\tp50 %.2f ms  p99 %.2f ms\n", rep.QueueWaitP50Ms, rep.QueueWaitP99Ms)
@@ -218,6 +237,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	f.Int64Var(&reservePerStep, "space-reserve-per-step", 4<<10, "embedded: the scheduler's --space-reserve-per-step (etcd bytes reserved per execution in flight; 0: none)")
 	f.DurationVar(&cfg.SpaceCheckInterval, "space-check-interval", 5*time.Second, "embedded: how often the scheduler reads etcd's space and alarms")
 	f.DurationVar(&reclaimEvery, "space-reclaim-interval", time.Minute, "embedded: the scheduler's --space-reclaim-interval (0: never reclaims by itself)")
+	registerOverloadFlags(f, &overload[0], &overload[1])
 	f.StringVar(&cfg.RecoveryCPUProfile, "recovery-cpuprofile", "", "with --recovery: write a CPU profile of each scenario's recovery (from the healthy agent's connection to the end) to FILE.silent and FILE.killed")
 	fo.register(f)
 	etcdSec.register(cmd, g.getenv)
@@ -236,7 +256,11 @@ func printWindows(w io.Writer, wins []bench.Window) {
 		}
 		line := ""
 		for _, win := range wins[i:min(len(wins), i+perLine)] {
-			line += fmt.Sprintf("  %3.0fs %.1f ms (%d)", win.StartSec, win.P99Ms, win.Completed)
+			line += fmt.Sprintf("  %3.0fs %.1f ms (%d", win.StartSec, win.P99Ms, win.Completed)
+			if win.Refused > 0 {
+				line += fmt.Sprintf(", %d refused", win.Refused)
+			}
+			line += ")"
 		}
 		fmt.Fprintf(w, "%s\t%s\n", label, line[2:])
 	}
@@ -270,7 +294,7 @@ func runRecoveryBench(cmd *cobra.Command, g *globals, cfg bench.Config) error {
 // checkSpaceFlags refuses the quota and space flags where they cannot
 // apply: they configure the embedded etcd and scheduler.
 func checkSpaceFlags(cmd *cobra.Command, cfg bench.Config, reservePerStep int64, reclaimEvery time.Duration) error {
-	for _, name := range []string{"quota-bytes", "space-reserve-per-step", "space-check-interval", "space-reclaim-interval"} {
+	for _, name := range []string{"quota-bytes", "space-reserve-per-step", "space-check-interval", "space-reclaim-interval", "overload-target", "overload-interval"} {
 		if cmd.Flags().Changed(name) && !cfg.Embedded {
 			return usagef("--%s: only with --embedded (it configures the embedded etcd and scheduler)", name)
 		}

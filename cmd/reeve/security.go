@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -205,9 +207,11 @@ func describe(opts []grpc.ServerOption) string {
 
 // limitFlags are a scheduler's admission limits.
 type limitFlags struct {
-	submitRate  float64
-	submitBurst int
-	maxActive   int
+	submitRate       float64
+	submitBurst      int
+	maxActive        int
+	overloadTarget   time.Duration
+	overloadInterval time.Duration
 }
 
 func (l *limitFlags) register(cmd *cobra.Command) {
@@ -215,8 +219,30 @@ func (l *limitFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&l.submitRate, "submit-rate", 0, "task submissions per second per client (identity, or IP without auth); 0: unlimited")
 	f.IntVar(&l.submitBurst, "submit-burst", 100, "burst of --submit-rate")
 	f.IntVar(&l.maxActive, "max-active-tasks", 0, "non-terminal tasks per namespace; 0: unlimited")
+	registerOverloadFlags(f, &l.overloadTarget, &l.overloadInterval)
 }
 
+// registerOverloadFlags adds --overload-target and --overload-interval
+// (scheduler.WithOverload) to f.
+func registerOverloadFlags(f *pflag.FlagSet, target, interval *time.Duration) {
+	f.DurationVar(target, "overload-target", scheduler.DefaultOverloadTarget, "shed new tasks (RESOURCE_EXHAUSTED, OVERLOADED) while admitted work keeps waiting longer than this for etcd or an agent; 0: never shed")
+	f.DurationVar(interval, "overload-interval", scheduler.DefaultOverloadInterval, "how long the wait must stay over --overload-target before shedding starts, and how often the shed share is adjusted")
+}
+
+// checkOverloadFlags refuses overload flags out of range, naming the flag.
+func checkOverloadFlags(target, interval time.Duration) error {
+	switch {
+	case target < 0 || target > time.Minute:
+		return usagef("--overload-target: want 0 (off) to 1m, got %s", target)
+	case interval < 10*time.Millisecond || interval > time.Minute:
+		return usagef("--overload-interval: want 10ms to 1m, got %s", interval)
+	}
+	return nil
+}
+
+func (l *limitFlags) check() error { return checkOverloadFlags(l.overloadTarget, l.overloadInterval) }
+
 func (l *limitFlags) options() []scheduler.Option {
-	return []scheduler.Option{scheduler.WithSubmitRate(l.submitRate, l.submitBurst), scheduler.WithMaxActiveTasks(l.maxActive)}
+	return []scheduler.Option{scheduler.WithSubmitRate(l.submitRate, l.submitBurst), scheduler.WithMaxActiveTasks(l.maxActive),
+		scheduler.WithOverload(l.overloadTarget, l.overloadInterval)}
 }

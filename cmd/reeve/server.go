@@ -93,6 +93,9 @@ port with client certificates, and prints the environment a client needs.`,
 			if err != nil {
 				return usageError{err}
 			}
+			if err := lim.check(); err != nil {
+				return err
+			}
 			memLimit, gcPercent, err := gcf.apply(cmd)
 			if err != nil {
 				return err
@@ -272,6 +275,9 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 			log, err := logs.logger(cmd)
 			if err != nil {
 				return usageError{err}
+			}
+			if err := lim.check(); err != nil {
+				return err
 			}
 			memLimit, gcPercent, err := gcf.apply(cmd)
 			if err != nil {

@@ -22,6 +22,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -106,6 +107,10 @@ type Config struct {
 	// AckTimeout is the embedded scheduler's scheduler.WithAckTimeout; 0
 	// takes its default (5s).
 	AckTimeout time.Duration
+	// OverloadTarget and OverloadInterval are the embedded scheduler's
+	// scheduler.WithOverload; 0 takes its defaults (50ms, 100ms), a
+	// negative target turns shedding off.
+	OverloadTarget, OverloadInterval time.Duration
 	// RecoveryCPUProfile, in recovery mode, is a file name: each scenario
 	// writes a CPU profile of the whole process, from the healthy agent's
 	// connection to the scenario's end, to it with the scenario's name
@@ -160,10 +165,23 @@ type Report struct {
 	Agents      int     `json:"agents"`
 	Completed   int     `json:"completed"`
 	Failed      int     `json:"failed"`
-	// Errors counts tasks whose submission failed or that did not complete
-	// before the run ended; FirstError is the first such error.
+	// Errors counts tasks whose submission failed (but for a refusal) or
+	// that did not complete before the run ended; FirstError is the first
+	// such error.
 	Errors     int    `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
+	// Accepted counts submissions that succeeded; Refused those refused
+	// with RESOURCE_EXHAUSTED (shedding, rate and space limits), which are
+	// not errors and not in the latency figures; RefusedReasons counts them
+	// by ErrorInfo reason. RefusalP50Ms and RefusalP99Ms are the latency of
+	// the refused SubmitTask calls. A refused submission is not sent again:
+	// open loop drops it, closed loop waits the refusal's RetryInfo delay
+	// (20 ms without one) before its next submission.
+	Accepted       int            `json:"accepted"`
+	Refused        int            `json:"refused"`
+	RefusedReasons map[string]int `json:"refused_reasons,omitempty"`
+	RefusalP50Ms   float64        `json:"refusal_p50_ms"`
+	RefusalP99Ms   float64        `json:"refusal_p99_ms"`
 	// AgentsStopped counts agents whose Run ended with an error during the
 	// run (their steps then wait for the supervisor); AgentError is the first.
 	AgentsStopped   int     `json:"agents_stopped"`
@@ -370,6 +388,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.FirstError = firstErr.Error()
 	}
 	rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs = percentiles(latencies)
+	rep.Accepted, rep.Refused, rep.RefusedReasons = counts.accepted, counts.refused, counts.reasons
+	rep.RefusalP50Ms, _, rep.RefusalP99Ms, _ = percentiles(counts.refusalLat)
 	rep.Windows = wins.report()
 	if cfg.Embedded {
 		rep.ProcessCPUSec = cpu
@@ -435,17 +455,24 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		ch := done.expect(id)
 		began := time.Now()
 		_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: wf}}})
-		if cfg.QuotaBytes > 0 && status.Code(err) == codes.ResourceExhausted {
-			// A flood check counts refusals; a refused submitter waits a
-			// little, as a client backing off would, before its next one.
+		if status.Code(err) == codes.ResourceExhausted {
+			// Refused (shedding, a limit): counted apart, not sent again. A
+			// closed-loop submitter waits as a client backing off would
+			// before its next one.
+			refusedIn := time.Since(began)
 			done.forget(id)
 			mu.Lock()
-			counts.refused++
+			counts.refuse(refusalReason(err), refusedIn)
 			mu.Unlock()
+			wins.refused()
 			if cfg.Rate == 0 {
+				backoff, ok := agentsdk.RetryDelay(err)
+				if !ok {
+					backoff = floodBackoff
+				}
 				select {
 				case <-ctx.Done():
-				case <-time.After(floodBackoff):
+				case <-time.After(backoff):
 				}
 			}
 			return
@@ -509,13 +536,34 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 	return latencies, counts, errs, firstErr
 }
 
-// floodBackoff is how long a closed-loop submitter of a flood check waits
-// after a refusal.
+// floodBackoff is how long a closed-loop submitter waits after a refusal
+// without a RetryInfo delay.
 const floodBackoff = 20 * time.Millisecond
 
 // submitCounts counts the outcomes of submissions.
 type submitCounts struct {
 	accepted, refused int
+	reasons           map[string]int  // refusals by ErrorInfo reason
+	refusalLat        []time.Duration // how long each refused call took
+}
+
+func (c *submitCounts) refuse(reason string, lat time.Duration) {
+	c.refused++
+	if c.reasons == nil {
+		c.reasons = map[string]int{}
+	}
+	c.reasons[reason]++
+	c.refusalLat = append(c.refusalLat, lat)
+}
+
+// refusalReason is the ErrorInfo reason of a refusal, or its code's name.
+func refusalReason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return status.Code(err).String()
 }
 
 // alarmSampler reads etcd's alarm list every second and records whether

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"os"
@@ -62,6 +63,10 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	}
 	if cfg.AckTimeout > 0 {
 		opts = append(opts, scheduler.WithAckTimeout(cfg.AckTimeout))
+	}
+	if cfg.OverloadTarget != 0 || cfg.OverloadInterval != 0 {
+		target := cmp.Or(cfg.OverloadTarget, scheduler.DefaultOverloadTarget)
+		opts = append(opts, scheduler.WithOverload(max(target, 0), cmp.Or(cfg.OverloadInterval, scheduler.DefaultOverloadInterval)))
 	}
 	if cfg.Retention > 0 {
 		opts = append(opts, scheduler.WithRetention(cfg.Retention), scheduler.WithSweepInterval(min(time.Minute, cfg.Retention)))

@@ -20,9 +20,12 @@ type Window struct {
 	// StartSec is the window's start, in seconds after the load began.
 	StartSec  float64 `json:"start_sec"`
 	Completed int     `json:"completed"`
-	P50Ms     float64 `json:"p50_ms"`
-	P99Ms     float64 `json:"p99_ms"`
-	MaxMs     float64 `json:"max_ms"`
+	// Refused counts the submissions refused (RESOURCE_EXHAUSTED) in the
+	// window; they are not in its latencies.
+	Refused int     `json:"refused"`
+	P50Ms   float64 `json:"p50_ms"`
+	P99Ms   float64 `json:"p99_ms"`
+	MaxMs   float64 `json:"max_ms"`
 }
 
 // windows groups task latencies by when the task completed.
@@ -30,10 +33,11 @@ type windows struct {
 	origin time.Time
 	mu     sync.Mutex
 	by     map[int][]time.Duration // window index → latencies
+	refuse map[int]int             // window index → refusals
 }
 
 func newWindows(origin time.Time) *windows {
-	return &windows{origin: origin, by: map[int][]time.Duration{}}
+	return &windows{origin: origin, by: map[int][]time.Duration{}, refuse: map[int]int{}}
 }
 
 // add records a task that completed now after latency lat.
@@ -44,18 +48,26 @@ func (w *windows) add(lat time.Duration) {
 	w.mu.Unlock()
 }
 
+// refused records a submission refused now.
+func (w *windows) refused() {
+	i := int(time.Since(w.origin) / windowLength)
+	w.mu.Lock()
+	w.refuse[i]++
+	w.mu.Unlock()
+}
+
 // report returns every window from the first to the last that saw a
 // completion, empty ones included (a stall shows as a window with none).
 func (w *windows) report() []Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.by) == 0 {
+	if len(w.by) == 0 && len(w.refuse) == 0 {
 		return nil
 	}
-	last := slices.Max(slices.Collect(maps.Keys(w.by)))
+	last := slices.Max(append(slices.Collect(maps.Keys(w.by)), slices.Collect(maps.Keys(w.refuse))...))
 	out := make([]Window, 0, last+1)
 	for i := 0; i <= last; i++ {
-		win := Window{StartSec: (time.Duration(i) * windowLength).Seconds(), Completed: len(w.by[i])}
+		win := Window{StartSec: (time.Duration(i) * windowLength).Seconds(), Completed: len(w.by[i]), Refused: w.refuse[i]}
 		win.P50Ms, _, win.P99Ms, win.MaxMs = percentiles(w.by[i])
 		out = append(out, win)
 	}

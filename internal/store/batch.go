@@ -511,6 +511,15 @@ type cachedRecord struct {
 	rev int64
 }
 
+// CachedTask returns the record of a live task as this store last wrote or
+// read it, without asking etcd, or false when it has none (another
+// scheduler wrote it since, it ended, or it was evicted). The record may be
+// older than etcd's: for answers that any recent version serves.
+func (s *Store) CachedTask(ns, id string) (*storev1.TaskRecord, bool) {
+	v, ok := s.cache.get(s.k.task(ns, id))
+	return v.Record, ok
+}
+
 func newRecordCache(max int) *recordCache {
 	return &recordCache{max: max, m: map[string]cachedRecord{}}
 }
