@@ -60,8 +60,9 @@ first deadline to the last task done, and lost and stuck tasks.
 
 Submissions refused with RESOURCE_EXHAUSTED (overload shedding, limits) are
 counted apart from errors, by reason, with the latency of the refusing call;
-they are not sent again (a closed-loop submitter waits the refusal's retry
-delay before its next), and the latency figures are of admitted tasks only.
+open loop drops a refused task, a closed-loop submitter waits the refusal's
+retry delay and sends it again, and the latency figures are of admitted
+submissions only.
 --overload-target and --overload-interval configure the embedded scheduler's
 shedding (0: off).
 

@@ -43,6 +43,7 @@ func TestContractBenchJSON(t *testing.T) {
 		"etcd_bytes_per_task", "etcd_ops_per_task", "etcd_put_bytes_per_task",
 		"queue_wait_p50_ms", "queue_wait_p99_ms", "dispatch_p50_ms", "dispatch_p99_ms",
 		"process_cpu_sec", "process_peak_rss_mb", "completed", "failed", "errors", "duration_sec",
+		"accepted", "refused", "refusal_p50_ms", "refusal_p99_ms",
 	} {
 		v, ok := rep[f].(float64)
 		if !ok {
@@ -101,7 +102,7 @@ func checkWindows(t *testing.T, rep map[string]any) {
 		if !ok {
 			t.Fatalf("windows[%d] = %v; want an object", i, w)
 		}
-		for _, f := range []string{"start_sec", "completed", "p50_ms", "p99_ms", "max_ms"} {
+		for _, f := range []string{"start_sec", "completed", "refused", "p50_ms", "p99_ms", "max_ms"} {
 			if _, ok := win[f].(float64); !ok {
 				t.Fatalf("windows[%d].%s missing or not a number: %v", i, f, win)
 			}
@@ -152,6 +153,9 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--space-reserve-per-step", "-1"},
 		{"bench", "--embedded", "--space-check-interval", "1ms"},
 		{"bench", "--embedded", "--space-reclaim-interval", "-1s"},
+		{"bench", "--embedded", "--overload-target", "-1ms"},
+		{"bench", "--embedded", "--overload-interval", "1ms"},
+		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--overload-target", "0"}, // embedded only
 		// An --etcd-bin that resolves, so that only the flag under test refuses.
 		{"bench", "--failover", "--etcd-bin", "true", "--session-ttl", "2"}, // the hung steps would not expire before the lease
 		{"bench", "--failover", "--etcd-bin", "true", "--rounds", "0"},
@@ -169,9 +173,10 @@ func TestBenchBadFlags(t *testing.T) {
 	}
 }
 
-// --duration bounds an open-loop run by time: about rate × duration tasks.
+// --duration bounds an open-loop run by time: about rate × duration tasks
+// (shedding off: on a loaded machine it could refuse some of them).
 func TestBenchDurationBoundsOpenLoop(t *testing.T) {
-	rep := benchJSON(t, "--embedded", "--tasks", "1000000", "--rate", "200", "--duration", "1s", "-o", "json")
+	rep := benchJSON(t, "--embedded", "--tasks", "1000000", "--rate", "200", "--duration", "1s", "--overload-target", "0", "-o", "json")
 	if c := rep["completed"].(float64); c < 100 || c > 260 || rep["failed"] != 0.0 {
 		t.Fatalf("completed %v (failed %v) in a 1s run at 200/s", c, rep["failed"])
 	}

@@ -174,9 +174,10 @@ type Report struct {
 	// with RESOURCE_EXHAUSTED (shedding, rate and space limits), which are
 	// not errors and not in the latency figures; RefusedReasons counts them
 	// by ErrorInfo reason. RefusalP50Ms and RefusalP99Ms are the latency of
-	// the refused SubmitTask calls. A refused submission is not sent again:
-	// open loop drops it, closed loop waits the refusal's RetryInfo delay
-	// (20 ms without one) before its next submission.
+	// the refused SubmitTask calls. Open loop drops a refused task; closed
+	// loop waits the refusal's RetryInfo delay (20 ms without one) and sends
+	// it again, timing the task from its admitted submission (a flood check,
+	// Config.QuotaBytes, waits 20 ms and moves on to its next task).
 	Accepted       int            `json:"accepted"`
 	Refused        int            `json:"refused"`
 	RefusedReasons map[string]int `json:"refused_reasons,omitempty"`
@@ -453,29 +454,39 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 	one := func(i int64) {
 		id := fmt.Sprintf("b-%s-%07d", runID, i)
 		ch := done.expect(id)
-		began := time.Now()
-		_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: wf}}})
-		if status.Code(err) == codes.ResourceExhausted {
-			// Refused (shedding, a limit): counted apart, not sent again. A
-			// closed-loop submitter waits as a client backing off would
-			// before its next one.
-			refusedIn := time.Since(began)
-			done.forget(id)
+		var (
+			began time.Time
+			err   error
+		)
+		for {
+			began = time.Now()
+			_, err = c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: wf}}})
+			if status.Code(err) != codes.ResourceExhausted {
+				break
+			}
+			// Refused (shedding, a limit): counted apart from errors and
+			// latencies. Open loop drops the task; a closed-loop submitter
+			// waits as a client backing off would, and sends it again.
 			mu.Lock()
-			counts.refuse(refusalReason(err), refusedIn)
+			counts.refuse(refusalReason(err), time.Since(began))
 			mu.Unlock()
 			wins.refused()
-			if cfg.Rate == 0 {
-				backoff, ok := agentsdk.RetryDelay(err)
-				if !ok {
-					backoff = floodBackoff
-				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(backoff):
-				}
+			if cfg.Rate > 0 {
+				done.forget(id)
+				return
 			}
-			return
+			backoff, ok := agentsdk.RetryDelay(err)
+			if !ok || cfg.QuotaBytes > 0 {
+				backoff = floodBackoff
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			if cfg.QuotaBytes > 0 || ctx.Err() != nil || over() {
+				done.forget(id)
+				return
+			}
 		}
 		if err == nil {
 			mu.Lock()

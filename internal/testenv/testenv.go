@@ -48,8 +48,8 @@ type Scheduler struct {
 	stopped sync.Once
 }
 
-// StartScheduler starts a scheduler with opts (plus a quiet logger unless
-// given) on a free port; addr "" means 127.0.0.1:0, else it listens there
+// StartScheduler starts a scheduler with opts (plus a quiet logger and no
+// overload shedding unless given) on a free port; addr "" means 127.0.0.1:0, else it listens there
 // (to restart a scheduler at the same address).
 func (e *Env) StartScheduler(addr string, opts ...scheduler.Option) *Scheduler {
 	e.t.Helper()
@@ -67,7 +67,9 @@ func (e *Env) StartSchedulerGRPC(addr string, gopts []grpc.ServerOption, opts ..
 	if err != nil {
 		e.t.Fatalf("etcd client: %v", err)
 	}
-	opts = append([]scheduler.Option{scheduler.WithLogger(Logger()), scheduler.WithDrainTimeout(2 * time.Second)}, opts...)
+	// Overload shedding is off unless a test turns it on: it acts on
+	// measured waits, which a loaded test machine lengthens.
+	opts = append([]scheduler.Option{scheduler.WithLogger(Logger()), scheduler.WithDrainTimeout(2 * time.Second), scheduler.WithOverload(0, 0)}, opts...)
 	srv := scheduler.New(cli, opts...)
 	lis, err := listen(addr)
 	if err != nil {
