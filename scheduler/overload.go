@@ -160,23 +160,27 @@ func recovered(admit float64) float64 {
 	return admit
 }
 
-// observe records a delay measured now by c.
-func (ov *overload) observe(c *delayControl, what string, d time.Duration) {
-	now := ov.clock.Now()
-	started, stopped := ov.roll(c, now)
+// observe records a delay d measured at now by c. what names c's queue,
+// for the log.
+func (ov *overload) observe(c *delayControl, what func() string, d time.Duration, now time.Time) {
+	ov.rollLogged(c, now, what)
 	if c.least < 0 || d < c.least {
 		c.least = max(d, 0)
 	}
-	ov.logChange(what, c, started, stopped)
 }
 
-func (ov *overload) logChange(what string, c *delayControl, started, stopped bool) {
+// rollLogged is roll, logging when c starts or stops shedding.
+func (ov *overload) rollLogged(c *delayControl, now time.Time, what func() string) {
+	started, stopped := ov.roll(c, now)
+	if !started && !stopped {
+		return
+	}
 	switch {
 	case started:
 		ov.log.Warn("overloaded: admitted work waits longer than the target; refusing part of the new tasks",
-			"queue", what, "least_delay", c.last, "target", ov.target, "admitted_fraction", c.admit)
-	case stopped:
-		ov.log.Info("no longer overloaded: admitting every new task", "queue", what, "target", ov.target)
+			"queue", what(), "least_delay", c.last, "target", ov.target, "admitted_fraction", c.admit)
+	default:
+		ov.log.Info("no longer overloaded: admitting every new task", "queue", what(), "target", ov.target)
 	}
 }
 
@@ -201,7 +205,7 @@ func (ov *overload) dispatched(ns, typ string, due, now time.Time) {
 		c = ov.newControl(now)
 		ov.types[k] = c
 	}
-	ov.observe(c, fmt.Sprintf("dispatch of %s/%s", ns, typ), now.Sub(due))
+	ov.observe(c, dispatchQueue(ns, typ), now.Sub(due), now)
 }
 
 // wrote records that a task creation waited d for etcd.
@@ -211,7 +215,14 @@ func (ov *overload) wrote(d time.Duration) {
 	}
 	ov.mu.Lock()
 	defer ov.mu.Unlock()
-	ov.observe(ov.write, "task creation", d)
+	ov.observe(ov.write, creationQueue, d, ov.clock.Now())
+}
+
+// The names of the queues in the log.
+func creationQueue() string { return "task creation" }
+
+func dispatchQueue(ns, typ string) func() string {
+	return func() string { return "dispatch of " + ns + "/" + typ }
 }
 
 // allow admits, or refuses with RESOURCE_EXHAUSTED (OVERLOADED, and a
@@ -224,17 +235,17 @@ func (ov *overload) allow(ns string, wf *reevev1.Workflow) error {
 	}
 	now := ov.clock.Now()
 	ov.mu.Lock()
-	worst, what := ov.write, "new tasks wait for etcd"
-	ov.roll(worst, now)
+	worst, worstType := ov.write, ""
+	ov.rollLogged(worst, now, creationQueue)
 	for _, sp := range wf.GetSteps() {
-		for _, typ := range []string{sp.GetType(), sp.GetCompensation().GetType()} {
+		for _, typ := range [2]string{sp.GetType(), sp.GetCompensation().GetType()} {
 			c := ov.types[queueKey{ns, typ}]
 			if typ == "" || c == nil {
 				continue
 			}
-			ov.roll(c, now)
+			ov.rollLogged(c, now, dispatchQueue(ns, typ))
 			if c.admit < worst.admit {
-				worst, what = c, fmt.Sprintf("steps of type %q wait for an agent", typ)
+				worst, worstType = c, typ
 			}
 		}
 	}
@@ -252,6 +263,10 @@ func (ov *overload) allow(ns string, wf *reevev1.Workflow) error {
 	ov.mu.Unlock()
 	ov.refusedCount.Add(context.Background(), 1, metric.WithAttributes(telemetry.KeyNamespace.String(ns)))
 	retry := min(maxOverloadRetry, delay+ov.interval).Round(time.Millisecond)
+	what := "new tasks wait for etcd"
+	if worstType != "" {
+		what = fmt.Sprintf("steps of type %q wait for an agent", worstType)
+	}
 	return &refusal{code: codes.ResourceExhausted, reason: ReasonOverloaded, retry: retry,
 		msg: fmt.Sprintf("overloaded: %s %s (target %s), so %.0f%% of new tasks are refused for now; retry after %s",
 			what, delay.Round(time.Millisecond), ov.target, 100*(1-admit), retry)}
