@@ -41,12 +41,13 @@ import (
 // target for two intervals in a row (a single late dispatch in a quiet
 // system is not a queue). While it persists, an interval whose least delay
 // is over the target multiplies the fraction of submissions admitted by
-// target/delay, between ×0.7 and ×0.95: the longer the queue, the deeper
+// target/delay, between ×0.5 and ×0.95: the longer the queue, the deeper
 // the cut. A cut shows in the measured delays only once the work admitted
 // after it reaches an agent, one queue delay later (the delays measured
-// until then are of work admitted before it): the next cut waits that long
-// (at least one interval), or the queue would be cut long after it stopped
-// growing. Every interval whose least delay is under the target, or that
+// until then are of work admitted before it): the next cut waits that long,
+// at least one interval and at most two (a long queue must still be cut
+// fast enough to stop growing; the cuts made during its drain are given
+// back as below). Every interval whose least delay is under the target, or that
 // saw nothing, gives back an eighth of what is refused (at least 2%): a
 // queue gone means the cuts went too deep, and the fraction that holds the
 // queue at the target is found again within a few intervals. Below capacity
@@ -62,10 +63,11 @@ const (
 
 // The control law's constants (see above).
 const (
-	overloadCutMin  = 0.7  // strongest cut of the admitted fraction per interval
+	overloadCutMin  = 0.5  // strongest cut of the admitted fraction per interval
 	overloadCutMax  = 0.95 // weakest cut, for a delay just over the target
 	overloadRecover = 8    // a calm interval gives back 1/overloadRecover of the refused fraction
 	overloadStep    = 0.02 // and at least this much
+	overloadHoldMax = 2    // intervals a cut waits for the last one's effect, at most
 	// maxOverloadKeys bounds the per-type controllers; past it, those
 	// admitting everything are dropped.
 	maxOverloadKeys = 4096
@@ -126,7 +128,7 @@ func (ov *overload) roll(c *delayControl, now time.Time) (started, stopped bool)
 		c.above++
 		if (was || c.above >= 2) && !now.Before(c.hold) {
 			c.admit *= min(overloadCutMax, max(overloadCutMin, float64(ov.target)/float64(c.least)))
-			c.hold = now.Add(max(ov.interval, c.least))
+			c.hold = now.Add(min(max(ov.interval, c.least), overloadHoldMax*ov.interval))
 		}
 	} else {
 		c.above = 0
