@@ -83,9 +83,10 @@ type overload struct {
 	log              *slog.Logger
 	refusedCount     metric.Int64Counter
 
-	mu    sync.Mutex
-	write *delayControl
-	types map[queueKey]*delayControl
+	mu      sync.Mutex
+	write   *delayControl
+	types   map[queueKey]*delayControl
+	nsAttrs map[string]metric.AddOption // the refusal counter's attributes per namespace, built once
 }
 
 // newOverload returns the shedding state of o, or nil when it is off.
@@ -93,7 +94,8 @@ func newOverload(o options, log *slog.Logger, meter metric.Meter) *overload {
 	if o.overloadTarget <= 0 {
 		return nil
 	}
-	ov := &overload{target: o.overloadTarget, interval: o.overloadInterval, clock: o.clock, log: log, types: map[queueKey]*delayControl{}}
+	ov := &overload{target: o.overloadTarget, interval: o.overloadInterval, clock: o.clock, log: log,
+		types: map[queueKey]*delayControl{}, nsAttrs: map[string]metric.AddOption{}}
 	ov.write = ov.newControl(o.clock.Now())
 	ov.refusedCount, _ = meter.Int64Counter("reeve.tasks.shed",
 		metric.WithDescription("Submissions refused because admitted work waited longer than the overload target (RESOURCE_EXHAUSTED, OVERLOADED)"))
@@ -262,8 +264,16 @@ func (ov *overload) allow(ns string, wf *reevev1.Workflow) error {
 	}
 	worst.owed--
 	delay, admit := worst.last, worst.admit
+	attrs := ov.nsAttrs[ns]
+	if attrs == nil {
+		if len(ov.nsAttrs) >= maxOverloadKeys {
+			clear(ov.nsAttrs)
+		}
+		attrs = metric.WithAttributes(telemetry.KeyNamespace.String(ns))
+		ov.nsAttrs[ns] = attrs
+	}
 	ov.mu.Unlock()
-	ov.refusedCount.Add(context.Background(), 1, metric.WithAttributes(telemetry.KeyNamespace.String(ns)))
+	ov.refusedCount.Add(context.Background(), 1, attrs)
 	retry := min(maxOverloadRetry, delay+ov.interval).Round(time.Millisecond)
 	what := "new tasks wait for etcd"
 	if worstType != "" {
