@@ -142,7 +142,11 @@ func (s *Server) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest,
 	} else {
 		existing, created, err = s.store.CreateTask(ctx, rec)
 	}
-	s.shed.wrote(s.opts.clock.Since(began))
+	if err == nil || errors.Is(err, store.ErrStaleWorkflow) {
+		// A wait for etcd; a write refused at once (the store's queue
+		// full, out of space) or cut short by the caller is none.
+		s.shed.wrote(s.opts.clock.Since(began))
+	}
 	if claim != nil {
 		// Created: the agent gets the step. The id was taken: the existing
 		// task is the answer, and the reservation is released.
