@@ -30,8 +30,9 @@ import (
 //     Kept per (namespace, step type): a type whose agents are saturated
 //     sheds the workflows that use it, not every submission.
 //   - write: each task this scheduler creates waited from its submission's
-//     create call to the commit (store group commit, batch.go). A scheduler
-//     with no agents connected still sees an etcd that does not keep up.
+//     create call to the commit (store group commit, batch.go; creates the
+//     store refused at once are not samples). A scheduler with no agents
+//     connected still sees an etcd that does not keep up.
 //
 // Each of these is a controller in the manner of CoDel (Nichols and
 // Jacobson, "Controlling Queue Delay"): the least delay seen during an
@@ -47,13 +48,14 @@ import (
 // until then are of work admitted before it): the next cut waits that long,
 // at least one interval and at most two (a long queue must still be cut
 // fast enough to stop growing; the cuts made during its drain are given
-// back as below). Every interval whose least delay is under the target, or that
-// saw nothing, gives back an eighth of what is refused (at least 2%): a
-// queue gone means the cuts went too deep, and the fraction that holds the
-// queue at the target is found again within a few intervals. Below capacity
-// no interval has a standing queue, so nothing is refused. The fraction is
-// applied deterministically (every 1/(1-admit)-th submission is refused,
-// not a coin toss), before any etcd work: a refusal costs microseconds.
+// back as below). Every interval whose least delay is under the target, or
+// that saw nothing, gives back an eighth of what is refused (at least 2%):
+// a queue gone means the cuts went too deep, and the fraction that holds
+// the queue at the target is found again within a few intervals. Below
+// capacity no interval has a standing queue, so nothing is refused. The
+// fraction is applied deterministically (every 1/(1-admit)-th submission is
+// refused, not a coin toss), before any etcd work: the decision costs
+// microseconds.
 
 // The defaults of WithOverload.
 const (
