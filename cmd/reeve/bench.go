@@ -64,7 +64,8 @@ open loop drops a refused task, a closed-loop submitter waits the refusal's
 retry delay and sends it again, and the latency figures are of admitted
 submissions only.
 --overload-target and --overload-interval configure the embedded scheduler's
-shedding (0: off).
+shedding (0: off; a flood check, --quota-bytes, runs without it unless
+--overload-target is given).
 
 --quota-bytes N (with --embedded) gives the embedded etcd that space quota
 and makes the run a flood check: RESOURCE_EXHAUSTED refusals are counted, not
@@ -120,8 +121,10 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 				return err
 			}
 			cfg.OverloadTarget, cfg.OverloadInterval = overload[0], overload[1]
-			if overload[0] == 0 {
-				cfg.OverloadTarget = -1 // off
+			if overload[0] == 0 || (cfg.QuotaBytes > 0 && !cmd.Flags().Changed("overload-target")) {
+				// Off; a flood check tests the space admission, which
+				// shedding would otherwise pre-empt.
+				cfg.OverloadTarget = -1
 			}
 			cfg.SpaceReservePerStep, cfg.SpaceReclaim = reservePerStep, reclaimEvery
 			if reservePerStep == 0 {
