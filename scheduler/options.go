@@ -53,6 +53,7 @@ type options struct {
 	archiveInterval     time.Duration
 	overloadTarget      time.Duration
 	overloadInterval    time.Duration
+	overloadAgents      bool
 }
 
 func defaultOptions() options {
@@ -194,7 +195,8 @@ func WithSubmitRate(r float64, burst int) Option {
 // RESOURCE_EXHAUSTED (reason OVERLOADED, a RetryInfo of the measured wait
 // plus one interval) before any etcd work, and admits them all again as the
 // wait falls back under target. Waits are measured per step type, so a type
-// whose agents are saturated sheds the workflows that use it only. Default
+// whose agents are saturated sheds the workflows that use it only, with
+// WithOverloadAgentQueues. Default
 // target 50ms, interval 100ms; target 0 turns shedding off. An interval
 // under 10ms is raised to 10ms. See overload.go and docs/architecture.md
 // (overload).
@@ -203,6 +205,14 @@ func WithOverload(target, interval time.Duration) Option {
 		o.overloadTarget, o.overloadInterval = max(target, 0), max(interval, 10*time.Millisecond)
 	}
 }
+
+// WithOverloadAgentQueues also sheds the workflows of a step type whose
+// steps keep waiting longer than the overload target for an agent (the
+// per-type controllers). Default off: steps queue for their agents, as a
+// task queue's backlog does, bounded by their schedule-to-start timeout;
+// only new tasks' wait for etcd (this scheduler's and etcd's own capacity)
+// sheds.
+func WithOverloadAgentQueues(on bool) Option { return func(o *options) { o.overloadAgents = on } }
 
 // WithMaxActiveTasks caps the non-terminal tasks of each namespace; a
 // submission over it fails with RESOURCE_EXHAUSTED. The count is refreshed

@@ -81,6 +81,7 @@ const (
 // *overload (shedding off) admits everything.
 type overload struct {
 	target, interval time.Duration
+	agentQueues      bool // the per-type controllers act (WithOverloadAgentQueues)
 	clock            clockwork.Clock
 	log              *slog.Logger
 	refusedCount     metric.Int64Counter
@@ -96,7 +97,7 @@ func newOverload(o options, log *slog.Logger, meter metric.Meter) *overload {
 	if o.overloadTarget <= 0 {
 		return nil
 	}
-	ov := &overload{target: o.overloadTarget, interval: o.overloadInterval, clock: o.clock, log: log,
+	ov := &overload{target: o.overloadTarget, interval: o.overloadInterval, agentQueues: o.overloadAgents, clock: o.clock, log: log,
 		types: map[queueKey]*delayControl{}, nsAttrs: map[string]metric.AddOption{}}
 	ov.write = ov.newControl(o.clock.Now())
 	ov.refusedCount, _ = meter.Int64Counter("reeve.tasks.shed",
@@ -193,7 +194,7 @@ func (ov *overload) rollLogged(c *delayControl, now time.Time, what func() strin
 // dispatched records that a step of type typ in namespace ns, due at due,
 // was claimed for an agent at now.
 func (ov *overload) dispatched(ns, typ string, due, now time.Time) {
-	if ov == nil {
+	if ov == nil || !ov.agentQueues {
 		return
 	}
 	k := queueKey{ns, typ}

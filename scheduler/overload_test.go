@@ -49,7 +49,7 @@ const overloadTarget, overloadInterval = time.Second, time.Second
 func newPool(t *testing.T, slots int, tick time.Duration) *pool {
 	env := testenv.New(t)
 	clock := clockwork.NewFakeClockAt(time.Now())
-	s := env.StartScheduler("", scheduler.WithClock(clock), scheduler.WithOverload(overloadTarget, overloadInterval))
+	s := env.StartScheduler("", scheduler.WithClock(clock), scheduler.WithOverload(overloadTarget, overloadInterval), scheduler.WithOverloadAgentQueues(true))
 	return &pool{t: t, c: s.Client(t), clock: clock, slots: slots, tick: tick, submitted: map[string]time.Time{},
 		agent: testenv.ConnectRaw(t, s.Addr, register("pool", int32(slots), "work"))}
 }

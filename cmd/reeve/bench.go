@@ -241,7 +241,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	f.Int64Var(&reservePerStep, "space-reserve-per-step", 4<<10, "embedded: the scheduler's --space-reserve-per-step (etcd bytes reserved per execution in flight; 0: none)")
 	f.DurationVar(&cfg.SpaceCheckInterval, "space-check-interval", 5*time.Second, "embedded: how often the scheduler reads etcd's space and alarms")
 	f.DurationVar(&reclaimEvery, "space-reclaim-interval", time.Minute, "embedded: the scheduler's --space-reclaim-interval (0: never reclaims by itself)")
-	registerOverloadFlags(f, &overload[0], &overload[1])
+	registerOverloadFlags(f, &overload[0], &overload[1], &cfg.OverloadAgentQueues)
 	f.StringVar(&cfg.RecoveryCPUProfile, "recovery-cpuprofile", "", "with --recovery: write a CPU profile of each scenario's recovery (from the healthy agent's connection to the end) to FILE.silent and FILE.killed")
 	fo.register(f)
 	etcdSec.register(cmd, g.getenv)

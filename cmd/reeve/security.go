@@ -212,6 +212,7 @@ type limitFlags struct {
 	maxActive        int
 	overloadTarget   time.Duration
 	overloadInterval time.Duration
+	overloadAgents   bool
 }
 
 func (l *limitFlags) register(cmd *cobra.Command) {
@@ -219,13 +220,14 @@ func (l *limitFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&l.submitRate, "submit-rate", 0, "task submissions per second per client (identity, or IP without auth); 0: unlimited")
 	f.IntVar(&l.submitBurst, "submit-burst", 100, "burst of --submit-rate")
 	f.IntVar(&l.maxActive, "max-active-tasks", 0, "non-terminal tasks per namespace; 0: unlimited")
-	registerOverloadFlags(f, &l.overloadTarget, &l.overloadInterval)
+	registerOverloadFlags(f, &l.overloadTarget, &l.overloadInterval, &l.overloadAgents)
 }
 
 // registerOverloadFlags adds --overload-target and --overload-interval
 // (scheduler.WithOverload) to f.
-func registerOverloadFlags(f *pflag.FlagSet, target, interval *time.Duration) {
-	f.DurationVar(target, "overload-target", scheduler.DefaultOverloadTarget, "shed new tasks (RESOURCE_EXHAUSTED, OVERLOADED) while admitted work keeps waiting longer than this for etcd or an agent; 0: never shed")
+func registerOverloadFlags(f *pflag.FlagSet, target, interval *time.Duration, agents *bool) {
+	f.DurationVar(target, "overload-target", scheduler.DefaultOverloadTarget, "shed new tasks (RESOURCE_EXHAUSTED, OVERLOADED) while new tasks keep waiting longer than this for etcd (and, with --overload-agent-queues, steps for an agent); 0: never shed")
+	f.BoolVar(agents, "overload-agent-queues", false, "also shed the workflows of a step type whose steps keep waiting longer than --overload-target for an agent (default: such steps queue, bounded by their schedule-to-start timeout)")
 	f.DurationVar(interval, "overload-interval", scheduler.DefaultOverloadInterval, "how long the wait must stay over --overload-target before shedding starts, and how often the shed share is adjusted")
 }
 
@@ -244,5 +246,5 @@ func (l *limitFlags) check() error { return checkOverloadFlags(l.overloadTarget,
 
 func (l *limitFlags) options() []scheduler.Option {
 	return []scheduler.Option{scheduler.WithSubmitRate(l.submitRate, l.submitBurst), scheduler.WithMaxActiveTasks(l.maxActive),
-		scheduler.WithOverload(l.overloadTarget, l.overloadInterval)}
+		scheduler.WithOverload(l.overloadTarget, l.overloadInterval), scheduler.WithOverloadAgentQueues(l.overloadAgents)}
 }

@@ -111,6 +111,8 @@ type Config struct {
 	// scheduler.WithOverload; 0 takes its defaults (50ms, 100ms), a
 	// negative target turns shedding off.
 	OverloadTarget, OverloadInterval time.Duration
+	// OverloadAgentQueues: scheduler.WithOverloadAgentQueues.
+	OverloadAgentQueues bool
 	// RecoveryCPUProfile, in recovery mode, is a file name: each scenario
 	// writes a CPU profile of the whole process, from the healthy agent's
 	// connection to the scenario's end, to it with the scenario's name
