@@ -20,7 +20,7 @@ func TestOverloadControlLaw(t *testing.T) {
 	const target, interval = 50 * time.Millisecond, 100 * time.Millisecond
 	clock := clockwork.NewFakeClock()
 	o := defaultOptions()
-	o.clock, o.overloadTarget, o.overloadInterval = clock, target, interval
+	o.clock, o.overloadTarget, o.overloadInterval, o.overloadAgents = clock, target, interval, true
 	ov := newOverload(o, slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("test"))
 	wf := &reevev1.Workflow{Steps: []*reevev1.StepSpec{{Name: "a", Type: "slow"}}}
 	other := &reevev1.Workflow{Steps: []*reevev1.StepSpec{{Name: "a", Type: "fast"}}}
@@ -78,5 +78,25 @@ func TestOverloadControlLaw(t *testing.T) {
 	}
 	if n := admitted(wf, 100); n != 100 {
 		t.Fatalf("recovered: %d of 100 admitted, want all", n)
+	}
+}
+
+// By default (WithOverloadAgentQueues off) steps waiting for their agents
+// shed nothing: a backlog for a small pool queues.
+func TestOverloadIgnoresAgentQueuesByDefault(t *testing.T) {
+	const target, interval = 50 * time.Millisecond, 100 * time.Millisecond
+	clock := clockwork.NewFakeClock()
+	o := defaultOptions()
+	o.clock, o.overloadTarget, o.overloadInterval = clock, target, interval
+	ov := newOverload(o, slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("test"))
+	wf := &reevev1.Workflow{Steps: []*reevev1.StepSpec{{Name: "a", Type: "slow"}}}
+	for range 10 {
+		ov.dispatched("ns", "slow", clock.Now().Add(-time.Minute), clock.Now())
+		clock.Advance(interval)
+	}
+	for i := range 100 {
+		if err := ov.allow("ns", wf); err != nil {
+			t.Fatalf("submission %d refused after steps waited a minute for their agents: %v", i, err)
+		}
 	}
 }
