@@ -13,6 +13,11 @@
 //	srv := pgtest.StartServer(t)
 //	srv.Stop(t); srv.Start(t)
 //
+//	// A server that accepts TLS connections only (production's mode):
+//	certs := pgtest.IssueCerts(t)
+//	srv := pgtest.StartServerTLS(t, certs.TLS(true)) // client certificate auth
+//	dsn := srv.DSN("postgres") + "&sslcert=" + certs.ClientCert + "&sslkey=" + certs.ClientKey
+//
 // Without Run in TestMain, Start starts a server per test. When PostgreSQL is
 // not installed, Start and StartServer skip the test, or fail it when
 // REEVE_REQUIRE_BINARIES=1. PostgreSQL refuses to run as root: as root, the
@@ -23,6 +28,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -50,13 +56,26 @@ type Server struct {
 	runAs   string // "postgres" when running as root, else ""
 	dir     string // 0777 temp directory: data/, the socket and the log
 	port    int
+	tlsCA   string // the CA of a TLS server's certificate (StartServerTLS), else ""
 	running bool
 	mu      sync.Mutex
 }
 
-// DSN returns the URL of database db on the server (postgres:// form).
+// DSN returns the URL of database db on the server (postgres:// form):
+// sslmode=disable, or for a server of StartServerTLS
+// sslmode=verify-full&sslrootcert=<its CA>.
 func (s *Server) DSN(db string) string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", User, s.port, db)
+	ssl := "sslmode=disable"
+	if s.tlsCA != "" {
+		ssl = "sslmode=verify-full&sslrootcert=" + url.QueryEscape(s.tlsCA)
+	}
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?%s", User, s.port, db, ssl)
+}
+
+// adminDSN is pgtest's own way in to database db: the server's Unix
+// socket, trusted whatever the TCP lines of pg_hba.conf require.
+func (s *Server) adminDSN(db string) string {
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", s.dir, s.port, User, db)
 }
 
 // Port returns the server's TCP port (kept across Stop and Start).
@@ -96,7 +115,7 @@ func (s *Server) Start(t testing.TB) {
 
 // CreateDatabase creates a database named name and returns its DSN.
 func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	conn, err := pgx.Connect(ctx, s.adminDSN("postgres"))
 	if err != nil {
 		return "", err
 	}
@@ -109,7 +128,7 @@ func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error
 
 // DropDatabase drops database name, ending its connections.
 func (s *Server) DropDatabase(ctx context.Context, name string) error {
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	conn, err := pgx.Connect(ctx, s.adminDSN("postgres"))
 	if err != nil {
 		return err
 	}
@@ -328,7 +347,7 @@ func (s *Server) startOnPort() error {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := pgx.Connect(cctx, s.DSN("postgres"))
+		conn, err := pgx.Connect(cctx, s.adminDSN("postgres"))
 		ccancel()
 		if err == nil {
 			_ = conn.Close(context.Background())

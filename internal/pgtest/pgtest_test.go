@@ -2,7 +2,9 @@ package pgtest_test
 
 import (
 	"context"
+	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +56,34 @@ func TestServerStopStart(t *testing.T) {
 	srv.Start(t)
 	if err := query(t, dsn); err != nil {
 		t.Fatalf("after Start: %v", err)
+	}
+}
+
+// A TLS server accepts its verify-full DSN and refuses plaintext; with
+// client certificate auth it wants the certificate too.
+func TestServerTLS(t *testing.T) {
+	certs := pgtest.IssueCerts(t)
+	for _, clientCert := range []bool{false, true} {
+		srv := pgtest.StartServerTLS(t, certs.TLS(clientCert))
+		dsn := srv.DSN("postgres")
+		withCert := dsn + "&sslcert=" + url.QueryEscape(certs.ClientCert) + "&sslkey=" + url.QueryEscape(certs.ClientKey)
+		if err := query(t, withCert); err != nil {
+			t.Fatalf("client cert %v: verify-full with a client certificate: %v", clientCert, err)
+		}
+		err := query(t, dsn)
+		if clientCert && err == nil {
+			t.Fatal("cert auth: a connection without a client certificate was accepted")
+		}
+		if !clientCert && err != nil {
+			t.Fatalf("trust over TLS: %v", err)
+		}
+		plain := strings.Replace(dsn, "sslmode=verify-full", "sslmode=disable", 1)
+		if err := query(t, plain); err == nil {
+			t.Fatalf("client cert %v: a plaintext connection was accepted", clientCert)
+		}
+		// pgtest's own connections (the socket) still work.
+		if _, err := srv.CreateDatabase(context.Background(), "other"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
