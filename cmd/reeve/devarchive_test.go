@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -15,14 +16,22 @@ import (
 // `reeve dev` keeps finished tasks in an archive: by default a SQLite file
 // in its data directory, or the PostgreSQL database --archive-dsn names. A
 // task that ended leaves etcd for it, and the CLI reads it as before.
+// "postgres-tls" is production's mode: a server that accepts TLS only,
+// verified (verify-full), with client-certificate authentication.
 func TestDevArchivesFinishedTasks(t *testing.T) {
-	for _, kind := range []string{"default", "postgres"} {
+	for _, kind := range []string{"default", "postgres", "postgres-tls"} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
 			args := []string{"dev", "--demo", "--listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0", "--data-dir", dir, "--archive-grace", "0s"}
 			dsn := "sqlite:" + filepath.Join(dir, "archive.db")
-			if kind == "postgres" {
+			switch kind {
+			case "postgres":
 				dsn = pgtest.Start(t)
+				args = append(args, "--archive-dsn", dsn)
+			case "postgres-tls":
+				certs := pgtest.IssueCerts(t)
+				srv := pgtest.StartServerTLS(t, certs.TLS(true))
+				dsn = srv.DSN("postgres") + "&sslcert=" + url.QueryEscape(certs.ClientCert) + "&sslkey=" + url.QueryEscape(certs.ClientKey)
 				args = append(args, "--archive-dsn", dsn)
 			}
 			var stdout, stderr syncBuffer
