@@ -2,6 +2,8 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -9,17 +11,28 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/pgtest"
 	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/scheduler"
 )
 
+// TestMain runs the tests with one PostgreSQL server for the package (a
+// database per test: pgtest.Run), then checks, as goleak.VerifyTestMain
+// does, that a passing run leaked no goroutine.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// etcd's and grpc's process-wide background goroutines.
-		goleak.IgnoreTopFunction("go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc.(*serverWatchStream).sendLoop"),
-		goleak.IgnoreAnyFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
-		goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
-	)
+	code := pgtest.Run(m)
+	if code == 0 {
+		if err := goleak.Find(
+			// etcd's and grpc's process-wide background goroutines.
+			goleak.IgnoreTopFunction("go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc.(*serverWatchStream).sendLoop"),
+			goleak.IgnoreAnyFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+			goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
+		); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 const wait = 20 * time.Second
