@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -31,13 +32,18 @@ func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run skipped in -short mode")
 	}
+	// The archive as production runs it: a server that accepts TLS only,
+	// verified, with client-certificate authentication.
+	certs := pgtest.IssueCerts(t)
+	pg := pgtest.StartServerTLS(t, certs.TLS(true))
+	archiveDSN := pg.DSN("postgres") + "&sslcert=" + url.QueryEscape(certs.ClientCert) + "&sslkey=" + url.QueryEscape(certs.ClientKey)
 	cfg := chaos.Config{
 		Tasks: 300, WideTasks: 5, Rate: 10, FaultEvery: time.Second, DrainTimeout: 2 * time.Minute,
 		Dir: t.TempDir(), Reeve: clustertest.Reeve(t), Etcd: clustertest.Tool(t, "etcd"), Toxiproxy: clustertest.Tool(t, "toxiproxy-server"),
 		Log: logWriter{t}, Secure: true,
 		// Production's configuration: finished tasks move to a PostgreSQL
-		// archive the schedulers share, during the faults.
-		ArchiveDSN: pgtest.Start(t),
+		// archive the schedulers share, over TLS, during the faults.
+		ArchiveDSN: archiveDSN,
 	}
 	if s := os.Getenv("REEVE_CHAOS_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
