@@ -32,8 +32,8 @@ func roundTrip(t *testing.T, dsn string) {
 }
 
 // openFails opens the archive at dsn, which must fail (within 20 s) with an
-// error that says wantMsg and does not show the password; it returns the
-// error.
+// error that says wantMsg (any error when "") and does not show the
+// password; it returns the error.
 func openFails(t *testing.T, dsn, wantMsg string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -176,8 +176,12 @@ func TestPostgresTLSClientCert(t *testing.T) {
 			`certificate authentication failed for user "reeve"`)
 	})
 	// A certificate of another CA named reeve is refused in the handshake.
+	// The client may not see why: in TLS 1.3 it finishes its side of the
+	// handshake before the server checks its certificate, so the server's
+	// alert ("tls: unknown certificate authority") can arrive after the
+	// client's next write failed ("connection reset by peer").
 	t.Run("other-ca", func(t *testing.T) {
 		other := pgtest.IssueCerts(t)
-		openFails(t, with(t, dsn, "sslcert", other.ClientCert, "sslkey", other.ClientKey), "unknown certificate authority")
+		openFails(t, with(t, dsn, "sslcert", other.ClientCert, "sslkey", other.ClientKey), "")
 	})
 }
