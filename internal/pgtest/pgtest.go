@@ -16,7 +16,7 @@
 //	// A server that accepts TLS connections only (production's mode):
 //	certs := pgtest.IssueCerts(t)
 //	srv := pgtest.StartServerTLS(t, certs.TLS(true)) // client certificate auth
-//	dsn := srv.DSN("postgres") + "&sslcert=" + certs.ClientCert + "&sslkey=" + certs.ClientKey
+//	dsn := srv.DSN("postgres") + "&sslcert=" + url.QueryEscape(certs.ClientCert) + "&sslkey=" + url.QueryEscape(certs.ClientKey)
 //
 // Without Run in TestMain, Start starts a server per test. When PostgreSQL is
 // not installed, Start and StartServer skip the test, or fail it when
