@@ -35,6 +35,9 @@ func (s *Server) ListTasks(ctx context.Context, req *reevev1.ListTasksRequest) (
 	}
 	defer release()
 	q.MaxBytes = s.opts.listBytes
+	// The basic view is decoded as such from etcd (store.TaskQuery.Basic);
+	// Trim applies it to archived rows.
+	q.Basic = view == reevev1.TaskView_TASK_VIEW_BASIC
 	q.Trim = trimmer(view)
 	page, err := s.store.QueryTasks(ctx, q)
 	if err == nil && s.opts.archive != nil {
@@ -157,7 +160,8 @@ func trimmer(view reevev1.TaskView) func(*reevev1.Task) {
 
 // basicView drops what makes a task large: its input, history and step
 // outputs, and of its workflow snapshot everything but the name and
-// version. It changes t in place.
+// version. It changes t in place. store.TaskQuery.Basic decodes records
+// to the same (internal/store/basic.go); keep the two alike.
 func basicView(t *reevev1.Task) {
 	t.Input = nil
 	t.History = nil

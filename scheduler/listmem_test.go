@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,16 +32,18 @@ import (
 
 // TestListMemory is a benchmark, not a test: it measures what concurrent
 // basic-view lists cost the memory of a process that hosts etcd and the
-// scheduler, as `reeve dev` does (in-process etcd client), with the
-// listing clients in the same process over real gRPC. It runs only with
+// scheduler, as `reeve dev` does (in-process etcd client), listed over real
+// gRPC by clients in a child process (TestListMemoryClients). It runs only with
 // REEVE_LIST_MEMORY=1 and reports; it asserts nothing (docs/benchmarks.md,
 // "List memory (issue 25)"):
 //
-//	REEVE_LIST_MEMORY=1 go test -count=1 -run TestListMemory -v -timeout 20m ./scheduler/
+//	REEVE_LIST_MEMORY=1 go test -count=1 -run '^TestListMemory$' -v -timeout 20m ./scheduler/
 //
 // Knobs (env): REEVE_LIST_MEMORY_TASKS (1000), REEVE_LIST_MEMORY_INPUT (bytes
 // of each input, 60000), REEVE_LIST_MEMORY_CONC (concurrent list loops,
-// "20,80"), REEVE_LIST_MEMORY_DURATION (per concurrency, 20s).
+// "20,80"), REEVE_LIST_MEMORY_DURATION (per concurrency, 20s),
+// REEVE_LIST_MEMORY_PROFILE (a path: write a heap profile halfway through
+// each load, to path.<concurrency>).
 func TestListMemory(t *testing.T) {
 	if os.Getenv("REEVE_LIST_MEMORY") == "" {
 		t.Skip("a benchmark: set REEVE_LIST_MEMORY=1")
@@ -119,25 +123,92 @@ func TestListMemory(t *testing.T) {
 		resetPeakRSS(t)
 		before := readMem()
 		t.Logf("conc %d: before: %s", conc, before)
-		peak, stats := listLoad(c, conc, duration)
+		peak, stats, listed := listLoad(t, lis.Addr().String(), conc, duration)
 		after := readMem()
+		if listed > 0 {
+			t.Logf("conc %d: %d bytes allocated (Go heap) per task listed", conc, (after.allocs-before.allocs)/uint64(listed))
+		}
 		t.Logf("conc %d: after %v: %s", conc, duration, after)
 		t.Logf("conc %d: peak: VmHWM %d MB (growth %d MB), RssAnon %d MB, RssFile %d MB, Go heap objects %d MB, heap goal %d MB, Go total %d MB",
 			conc, peak.hwm>>20, (peak.hwm-before.rss)>>20, peak.anon>>20, peak.file>>20, peak.heap>>20, peak.goal>>20, peak.goTotal>>20)
-		t.Logf("conc %d: %d list calls (%d pages of tasks, %d tasks listed, %d full lists), %d refused RESOURCE_EXHAUSTED, %d other errors",
-			conc, stats.calls.Load(), stats.pages.Load(), stats.listed.Load(), stats.lists.Load(), stats.refused.Load(), stats.errors.Load())
+		t.Logf("conc %d: %s", conc, stats)
 	}
 }
 
 type listStats struct{ calls, pages, listed, lists, refused, errors atomic.Int64 }
 
-// listLoad runs conc loops that each list every task page by page
-// (page_size 1000, basic view) for d, sampling memory every 50ms; it returns
-// the peaks.
-func listLoad(c reevev1.SchedulerServiceClient, conc int, d time.Duration) (memSample, *listStats) {
-	stats := &listStats{}
+func (st *listStats) String() string {
+	return fmt.Sprintf("%d list calls (%d pages of tasks, %d tasks listed, %d full lists), %d refused RESOURCE_EXHAUSTED, %d other errors",
+		st.calls.Load(), st.pages.Load(), st.listed.Load(), st.lists.Load(), st.refused.Load(), st.errors.Load())
+}
+
+// TestListMemoryClients is the listing side of TestListMemory, which runs
+// it in a process of its own (REEVE_LIST_MEMORY_ADDR set) so that the
+// memory measured is the server's alone.
+func TestListMemoryClients(t *testing.T) {
+	addr := os.Getenv("REEVE_LIST_MEMORY_ADDR")
+	if addr == "" {
+		t.Skip("run by TestListMemory")
+	}
+	d, err := time.ParseDuration(os.Getenv("REEVE_LIST_MEMORY_DURATION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := reevev1.NewSchedulerServiceClient(testenv.Dial(t, addr))
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
+	stats := &listStats{}
+	runLists(ctx, c, envInt(t, "REEVE_LIST_MEMORY_CONC", 20), stats)
+	fmt.Printf("listmem-clients: %d %s\n", stats.listed.Load(), stats)
+}
+
+// listLoad runs conc loops that each list every task page by page
+// (page_size 1000, basic view) for d in a child process, sampling this
+// process's memory every 50ms; it returns the peaks and what the child
+// printed of its calls and tasks listed.
+func listLoad(t *testing.T, addr string, conc int, d time.Duration) (peak memSample, stats string, listed int64) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestListMemoryClients$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "REEVE_LIST_MEMORY_ADDR="+addr, fmt.Sprintf("REEVE_LIST_MEMORY_CONC=%d", conc), "REEVE_LIST_MEMORY_DURATION="+d.String())
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	profile := time.After(d / 2)
+	for {
+		select {
+		case <-profile:
+			if path := os.Getenv("REEVE_LIST_MEMORY_PROFILE"); path != "" {
+				writeHeapProfile(t, fmt.Sprintf("%s.%d", path, conc))
+			}
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("list clients: %v\n%s", err, out.String())
+			}
+			for _, line := range strings.Split(out.String(), "\n") {
+				if stats, ok := strings.CutPrefix(line, "listmem-clients: "); ok {
+					listed, stats, _ := strings.Cut(stats, " ")
+					n, _ := strconv.ParseInt(listed, 10, 64)
+					if strings.Contains(out.String(), "first error: ") {
+						t.Logf("list clients: %s", out.String()[strings.Index(out.String(), "first error: "):])
+					}
+					return peak.max(readMem()), stats, n
+				}
+			}
+			t.Fatalf("list clients printed no stats:\n%s", out.String())
+		case <-tick.C:
+			peak = peak.max(readMem())
+		}
+	}
+}
+
+// runLists runs conc loops that each list every task page by page
+// (page_size 1000, basic view) until ctx ends.
+func runLists(ctx context.Context, c reevev1.SchedulerServiceClient, conc int, stats *listStats) {
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Add(1)
@@ -155,7 +226,9 @@ func listLoad(c reevev1.SchedulerServiceClient, conc int, d time.Duration) (memS
 					time.Sleep(10 * time.Millisecond)
 					continue
 				case err != nil:
-					stats.errors.Add(1)
+					if stats.errors.Add(1) == 1 {
+						fmt.Printf("first error: %v\n", err)
+					}
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
@@ -167,23 +240,13 @@ func listLoad(c reevev1.SchedulerServiceClient, conc int, d time.Duration) (memS
 			}
 		}()
 	}
-	var peak memSample
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-		peak = peak.max(readMem())
-	}
 	wg.Wait()
-	return peak.max(readMem()), stats
 }
 
 type memSample struct {
 	rss, hwm, anon, file         uint64 // /proc/self/status
 	heap, goal, goTotal, release uint64 // runtime/metrics
+	allocs                       uint64 // cumulative, not a peak
 }
 
 func (m memSample) String() string {
@@ -193,7 +256,7 @@ func (m memSample) String() string {
 
 func (m memSample) max(o memSample) memSample {
 	return memSample{max(m.rss, o.rss), max(m.hwm, o.hwm), max(m.anon, o.anon), max(m.file, o.file),
-		max(m.heap, o.heap), max(m.goal, o.goal), max(m.goTotal, o.goTotal), max(m.release, o.release)}
+		max(m.heap, o.heap), max(m.goal, o.goal), max(m.goTotal, o.goTotal), max(m.release, o.release), max(m.allocs, o.allocs)}
 }
 
 func readMem() memSample {
@@ -221,9 +284,10 @@ func readMem() memSample {
 		{Name: "/gc/heap/goal:bytes"},
 		{Name: "/memory/classes/total:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/gc/heap/allocs:bytes"},
 	}
 	metrics.Read(s)
-	m.heap, m.goal, m.goTotal, m.release = s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64(), s[3].Value.Uint64()
+	m.heap, m.goal, m.goTotal, m.release, m.allocs = s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64(), s[3].Value.Uint64(), s[4].Value.Uint64()
 	return m
 }
 
@@ -267,4 +331,17 @@ func envInt(t *testing.T, name string, def int) int {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return n
+}
+
+// writeHeapProfile writes the heap profile (allocations live at the last
+// GC) to path.
+func writeHeapProfile(t *testing.T, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -25,9 +25,18 @@ const (
 	// DefaultListScan is the default number of index keys one page examines
 	// when a task-id prefix filter skips some of them.
 	DefaultListScan = 10_000
-	// listFetchBatch is how many records one etcd transaction of a page
-	// reads: it bounds the memory of a page in flight beyond its budget.
+	// listFetchBatch is the most records one etcd transaction of a page
+	// reads: with listFetchFirst and listFetchBytes it bounds the memory
+	// of a page in flight beyond its budget.
 	listFetchBatch = 16
+	// listFetchFirst is how many records the first etcd transaction of a
+	// page reads, before the page knows how large its records are.
+	listFetchFirst = 4
+	// listFetchBytes is about the most record bytes one etcd transaction of
+	// a page reads once the page has seen how large its records are: each
+	// further transaction reads listFetchBytes / (the largest record so
+	// far) records (at least 1, at most listFetchBatch).
+	listFetchBytes = 256 << 10
 )
 
 // TaskQuery selects a page of a namespace's tasks, newest first (create
@@ -56,6 +65,11 @@ type TaskQuery struct {
 	// MaxScan is the most index keys a page examines; DefaultListScan when 0.
 	// It only matters with IDPrefix.
 	MaxScan int
+	// Basic, when set, decodes records in the basic view: without inputs,
+	// histories and step outputs, and of the workflow snapshot only its
+	// namespace, name and version. What it leaves out is skipped on the
+	// wire, never decoded (basic.go).
+	Basic bool
 	// Trim, when set, is applied to every task before it is counted against
 	// MaxBytes and returned (e.g. to drop inputs and outputs).
 	Trim func(*reevev1.Task)
@@ -79,7 +93,9 @@ type TaskPage struct {
 
 // QueryTasks returns one page of q from the created indexes. The page is one
 // consistent snapshot: the index and the records are read at one revision.
-// Its memory beyond the page itself is bounded by listFetchBatch records.
+// Its memory beyond the page itself is one etcd transaction of records:
+// listFetchFirst records at first, then about listFetchBytes (one record
+// when records are larger, listFetchBatch when they are small).
 func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	if q.Limit < 1 {
 		return TaskPage{}, errors.New("store: query tasks: limit must be positive")
@@ -140,6 +156,8 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 		scanned  int
 		rev      int64
 		bytes    int
+		batch    = listFetchFirst // records the next fetch reads at most
+		largest  int              // the largest record read
 	)
 	// fetch reads the records of ids at rev into the page until the byte
 	// budget is spent; full reports that (page.Next is then set). A page
@@ -147,7 +165,7 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	// to return a next page token.
 	fetch := func() (full bool, err error) {
 		for len(ids) > 0 {
-			n := min(len(ids), listFetchBatch, q.Limit-len(page.Tasks))
+			n := min(len(ids), batch, q.Limit-len(page.Tasks))
 			gets := make([]clientv3.Op, n)
 			for i, p := range ids[:n] {
 				gets[i] = clientv3.OpGet(s.k.task(q.Namespace, p.ID), clientv3.WithRev(rev))
@@ -166,11 +184,11 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 					consumed = ids[i]
 					continue
 				}
-				v, err := unmarshalTask(kvs[0])
+				largest = max(largest, len(kvs[0].Value))
+				t, err := listTask(kvs[0], q.Basic)
 				if err != nil {
 					return false, err
 				}
-				t := v.Record.GetTask()
 				if q.Trim != nil {
 					q.Trim(t)
 				}
@@ -184,6 +202,7 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 				consumed = ids[i]
 			}
 			ids = ids[n:]
+			batch = min(listFetchBatch, max(1, listFetchBytes/max(largest, 1)))
 		}
 		return false, nil
 	}
@@ -245,6 +264,23 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	// The scan budget is spent: continue after the last key examined.
 	page.Next = &last
 	return page, nil
+}
+
+// listTask decodes the task of a record a list read, in the basic view
+// when basic is set.
+func listTask(kv *mvccpb.KeyValue, basic bool) (*reevev1.Task, error) {
+	if !basic {
+		v, err := unmarshalTask(kv)
+		if err != nil {
+			return nil, err
+		}
+		return v.Record.GetTask(), nil
+	}
+	t, err := decodeBasic(kv.Value)
+	if err != nil {
+		return nil, fmt.Errorf("store: decode %s: %w", kv.Key, err)
+	}
+	return t, nil
 }
 
 // readCreated reads the created-index keys with suffixes in [from, to) ("" as

@@ -70,7 +70,7 @@ func BenchmarkQueryTasks100k(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			q := bc.q
-			q.Namespace, q.Limit, q.Trim = "default", 100, trim
+			q.Namespace, q.Limit, q.Basic, q.Trim = "default", 100, true, trim
 			b.ReportAllocs()
 			for b.Loop() {
 				page, err := s.QueryTasks(ctx, q)

@@ -3,10 +3,13 @@ package store_test
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -230,5 +233,53 @@ func TestQueryTasksSkipsIndexKeysWithoutRecord(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[task-000001 task-000000]" {
 		t.Fatalf("listed %v, want the two tasks with records", got)
+	}
+}
+
+// A basic-view page (TaskQuery.Basic, decoded without inputs, histories and
+// outputs) holds the same tasks as a page of whole records trimmed to the
+// basic view, with records small and large mixed so that the page reads
+// them in batches of several sizes (one 300 KB record per transaction).
+func TestQueryTasksBasicEqualsTrimmedRecords(t *testing.T) {
+	s, _ := newStore(t)
+	const n = 40
+	for i := range n {
+		rec := recordAt(i, "wf", reevev1.TaskState_TASK_STATE_PENDING)
+		size := 10
+		if i%3 == 0 {
+			size = 300_000
+		}
+		rec.Task.Input = structpb.NewStringValue(strings.Repeat("x", size))
+		rec.Task.History = []*reevev1.HistoryEvent{{Kind: "task.submitted"}}
+		rec.Task.Steps[0].Output = structpb.NewStringValue("out")
+		if _, _, err := s.CreateTask(ctx(t), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trim := func(t *reevev1.Task) {
+		t.Input, t.History = nil, nil
+		t.Workflow = &reevev1.Workflow{Namespace: t.GetWorkflow().GetNamespace(), Name: t.GetWorkflow().GetName(), Version: t.GetWorkflow().GetVersion()}
+		for _, st := range t.GetSteps() {
+			st.Output = nil
+		}
+	}
+	full, err := s.QueryTasks(ctx(t), store.TaskQuery{Namespace: "default", Limit: 1000, Trim: trim, MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	basic, err := s.QueryTasks(ctx(t), store.TaskQuery{Namespace: "default", Limit: 1000, Basic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full.Tasks) != n || len(basic.Tasks) != n || basic.Next != nil {
+		t.Fatalf("trimmed page %d tasks, basic page %d (next %v); want %d in one page each", len(full.Tasks), len(basic.Tasks), basic.Next, n)
+	}
+	for i := range full.Tasks {
+		if !proto.Equal(full.Tasks[i], basic.Tasks[i]) {
+			t.Fatalf("task %d: basic %v, want the trimmed record %v", i, basic.Tasks[i], full.Tasks[i])
+		}
+		if basic.Tasks[i].GetInput() != nil || basic.Tasks[i].GetSteps()[0].GetOutput() != nil {
+			t.Fatalf("task %d: the basic view has an input or an output", i)
+		}
 	}
 }

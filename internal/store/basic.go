@@ -1,0 +1,129 @@
+package store
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+)
+
+// Field numbers the basic view leaves out (proto/reeve/v1/task.proto,
+// workflow.proto) and the one of TaskRecord that holds the task
+// (proto/reeve/store/v1/store.proto).
+const (
+	recordTaskField   = 1  // TaskRecord.task
+	taskWorkflowField = 3  // Task.workflow
+	taskInputField    = 5  // Task.input
+	taskStepsField    = 6  // Task.steps
+	taskHistoryField  = 11 // Task.history
+	stepOutputField   = 13 // Step.output
+	// Workflow.namespace, name and version: what the basic view keeps of
+	// the snapshot.
+	workflowVersionField = 3
+)
+
+// decodeBasic decodes the task of an encoded TaskRecord in the basic view:
+// without its input, history and step outputs, and with only the
+// namespace, name and version of its workflow snapshot — what
+// scheduler's basic view leaves of a task, without decoding what it leaves
+// out. The skipped parts are never turned into messages: a record whose
+// input is a 60 KB JSON document costs a list the bytes etcd returned and
+// about a kilobyte, not the tens of thousands of allocations of a
+// google.protobuf.Value tree (docs/benchmarks.md, "List memory").
+func decodeBasic(record []byte) (*reevev1.Task, error) {
+	var task []byte
+	occurrences := 0
+	// A message field written more than once merges: its occurrences
+	// concatenated decode as the merge. The store writes it once, and that
+	// one is used where it is, not copied.
+	err := eachField(record, func(num protowire.Number, field, value []byte) error {
+		if num != recordTaskField {
+			return nil
+		}
+		if occurrences++; occurrences == 1 {
+			task = value
+		} else {
+			task = append(task[:len(task):len(task)], value...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 1024)
+	err = eachField(task, func(num protowire.Number, field, value []byte) error {
+		if (num == taskWorkflowField || num == taskStepsField) && value == nil {
+			return fmt.Errorf("task field %d: not a message", num)
+		}
+		switch num {
+		case taskInputField, taskHistoryField:
+		case taskWorkflowField:
+			return appendFiltered(&out, num, value, func(n protowire.Number) bool { return n <= workflowVersionField })
+		case taskStepsField:
+			return appendFiltered(&out, num, value, func(n protowire.Number) bool { return n != stepOutputField })
+		default:
+			out = append(out, field...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	t := &reevev1.Task{}
+	if err := proto.Unmarshal(out, t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// appendFiltered appends to *out field num holding the fields of the
+// message value that keep accepts.
+func appendFiltered(out *[]byte, num protowire.Number, value []byte, keep func(protowire.Number) bool) error {
+	var kept []byte
+	err := eachField(value, func(n protowire.Number, field, _ []byte) error {
+		if keep(n) {
+			kept = append(kept, field...)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	*out = protowire.AppendTag(*out, num, protowire.BytesType)
+	*out = protowire.AppendBytes(*out, kept)
+	return nil
+}
+
+// eachField calls fn for every field of an encoded message, in order, with
+// its whole encoding (tag included) and, for a length-delimited field, its
+// contents (value, never nil; nil for other wire types).
+func eachField(b []byte, fn func(num protowire.Number, field, value []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		var value []byte
+		if typ == protowire.BytesType {
+			v, k := protowire.ConsumeBytes(b[n:])
+			if k < 0 {
+				return protowire.ParseError(k)
+			}
+			value = v
+			if value == nil {
+				value = []byte{}
+			}
+		}
+		if err := fn(num, b[:n+m], value); err != nil {
+			return err
+		}
+		b = b[n+m:]
+	}
+	return nil
+}
