@@ -202,7 +202,7 @@ func TestListTasksConcurrentFullListsBoundHeap(t *testing.T) {
 		}
 	}
 	// The client side of this process holds at most 20 pages of 2 MiB at a
-	// time; the server at most 8 lists of (2 MiB + 16 records). Before the
+	// time; the server at most 8 lists of (2 MiB + 256 KiB of records). Before the
 	// budget, each list held its 6 MB page several times over.
 	grew := int64(peak.Load()) - int64(base.HeapAlloc)
 	t.Logf("heap grew by %d MB at peak (%d lists refused and retried)", grew>>20, refused.Load())

@@ -262,7 +262,8 @@ func WithSpaceCheckInterval(d time.Duration) Option {
 // WithMaxConcurrentLists bounds the ListTasks calls one scheduler serves at
 // once; a call that finds no free slot within a second fails with
 // RESOURCE_EXHAUSTED. With the page byte budget (WithListBytes) it bounds
-// the memory lists take: about n × (budget + 16 records). Default 8.
+// the memory lists take: about n × (budget + 256 KiB of records, or up to
+// 4 records when records are larger). Default 8.
 func WithMaxConcurrentLists(n int) Option { return func(o *options) { o.maxLists = n } }
 
 // WithListBytes sets the byte budget of one ListTasks page: a page ends
