@@ -286,7 +286,7 @@ func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.Sched
 	)
 	go func() {
 		defer close(events)
-		watchErr <- s.store.WatchTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetStartRevision(), func(ev store.TaskEvent) error {
+		watchErr <- s.store.WatchTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetStartRevision(), view == reevev1.TaskView_TASK_VIEW_BASIC, func(ev store.TaskEvent) error {
 			var m *reevev1.WatchTasksResponse
 			if ev.Task == nil {
 				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Reset_{Reset_: &reevev1.WatchReset{Revision: ev.Revision}}}

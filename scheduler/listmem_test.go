@@ -71,7 +71,9 @@ func TestListMemory(t *testing.T) {
 	}
 
 	etcd := etcdtest.New(t)
-	srv := scheduler.New(etcd.InProcessClient(), scheduler.WithLogger(testenv.Logger()))
+	cli := etcd.InProcessClient()
+	t.Cleanup(func() { _ = cli.Close() }) // before the member stops
+	srv := scheduler.New(cli, scheduler.WithLogger(testenv.Logger()))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

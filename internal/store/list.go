@@ -266,7 +266,7 @@ func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	return page, nil
 }
 
-// listTask decodes the task of a record a list read, in the basic view
+// listTask decodes the task of a record a list or watch read, in the basic view
 // when basic is set.
 func listTask(kv *mvccpb.KeyValue, basic bool) (*reevev1.Task, error) {
 	if !basic {
@@ -400,8 +400,9 @@ type TaskEvent struct {
 // or fn returns an error (returned as is). When the revisions to resume
 // from are compacted, fn gets one reset event and the changes after its
 // revision follow. A watch that etcd ends otherwise (leader loss, a
-// reconnect) resumes where it was without an event.
-func (s *Store) WatchTasks(ctx context.Context, ns string, after int64, fn func(TaskEvent) error) error {
+// reconnect) resumes where it was without an event. With basic set, records
+// are decoded in the basic view (TaskQuery.Basic).
+func (s *Store) WatchTasks(ctx context.Context, ns string, after int64, basic bool, fn func(TaskEvent) error) error {
 	prefix := s.k.tasksOf(ns)
 	current := func() (int64, error) {
 		octx, cancel := s.opCtx(ctx)
@@ -436,11 +437,11 @@ func (s *Store) WatchTasks(ctx context.Context, ns string, after int64, fn func(
 						te.Deleted = true
 						te.Task = &reevev1.Task{Namespace: ns, Id: strings.TrimPrefix(string(ev.Kv.Key), prefix)}
 					} else {
-						v, err := unmarshalTask(ev.Kv)
+						t, err := listTask(ev.Kv, basic)
 						if err != nil {
 							return false, err
 						}
-						te.Task = v.Record.GetTask()
+						te.Task = t
 					}
 					if err := fn(te); err != nil {
 						return false, err
