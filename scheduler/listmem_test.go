@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +28,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/etcdtest"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/scheduler"
 )
@@ -43,7 +46,8 @@ import (
 // of each input, 60000), REEVE_LIST_MEMORY_CONC (concurrent list loops,
 // "20,80"), REEVE_LIST_MEMORY_DURATION (per concurrency, 20s),
 // REEVE_LIST_MEMORY_PROFILE (a path: write a heap profile halfway through
-// each load, to path.<concurrency>).
+// each load, to path.<concurrency>), REEVE_LIST_MEMORY_ETCD=network (the
+// scheduler's etcd client over loopback gRPC instead of in process).
 func TestListMemory(t *testing.T) {
 	if os.Getenv("REEVE_LIST_MEMORY") == "" {
 		t.Skip("a benchmark: set REEVE_LIST_MEMORY=1")
@@ -72,6 +76,14 @@ func TestListMemory(t *testing.T) {
 
 	etcd := etcdtest.New(t)
 	cli := etcd.InProcessClient()
+	if os.Getenv("REEVE_LIST_MEMORY_ETCD") == "network" {
+		// As a `reeve scheduler` talks to etcd (here in the same process).
+		var err error
+		cli, err = clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: store.DialOptions()})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Cleanup(func() { _ = cli.Close() }) // before the member stops
 	srv := scheduler.New(cli, scheduler.WithLogger(testenv.Logger()))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
