@@ -5,24 +5,39 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 )
 
-// Field numbers the basic view leaves out (proto/reeve/v1/task.proto,
-// workflow.proto) and the one of TaskRecord that holds the task
-// (proto/reeve/store/v1/store.proto).
-const (
-	recordTaskField   = 1  // TaskRecord.task
-	taskWorkflowField = 3  // Task.workflow
-	taskInputField    = 5  // Task.input
-	taskStepsField    = 6  // Task.steps
-	taskHistoryField  = 11 // Task.history
-	stepOutputField   = 13 // Step.output
-	// Workflow.namespace, name and version: what the basic view keeps of
-	// the snapshot.
-	workflowVersionField = 3
+// Field numbers the basic view filters, read from the generated
+// descriptors (proto/reeve/v1/task.proto, workflow.proto,
+// proto/reeve/store/v1/store.proto).
+var (
+	recordTaskField   = fieldNumber(&storev1.TaskRecord{}, "task")
+	taskWorkflowField = fieldNumber(&reevev1.Task{}, "workflow")
+	taskInputField    = fieldNumber(&reevev1.Task{}, "input")
+	taskStepsField    = fieldNumber(&reevev1.Task{}, "steps")
+	taskHistoryField  = fieldNumber(&reevev1.Task{}, "history")
+	stepOutputField   = fieldNumber(&reevev1.Step{}, "output")
+	// What the basic view keeps of the workflow snapshot.
+	workflowKept = map[protowire.Number]bool{
+		fieldNumber(&reevev1.Workflow{}, "namespace"): true,
+		fieldNumber(&reevev1.Workflow{}, "name"):      true,
+		fieldNumber(&reevev1.Workflow{}, "version"):   true,
+	}
 )
+
+// fieldNumber is the number of m's field name; it panics when m has none
+// (a renamed field: the basic view's filter would be wrong).
+func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
+	f := m.ProtoReflect().Descriptor().Fields().ByName(name)
+	if f == nil {
+		panic(fmt.Sprintf("store: %s has no field %s", m.ProtoReflect().Descriptor().FullName(), name))
+	}
+	return f.Number()
+}
 
 // decodeBasic decodes the task of an encoded TaskRecord in the basic view:
 // without its input, history and step outputs, and with only the
@@ -60,7 +75,7 @@ func decodeBasic(record []byte) (*reevev1.Task, error) {
 		switch num {
 		case taskInputField, taskHistoryField:
 		case taskWorkflowField:
-			return appendFiltered(&out, num, value, func(n protowire.Number) bool { return n <= workflowVersionField })
+			return appendFiltered(&out, num, value, func(n protowire.Number) bool { return workflowKept[n] })
 		case taskStepsField:
 			return appendFiltered(&out, num, value, func(n protowire.Number) bool { return n != stepOutputField })
 		default:
