@@ -73,7 +73,7 @@ func decodeBasic(record []byte) (*reevev1.Task, error) {
 			return fmt.Errorf("task field %d: not a message", num)
 		}
 		switch num {
-		case taskInputField, taskHistoryField:
+		case taskInputField, taskHistoryField: // left out
 		case taskWorkflowField:
 			return appendFiltered(&out, num, value, func(n protowire.Number) bool { return workflowKept[n] })
 		case taskStepsField:
