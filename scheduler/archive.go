@@ -58,55 +58,27 @@ const archiveBatch = 500
 // retention has passed.
 const archiveDropEvery = time.Hour
 
-// archiveTasks moves tasks past their grace to the archive until ctx ends.
+// archiveTasks moves tasks past their grace to the archive until ctx ends,
+// and drops from the archive what its retention passed.
 func (s *Server) archiveTasks(ctx context.Context) {
-	t := s.opts.clock.NewTicker(s.opts.archiveInterval)
-	defer t.Stop()
-	var cursor string
 	var lastDrop time.Time
-	for pass := 0; ; pass++ {
-		select {
-		case <-ctx.Done():
+	s.sweepEvery(ctx, s.opts.archiveInterval, "archive ended tasks; they stay in etcd until the archive takes them", func() store.Sweep {
+		return store.Sweep{Before: s.opts.clock.Now().Add(-s.opts.archiveGrace), Skip: isFailed, Keep: s.keepInArchive}
+	}, func() {
+		now := s.opts.clock.Now()
+		if s.opts.archiveRetention <= 0 || now.Sub(lastDrop) < archiveDropEvery {
 			return
-		case <-t.Chan():
 		}
-		// From the start of the ended index every sweepRescanEvery passes,
-		// as the retention sweep does (sweep).
-		if pass%sweepRescanEvery == 0 {
-			cursor = ""
+		lastDrop = now
+		n, err := s.opts.archive.DropEndedBefore(ctx, now.Add(-s.opts.archiveRetention))
+		switch {
+		case err != nil && !errors.Is(err, context.Canceled):
+			s.log.Warn("drop archived tasks past the archive retention", "err", err)
+			lastDrop = time.Time{}
+		case n > 0:
+			s.log.Info("dropped archived tasks past the archive retention", "count", n)
 		}
-		for {
-			sw := store.Sweep{From: cursor, Before: s.opts.clock.Now().Add(-s.opts.archiveGrace), Limit: archiveBatch,
-				Skip: isFailed, Keep: s.keepInArchive}
-			n, next, more, err := s.store.SweepEnded(ctx, sw)
-			if err != nil {
-				if !errors.Is(err, context.Canceled) {
-					s.log.Warn("archive ended tasks; they stay in etcd until the archive takes them", "err", err)
-				}
-				cursor = ""
-				break
-			}
-			cursor = next
-			if n > 0 {
-				s.log.Debug("archived ended tasks", "count", n)
-			}
-			if !more {
-				s.archiveCaughtUp.Store(sw.Before.UnixNano())
-				break
-			}
-		}
-		if now := s.opts.clock.Now(); s.opts.archiveRetention > 0 && now.Sub(lastDrop) >= archiveDropEvery {
-			lastDrop = now
-			n, err := s.opts.archive.DropEndedBefore(ctx, now.Add(-s.opts.archiveRetention))
-			switch {
-			case err != nil && !errors.Is(err, context.Canceled):
-				s.log.Warn("drop archived tasks past the archive retention", "err", err)
-				lastDrop = time.Time{}
-			case n > 0:
-				s.log.Info("dropped archived tasks past the archive retention", "count", n)
-			}
-		}
-	}
+	}, func(cutoff time.Time) { s.archiveCaughtUp.Store(cutoff.UnixNano()) })
 }
 
 func isFailed(st reevev1.TaskState) bool { return st == reevev1.TaskState_TASK_STATE_FAILED }

@@ -11,7 +11,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -326,7 +325,7 @@ func TestArchiveOutageKeepsTasksInEtcd(t *testing.T) {
 	srv.Stop(t)
 	cancelTask(t, c, "o-000")
 	// Wait for an archive write to fail: the task must still be in etcd.
-	for archiveErrors(t, reader) == 0 {
+	for counterSum(t, reader, "reeve.archive.errors") == 0 {
 		select {
 		case <-ctx.Done():
 			t.Fatal("no archive write failed with the archive down")
@@ -341,25 +340,6 @@ func TestArchiveOutageKeepsTasksInEtcd(t *testing.T) {
 	}
 	srv.Start(t)
 	waitArchived(t, env, a, "o-000")
-}
-
-func archiveErrors(t *testing.T, reader *sdkmetric.ManualReader) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "reeve.archive.errors" {
-				for _, dp := range sum.DataPoints {
-					n += dp.Value
-				}
-			}
-		}
-	}
-	return n
 }
 
 // With an archive, an alert goes after the retention even when its task was

@@ -29,8 +29,9 @@ func futureRequest() *reevev1.ConnectRequest {
 	return m
 }
 
-// unknownMessages reads reeve.agent.unknown_messages from reader.
-func unknownMessages(t *testing.T, reader *sdkmetric.ManualReader) int64 {
+// counterSum reads the int64 counter name from reader, summed over its
+// attributes.
+func counterSum(t *testing.T, reader *sdkmetric.ManualReader, name string) int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -39,7 +40,7 @@ func unknownMessages(t *testing.T, reader *sdkmetric.ManualReader) int64 {
 	var n int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "reeve.agent.unknown_messages" {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
 				for _, dp := range sum.DataPoints {
 					n += dp.Value
 				}
@@ -67,7 +68,7 @@ func TestUnknownAgentMessageKeepsStream(t *testing.T) {
 	if ack := a.Succeed(as.GetRef(), map[string]any{"ok": true}); !ack.GetAccepted() {
 		t.Fatalf("result on the stream that sent an unknown message refused: %v", ack.GetStatus())
 	}
-	if n := unknownMessages(t, reader); n != 2 {
+	if n := counterSum(t, reader, "reeve.agent.unknown_messages"); n != 2 {
 		t.Fatalf("reeve.agent.unknown_messages = %d, want 2", n)
 	}
 }

@@ -274,13 +274,31 @@ func (s *Server) currentLease() clientv3.LeaseID {
 // sweep deletes terminal tasks past their retention (moves them to the
 // archive when there is one), and alerts raised before it.
 func (s *Server) sweep(ctx context.Context) {
-	t := s.opts.clock.NewTicker(s.opts.sweepInterval)
+	s.sweepEvery(ctx, s.opts.sweepInterval, "sweep ended tasks", func() store.Sweep {
+		before := s.opts.clock.Now().Add(-s.opts.retention)
+		sw := store.Sweep{Before: before, AlertsBefore: before}
+		if s.opts.archive != nil {
+			sw.Keep = s.keepInArchive
+		}
+		return sw
+	}, func() {
+		if s.opts.archive != nil {
+			s.sweepArchivedAlerts(ctx)
+		}
+	})
+}
+
+// sweepEvery runs passes of store.SweepEnded every interval until ctx
+// ends: each pass deletes what sweepOf describes (its From and Limit set
+// here), page after page, and then calls after. A pass continues where the
+// last one ended (the cursor), and starts again from the beginning of the
+// ended index every sweepRescanEvery passes and after an error, for what a
+// cursor passes by: a task whose record changed while it was swept, or one
+// ended by a scheduler whose clock is behind this one's. caughtUp, when
+// set, is called with the cutoff of a pass that reached the end.
+func (s *Server) sweepEvery(ctx context.Context, interval time.Duration, what string, sweepOf func() store.Sweep, after func(), caughtUp ...func(time.Time)) {
+	t := s.opts.clock.NewTicker(interval)
 	defer t.Stop()
-	// The sweep continues where the last one ended (store.SweepEndedFrom),
-	// and starts again from the beginning of the index every
-	// sweepRescanEvery passes and after an error, for what a cursor passes
-	// by: a task whose record changed while it was swept, or one ended by a
-	// scheduler whose clock is behind this one's.
 	var cursor string
 	for pass := 0; ; pass++ {
 		select {
@@ -292,30 +310,28 @@ func (s *Server) sweep(ctx context.Context) {
 			cursor = ""
 		}
 		for {
-			before := s.opts.clock.Now().Add(-s.opts.retention)
-			sw := store.Sweep{From: cursor, Before: before, Limit: archiveBatch, AlertsBefore: before}
-			if s.opts.archive != nil {
-				sw.Keep = s.keepInArchive
-			}
+			sw := sweepOf()
+			sw.From, sw.Limit = cursor, archiveBatch
 			n, next, more, err := s.store.SweepEnded(ctx, sw)
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
-					s.log.Warn("sweep ended tasks", "err", err)
+					s.log.Warn(what, "err", err)
 				}
 				cursor = ""
 				break
 			}
 			cursor = next
 			if n > 0 {
-				s.log.Debug("swept ended tasks", "count", n)
+				s.log.Debug(what, "count", n)
 			}
 			if !more {
+				for _, f := range caughtUp {
+					f(sw.Before)
+				}
 				break
 			}
 		}
-		if s.opts.archive != nil {
-			s.sweepArchivedAlerts(ctx)
-		}
+		after()
 	}
 }
 

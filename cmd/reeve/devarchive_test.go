@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/url"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -22,7 +21,7 @@ func TestDevArchivesFinishedTasks(t *testing.T) {
 	for _, kind := range []string{"default", "postgres", "postgres-tls"} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
-			args := []string{"dev", "--demo", "--listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0", "--data-dir", dir, "--archive-grace", "0s"}
+			args := []string{"--demo", "--listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0", "--data-dir", dir, "--archive-grace", "0s"}
 			dsn := "sqlite:" + filepath.Join(dir, "archive.db")
 			switch kind {
 			case "postgres":
@@ -34,35 +33,7 @@ func TestDevArchivesFinishedTasks(t *testing.T) {
 				dsn = srv.DSN("postgres") + "&sslcert=" + url.QueryEscape(certs.ClientCert) + "&sslkey=" + url.QueryEscape(certs.ClientKey)
 				args = append(args, "--archive-dsn", dsn)
 			}
-			var stdout, stderr syncBuffer
-			ctx, stop := context.WithCancel(context.Background())
-			devCode := -1
-			devDone := make(chan struct{})
-			go func() {
-				defer close(devDone)
-				devCode = run(ctx, args, &stdout, &stderr, func(string) string { return "" })
-			}()
-			defer func() {
-				stop()
-				<-devDone
-				if devCode != 0 {
-					t.Errorf("reeve dev exited %d: %s", devCode, stderr.String())
-				}
-			}()
-			addrLine := regexp.MustCompile(`reeve dev: scheduler and supervisor on (\S+) `)
-			var addr string
-			waitUntil(t, time.Minute, "reeve dev to print its address", func() bool {
-				select {
-				case <-devDone:
-					t.Fatalf("reeve dev exited %d: %s", devCode, stderr.String())
-				default:
-				}
-				if m := addrLine.FindStringSubmatch(stdout.String()); m != nil {
-					addr = m[1]
-					return true
-				}
-				return false
-			})
+			addr, _, _ := startDev(t, args...)
 			env := map[string]string{"REEVE_ADDRESS": addr}
 			waitUntil(t, time.Minute, "the demo workflows to be registered", func() bool {
 				code, _, _ := reeveEnv(t, env, "workflow", "get", "demo.orders")

@@ -18,39 +18,11 @@ import (
 // refused there, and demo.timeout never finished).
 func TestSecureDevRecoversAndUndoesTheDemos(t *testing.T) {
 	dir := t.TempDir()
-	var stdout, stderr syncBuffer
-	ctx, stop := context.WithCancel(context.Background())
-	var devCode int
-	devDone := make(chan struct{})
-	go func() {
-		defer close(devDone)
-		devCode = run(ctx, []string{"dev", "--secure", "--demo", "--listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0",
-			"--data-dir", dir, "--supervisor-tick", "200ms", "--log-level", "info"}, &stdout, &stderr, func(string) string { return "" })
-	}()
-	defer func() {
-		stop()
-		<-devDone
-		if devCode != 0 {
-			t.Errorf("reeve dev exited %d: %s", devCode, stderr.String())
-		}
-		if t.Failed() {
-			t.Logf("reeve dev's log:\n%s", stderr.String())
-		}
-	}()
-	addrLine := regexp.MustCompile(`reeve dev: scheduler and supervisor on (\S+) \(TLS with role checks\)`)
-	var addr string
-	waitUntil(t, time.Minute, "reeve dev to print its address", func() bool {
-		select {
-		case <-devDone:
-			t.Fatalf("reeve dev exited %d: %s", devCode, stderr.String())
-		default:
-		}
-		if m := addrLine.FindStringSubmatch(stdout.String()); m != nil {
-			addr = m[1]
-			return true
-		}
-		return false
-	})
+	addr, stdout, stderr := startDev(t, "--secure", "--demo", "--listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0",
+		"--data-dir", dir, "--supervisor-tick", "200ms", "--log-level", "info")
+	if !strings.Contains(stdout.String(), "(TLS with role checks)") {
+		t.Fatalf("reeve dev --secure printed %q; want it to serve TLS with role checks", stdout.String())
+	}
 	certs := filepath.Join(dir, "certs")
 	admin := map[string]string{
 		"REEVE_ADDRESS": addr, "REEVE_TLS_CA": filepath.Join(certs, "ca.pem"),
@@ -118,6 +90,45 @@ func TestSecureDevRecoversAndUndoesTheDemos(t *testing.T) {
 	if log := stderr.String(); strings.Contains(log, "caller=cert:supervisor") {
 		t.Fatalf("a call of the supervisor was refused:\n%s", log)
 	}
+}
+
+// startDev runs `reeve dev args...` until the test ends (then it must exit
+// 0; its log is shown when the test failed) and returns the scheduler's
+// address once it printed it, and its standard output and error.
+func startDev(t *testing.T, args ...string) (addr string, stdout, stderr *syncBuffer) {
+	t.Helper()
+	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	ctx, stop := context.WithCancel(context.Background())
+	devCode := -1
+	devDone := make(chan struct{})
+	go func() {
+		defer close(devDone)
+		devCode = run(ctx, append([]string{"dev"}, args...), stdout, stderr, func(string) string { return "" })
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-devDone
+		if devCode != 0 {
+			t.Errorf("reeve dev exited %d: %s", devCode, stderr.String())
+		}
+		if t.Failed() {
+			t.Logf("reeve dev's log:\n%s", stderr.String())
+		}
+	})
+	addrLine := regexp.MustCompile(`reeve dev: scheduler and supervisor on (\S+) `)
+	waitUntil(t, time.Minute, "reeve dev to print its address", func() bool {
+		select {
+		case <-devDone:
+			t.Fatalf("reeve dev exited %d: %s", devCode, stderr.String())
+		default:
+		}
+		if m := addrLine.FindStringSubmatch(stdout.String()); m != nil {
+			addr = m[1]
+			return true
+		}
+		return false
+	})
+	return addr, stdout, stderr
 }
 
 // waitUntil polls cond every 50ms until it holds, failing t after timeout.
