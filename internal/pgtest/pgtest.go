@@ -404,3 +404,24 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Launch starts a throwaway server outside tests (a benchmark's archive):
+// initdb in a fresh temporary directory, a free 127.0.0.1 port, trust
+// authentication for User. Its database "postgres" is empty:
+// s.DSN("postgres"). Close stops it and removes its directory; nothing
+// else does, so call Close on every path.
+func Launch() (*Server, error) {
+	s, err := newServer()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.start(); err != nil {
+		s.destroy()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close stops a server started by Launch (pg_ctl stop -m immediate) and
+// removes its directory, data included.
+func (s *Server) Close() { s.destroy() }
