@@ -27,6 +27,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		fo             failoverFlags
 		etcdSec        etcdSecurity
 		overload       [2]time.Duration // --overload-target, --overload-interval
+		compare        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR[,ADDR...] --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout] | --embedded --recovery [--tasks N] | --failover [--etcd-bin PATH] [--rounds N] [--session-ttl S]",
@@ -126,6 +127,9 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 				// shedding would otherwise pre-empt.
 				cfg.OverloadTarget = -1
 			}
+			if err := checkArchiveFlags(cmd, cfg, compare, recovery, rawEtcd); err != nil {
+				return err
+			}
 			cfg.SpaceReservePerStep, cfg.SpaceReclaim = reservePerStep, reclaimEvery
 			if reservePerStep == 0 {
 				cfg.SpaceReservePerStep = -1 // none
@@ -166,6 +170,16 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "raw etcd: %d txns (1 compare, 2 puts, 1 delete) from %d clients in %.2fs: %.0f txns/s\n", raw.Txns, raw.Concurrency, raw.DurationSec, raw.TxnsPerSec)
 				return err
 			}
+			if compare {
+				c, err := bench.RunCompare(cmd.Context(), cfg)
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return printJSONObject(cmd.OutOrStdout(), c)
+				}
+				return printCompare(cmd.OutOrStdout(), c)
+			}
 			rep, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -174,48 +188,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 			if g.output == "json" {
 				return printJSONObject(out, rep)
 			}
-			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintf(tw, "mode\t%s\n", rep.Mode)
-			fmt.Fprintf(tw, "workload\t%d tasks × %d steps (%s), concurrency %d, rate %.0f/s, %d agents\n", rep.Tasks, rep.Steps, rep.Shape, rep.Concurrency, rep.Rate, rep.Agents)
-			fmt.Fprintf(tw, "completed\t%d (%d not succeeded) in %.2fs\n", rep.Completed, rep.Failed, rep.DurationSec)
-			if rep.AgentsStopped > 0 {
-				fmt.Fprintf(tw, "agents stopped\t%d; first: %s\n", rep.AgentsStopped, rep.AgentError)
-			}
-			if rep.Errors > 0 {
-				fmt.Fprintf(tw, "errors\t%d; first: %s\n", rep.Errors, rep.FirstError)
-			}
-			if rep.Refused > 0 {
-				fmt.Fprintf(tw, "refused\t%d of %d submissions (RESOURCE_EXHAUSTED: %v), in p50 %.2f ms  p99 %.2f ms\n",
-					rep.Refused, rep.Refused+rep.Accepted, rep.RefusedReasons, rep.RefusalP50Ms, rep.RefusalP99Ms)
-			}
-			fmt.Fprintf(tw, "throughput\t%.0f tasks/s\n", rep.TasksPerSec)
-			fmt.Fprintf(tw, "submit→completed\tp50 %.1f ms  p95 %.1f ms  p99 %.1f ms  max %.1f ms\n", rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs)
-			fmt.Fprintf(tw, "queue wait\tp50 %.2f ms  p99 %.2f ms\n", rep.QueueWaitP50Ms, rep.QueueWaitP99Ms)
-			fmt.Fprintf(tw, "dispatch latency\tp50 %.2f ms  p99 %.2f ms\n", rep.DispatchP50Ms, rep.DispatchP99Ms)
-			fmt.Fprintf(tw, "etcd txns per task\t%.2f\n", rep.EtcdTxnsPerTask)
-			fmt.Fprintf(tw, "etcd writes per task\t%.0f WAL bytes, %.2f ops (puts + deletes), %.0f key+value bytes put (one member)\n", rep.EtcdBytesPerTask, rep.EtcdOpsPerTask, rep.EtcdPutBytesPerTask)
-			if rep.EtcdDBMaxMB > 0 {
-				fmt.Fprintf(tw, "etcd db size\tstart %.1f MB  max %.1f MB  end %.1f MB; in use every 10s: %v MB\n", rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB)
-			}
-			if rep.Mode == "embedded" {
-				fmt.Fprintf(tw, "process CPU\t%.1f s (%.0f µs per task)\n", rep.ProcessCPUSec, rep.ProcessCPUSec/float64(max(1, rep.Completed))*1e6)
-				fmt.Fprintf(tw, "process peak RSS\t%.0f MB\n", rep.ProcessPeakRSSMB)
-				fmt.Fprintf(tw, "allocations per task\t%.0f (%.0f bytes)\n", rep.AllocsPerTask, rep.AllocBytesPerTask)
-				if rep.GCCPUFraction != nil {
-					fmt.Fprintf(tw, "GC\t%.1f %% of Go CPU, %d cycles\n", *rep.GCCPUFraction*100, rep.GCCycles)
-				}
-			}
-			if fl := rep.Flood; fl != nil {
-				fmt.Fprintf(tw, "flood\t%d accepted, %d refused (RESOURCE_EXHAUSTED), %d completed, %d lost\n", fl.Accepted, fl.Refused, fl.Completed, fl.Lost)
-				fmt.Fprintf(tw, "etcd quota\t%.1f MiB; peak database file %.1f %%, in use %.1f %%; NOSPACE raised %v, at the end %v\n",
-					float64(fl.QuotaBytes)/(1<<20), fl.PeakDBFraction*100, fl.PeakInUseFraction*100, fl.NoSpaceRaised, fl.NoSpaceAtEnd)
-			}
-			printWindows(tw, rep.Windows)
-			if cfg.ServerPID > 0 {
-				fmt.Fprintf(tw, "server CPU\t%.1f s (%.0f µs per task)\n", rep.ServerCPUSec, rep.ServerCPUSec/float64(max(1, rep.Completed))*1e6)
-				fmt.Fprintf(tw, "server peak RSS\t%.0f MB\n", rep.ServerPeakRSSMB)
-			}
-			return tw.Flush()
+			return printBenchReport(out, rep, cfg.ServerPID)
 		},
 	}
 	f := cmd.Flags()
@@ -243,11 +216,120 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	f.DurationVar(&reclaimEvery, "space-reclaim-interval", time.Minute, "embedded: the scheduler's --space-reclaim-interval (0: never reclaims by itself)")
 	registerOverloadFlags(f, &overload[0], &overload[1], &cfg.OverloadAgentQueues)
 	f.StringVar(&cfg.RecoveryCPUProfile, "recovery-cpuprofile", "", "with --recovery: write a CPU profile of each scenario's recovery (from the healthy agent's connection to the end) to FILE.silent and FILE.killed")
+	f.StringVar(&cfg.ArchiveDSN, "archive-dsn", "", "archive of finished tasks: embedded, the scheduler moves ended tasks there after --archive-grace; a running target's own --archive-dsn is only read (archive figures, the lost check). postgres://…, sqlite:PATH, or "+bench.ArchivePG+" (embedded): a throwaway PostgreSQL server in a temporary directory for the run (default: none)")
+	f.DurationVar(&cfg.ArchiveGrace, "archive-grace", 30*time.Second, "embedded, with --archive-dsn: how long an ended task stays in etcd before it moves to the archive")
+	f.DurationVar(&cfg.ArchiveRetention, "archive-retention", 30*24*time.Hour, "embedded, with --archive-dsn: how long the archive keeps a task after it ended")
+	f.DurationVar(&cfg.ArchiveInterval, "archive-interval", 5*time.Second, "embedded, with --archive-dsn: how often the scheduler moves tasks past their grace")
+	f.DurationVar(&cfg.ArchiveWait, "archive-wait", 0, "with --archive-dsn: after the load, wait up to this long until etcd holds no task (all moved to the archive) before the archive and etcd figures are read (0: no wait)")
+	f.BoolVar(&compare, "archive-compare", false, "embedded, with --archive-dsn: run the load twice, on a fresh etcd each, without and then with the archive, and report both side by side with the on/off ratios of throughput, p50 and p99")
+	f.BoolVar(&cfg.VerifyLost, "verify-lost", false, fmt.Sprintf("after the load, check that every task whose submission was acknowledged exists in etcd or the archive (all up to %d, else a random %d); always on with --archive-dsn", bench.LostCheckAll, bench.LostSample))
 	fo.register(f)
 	etcdSec.register(cmd, g.getenv)
 	prof.register(cmd)
 	gcf.register(cmd, g.getenv, 400)
 	return cmd
+}
+
+// printBenchReport writes one run's report as text.
+func printBenchReport(out io.Writer, rep *bench.Report, serverPID int) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "mode\t%s\n", rep.Mode)
+	fmt.Fprintf(tw, "workload\t%d tasks × %d steps (%s), concurrency %d, rate %.0f/s, %d agents\n", rep.Tasks, rep.Steps, rep.Shape, rep.Concurrency, rep.Rate, rep.Agents)
+	fmt.Fprintf(tw, "completed\t%d (%d not succeeded) in %.2fs\n", rep.Completed, rep.Failed, rep.DurationSec)
+	if rep.AgentsStopped > 0 {
+		fmt.Fprintf(tw, "agents stopped\t%d; first: %s\n", rep.AgentsStopped, rep.AgentError)
+	}
+	if rep.Errors > 0 {
+		fmt.Fprintf(tw, "errors\t%d; first: %s\n", rep.Errors, rep.FirstError)
+	}
+	if rep.Refused > 0 {
+		fmt.Fprintf(tw, "refused\t%d of %d submissions (RESOURCE_EXHAUSTED: %v), in p50 %.2f ms  p99 %.2f ms\n",
+			rep.Refused, rep.Refused+rep.Accepted, rep.RefusedReasons, rep.RefusalP50Ms, rep.RefusalP99Ms)
+	}
+	fmt.Fprintf(tw, "throughput\t%.0f tasks/s\n", rep.TasksPerSec)
+	fmt.Fprintf(tw, "submit→completed\tp50 %.1f ms  p95 %.1f ms  p99 %.1f ms  max %.1f ms\n", rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxMs)
+	fmt.Fprintf(tw, "queue wait\tp50 %.2f ms  p99 %.2f ms\n", rep.QueueWaitP50Ms, rep.QueueWaitP99Ms)
+	fmt.Fprintf(tw, "dispatch latency\tp50 %.2f ms  p99 %.2f ms\n", rep.DispatchP50Ms, rep.DispatchP99Ms)
+	fmt.Fprintf(tw, "etcd txns per task\t%.2f\n", rep.EtcdTxnsPerTask)
+	fmt.Fprintf(tw, "etcd writes per task\t%.0f WAL bytes, %.2f ops (puts + deletes), %.0f key+value bytes put (one member)\n", rep.EtcdBytesPerTask, rep.EtcdOpsPerTask, rep.EtcdPutBytesPerTask)
+	if rep.EtcdDBMaxMB > 0 {
+		fmt.Fprintf(tw, "etcd db size\tstart %.1f MB  max %.1f MB  end %.1f MB; in use every 10s: %v MB\n", rep.EtcdDBStartMB, rep.EtcdDBMaxMB, rep.EtcdDBEndMB, rep.EtcdDBInUseMB)
+	}
+	if rep.Mode == "embedded" {
+		fmt.Fprintf(tw, "process CPU\t%.1f s (%.0f µs per task)\n", rep.ProcessCPUSec, rep.ProcessCPUSec/float64(max(1, rep.Completed))*1e6)
+		fmt.Fprintf(tw, "process peak RSS\t%.0f MB\n", rep.ProcessPeakRSSMB)
+		fmt.Fprintf(tw, "allocations per task\t%.0f (%.0f bytes)\n", rep.AllocsPerTask, rep.AllocBytesPerTask)
+		if rep.GCCPUFraction != nil {
+			fmt.Fprintf(tw, "GC\t%.1f %% of Go CPU, %d cycles\n", *rep.GCCPUFraction*100, rep.GCCycles)
+		}
+	}
+	if fl := rep.Flood; fl != nil {
+		fmt.Fprintf(tw, "flood\t%d accepted, %d refused (RESOURCE_EXHAUSTED), %d completed, %d lost\n", fl.Accepted, fl.Refused, fl.Completed, fl.Lost)
+		fmt.Fprintf(tw, "etcd quota\t%.1f MiB; peak database file %.1f %%, in use %.1f %%; NOSPACE raised %v, at the end %v\n",
+			float64(fl.QuotaBytes)/(1<<20), fl.PeakDBFraction*100, fl.PeakInUseFraction*100, fl.NoSpaceRaised, fl.NoSpaceAtEnd)
+	}
+	printArchive(tw, rep)
+	printWindows(tw, rep.Windows)
+	if serverPID > 0 {
+		fmt.Fprintf(tw, "server CPU\t%.1f s (%.0f µs per task)\n", rep.ServerCPUSec, rep.ServerCPUSec/float64(max(1, rep.Completed))*1e6)
+		fmt.Fprintf(tw, "server peak RSS\t%.0f MB\n", rep.ServerPeakRSSMB)
+	}
+	return tw.Flush()
+}
+
+// printArchive prints the archive, etcd-at-the-end and lost-check lines.
+func printArchive(w io.Writer, rep *bench.Report) {
+	if rep.Archive {
+		fmt.Fprintf(w, "archive\t%s: %d tasks archived, %.0f bytes per task", rep.ArchiveDSN, rep.ArchiveTasks, rep.ArchiveBytesPerTask)
+		if rep.ArchiveWaitSec > 0 {
+			fmt.Fprintf(w, " (waited %.1f s after the load)", rep.ArchiveWaitSec)
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintf(w, "archive\toff\n")
+	}
+	fmt.Fprintf(w, "etcd at the end\t%d tasks, %.1f MB in use (%.0f bytes per task)\n", rep.EtcdTasksAtEnd, rep.EtcdDBInUseEndMB, rep.EtcdInUseBytesPerTask)
+	if rep.LostChecked > 0 {
+		fmt.Fprintf(w, "lost\t%d of %d acknowledged tasks checked (%s)", rep.Lost, rep.LostChecked, rep.LostSample)
+		if rep.FirstLost != "" {
+			fmt.Fprintf(w, "; first: %s", rep.FirstLost)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// printCompare writes the two runs of --archive-compare side by side.
+func printCompare(out io.Writer, c *bench.CompareReport) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	off, on := c.Off, c.On
+	fmt.Fprintf(tw, "workload\t%d tasks × %d steps (%s), concurrency %d, rate %.0f/s, %d agents\n", on.Tasks, on.Steps, on.Shape, on.Concurrency, on.Rate, on.Agents)
+	fmt.Fprintf(tw, "\tarchive off\tarchive on (%s)\ton / off\n", on.ArchiveDSN)
+	row := func(name, format string, a, b, ratio float64) {
+		r := ""
+		if ratio > 0 {
+			r = fmt.Sprintf("%.3f", ratio)
+		}
+		fmt.Fprintf(tw, "%s\t"+format+"\t"+format+"\t%s\n", name, a, b, r)
+	}
+	row("completed", "%.0f", float64(off.Completed), float64(on.Completed), 0)
+	row("errors", "%.0f", float64(off.Errors), float64(on.Errors), 0)
+	row("throughput (tasks/s)", "%.0f", off.TasksPerSec, on.TasksPerSec, c.Ratio.TasksPerSec)
+	row("p50 (ms)", "%.1f", off.P50Ms, on.P50Ms, c.Ratio.P50Ms)
+	row("p95 (ms)", "%.1f", off.P95Ms, on.P95Ms, 0)
+	row("p99 (ms)", "%.1f", off.P99Ms, on.P99Ms, c.Ratio.P99Ms)
+	row("max (ms)", "%.1f", off.MaxMs, on.MaxMs, 0)
+	row("etcd txns per task", "%.2f", off.EtcdTxnsPerTask, on.EtcdTxnsPerTask, 0)
+	row("etcd WAL bytes per task", "%.0f", off.EtcdBytesPerTask, on.EtcdBytesPerTask, 0)
+	row("etcd tasks at the end", "%.0f", float64(off.EtcdTasksAtEnd), float64(on.EtcdTasksAtEnd), 0)
+	row("etcd in use at the end (MB)", "%.1f", off.EtcdDBInUseEndMB, on.EtcdDBInUseEndMB, 0)
+	row("process CPU (µs per task)", "%.0f", off.ProcessCPUSec/float64(max(1, off.Completed))*1e6, on.ProcessCPUSec/float64(max(1, on.Completed))*1e6, 0)
+	row("process peak RSS (MB)", "%.0f", off.ProcessPeakRSSMB, on.ProcessPeakRSSMB, 0)
+	row("archived tasks", "%.0f", float64(off.ArchiveTasks), float64(on.ArchiveTasks), 0)
+	row("archive bytes per task", "%.0f", off.ArchiveBytesPerTask, on.ArchiveBytesPerTask, 0)
+	if on.LostChecked > 0 {
+		fmt.Fprintf(tw, "lost\t\t%d of %d checked (%s)\n", on.Lost, on.LostChecked, on.LostSample)
+	}
+	return tw.Flush()
 }
 
 // printWindows prints the p99 of each 5 s window, several to a line.
@@ -312,6 +394,40 @@ func checkSpaceFlags(cmd *cobra.Command, cfg bench.Config, reservePerStep int64,
 		return usagef("--space-check-interval: %s is outside [100ms, 1m]", cfg.SpaceCheckInterval)
 	case reclaimEvery < 0:
 		return usagef("--space-reclaim-interval: want a non-negative duration, got %s", reclaimEvery)
+	}
+	return nil
+}
+
+// checkArchiveFlags refuses the archive flags where they cannot apply.
+func checkArchiveFlags(cmd *cobra.Command, cfg bench.Config, compare, recovery bool, rawEtcd int) error {
+	if cmd.Flags().Changed("archive-dsn") && cfg.ArchiveDSN == "" {
+		return usagef("--archive-dsn: empty; want postgres://…, sqlite:PATH or %s", bench.ArchivePG)
+	}
+	for _, name := range []string{"archive-grace", "archive-retention", "archive-interval", "archive-compare"} {
+		if cmd.Flags().Changed(name) && !cfg.Embedded {
+			return usagef("--%s: only with --embedded (it configures the embedded scheduler)", name)
+		}
+	}
+	for _, name := range []string{"archive-grace", "archive-retention", "archive-interval", "archive-wait", "archive-compare"} {
+		if cmd.Flags().Changed(name) && cfg.ArchiveDSN == "" {
+			return usagef("--%s: needs --archive-dsn", name)
+		}
+	}
+	switch {
+	case cfg.ArchiveDSN != "" && (recovery || rawEtcd > 0):
+		return usagef("--archive-dsn: not with --recovery or --raw-etcd")
+	case cfg.ArchiveDSN == bench.ArchivePG && !cfg.Embedded:
+		return usagef("--archive-dsn %s: a throwaway PostgreSQL server is only for --embedded; give a running target's own archive DSN", bench.ArchivePG)
+	case cfg.ArchiveGrace <= 0:
+		return usagef("--archive-grace: want a positive duration, got %s", cfg.ArchiveGrace)
+	case cfg.ArchiveRetention < 0:
+		return usagef("--archive-retention: want a non-negative duration, got %s", cfg.ArchiveRetention)
+	case cfg.ArchiveInterval <= 0:
+		return usagef("--archive-interval: want a positive duration, got %s", cfg.ArchiveInterval)
+	case cfg.ArchiveWait < 0:
+		return usagef("--archive-wait: want a non-negative duration, got %s", cfg.ArchiveWait)
+	case compare && cfg.QuotaBytes > 0:
+		return usagef("--archive-compare: not with --quota-bytes")
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -118,8 +119,37 @@ type Config struct {
 	// connection to the scenario's end, to it with the scenario's name
 	// appended ("cpu.pprof.silent"). Empty: no profile.
 	RecoveryCPUProfile string
+	// ArchiveDSN, when set, names the archive of finished tasks
+	// (archive.Open's forms). Embedded, the scheduler moves tasks there
+	// ArchiveGrace after they end (scheduler.WithArchive); with a running
+	// target it must be the target's own archive, only read, for the
+	// report's archive figures and the lost check. ArchivePG (embedded
+	// only) starts a throwaway PostgreSQL server for the run and stops it
+	// at the end. Default: no archive.
+	ArchiveDSN string
+	// ArchiveGrace is how long an ended task stays in etcd before it moves
+	// to the archive (embedded); default 30s.
+	ArchiveGrace time.Duration
+	// ArchiveRetention is the embedded scheduler's
+	// scheduler.WithArchiveRetention; 0 takes its default (30 days).
+	ArchiveRetention time.Duration
+	// ArchiveInterval is the embedded scheduler's
+	// scheduler.WithArchiveInterval; 0 takes its default (5s).
+	ArchiveInterval time.Duration
+	// ArchiveWait, when positive, makes the run wait after the load, up to
+	// this long, until etcd holds no task record (every task ended and
+	// moved to the archive), before the archive and etcd figures are read.
+	// Default 0: no wait.
+	ArchiveWait time.Duration
+	// VerifyLost checks after the load that every task whose submission
+	// was acknowledged exists, in etcd or in the archive: all of them up to
+	// LostCheckAll, else a random LostSample. Always on with an archive.
+	VerifyLost bool
 	// Log receives progress; default discards.
 	Log *slog.Logger
+
+	// archive is the opened ArchiveDSN, for startEmbedded.
+	archive archive.Archive
 }
 
 func (c *Config) defaults() error {
@@ -149,6 +179,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.ArchiveGrace <= 0 {
+		c.ArchiveGrace = 30 * time.Second
+	}
+	if c.ArchiveDSN == ArchivePG && !c.Embedded {
+		return errors.New("archive DSN pg (a throwaway PostgreSQL server) needs embedded mode")
 	}
 	if !c.Embedded && (c.Schedulers.Address == "" || len(c.EtcdEndpoints) == 0) {
 		return errors.New("a running target needs both an address and etcd endpoints (or use embedded mode)")
@@ -239,6 +275,37 @@ type Report struct {
 	GCCycles          int      `json:"gc_cycles,omitempty"`
 	// Flood is set when the run had a quota (Config.QuotaBytes).
 	Flood *FloodReport `json:"flood,omitempty"`
+
+	// Archive tells whether the run had an archive (Config.ArchiveDSN);
+	// ArchiveDSN is its DSN without passwords ("pg: postgres://…" for a
+	// throwaway server).
+	Archive    bool   `json:"archive"`
+	ArchiveDSN string `json:"archive_dsn,omitempty"`
+	// ArchiveTasks is how many tasks the archive gained during the run
+	// (from the load's start to the report, after ArchiveWait), and
+	// ArchiveBytesPerTask how much its size on disk (archive.Stats: table
+	// and indexes) grew per task gained.
+	ArchiveTasks        int64   `json:"archive_tasks"`
+	ArchiveBytesPerTask float64 `json:"archive_bytes_per_task"`
+	// ArchiveWaitSec is how long the run waited after the load for the
+	// tasks to move to the archive (Config.ArchiveWait).
+	ArchiveWaitSec float64 `json:"archive_wait_sec,omitempty"`
+	// EtcdTasksAtEnd is how many task records etcd holds at the report
+	// (after ArchiveWait), EtcdDBInUseEndMB the part of its database in
+	// use then, and EtcdInUseBytesPerTask their ratio (0 when no task is
+	// left): the etcd bytes a task costs while it is kept there.
+	EtcdTasksAtEnd        int64   `json:"etcd_tasks_at_end"`
+	EtcdDBInUseEndMB      float64 `json:"etcd_db_in_use_end_mb"`
+	EtcdInUseBytesPerTask float64 `json:"etcd_in_use_bytes_per_task"`
+	// LostChecked is how many acknowledged tasks were looked up after the
+	// load (Config.VerifyLost), LostSample "all" or "random" (a random
+	// LostSample of them when more than LostCheckAll were acknowledged),
+	// and Lost how many of those were neither in etcd nor in the archive;
+	// FirstLost names one.
+	LostChecked int    `json:"lost_checked,omitempty"`
+	LostSample  string `json:"lost_sample,omitempty"`
+	Lost        int    `json:"lost"`
+	FirstLost   string `json:"first_lost,omitempty"`
 }
 
 // FloodReport is the outcome of a flood against a small etcd quota: did
@@ -284,8 +351,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
 	defer cancel()
+	arch, dsnLabel, closeArchive, err := openArchive(ctx, cfg.ArchiveDSN)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer closeArchive()
+	cfg.archive = arch
 	var tg *target
-	var err error
 	if cfg.Embedded {
 		tg, err = startEmbedded(ctx, cfg)
 	} else {
@@ -324,7 +396,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	watching := make(chan error, 1)
-	go func() { watching <- followEnded(watchCtx, st, rev, done) }()
+	go func() { watching <- followEnded(watchCtx, st, arch, rev, done) }()
 
 	startIndex, err := tg.applied(ctx)
 	if err != nil {
@@ -333,6 +405,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	startCounters, err := tg.counters(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
+	}
+	var arch0 archive.Stats
+	if arch != nil {
+		if arch0, err = arch.Stats(ctx); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
 	}
 	cpu0 := cpuSeconds()
 	db := &dbSampler{size: tg.dbSize}
@@ -422,6 +500,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.QueueWaitP50Ms, _, rep.QueueWaitP99Ms, _ = percentiles(qw)
 	rep.DispatchP50Ms, _, rep.DispatchP99Ms, _ = percentiles(dispatchLat.all())
 	rep.AgentsStopped, rep.AgentError = agentErrs.report()
+	if err := reportArchive(ctx, cfg, tg, arch, arch0, counts, rep); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	rep.ArchiveDSN = dsnLabel
 	return rep, nil
 }
 
@@ -451,10 +533,12 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		wg   sync.WaitGroup
 	)
 	runID := fmt.Sprintf("%x", time.Now().UnixNano())
+	counts.runID = runID
+	keepAcked := cfg.VerifyLost || cfg.ArchiveDSN != ""
 	stopAt := time.Now().Add(cfg.Duration)
 	over := func() bool { return cfg.Duration > 0 && time.Now().After(stopAt) }
 	one := func(i int64) {
-		id := fmt.Sprintf("b-%s-%07d", runID, i)
+		id := taskID(runID, i)
 		ch := done.expect(id)
 		var (
 			began time.Time
@@ -493,6 +577,9 @@ func load(ctx context.Context, cfg Config, c reevev1.SchedulerServiceClient, wf 
 		if err == nil {
 			mu.Lock()
 			counts.accepted++
+			if keepAcked {
+				counts.acked = append(counts.acked, i)
+			}
 			mu.Unlock()
 			select {
 			case <-ch:
@@ -558,6 +645,10 @@ type submitCounts struct {
 	accepted, refused int
 	reasons           map[string]int  // refusals by ErrorInfo reason
 	refusalLat        []time.Duration // how long each refused call took
+	// runID and acked name the acknowledged submissions (taskID), kept
+	// for the lost check (Config.VerifyLost, or an archive).
+	runID string
+	acked []int64
 }
 
 func (c *submitCounts) refuse(reason string, lat time.Duration) {
@@ -578,6 +669,9 @@ func refusalReason(err error) string {
 	}
 	return status.Code(err).String()
 }
+
+// taskID is the id of the run's submission i.
+func taskID(runID string, i int64) string { return fmt.Sprintf("b-%s-%07d", runID, i) }
 
 // alarmSampler reads etcd's alarm list every second and records whether
 // NOSPACE was ever raised.
@@ -649,7 +743,10 @@ func describe(c reevev1.SchedulerServiceClient, id string) string {
 // cancels it) it follows again from the current revision and looks up once
 // every task still waited for, so that no completion is missed; those found
 // that way count as completed when found.
-func followEnded(ctx context.Context, st *store.Store, rev int64, done *completions) error {
+//
+// With an archive (arch not nil), a task etcd no longer holds is looked up
+// there: it ended and moved.
+func followEnded(ctx context.Context, st *store.Store, arch archive.Archive, rev int64, done *completions) error {
 	for {
 		_ = st.WatchEnded(ctx, rev, done.finish)
 		select {
@@ -664,6 +761,12 @@ func followEnded(ctx context.Context, st *store.Store, rev int64, done *completi
 		rev = cur
 		for _, id := range done.waitingIDs() {
 			v, err := st.GetTask(ctx, "default", id)
+			if store.IsNotFound(err) && arch != nil {
+				if at, err := arch.Get(ctx, "default", id); err == nil {
+					done.finish("default", id, at.State.String())
+				}
+				continue
+			}
 			if err != nil {
 				continue
 			}

@@ -81,6 +81,15 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	if cfg.SpaceReclaim != 0 {
 		opts = append(opts, scheduler.WithSpaceReclaim(max(cfg.SpaceReclaim, 0)))
 	}
+	if cfg.archive != nil {
+		opts = append(opts, scheduler.WithArchive(cfg.archive, cfg.ArchiveGrace))
+		if cfg.ArchiveRetention > 0 {
+			opts = append(opts, scheduler.WithArchiveRetention(cfg.ArchiveRetention))
+		}
+		if cfg.ArchiveInterval > 0 {
+			opts = append(opts, scheduler.WithArchiveInterval(cfg.ArchiveInterval))
+		}
+	}
 	srv := scheduler.New(cli, opts...)
 	g := grpc.NewServer(scheduler.ServerOptions()...)
 	srv.Register(g)

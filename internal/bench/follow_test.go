@@ -46,7 +46,7 @@ func TestFollowEndedSurvivesCompaction(t *testing.T) {
 	ch := done.expect("t1")
 	fctx, stop := context.WithCancel(ctx)
 	followed := make(chan error, 1)
-	go func() { followed <- followEnded(fctx, st, start, done) }()
+	go func() { followed <- followEnded(fctx, st, nil, start, done) }()
 	select {
 	case <-ch:
 	case <-ctx.Done():
