@@ -73,6 +73,15 @@ and makes the run a flood check: RESOURCE_EXHAUSTED refusals are counted, not
 errors, and the report adds accepted, refused, completed and lost tasks,
 whether etcd raised NOSPACE and the peak database size over the quota.
 
+--archive-dsn DSN runs with the archive of finished tasks: embedded, the
+scheduler moves ended tasks there after --archive-grace (sqlite:PATH,
+postgres://…, or pg: a throwaway PostgreSQL server for the run); the report
+adds the tasks archived and the archive's bytes per task, etcd's tasks and
+space in use at the end, and a lost check (every acknowledged task looked
+up in etcd, then the archive; --verify-lost does it without an archive).
+--archive-compare runs the load without and then with the archive, each on
+a fresh etcd, and reports both with the on/off ratios.
+
 --failover measures failover times on a local cluster of separate processes
 (as 'reeve cluster': --etcd-bin, 3 etcd members, 2 schedulers, 2 supervisors
 with --session-ttl, a demo agent and 3 chaos agents), --rounds times each:
