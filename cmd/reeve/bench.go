@@ -28,6 +28,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		etcdSec        etcdSecurity
 		overload       [2]time.Duration // --overload-target, --overload-interval
 		compare        bool
+		verbose        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--embedded | --address ADDR[,ADDR...] --etcd-endpoints URLS] [--tasks N] [--concurrency C | --rate R] [--steps S] [--shape sequential|fanout] | --embedded --recovery [--tasks N] | --failover [--etcd-bin PATH] [--rounds N] [--session-ttl S]",
@@ -179,6 +180,9 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "raw etcd: %d txns (1 compare, 2 puts, 1 delete) from %d clients in %.2fs: %.0f txns/s\n", raw.Txns, raw.Concurrency, raw.DurationSec, raw.TxnsPerSec)
 				return err
 			}
+			if verbose {
+				cfg.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
 			if compare {
 				c, err := bench.RunCompare(cmd.Context(), cfg)
 				if err != nil {
@@ -232,6 +236,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	f.DurationVar(&cfg.ArchiveWait, "archive-wait", 0, "with --archive-dsn: after the load, wait up to this long until etcd holds no task (all moved to the archive) before the archive and etcd figures are read (0: no wait)")
 	f.BoolVar(&compare, "archive-compare", false, "embedded, with --archive-dsn: run the load twice, on a fresh etcd each, without and then with the archive, and report both side by side with the on/off ratios of throughput, p50 and p99")
 	f.BoolVar(&cfg.VerifyLost, "verify-lost", false, fmt.Sprintf("after the load, check that every task whose submission was acknowledged exists in etcd or the archive (all up to %d, else a random %d); always on with --archive-dsn", bench.LostCheckAll, bench.LostSample))
+	f.BoolVar(&verbose, "verbose", false, "print the warnings and errors of the embedded scheduler, supervisor and agents on stderr")
 	fo.register(f)
 	etcdSec.register(cmd, g.getenv)
 	prof.register(cmd)
