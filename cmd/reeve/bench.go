@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -229,7 +230,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	f.DurationVar(&reclaimEvery, "space-reclaim-interval", time.Minute, "embedded: the scheduler's --space-reclaim-interval (0: never reclaims by itself)")
 	registerOverloadFlags(f, &overload[0], &overload[1], &cfg.OverloadAgentQueues)
 	f.StringVar(&cfg.RecoveryCPUProfile, "recovery-cpuprofile", "", "with --recovery: write a CPU profile of each scenario's recovery (from the healthy agent's connection to the end) to FILE.silent and FILE.killed")
-	f.StringVar(&cfg.ArchiveDSN, "archive-dsn", "", "archive of finished tasks: embedded, the scheduler moves ended tasks there after --archive-grace; a running target's own --archive-dsn is only read (archive figures, the lost check). postgres://…, sqlite:PATH, or "+bench.ArchivePG+" (embedded): a throwaway PostgreSQL server in a temporary directory for the run (default: none)")
+	f.StringVar(&cfg.ArchiveDSN, "archive-dsn", "", "archive of finished tasks: embedded, the scheduler moves ended tasks there after --archive-grace; a running target's own --archive-dsn is only read (archive figures, the lost check). postgres://…, sqlite:PATH, or "+bench.ArchivePG+"[?PARAMS] (embedded): a throwaway PostgreSQL server in a temporary directory for the run, PARAMS added to its DSN, e.g. pg?pool_max_conns=32 (default: none)")
 	f.DurationVar(&cfg.ArchiveGrace, "archive-grace", 30*time.Second, "embedded, with --archive-dsn: how long an ended task stays in etcd before it moves to the archive")
 	f.DurationVar(&cfg.ArchiveRetention, "archive-retention", 30*24*time.Hour, "embedded, with --archive-dsn: how long the archive keeps a task after it ended")
 	f.DurationVar(&cfg.ArchiveInterval, "archive-interval", 5*time.Second, "embedded, with --archive-dsn: how often the scheduler moves tasks past their grace")
@@ -430,7 +431,7 @@ func checkArchiveFlags(cmd *cobra.Command, cfg bench.Config, compare, recovery b
 	switch {
 	case cfg.ArchiveDSN != "" && (recovery || rawEtcd > 0):
 		return usagef("--archive-dsn: not with --recovery or --raw-etcd")
-	case cfg.ArchiveDSN == bench.ArchivePG && !cfg.Embedded:
+	case (cfg.ArchiveDSN == bench.ArchivePG || strings.HasPrefix(cfg.ArchiveDSN, bench.ArchivePG+"?")) && !cfg.Embedded:
 		return usagef("--archive-dsn %s: a throwaway PostgreSQL server is only for --embedded; give a running target's own archive DSN", bench.ArchivePG)
 	case cfg.ArchiveGrace <= 0:
 		return usagef("--archive-grace: want a positive duration, got %s", cfg.ArchiveGrace)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,8 +16,19 @@ import (
 
 // ArchivePG is the Config.ArchiveDSN that starts a throwaway PostgreSQL
 // server for the run (internal/pgtest: initdb and pg_ctl in a temporary
-// directory, as the user postgres when root), removed at the end.
+// directory, as the user postgres when root), removed at the end. Followed
+// by ?PARAMS, the parameters are added to the server's DSN
+// (pg?pool_max_conns=32).
 const ArchivePG = "pg"
+
+// throwawayPG tells whether dsn is ArchivePG, alone or followed by
+// ?PARAMS for the connection (pg?pool_max_conns=32), and returns PARAMS.
+func throwawayPG(dsn string) (params string, ok bool) {
+	if dsn == ArchivePG {
+		return "", true
+	}
+	return strings.CutPrefix(dsn, ArchivePG+"?")
+}
 
 // LostCheckAll is how many acknowledged tasks the lost check looks up one
 // by one at most; above it, it looks up a random LostSample of them.
@@ -38,12 +50,15 @@ func openArchive(ctx context.Context, dsn string) (a archive.Archive, label stri
 	}
 	stopPG := func() {}
 	label = archive.Redact(dsn)
-	if dsn == ArchivePG {
+	if params, ok := throwawayPG(dsn); ok {
 		srv, err := pgtest.Launch()
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("start a throwaway PostgreSQL server for the archive: %w", err)
 		}
 		dsn, stopPG = srv.DSN("postgres"), srv.Close
+		if params != "" {
+			dsn += "&" + params
+		}
 		label = "pg: " + dsn
 	}
 	octx, cancel := context.WithTimeout(ctx, time.Minute)

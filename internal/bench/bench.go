@@ -183,7 +183,7 @@ func (c *Config) defaults() error {
 	if c.ArchiveGrace <= 0 {
 		c.ArchiveGrace = 30 * time.Second
 	}
-	if c.ArchiveDSN == ArchivePG && !c.Embedded {
+	if _, pg := throwawayPG(c.ArchiveDSN); pg && !c.Embedded {
 		return errors.New("archive DSN pg (a throwaway PostgreSQL server) needs embedded mode")
 	}
 	if !c.Embedded && (c.Schedulers.Address == "" || len(c.EtcdEndpoints) == 0) {
