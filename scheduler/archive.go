@@ -54,6 +54,10 @@ func WithArchiveInterval(d time.Duration) Option {
 // the tasks of one archive write.
 const archiveBatch = 500
 
+// archiveWriteTimeout bounds one archive write (of up to archiveBatch
+// tasks); the tasks of a write that failed stay in etcd for the next pass.
+const archiveWriteTimeout = 30 * time.Second
+
 // archiveDropEvery is how often a scheduler drops what the archive's
 // retention has passed.
 const archiveDropEvery = time.Hour
@@ -100,6 +104,8 @@ func (s *Server) keepInArchive(ctx context.Context, recs []*storev1.TaskRecord) 
 		tasks = append(tasks, at)
 	}
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, archiveWriteTimeout)
+	defer cancel()
 	err := s.opts.archive.Put(ctx, tasks)
 	s.tel.archived(ctx, len(tasks), time.Since(start), err)
 	return err

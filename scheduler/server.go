@@ -292,7 +292,7 @@ func (s *Server) sweep(ctx context.Context) {
 // ends: each pass deletes what sweepOf describes (its From and Limit set
 // here), page after page, and then calls after. A pass continues where the
 // last one ended (the cursor), and starts again from the beginning of the
-// ended index every sweepRescanEvery passes and after an error, for what a
+// ended index every sweepRescanEvery passes, for what a
 // cursor passes by: a task whose record changed while it was swept, or one
 // ended by a scheduler whose clock is behind this one's. caughtUp, when
 // set, is called with the cutoff of a pass that reached the end.
@@ -314,10 +314,12 @@ func (s *Server) sweepEvery(ctx context.Context, interval time.Duration, what st
 			sw.From, sw.Limit = cursor, archiveBatch
 			n, next, more, err := s.store.SweepEnded(ctx, sw)
 			if err != nil {
+				// The next pass starts again where this page did (a
+				// rescan of the whole index under load, after a timeout,
+				// fell further behind).
 				if !errors.Is(err, context.Canceled) {
 					s.log.Warn(what, "err", err)
 				}
-				cursor = ""
 				break
 			}
 			cursor = next

@@ -62,11 +62,14 @@ type Sweep struct {
 // since the last compaction, and the whole backlog, on every call.
 func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next string, more bool, err error) {
 	from, before, limit := sw.From, sw.Before, sw.Limit
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
+	// Each etcd call has its own op timeout, and Keep none of the store's:
+	// a call of the whole pass under one timeout ran out under load after
+	// the archive write and before the deletes.
 	prefix := s.k.endedPrefix()
 	start := max(from, prefix)
+	octx, cancel := s.opCtx(ctx)
 	resp, err := s.c.Get(octx, start, clientv3.WithRange(s.k.endedUntil(before)), clientv3.WithLimit(int64(limit)))
+	cancel()
 	if err != nil {
 		return 0, from, false, etcdErr(ctx, "sweep ended", err)
 	}
@@ -98,7 +101,9 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		for i, v := range part {
 			gets[i] = clientv3.OpGet(s.k.task(v.ns, v.id))
 		}
+		octx, cancel := s.opCtx(ctx)
 		r, err := s.c.Txn(octx).Then(gets...).Commit()
+		cancel()
 		if err != nil {
 			return 0, from, false, etcdErr(ctx, "sweep ended", err)
 		}
@@ -129,7 +134,7 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		}
 		victims = kept
 		if len(recs) > 0 {
-			if err := sw.Keep(octx, recs); err != nil {
+			if err := sw.Keep(ctx, recs); err != nil {
 				return 0, from, false, err
 			}
 		}
@@ -171,7 +176,9 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 			}
 			txns[i] = clientv3.OpTxn(cmps, v.ops, nil)
 		}
+		octx, cancel := s.opCtx(ctx)
 		r, err := s.c.Txn(octx).Then(txns...).Commit()
+		cancel()
 		if err != nil {
 			return etcdErr(ctx, "sweep ended", err)
 		}
@@ -209,7 +216,7 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 	for _, v := range victims {
 		nss[v.ns] = true
 	}
-	if err := s.sweepAlerts(octx, slices.Sorted(maps.Keys(nss)), sw.AlertsBefore); err != nil {
+	if err := s.SweepAlerts(ctx, slices.Sorted(maps.Keys(nss)), sw.AlertsBefore); err != nil {
 		return deleted, from, false, err
 	}
 	return deleted, next, more, nil
