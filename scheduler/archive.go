@@ -177,7 +177,7 @@ func (e errArchive) Error() string { return "archive unavailable: " + e.err.Erro
 func (e errArchive) Unwrap() error { return e.err }
 
 func archiveErr(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return errArchive{err}
@@ -202,13 +202,17 @@ func (s *Server) archivedSubmission(ctx context.Context, req *reevev1.SubmitTask
 	if s.opts.archive == nil {
 		return nil, nil
 	}
-	_, err := s.store.GetTask(ctx, req.GetNamespace(), req.GetTaskId())
-	if !store.IsNotFound(err) {
-		return nil, err // in etcd (nil), or etcd could not say
+	_, notFound := s.store.GetTask(ctx, req.GetNamespace(), req.GetTaskId())
+	if !store.IsNotFound(notFound) {
+		return nil, notFound // in etcd (nil), or etcd could not say
 	}
-	rec, err := s.archivedRecord(ctx, req.GetNamespace(), req.GetTaskId(), err)
+	archived, err := s.lookups.archived(ctx, req.GetNamespace(), req.GetTaskId())
+	if err != nil || !archived {
+		return nil, archiveErr(err)
+	}
+	rec, err := s.archivedRecord(ctx, req.GetNamespace(), req.GetTaskId(), notFound)
 	if store.IsNotFound(err) {
-		return nil, nil
+		return nil, nil // dropped by the archive's retention since
 	}
 	return rec, err
 }

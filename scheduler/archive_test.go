@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -380,5 +381,53 @@ func TestAlertsOfArchivedTasksGoAfterTheRetention(t *testing.T) {
 			t.Fatalf("the alert of the archived task is still listed after the retention: %v, %v", alerts.GetAlerts(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// Concurrent submissions with chosen ids share the archive's lookups
+// (archive_lookup.go): every one is created once, and every resubmission,
+// archived or live, gets its task back.
+func TestConcurrentSubmissionsCheckTheArchiveTogether(t *testing.T) {
+	env := testenv.New(t)
+	a := openArchive(t, archiveDSN(t, "sqlite"))
+	s := env.StartScheduler("", archiving(a)...)
+	c := s.Client(t)
+	const n = 64
+	submitAll := func() (created int) {
+		var wg sync.WaitGroup
+		results := make(chan bool, n)
+		for i := range n {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				defer cancel()
+				resp, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: fmt.Sprintf("c-%03d", i), Workflow: inline(step("a", "nobody-serves-this"))})
+				if err != nil {
+					t.Errorf("submit c-%03d: %v", i, err)
+					return
+				}
+				results <- resp.GetCreated()
+			})
+		}
+		wg.Wait()
+		close(results)
+		for ok := range results {
+			if ok {
+				created++
+			}
+		}
+		return created
+	}
+	if got := submitAll(); got != n {
+		t.Fatalf("%d of %d created", got, n)
+	}
+	var moved []string
+	for i := 0; i < n; i += 2 {
+		id := fmt.Sprintf("c-%03d", i)
+		cancelTask(t, c, id)
+		moved = append(moved, id)
+	}
+	waitArchived(t, env, a, moved...)
+	if got := submitAll(); got != 0 {
+		t.Fatalf("%d of %d resubmissions created a task again", got, n)
 	}
 }

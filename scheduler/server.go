@@ -60,6 +60,8 @@ type Server struct {
 	// archiveCaughtUp is the grace cutoff (unix ns) of the last archive pass
 	// that reached the end of the tasks due (archive.go).
 	archiveCaughtUp atomic.Int64
+	// lookups batches SubmitTask's archive checks; nil without an archive.
+	lookups *archiveLookups
 	// archivedNamespaces: whose alerts the retention sweep deletes too
 	// (sweepArchivedAlerts).
 	archivedNamespaces metNamespaces
@@ -93,6 +95,9 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		log:                o.log.With("scheduler_id", o.id),
 		base:               base,
 		cancelBase:         cancel,
+	}
+	if o.archive != nil {
+		s.lookups = newArchiveLookups(base, o.archive)
 	}
 	s.logs = newLogLimiter(o.clock, 10*time.Second)
 	s.disp = newDispatcher(dispatchDeps{
