@@ -279,18 +279,7 @@ func (p *postgres) List(ctx context.Context, q Query) ([]Task, error) {
 		return nil, fmt.Errorf("archive: list: %w", err)
 	}
 	defer rows.Close()
-	tasks := make([]Task, 0, min(q.Limit, 1000))
-	for rows.Next() {
-		t, err := scanTask(rows, q.Full)
-		if err != nil {
-			return nil, fmt.Errorf("archive: list: %w", err)
-		}
-		tasks = append(tasks, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("archive: list: %w", err)
-	}
-	return tasks, nil
+	return collectTasks(rows, q.Full, q.Limit)
 }
 
 func (p *postgres) Count(ctx context.Context, ns, wf string) (map[reevev1.TaskState]int64, error) {

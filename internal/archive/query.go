@@ -2,6 +2,7 @@ package archive
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -132,6 +133,29 @@ const listColumns = "namespace, id, workflow, state, created_ns, ended_ns, summa
 
 // scanner is a row of either driver.
 type scanner interface{ Scan(dest ...any) error }
+
+// taskRows are the rows of a list query (pgx.Rows, *sql.Rows).
+type taskRows interface {
+	scanner
+	Next() bool
+	Err() error
+}
+
+// collectTasks reads the tasks of a list query's rows, at most limit.
+func collectTasks(rows taskRows, full bool, limit int) ([]Task, error) {
+	tasks := make([]Task, 0, min(limit, 1000))
+	for rows.Next() {
+		t, err := scanTask(rows, full)
+		if err != nil {
+			return nil, fmt.Errorf("archive: list: %w", err)
+		}
+		tasks = append(tasks, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("archive: list: %w", err)
+	}
+	return tasks, nil
+}
 
 // scanTask reads listColumns (and record when full) into a Task.
 func scanTask(r scanner, full bool) (Task, error) {
