@@ -112,6 +112,17 @@ func WithCommitWindow(d time.Duration) Option {
 	return func(o *options) { o.storeOpts = append(o.storeOpts, store.WithCommitWindow(d)) }
 }
 
+// WithRecordCompression makes the scheduler write task records compressed
+// (zstd with a built-in dictionary: about a third of a small record's
+// size, so each task transition writes less to etcd); default off. Every
+// Reeve reads both formats; turn it on once every scheduler, supervisor
+// and reeve verify that reads this etcd runs a Reeve that does (this one
+// or later): an older one cannot decode a compressed record. See
+// docs/operations.md.
+func WithRecordCompression(on bool) Option {
+	return func(o *options) { o.storeOpts = append(o.storeOpts, store.WithRecordCompression(on)) }
+}
+
 // WithSessionTTL sets the TTL, in seconds, of the etcd lease under which the
 // scheduler publishes itself and its agents; default 10. When the scheduler
 // dies, its agents' records vanish this long after, and the supervisor then

@@ -50,25 +50,33 @@ func spaceEnv(t *testing.T) (*testenv.Env, reevev1.SchedulerServiceClient, *test
 // minutes under -race on a loaded machine.
 func fill(t *testing.T, cli *clientv3.Client, fraction float64) error {
 	t.Helper()
-	const perTxn = 4
 	ctx, cancel := context.WithTimeout(context.Background(), spaceWait)
 	defer cancel()
 	val := strings.Repeat("x", 32<<10)
-	for i := 0; ; i += perTxn {
+	inUse := func() int64 {
 		st, err := cli.Status(ctx, cli.Endpoints()[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if float64(st.DbSizeInUse) >= fraction*testQuota {
-			t.Logf("filled: %d bytes in use, database file %d bytes, quota %d", st.DbSizeInUse, st.DbSize, st.DbSizeQuota)
+		return st.DbSizeInUse
+	}
+	// etcd updates the space in use when its backend commits (every
+	// 100ms), so a write is not seen at once: after each one, wait until
+	// it shows, and write half of what is missing, so that the filler
+	// lands on the fraction instead of overshooting it by whatever was
+	// written in one backend interval.
+	target, n := int64(fraction*testQuota), 0
+	for range 64 {
+		cur := inUse()
+		if cur >= target {
+			st, _ := cli.Status(ctx, cli.Endpoints()[0])
+			t.Logf("filled: %d bytes in use, database file %d bytes, quota %d", cur, st.DbSize, st.DbSizeQuota)
 			return nil
 		}
-		if i > 4*testQuota/len(val) {
-			t.Fatalf("filled %d values and the database is %d bytes in use", i, st.DbSizeInUse)
-		}
 		var puts []clientv3.Op
-		for j := range perTxn {
-			puts = append(puts, clientv3.OpPut(fmt.Sprintf("/filler/%05d", i+j), val))
+		for range min(max((target-cur)/2/int64(len(val)), 1), 32) {
+			puts = append(puts, clientv3.OpPut(fmt.Sprintf("/filler/%05d", n), val))
+			n++
 		}
 		if _, err := cli.Txn(ctx).Then(puts...).Commit(); err != nil {
 			if errors.Is(err, rpctypes.ErrGRPCNoSpace) || errors.Is(err, rpctypes.ErrNoSpace) {
@@ -76,7 +84,12 @@ func fill(t *testing.T, cli *clientv3.Client, fraction float64) error {
 			}
 			t.Fatal(err)
 		}
+		for deadline := time.Now().Add(time.Second); inUse() == cur && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
+	t.Fatalf("after 64 rounds of filler the database is %d bytes in use, want %d", inUse(), target)
+	return nil
 }
 
 // free deletes the filler, compacts, defragments and disarms alarms: what an

@@ -11,12 +11,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/testenv"
 )
@@ -185,7 +185,7 @@ func checkDeadlines(c *clientv3.Client) ([]string, overdue) {
 	now := time.Now()
 	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
 		rec := &storev1.TaskRecord{}
-		if err := proto.Unmarshal(kv.Value, rec); err != nil {
+		if err := store.UnmarshalRecord(kv.Value, rec); err != nil {
 			out = append(out, err.Error())
 			continue
 		}

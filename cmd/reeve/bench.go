@@ -152,6 +152,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 				return err
 			}
 			cfg.CommitWindow = gcf.window
+			cfg.RecordCompression = gcf.compress
 			if gcf.window == 0 {
 				cfg.CommitWindow = -1 // off
 			}
@@ -241,7 +242,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	fo.register(f)
 	etcdSec.register(cmd, g.getenv)
 	prof.register(cmd)
-	gcf.register(cmd, g.getenv, 400)
+	gcf.register(cmd, g.getenv, 400, false)
 	return cmd
 }
 

@@ -16,8 +16,8 @@ import (
 
 // perfFlags are the efficiency flags of the commands that run Reeve's
 // processes (dev, scheduler, bench): a soft memory limit for the Go runtime
-// (debug.SetMemoryLimit), the GC percentage (debug.SetGCPercent) and the
-// store's commit window.
+// (debug.SetMemoryLimit), the GC percentage (debug.SetGCPercent), the
+// store's commit window and whether it compresses task records.
 //
 // A task allocates ~150 KB in a `reeve dev` process (etcd, scheduler and
 // agents together), so with Go's default (GOGC=100, no limit) a process
@@ -26,10 +26,11 @@ import (
 // between collections while it is small, and the memory limit makes the GC
 // work harder instead of growing the heap past it. See docs/limits.md.
 type perfFlags struct {
-	limit   string
-	percent int
-	window  time.Duration
-	getenv  func(string) string
+	limit    string
+	percent  int
+	window   time.Duration
+	compress bool
+	getenv   func(string) string
 }
 
 // Defaults of the memory limit.
@@ -47,8 +48,8 @@ const (
 )
 
 // register adds the flags, with defPercent the command's default
-// --gc-percent.
-func (f *perfFlags) register(cmd *cobra.Command, getenv func(string) string, defPercent int) {
+// --gc-percent and defCompress its default --record-compression.
+func (f *perfFlags) register(cmd *cobra.Command, getenv func(string) string, defPercent int, defCompress bool) {
 	f.getenv = getenv
 	cmd.Flags().StringVar(&f.limit, "memory-limit", getenv("REEVE_MEMORY_LIMIT"),
 		"soft memory limit of the Go runtime, e.g. 512MiB or 2GiB, or off (env REEVE_MEMORY_LIMIT); default: GOMEMLIMIT when set, else 90% of the container's (cgroup) memory limit, else half of the machine's memory (at least 1GiB)")
@@ -60,11 +61,16 @@ func (f *perfFlags) register(cmd *cobra.Command, getenv func(string) string, def
 		"GC percentage: heap growth over the live heap that triggers a collection, -1 for none below the memory limit (env REEVE_GC_PERCENT); GOGC when set and the flag is not given")
 	cmd.Flags().DurationVar(&f.window, "commit-window", time.Millisecond,
 		"adaptive commit window: while task writes arrive less than this apart, a small batch waits up to this long for company in one etcd transaction; 0 turns it off")
+	if v, err := strconv.ParseBool(getenv("REEVE_RECORD_COMPRESSION")); err == nil {
+		defCompress = v
+	}
+	cmd.Flags().BoolVar(&f.compress, "record-compression", defCompress,
+		"write task records compressed (zstd with a built-in dictionary: about a third of their size, less written to etcd per task); every process reading this etcd must run a Reeve that reads them, this one or later (env REEVE_RECORD_COMPRESSION)")
 }
 
 // schedulerOptions are the scheduler options the flags set.
 func (f *perfFlags) schedulerOptions() []scheduler.Option {
-	return []scheduler.Option{scheduler.WithCommitWindow(f.window)}
+	return []scheduler.Option{scheduler.WithCommitWindow(f.window), scheduler.WithRecordCompression(f.compress)}
 }
 
 // apply sets the runtime's memory limit and GC percentage from the flags.

@@ -53,7 +53,7 @@ func TestPerfFlagsSetTheRuntime(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var f perfFlags
 			cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
-			f.register(cmd, func(k string) string { return c.env[k] }, 400)
+			f.register(cmd, func(k string) string { return c.env[k] }, 400, false)
 			if err := cmd.ParseFlags(c.args); err != nil {
 				t.Fatal(err)
 			}

@@ -184,7 +184,7 @@ port with client certificates, and prints the environment a client needs.`,
 	logs.register(cmd)
 	tel.register(cmd)
 	prof.register(cmd)
-	gcf.register(cmd, g.getenv, 400)
+	gcf.register(cmd, g.getenv, 400, true)
 	con.register(cmd, "127.0.0.1:8233")
 	arc.register(cmd, g.getenv, "")
 	cmd.Flags().Lookup("archive-dsn").Usage += " (default sqlite:<data-dir>/archive.db)"
@@ -355,7 +355,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	tel.register(cmd)
 	prof.register(cmd)
 	hf.register(cmd)
-	gcf.register(cmd, g.getenv, 100)
+	gcf.register(cmd, g.getenv, 100, false)
 	return cmd
 }
 

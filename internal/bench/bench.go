@@ -85,6 +85,9 @@ type Config struct {
 	// CommitWindow of the embedded scheduler's store (scheduler.WithCommitWindow);
 	// 0 takes the default (1ms), a negative value turns it off.
 	CommitWindow time.Duration
+	// RecordCompression makes the embedded scheduler write task records
+	// compressed (scheduler.WithRecordCompression).
+	RecordCompression bool
 	// Retention of terminal tasks in the embedded scheduler; default 72h.
 	Retention time.Duration
 	// MaxDuration bounds the run; default 5m.

@@ -61,6 +61,9 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	if cfg.CommitWindow != 0 {
 		opts = append(opts, scheduler.WithCommitWindow(max(cfg.CommitWindow, 0)))
 	}
+	if cfg.RecordCompression {
+		opts = append(opts, scheduler.WithRecordCompression(true))
+	}
 	if cfg.AckTimeout > 0 {
 		opts = append(opts, scheduler.WithAckTimeout(cfg.AckTimeout))
 	}

@@ -18,6 +18,7 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/archive"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/verify"
 )
@@ -35,7 +36,7 @@ func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg C
 	tasks := map[string]*reevev1.Task{}
 	for _, kv := range resp.Kvs {
 		var rec storev1.TaskRecord
-		if err := proto.Unmarshal(kv.Value, &rec); err != nil {
+		if err := store.UnmarshalRecord(kv.Value, &rec); err != nil {
 			return fmt.Errorf("chaos: task %s: %w", kv.Key, err)
 		}
 		tasks[rec.GetTask().GetId()] = rec.GetTask()

@@ -11,6 +11,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
 )
 
 // historyPager keeps the whole history of the tasks under a key prefix (the
@@ -65,7 +66,7 @@ func (h *historyPager) run(ctx context.Context, rev int64) {
 
 func (h *historyPager) add(val []byte) {
 	var rec storev1.TaskRecord
-	if proto.Unmarshal(val, &rec) != nil {
+	if store.UnmarshalRecord(val, &rec) != nil {
 		return // the checker reports undecodable records
 	}
 	h.addTask(rec.GetTask())

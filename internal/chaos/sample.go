@@ -7,10 +7,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
 )
 
 // sampler reads every task record and the deadline index at one etcd
@@ -72,7 +72,7 @@ func (s *sampler) sample(ctx context.Context) {
 	running := 0
 	for _, kv := range tasks.Kvs {
 		var rec storev1.TaskRecord
-		if err := proto.Unmarshal(kv.Value, &rec); err != nil {
+		if err := store.UnmarshalRecord(kv.Value, &rec); err != nil {
 			found = append(found, Violation{Invariant: "sample", Task: string(kv.Key), Detail: err.Error()})
 			continue
 		}

@@ -180,6 +180,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if cfg.EtcdMaxTxnOps > 0 {
 			args = append(args, "--etcd-max-txn-ops", strconv.Itoa(cfg.EtcdMaxTxnOps))
 		}
+		// The first scheduler writes task records compressed, the others
+		// plain: every task is read and advanced by schedulers of both
+		// settings, as during the rollout of --record-compression
+		// (docs/operations.md), and the chaos suite checks it under faults.
+		if i == 0 {
+			args = append(args, "--record-compression")
+		}
 		if cfg.ArchiveDSN != "" {
 			grace := cfg.ArchiveGrace
 			if grace == 0 {

@@ -47,13 +47,17 @@ func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
 // input is a 60 KB JSON document costs a list the bytes etcd returned and
 // about a kilobyte, not the tens of thousands of allocations of a
 // google.protobuf.Value tree (docs/benchmarks.md, "List memory").
-func decodeBasic(record []byte) (*reevev1.Task, error) {
+func decodeBasic(stored []byte) (*reevev1.Task, error) {
+	record, err := recordProto(stored)
+	if err != nil {
+		return nil, err
+	}
 	var task []byte
 	occurrences := 0
 	// A message field written more than once merges: its occurrences
 	// concatenated decode as the merge. The store writes it once, and that
 	// one is used where it is, not copied.
-	err := eachField(record, func(num protowire.Number, field, value []byte) error {
+	err = eachField(record, func(num protowire.Number, field, value []byte) error {
 		if num != recordTaskField {
 			return nil
 		}

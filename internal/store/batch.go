@@ -337,6 +337,7 @@ func (s *Store) prepare(r *writeReq) error {
 		if err != nil {
 			return err
 		}
+		val = s.encodeRecordValue(val)
 		r.next, r.val = r.create, val
 		r.ops = append([]clientv3.Op{clientv3.OpPut(r.key, val)}, s.k.indexOps(nil, r.create)...)
 		r.size = len(val) + 512
@@ -358,6 +359,7 @@ func (s *Store) prepare(r *writeReq) error {
 			return err
 		}
 	}
+	val = s.encodeRecordValue(val)
 	r.next, r.val = next, val
 	r.ops = append([]clientv3.Op{clientv3.OpPut(r.key, val)}, s.k.indexOps(r.cur.Record, next)...)
 	r.ops = append(r.ops, s.alertOps(r.cur.Record.GetTask(), next.GetTask(), r.cur.Revision)...)
@@ -537,8 +539,9 @@ func (c *recordCache) get(key string) (Versioned, bool) {
 	}
 	rec := &storev1.TaskRecord{}
 	// Decoding copies what it keeps (bytes and strings), so the cached
-	// string is read in place rather than copied to a []byte first.
-	if err := proto.Unmarshal(unsafe.Slice(unsafe.StringData(e.val), len(e.val)), rec); err != nil {
+	// string (the record as stored, plain or compressed) is read in place
+	// rather than copied to a []byte first.
+	if err := UnmarshalRecord(unsafe.Slice(unsafe.StringData(e.val), len(e.val)), rec); err != nil {
 		return Versioned{}, false
 	}
 	return Versioned{Record: rec, Revision: e.rev}, true

@@ -82,6 +82,7 @@ type Store struct {
 	maxQueued                          int
 	commitWindow                       time.Duration
 	maxTxnOps                          int
+	compressRecords                    bool         // WithRecordCompression
 	defrag                             func() error // WithDefragmenter
 	commits                            *committer
 	cache                              *recordCache
@@ -148,6 +149,13 @@ func WithMaxQueuedWrites(n int) Option { return func(s *Store) { s.maxQueued = m
 // the read before an update; default 10,000, 0 turns the cache off. A stale
 // entry costs one lost compare and a retry, never a wrong write.
 func WithRecordCache(n int) Option { return func(s *Store) { s.cacheSize = max(n, 0) } }
+
+// WithRecordCompression makes the store write task records compressed
+// (recordcodec.go): about a third of their size for small records, less
+// written to etcd on every task transition. Reading both formats is always
+// on; turn writing on only once every process that reads this etcd
+// (schedulers, supervisors, reeve verify) runs a Reeve that reads them.
+func WithRecordCompression(on bool) Option { return func(s *Store) { s.compressRecords = on } }
 
 // New returns a Store using c. The caller keeps ownership of c.
 func New(c *clientv3.Client, opts ...Option) *Store {

@@ -186,7 +186,7 @@ func marshal(m proto.Message) (string, error) {
 
 func unmarshalTask(kv *mvccpb.KeyValue) (Versioned, error) {
 	rec := &storev1.TaskRecord{}
-	if err := proto.Unmarshal(kv.Value, rec); err != nil {
+	if err := UnmarshalRecord(kv.Value, rec); err != nil {
 		return Versioned{}, fmt.Errorf("store: decode %s: %w", kv.Key, err)
 	}
 	return Versioned{Record: rec, Revision: kv.ModRevision}, nil

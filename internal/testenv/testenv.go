@@ -69,7 +69,7 @@ func (e *Env) StartSchedulerGRPC(addr string, gopts []grpc.ServerOption, opts ..
 	}
 	// Overload shedding is off unless a test turns it on: it acts on
 	// measured waits, which a loaded test machine lengthens.
-	opts = append([]scheduler.Option{scheduler.WithLogger(Logger()), scheduler.WithDrainTimeout(2 * time.Second), scheduler.WithOverload(0, 0)}, opts...)
+	opts = append([]scheduler.Option{scheduler.WithLogger(Logger()), scheduler.WithDrainTimeout(2 * time.Second), scheduler.WithOverload(0, 0), scheduler.WithRecordCompression(true)}, opts...)
 	srv := scheduler.New(cli, opts...)
 	lis, err := listen(addr)
 	if err != nil {

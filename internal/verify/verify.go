@@ -16,7 +16,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/archive"
@@ -222,7 +221,7 @@ type mvccKV struct {
 
 func decode(kv *mvccKV) (*storev1.TaskRecord, error) {
 	rec := &storev1.TaskRecord{}
-	if err := proto.Unmarshal(kv.value, rec); err != nil {
+	if err := store.UnmarshalRecord(kv.value, rec); err != nil {
 		return nil, err
 	}
 	return rec, nil
