@@ -121,3 +121,34 @@ func TestRecordProtoRefusesWhatItCannotRead(t *testing.T) {
 		})
 	}
 }
+
+// Whatever bytes a task key holds (a corrupt value, a hand edit with
+// etcdctl, a future format), reading it returns an error or a record:
+// never a panic, and never more than maxDecodedRecord bytes decoded.
+//
+//	go test -run '^$' -fuzz FuzzUnmarshalRecord ./internal/store
+func FuzzUnmarshalRecord(f *testing.F) {
+	plain, err := os.ReadFile("testdata/record-plain.pb")
+	if err != nil {
+		f.Fatal(err)
+	}
+	stored := []byte(compressRecord(string(plain)))
+	f.Add(plain)
+	f.Add(stored)
+	f.Add(stored[:len(stored)/2])
+	f.Add([]byte{recordMarker})
+	f.Add([]byte{recordMarker, recordZstd1})
+	f.Add([]byte{recordMarker, 0xff, 0x28, 0xb5, 0x2f, 0xfd})
+	f.Fuzz(func(t *testing.T, val []byte) {
+		b, err := recordProto(val)
+		if err != nil {
+			return
+		}
+		if len(b) > maxDecodedRecord {
+			t.Fatalf("decoded %d bytes, over the %d bound", len(b), maxDecodedRecord)
+		}
+		var rec storev1.TaskRecord
+		_ = UnmarshalRecord(val, &rec)
+		_, _ = decodeBasic(val)
+	})
+}
