@@ -66,6 +66,11 @@ var (
 			zstd.WithNoEntropyCompression(true),
 			zstd.WithEncoderCRC(false), // etcd's log and database have their own checksums
 			zstd.WithEncoderDictRaw(recordDict1ID, recordDict1),
+			// A record is at most MaxRecordBytes: a window that size,
+			// rather than the level's 4 MiB, and smaller tables keep
+			// the encoders' memory down (one per core).
+			zstd.WithWindowSize(MaxRecordBytes),
+			zstd.WithLowerEncoderMem(true),
 		)
 		if err != nil {
 			panic(err) // fixed, valid options
@@ -76,6 +81,7 @@ var (
 		d, err := zstd.NewReader(nil,
 			zstd.WithDecoderDictRaw(recordDict1ID, recordDict1),
 			zstd.WithDecoderMaxMemory(maxDecodedRecord),
+			zstd.WithDecoderLowmem(true),
 			zstd.WithDecoderConcurrency(0),
 		)
 		if err != nil {
