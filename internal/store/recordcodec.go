@@ -132,9 +132,9 @@ func UnmarshalRecord(val []byte, rec *storev1.TaskRecord) error {
 	return proto.Unmarshal(b, rec)
 }
 
-// encodeRecord encodes rec for a put: its protobuf encoding (also returned
-// as plain, to size it against MaxRecordBytes), compressed when the store
-// compresses records.
+// encodeRecordValue returns what a put of a record stores: its protobuf
+// encoding (plain, already sized against MaxRecordBytes), compressed when
+// the store compresses records.
 func (s *Store) encodeRecordValue(plain string) string {
 	if !s.compressRecords {
 		return plain
