@@ -160,14 +160,22 @@ func (s *Server) archivedRecord(ctx context.Context, ns, id string, notFound err
 // getTask returns a task's record from etcd or, when it is not there, from
 // the archive.
 func (s *Server) getTask(ctx context.Context, ns, id string) (*storev1.TaskRecord, error) {
+	rec, _, err := s.findTask(ctx, ns, id)
+	return rec, err
+}
+
+// findTask is getTask that also says whether the record came from the
+// archive.
+func (s *Server) findTask(ctx context.Context, ns, id string) (rec *storev1.TaskRecord, archived bool, err error) {
 	v, err := s.store.GetTask(ctx, ns, id)
 	if store.IsNotFound(err) {
-		return s.archivedRecord(ctx, ns, id, err)
+		rec, err = s.archivedRecord(ctx, ns, id, err)
+		return rec, err == nil, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return v.Record, nil
+	return v.Record, false, nil
 }
 
 // errArchive marks an archive that could not answer.

@@ -111,7 +111,8 @@ func etcdKeysOf(t *testing.T, env *testenv.Env, ids []string) []string {
 }
 
 // A task that ended moves to the archive, leaves nothing in etcd, and every
-// read finds it there as it was: GetTask, WatchTask, ListTasks, CountTasks,
+// read finds it there as it was: GetTask (which says it is archived),
+// WatchTask, ListTasks, CountTasks,
 // an idempotent resubmission, a cancel; an operator action is refused as on
 // an ended task.
 func TestArchivedTaskIsReadAsBefore(t *testing.T) {
@@ -131,8 +132,11 @@ func TestArchivedTaskIsReadAsBefore(t *testing.T) {
 			waitArchived(t, env, a, "order-1")
 
 			got, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "order-1"})
-			if err != nil || !proto.Equal(got.GetTask(), ended) {
-				t.Fatalf("GetTask of the archived task = %v, %v; want the task as it ended", got.GetTask(), err)
+			if err != nil || !proto.Equal(got.GetTask(), ended) || !got.GetArchived() {
+				t.Fatalf("GetTask of the archived task = %v (archived %v), %v; want the task as it ended, archived", got.GetTask(), got.GetArchived(), err)
+			}
+			if got, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: live.GetId()}); err != nil || got.GetArchived() {
+				t.Fatalf("GetTask of the live task: archived %v, %v; want not archived", got.GetArchived(), err)
 			}
 			if w := testenv.WaitTask(t, c, "default", "order-1", wait); !proto.Equal(w, ended) {
 				t.Fatalf("WatchTask of the archived task = %v; want its final state", w)

@@ -23,11 +23,11 @@ func (s *Server) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*ree
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	rec, err := s.getTask(ctx, ns, req.GetTaskId())
+	rec, archived, err := s.findTask(ctx, ns, req.GetTaskId())
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	return &reevev1.GetTaskResponse{Task: rec.GetTask()}, nil
+	return &reevev1.GetTaskResponse{Task: rec.GetTask(), Archived: archived}, nil
 }
 
 // WatchTask implements SchedulerService.

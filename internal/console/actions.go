@@ -45,8 +45,12 @@ func (s *Server) confirmTaskAction(w http.ResponseWriter, r *http.Request, ss *s
 		s.renderError(w, r, ss, http.StatusNotFound, "Not found", "There is no page at "+r.URL.Path+".")
 		return
 	}
-	t, ok := s.getTask(w, r, ss)
+	t, archived, ok := s.getTask(w, r, ss)
 	if !ok {
+		return
+	}
+	if archived {
+		s.renderError(w, r, ss, http.StatusConflict, "Archived", "Task "+t.GetId()+" ended and moved to the archive of finished tasks: it is read-only.")
 		return
 	}
 	d := confirmData{pageData: s.page(r, ss, title, "tasks", t.GetNamespace()), Action: action, ActionTitle: title, T: t, Step: r.URL.Query().Get("step"), RequestID: uuid.NewString()}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/scheduler"
 )
 
 // The console over an archive (issue 25): tasks that ended and moved from
@@ -183,4 +184,41 @@ func (e *env) firstEvent(path string) string {
 		}
 	}
 	return ev.String()
+}
+
+// A FAILED task stays in etcd for the retention, where operators retry or
+// compensate it; after the retention it moves to the archive, where it is
+// read-only: its page says so and offers no action (the scheduler would
+// refuse them), and an action's page refuses too.
+func TestBrowserArchivedFailedTaskIsReadOnly(t *testing.T) {
+	ctx, dlg := chrome(t, nil)
+	e := newArchiveEnvWith(t, []scheduler.Option{scheduler.WithRetention(time.Second), scheduler.WithSweepInterval(100 * time.Millisecond)})
+	dir := shots(t)
+
+	failed := e.submit(failing(structpb.NewStringValue("parcel")))
+	e.waitState(failed.GetId(), reevev1.TaskState_TASK_STATE_FAILED)
+	e.waitArchived(failed.GetId(), reevev1.TaskState_TASK_STATE_FAILED)
+	run(t, ctx, "open the archived FAILED task", chromedp.Navigate(e.url+"/tasks/"+failed.GetId()),
+		chromedp.WaitVisible(chromedp.CSS("#task-state.st-failed")))
+	if s := text(t, ctx, "#task-archived"); !strings.Contains(s, "read-only") {
+		t.Errorf("archived FAILED task page: marker %q, want it to say the task is read-only", s)
+	}
+	if n := eval(t, ctx, `document.querySelectorAll('#action-compensate, #action-cancel, a[id^="retry-"]').length`); n != 0 {
+		t.Errorf("archived FAILED task page offers %v operator actions, want none: %q", n, text(t, ctx, ".task-head"))
+	}
+	if s := text(t, ctx, "#story"); !strings.Contains(s, "task.failed") {
+		t.Errorf("archived FAILED task story: want task.failed in %q", s)
+	}
+	screenshot(t, ctx, dir, "archive-task-failed")
+
+	for _, action := range []string{"compensate", "retry"} {
+		run(t, ctx, "open the "+action+" page", chromedp.Navigate(e.url+"/tasks/"+failed.GetId()+"/"+action+"?ns=default&step=ship"),
+			chromedp.WaitVisible(chromedp.CSS(".error-page")))
+		if s := text(t, ctx, ".error-msg"); !strings.Contains(s, "archive") || !strings.Contains(s, "read-only") {
+			t.Errorf("%s page of an archived task: %q, want a refusal naming the archive", action, s)
+		}
+	}
+	for _, m := range dlg.all() {
+		t.Errorf("a dialog opened: %q", m)
+	}
 }

@@ -58,6 +58,12 @@ func newEnv(t *testing.T, opts ...console.Option) *env {
 // 50ms.
 func newArchiveEnv(t *testing.T, opts ...console.Option) *env {
 	t.Helper()
+	return newArchiveEnvWith(t, nil, opts...)
+}
+
+// newArchiveEnvWith is newArchiveEnv with more scheduler options.
+func newArchiveEnvWith(t *testing.T, schedOpts []scheduler.Option, opts ...console.Option) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	a, err := archive.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "archive.db"))
@@ -65,7 +71,7 @@ func newArchiveEnv(t *testing.T, opts ...console.Option) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Close() }) // after the scheduler stopped (cleanups run last first)
-	e := newEnvWith(t, []scheduler.Option{scheduler.WithArchive(a, 0), scheduler.WithArchiveInterval(50 * time.Millisecond)}, opts...)
+	e := newEnvWith(t, append([]scheduler.Option{scheduler.WithArchive(a, 0), scheduler.WithArchiveInterval(50 * time.Millisecond)}, schedOpts...), opts...)
 	e.archive = a
 	return e
 }

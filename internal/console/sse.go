@@ -80,7 +80,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request, ss *session)
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	t, ok := s.getTask(w, r, ss)
+	t, archived, ok := s.getTask(w, r, ss)
 	if !ok {
 		return
 	}
@@ -98,7 +98,9 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request, ss *session)
 		}
 		last = id
 		var buf bytes.Buffer
-		if err := s.tmpl.ExecuteTemplate(&buf, "task-body", s.taskData(r, ss, t, h)); err != nil {
+		// Only a task that ended can be archived, and it is pushed once
+		// (the watch follows tasks that have not ended).
+		if err := s.tmpl.ExecuteTemplate(&buf, "task-body", s.taskData(r, ss, t, archived, h)); err != nil {
 			return err
 		}
 		return out.send("task", id, buf.String())

@@ -77,6 +77,7 @@ type taskData struct {
 	T          *reevev1.Task
 	State      string
 	Terminal   bool
+	Archived   bool // read from the archive of finished tasks: read-only
 	Duration   string
 	Age        string
 	Steps      []stepView
@@ -103,25 +104,27 @@ func (s *Server) taskBody(w http.ResponseWriter, r *http.Request, ss *session) {
 	s.renderTask(w, r, ss, "task-body")
 }
 
-func (s *Server) getTask(w http.ResponseWriter, r *http.Request, ss *session) (*reevev1.Task, bool) {
+// getTask reads the task of the request's path and namespace. archived: it
+// came from the archive of finished tasks (read-only).
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request, ss *session) (t *reevev1.Task, archived, ok bool) {
 	ns := workflow.Namespace(r.URL.Query().Get("ns"))
 	id := r.PathValue("id")
 	if err := workflow.ValidateNamespace("ns", ns); err != nil {
 		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", err.Error())
-		return nil, false
+		return nil, false, false
 	}
 	if err := workflow.ValidateTaskID("task id", id); err != nil {
 		s.renderError(w, r, ss, http.StatusNotFound, "No such task", err.Error())
-		return nil, false
+		return nil, false, false
 	}
 	ctx, cancel, opts := s.call(r, ss)
 	defer cancel()
 	resp, err := s.sched.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: ns, TaskId: id}, opts...)
 	if err != nil {
 		s.apiError(w, r, ss, fmt.Sprintf("task %q in namespace %q", id, ns), err)
-		return nil, false
+		return nil, false, false
 	}
-	return resp.GetTask(), true
+	return resp.GetTask(), resp.GetArchived(), true
 }
 
 func (s *Server) renderTask(w http.ResponseWriter, r *http.Request, ss *session, tmpl string) {
@@ -130,25 +133,30 @@ func (s *Server) renderTask(w http.ResponseWriter, r *http.Request, ss *session,
 		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", err.Error())
 		return
 	}
-	t, ok := s.getTask(w, r, ss)
+	t, archived, ok := s.getTask(w, r, ss)
 	if !ok {
 		return
 	}
-	d := s.taskData(r, ss, t, h)
+	d := s.taskData(r, ss, t, archived, h)
 	s.render(w, r, http.StatusOK, tmpl, d)
 }
 
-func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, h historyFilter) taskData {
+func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, archived bool, h historyFilter) taskData {
 	now := s.now()
 	d := taskData{pageData: s.page(r, ss, "Task "+t.GetId(), "tasks", t.GetNamespace()), T: t, State: shortEnum(t.GetState()),
-		Terminal: taskstate.TerminalTask(t.GetState()), Age: ago(now, t.GetCreateTime()), H: h}
+		Terminal: taskstate.TerminalTask(t.GetState()), Archived: archived, Age: ago(now, t.GetCreateTime()), H: h}
 	end := now
 	if t.GetEndTime() != nil {
 		end = t.GetEndTime().AsTime()
 	}
 	d.Duration = fmtDur(end.Sub(t.GetCreateTime().AsTime()))
 	d.Version = sseID(t)
-	d.CanCompen = !d.Terminal || t.GetState() == reevev1.TaskState_TASK_STATE_FAILED
+	// Operator actions take a task that is not over, or a FAILED one (which
+	// they resume or undo), but not an archived one: it is read-only, and
+	// the scheduler refuses them (a FAILED task moves there after the
+	// retention).
+	actionable := !archived && (!d.Terminal || t.GetState() == reevev1.TaskState_TASK_STATE_FAILED)
+	d.CanCompen = actionable
 	var connected map[string]bool
 	if slices.ContainsFunc(t.GetSteps(), taskstate.Dispatched) {
 		connected = s.connectedAgents(r, ss, t.GetNamespace())
@@ -157,7 +165,7 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, h histo
 		// RetryStep without a fence takes a FAILED step of a task that is
 		// not over, or of a FAILED task (which it resumes).
 		failed := st.GetState() == reevev1.StepState_STEP_STATE_FAILED
-		v := stepView{Step: st, StateName: shortEnum(st.GetState()), Retryable: failed && (!d.Terminal || t.GetState() == reevev1.TaskState_TASK_STATE_FAILED)}
+		v := stepView{Step: st, StateName: shortEnum(st.GetState()), Retryable: failed && actionable}
 		if at, ok := taskstate.Deadline(st); ok && !d.Terminal {
 			dd := at.Sub(now)
 			v.Overdue = dd < 0
@@ -222,7 +230,7 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, h histo
 
 // taskJSON exports the task as the API returns it (protojson), as a download.
 func (s *Server) taskJSON(w http.ResponseWriter, r *http.Request, ss *session) {
-	t, ok := s.getTask(w, r, ss)
+	t, _, ok := s.getTask(w, r, ss)
 	if !ok {
 		return
 	}

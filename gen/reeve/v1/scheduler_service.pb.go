@@ -350,8 +350,12 @@ func (x *GetTaskRequest) GetTaskId() string {
 }
 
 type GetTaskResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Task  *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// The task ended and moved to the archive of finished tasks
+	// (docs/archive.md): it is read-only, and operator actions on it (retry,
+	// compensate, cancel) are refused.
+	Archived      bool `protobuf:"varint,2,opt,name=archived,proto3" json:"archived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +395,13 @@ func (x *GetTaskResponse) GetTask() *Task {
 		return x.Task
 	}
 	return nil
+}
+
+func (x *GetTaskResponse) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
 }
 
 type ListTasksRequest struct {
@@ -1862,9 +1873,10 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"L\n" +
 	"\x0eGetTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
-	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\"5\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\"Q\n" +
 	"\x0fGetTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\x85\x03\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12\x1a\n" +
+	"\barchived\x18\x02 \x01(\bR\barchived\"\x85\x03\n" +
 	"\x10ListTasksRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.reeve.v1.TaskStateR\x05state\x12\x1b\n" +
