@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"path/filepath"
 	"testing"
@@ -115,12 +114,8 @@ func TestBenchArchiveBadFlags(t *testing.T) {
 		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--archive-dsn", "pg"},                            // a throwaway server is embedded only
 		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--archive-dsn", "sqlite:x", "--archive-compare"}, // compare is embedded only
 	} {
-		var out, errOut bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		code := run(ctx, args, &out, &errOut, func(string) string { return "" })
-		cancel()
-		if code != exitUsage || out.Len() != 0 {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and no output", args, code, out.String(), errOut.String(), exitUsage)
+		if code, stdout, stderr := reeveEnv(t, nil, args...); code != exitUsage || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and no output", args, code, stdout, stderr, exitUsage)
 		}
 	}
 }

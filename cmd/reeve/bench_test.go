@@ -163,12 +163,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--failover", "--etcd-bin", "true", "--failover-work", "5s"}, // beyond the chaos steps' 3 s timeout
 		{"bench", "--failover", "--etcd-bin", "/nonexistent/etcd"},
 	} {
-		var out, errOut bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		code := run(ctx, args, &out, &errOut, func(string) string { return "" })
-		cancel()
-		if code != exitUsage || out.Len() != 0 {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and no output", args, code, out.String(), errOut.String(), exitUsage)
+		if code, stdout, stderr := reeveEnv(t, nil, args...); code != exitUsage || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and no output", args, code, stdout, stderr, exitUsage)
 		}
 	}
 }
