@@ -54,6 +54,8 @@ type options struct {
 	overloadTarget      time.Duration
 	overloadInterval    time.Duration
 	overloadAgents      bool
+	overloadCPU         time.Duration
+	runQueueWait        func() time.Duration // tests: the CPU controller's measure; nil: the runtime's
 }
 
 func defaultOptions() options {
@@ -224,6 +226,19 @@ func WithOverload(target, interval time.Duration) Option {
 // only new tasks' wait for etcd (this scheduler's and etcd's own capacity)
 // sheds.
 func WithOverloadAgentQueues(on bool) Option { return func(o *options) { o.overloadAgents = on } }
+
+// WithOverloadCPU also sheds new tasks while this process's goroutines
+// keep waiting longer than target for a CPU: the 90th percentile of the Go
+// runtime's run-queue waits (runtime/metrics /sched/latencies:seconds) of
+// each overload interval, with the control law of WithOverload. It bounds
+// the latency of admitted tasks where the scheduler's CPU (or, with an
+// embedded etcd, the process's) is what runs out, at the price of
+// refusing some below the throughput the CPU could reach with every
+// queue full: a CPU near saturation already queues goroutines. Default 0:
+// off. See docs/architecture.md (overload shedding).
+func WithOverloadCPU(target time.Duration) Option {
+	return func(o *options) { o.overloadCPU = max(target, 0) }
+}
 
 // WithMaxActiveTasks caps the non-terminal tasks of each namespace; a
 // submission over it fails with RESOURCE_EXHAUSTED. The count is refreshed

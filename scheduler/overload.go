@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -33,6 +34,13 @@ import (
 //     create call to the commit (store group commit, batch.go; creates the
 //     store refused at once are not samples). A scheduler with no agents
 //     connected still sees an etcd that does not keep up.
+//   - CPU, only with WithOverloadCPU: how long this process's goroutines
+//     stayed runnable before a CPU ran them (the Go runtime's run queue,
+//     runqueue.go), the 90th percentile of each interval. Every step of a
+//     task's path (the call, the commit, the dispatch, the result) is a few
+//     such waits, so when the process's own CPU is what is short, they grow
+//     together; the write controller sees only the part spent waiting for
+//     etcd.
 //
 // Each of these is a controller in the manner of CoDel (Nichols and
 // Jacobson, "Controlling Queue Delay"): the least delay seen during an
@@ -88,6 +96,8 @@ type overload struct {
 
 	mu      sync.Mutex
 	write   *delayControl
+	cpu     *delayControl        // nil without WithOverloadCPU
+	cpuWait func() time.Duration // the run-queue wait since its last call, -1: none
 	types   map[queueKey]*delayControl
 	nsAttrs map[string]metric.AddOption // the refusal counter's attributes per namespace, built once
 }
@@ -100,6 +110,14 @@ func newOverload(o options, log *slog.Logger, meter metric.Meter) *overload {
 	ov := &overload{target: o.overloadTarget, interval: o.overloadInterval, agentQueues: o.overloadAgents, clock: o.clock, log: log,
 		types: map[queueKey]*delayControl{}, nsAttrs: map[string]metric.AddOption{}}
 	ov.write = ov.newControl(o.clock.Now())
+	if o.overloadCPU > 0 {
+		ov.cpu = ov.newControl(o.clock.Now())
+		ov.cpu.target = o.overloadCPU
+		ov.cpuWait = o.runQueueWait
+		if ov.cpuWait == nil {
+			ov.cpuWait = newRunQueue().wait
+		}
+	}
 	ov.refusedCount, _ = meter.Int64Counter("reeve.tasks.shed",
 		metric.WithDescription("Submissions refused because admitted work waited longer than the overload target (RESOURCE_EXHAUSTED, OVERLOADED)"))
 	return ov
@@ -108,13 +126,14 @@ func newOverload(o options, log *slog.Logger, meter metric.Meter) *overload {
 // delayControl is one controller: the least delay of the current interval
 // and the fraction of submissions admitted. Guarded by overload.mu.
 type delayControl struct {
-	start time.Time     // the current interval's start
-	least time.Duration // the least delay seen in it; -1: none yet
-	last  time.Duration // the least delay of the last interval that saw any
-	above int           // intervals in a row whose least delay was over the target
-	hold  time.Time     // no cut before: the last cut's effect is not measurable yet
-	admit float64       // fraction of submissions admitted, in [0, 1]
-	owed  float64       // refusals owed: each submission adds 1-admit, each refusal pays 1
+	target time.Duration // the delay over which it sheds; 0: overload.target
+	start  time.Time     // the current interval's start
+	least  time.Duration // the least delay seen in it; -1: none yet
+	last   time.Duration // the least delay of the last interval that saw any
+	above  int           // intervals in a row whose least delay was over the target
+	hold   time.Time     // no cut before: the last cut's effect is not measurable yet
+	admit  float64       // fraction of submissions admitted, in [0, 1]
+	owed   float64       // refusals owed: each submission adds 1-admit, each refusal pays 1
 }
 
 func (ov *overload) newControl(now time.Time) *delayControl {
@@ -129,10 +148,11 @@ func (ov *overload) roll(c *delayControl, now time.Time) (started, stopped bool)
 		return false, false
 	}
 	was := c.admit < 1
-	if c.least > ov.target {
+	target := cmp.Or(c.target, ov.target)
+	if c.least > target {
 		c.above++
 		if (was || c.above >= 2) && !now.Before(c.hold) {
-			c.admit *= min(overloadCutMax, max(overloadCutMin, float64(ov.target)/float64(c.least)))
+			c.admit *= min(overloadCutMax, max(overloadCutMin, float64(target)/float64(c.least)))
 			c.hold = now.Add(min(max(ov.interval, c.least), overloadHoldMax*ov.interval))
 		}
 	} else {
@@ -185,9 +205,9 @@ func (ov *overload) rollLogged(c *delayControl, now time.Time, what func() strin
 	switch {
 	case started:
 		ov.log.Warn("overloaded: admitted work waits longer than the target; refusing part of the new tasks",
-			"queue", what(), "least_delay", c.last, "target", ov.target, "admitted_fraction", c.admit)
+			"queue", what(), "least_delay", c.last, "target", cmp.Or(c.target, ov.target), "admitted_fraction", c.admit)
 	default:
-		ov.log.Info("no longer overloaded: admitting every new task", "queue", what(), "target", ov.target)
+		ov.log.Info("no longer overloaded: admitting every new task", "queue", what(), "target", cmp.Or(c.target, ov.target))
 	}
 }
 
@@ -225,8 +245,23 @@ func (ov *overload) wrote(d time.Duration) {
 	ov.observe(ov.write, creationQueue, d, ov.clock.Now())
 }
 
+// rollCPU closes the CPU controller's intervals that ended by now, with
+// the run-queue wait measured over them. Called with ov.mu held.
+func (ov *overload) rollCPU(now time.Time) {
+	c := ov.cpu
+	if c == nil || now.Sub(c.start) < ov.interval {
+		return
+	}
+	if d := ov.cpuWait(); d >= 0 {
+		c.least = d
+	}
+	ov.rollLogged(c, now, cpuQueue)
+}
+
 // The names of the queues in the log.
 func creationQueue() string { return "task creation" }
+
+func cpuQueue() string { return "CPU (run queue)" }
 
 func dispatchQueue(ns, typ string) func() string {
 	return func() string { return "dispatch of " + ns + "/" + typ }
@@ -244,6 +279,9 @@ func (ov *overload) allow(ns string, wf *reevev1.Workflow) error {
 	ov.mu.Lock()
 	worst, worstType := ov.write, ""
 	ov.rollLogged(worst, now, creationQueue)
+	if ov.rollCPU(now); ov.cpu != nil && ov.cpu.admit < worst.admit {
+		worst = ov.cpu
+	}
 	for _, sp := range wf.GetSteps() {
 		for _, typ := range [2]string{sp.GetType(), sp.GetCompensation().GetType()} {
 			c := ov.types[queueKey{ns, typ}]
@@ -266,7 +304,7 @@ func (ov *overload) allow(ns string, wf *reevev1.Workflow) error {
 		return nil
 	}
 	worst.owed--
-	delay, admit := worst.last, worst.admit
+	delay, admit, target := worst.last, worst.admit, cmp.Or(worst.target, ov.target)
 	attrs := ov.nsAttrs[ns]
 	if attrs == nil {
 		if len(ov.nsAttrs) >= maxOverloadKeys {
@@ -279,12 +317,15 @@ func (ov *overload) allow(ns string, wf *reevev1.Workflow) error {
 	ov.refusedCount.Add(context.Background(), 1, attrs)
 	retry := min(maxOverloadRetry, delay+ov.interval).Round(time.Millisecond)
 	what := "new tasks wait for etcd"
-	if worstType != "" {
+	switch {
+	case worstType != "":
 		what = fmt.Sprintf("steps of type %q wait for an agent", worstType)
+	case worst == ov.cpu:
+		what = "the scheduler's work waits for a CPU"
 	}
 	return &refusal{code: codes.ResourceExhausted, reason: ReasonOverloaded, retry: retry,
 		msg: fmt.Sprintf("overloaded: %s %s (target %s), so %.0f%% of new tasks are refused for now; retry after %s",
-			what, delay.Round(time.Millisecond), ov.target, 100*(1-admit), retry)}
+			what, roundWait(delay), target, 100*(1-admit), retry)}
 }
 
 // claimed records a claim of st for agentID, committed in rec just now: its
@@ -324,4 +365,13 @@ func (s *Server) knownSubmission(req *reevev1.SubmitTaskRequest, digest []byte, 
 		return nil
 	}
 	return rec.GetTask()
+}
+
+// roundWait rounds a wait for a message: to the millisecond, or to 10µs
+// under one.
+func roundWait(d time.Duration) time.Duration {
+	if d < time.Millisecond {
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
 }

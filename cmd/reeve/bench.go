@@ -27,7 +27,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		gcf            perfFlags
 		fo             failoverFlags
 		etcdSec        etcdSecurity
-		overload       [2]time.Duration // --overload-target, --overload-interval
+		overload       overloadFlags
 		compare        bool
 		verbose        bool
 	)
@@ -129,11 +129,11 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 			if err := checkSpaceFlags(cmd, cfg, reservePerStep, reclaimEvery); err != nil {
 				return err
 			}
-			if err := checkOverloadFlags(overload[0], overload[1]); err != nil {
+			if err := overload.check(); err != nil {
 				return err
 			}
-			cfg.OverloadTarget, cfg.OverloadInterval = overload[0], overload[1]
-			if overload[0] == 0 || (cfg.QuotaBytes > 0 && !cmd.Flags().Changed("overload-target")) {
+			cfg.OverloadTarget, cfg.OverloadInterval, cfg.OverloadCPU, cfg.OverloadAgentQueues = overload.target, overload.interval, overload.cpu, overload.agents
+			if overload.target == 0 || (cfg.QuotaBytes > 0 && !cmd.Flags().Changed("overload-target")) {
 				// Off; a flood check tests the space admission, which
 				// shedding would otherwise pre-empt.
 				cfg.OverloadTarget = -1
@@ -229,7 +229,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	f.Int64Var(&reservePerStep, "space-reserve-per-step", 4<<10, "embedded: the scheduler's --space-reserve-per-step (etcd bytes reserved per execution in flight; 0: none)")
 	f.DurationVar(&cfg.SpaceCheckInterval, "space-check-interval", 5*time.Second, "embedded: how often the scheduler reads etcd's space and alarms")
 	f.DurationVar(&reclaimEvery, "space-reclaim-interval", time.Minute, "embedded: the scheduler's --space-reclaim-interval (0: never reclaims by itself)")
-	registerOverloadFlags(f, &overload[0], &overload[1], &cfg.OverloadAgentQueues)
+	overload.register(f)
 	f.StringVar(&cfg.RecoveryCPUProfile, "recovery-cpuprofile", "", "with --recovery: write a CPU profile of each scenario's recovery (from the healthy agent's connection to the end) to FILE.silent and FILE.killed")
 	f.StringVar(&cfg.ArchiveDSN, "archive-dsn", "", "archive of finished tasks: embedded, the scheduler moves ended tasks there after --archive-grace; a running target's own --archive-dsn is only read (archive figures, the lost check). postgres://…, sqlite:PATH, or "+bench.ArchivePG+"[?PARAMS] (embedded): a throwaway PostgreSQL server in a temporary directory for the run, PARAMS added to its DSN, e.g. pg?pool_max_conns=32 (default: none)")
 	f.DurationVar(&cfg.ArchiveGrace, "archive-grace", 30*time.Second, "embedded, with --archive-dsn: how long an ended task stays in etcd before it moves to the archive")
@@ -396,7 +396,7 @@ func runRecoveryBench(cmd *cobra.Command, g *globals, cfg bench.Config) error {
 // checkSpaceFlags refuses the quota and space flags where they cannot
 // apply: they configure the embedded etcd and scheduler.
 func checkSpaceFlags(cmd *cobra.Command, cfg bench.Config, reservePerStep int64, reclaimEvery time.Duration) error {
-	for _, name := range []string{"quota-bytes", "space-reserve-per-step", "space-check-interval", "space-reclaim-interval", "overload-target", "overload-interval"} {
+	for _, name := range []string{"quota-bytes", "space-reserve-per-step", "space-check-interval", "space-reclaim-interval", "overload-target", "overload-interval", "overload-agent-queues", "overload-cpu-target"} {
 		if cmd.Flags().Changed(name) && !cfg.Embedded {
 			return usagef("--%s: only with --embedded (it configures the embedded etcd and scheduler)", name)
 		}

@@ -156,6 +156,9 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--embedded", "--overload-target", "-1ms"},
 		{"bench", "--embedded", "--overload-interval", "1ms"},
 		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--overload-target", "0"}, // embedded only
+		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--overload-cpu-target", "1ms"},
+		{"bench", "--address", "127.0.0.1:1", "--etcd-endpoints", "http://127.0.0.1:2", "--overload-agent-queues"},
+		{"bench", "--embedded", "--overload-cpu-target", "-1ms"},
 		// An --etcd-bin that resolves, so that only the flag under test refuses.
 		{"bench", "--failover", "--etcd-bin", "true", "--session-ttl", "2"}, // the hung steps would not expire before the lease
 		{"bench", "--failover", "--etcd-bin", "true", "--rounds", "0"},

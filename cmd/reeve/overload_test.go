@@ -18,6 +18,9 @@ func TestOverloadBadFlags(t *testing.T) {
 		{[]string{"scheduler", "--etcd-endpoints", "http://127.0.0.1:1", "--overload-interval", "1ms"}, "--overload-interval"},
 		{[]string{"scheduler", "--etcd-endpoints", "http://127.0.0.1:1", "--overload-target", "-1s"}, "--overload-target"},
 		{[]string{"dev", "--overload-target", "2m"}, "--overload-target"},
+		{[]string{"scheduler", "--etcd-endpoints", "http://127.0.0.1:1", "--overload-cpu-target", "-1ms"}, "--overload-cpu-target"},
+		{[]string{"dev", "--overload-cpu-target", "2s"}, "--overload-cpu-target"},
+		{[]string{"dev", "--overload-cpu-target", "1ms", "--overload-target", "0"}, "--overload-cpu-target"},
 	} {
 		var out, errOut bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

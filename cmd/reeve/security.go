@@ -207,12 +207,10 @@ func describe(opts []grpc.ServerOption) string {
 
 // limitFlags are a scheduler's admission limits.
 type limitFlags struct {
-	submitRate       float64
-	submitBurst      int
-	maxActive        int
-	overloadTarget   time.Duration
-	overloadInterval time.Duration
-	overloadAgents   bool
+	submitRate  float64
+	submitBurst int
+	maxActive   int
+	overload    overloadFlags
 }
 
 func (l *limitFlags) register(cmd *cobra.Command) {
@@ -220,31 +218,45 @@ func (l *limitFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&l.submitRate, "submit-rate", 0, "task submissions per second per client (identity, or IP without auth); 0: unlimited")
 	f.IntVar(&l.submitBurst, "submit-burst", 100, "burst of --submit-rate")
 	f.IntVar(&l.maxActive, "max-active-tasks", 0, "non-terminal tasks per namespace; 0: unlimited")
-	registerOverloadFlags(f, &l.overloadTarget, &l.overloadInterval, &l.overloadAgents)
+	l.overload.register(f)
 }
 
-// registerOverloadFlags adds --overload-target and --overload-interval
-// (scheduler.WithOverload) to f.
-func registerOverloadFlags(f *pflag.FlagSet, target, interval *time.Duration, agents *bool) {
-	f.DurationVar(target, "overload-target", scheduler.DefaultOverloadTarget, "shed new tasks (RESOURCE_EXHAUSTED, OVERLOADED) while new tasks keep waiting longer than this for etcd (and, with --overload-agent-queues, steps for an agent); 0: never shed")
-	f.BoolVar(agents, "overload-agent-queues", false, "also shed the workflows of a step type whose steps keep waiting longer than --overload-target for an agent (default: such steps queue, bounded by their schedule-to-start timeout)")
-	f.DurationVar(interval, "overload-interval", scheduler.DefaultOverloadInterval, "how long the wait must stay over --overload-target before shedding starts, and how often the shed share is adjusted")
+// overloadFlags are a scheduler's shedding settings (scheduler.WithOverload,
+// WithOverloadAgentQueues, WithOverloadCPU).
+type overloadFlags struct {
+	target, interval, cpu time.Duration
+	agents                bool
 }
 
-// checkOverloadFlags refuses overload flags out of range, naming the flag.
-func checkOverloadFlags(target, interval time.Duration) error {
+func (o *overloadFlags) register(f *pflag.FlagSet) {
+	f.DurationVar(&o.target, "overload-target", scheduler.DefaultOverloadTarget, "shed new tasks (RESOURCE_EXHAUSTED, OVERLOADED) while new tasks keep waiting longer than this for etcd (and, with --overload-agent-queues, steps for an agent); 0: never shed")
+	f.BoolVar(&o.agents, "overload-agent-queues", false, "also shed the workflows of a step type whose steps keep waiting longer than --overload-target for an agent (default: such steps queue, bounded by their schedule-to-start timeout)")
+	f.DurationVar(&o.interval, "overload-interval", scheduler.DefaultOverloadInterval, "how long the wait must stay over --overload-target before shedding starts, and how often the shed share is adjusted")
+	f.DurationVar(&o.cpu, "overload-cpu-target", 0, "also shed new tasks while this process's goroutines keep waiting longer than this for a CPU (the 90th percentile of the Go run queue's waits per --overload-interval), e.g. 1ms: lower latency past capacity, at the price of refusing some tasks near it; 0: off; needs --overload-target above 0")
+}
+
+// check refuses overload flags out of range, naming the flag.
+func (o *overloadFlags) check() error {
 	switch {
-	case target < 0 || target > time.Minute:
-		return usagef("--overload-target: want 0 (off) to 1m, got %s", target)
-	case interval < 10*time.Millisecond || interval > time.Minute:
-		return usagef("--overload-interval: want 10ms to 1m, got %s", interval)
+	case o.target < 0 || o.target > time.Minute:
+		return usagef("--overload-target: want 0 (off) to 1m, got %s", o.target)
+	case o.interval < 10*time.Millisecond || o.interval > time.Minute:
+		return usagef("--overload-interval: want 10ms to 1m, got %s", o.interval)
+	case o.cpu < 0 || o.cpu > time.Second:
+		return usagef("--overload-cpu-target: want 0 (off) to 1s, got %s", o.cpu)
+	case o.cpu > 0 && o.target == 0:
+		return usagef("--overload-cpu-target: shedding is off (--overload-target 0); give both or neither")
 	}
 	return nil
 }
 
-func (l *limitFlags) check() error { return checkOverloadFlags(l.overloadTarget, l.overloadInterval) }
+func (o *overloadFlags) options() []scheduler.Option {
+	return []scheduler.Option{scheduler.WithOverload(o.target, o.interval), scheduler.WithOverloadAgentQueues(o.agents), scheduler.WithOverloadCPU(o.cpu)}
+}
+
+func (l *limitFlags) check() error { return l.overload.check() }
 
 func (l *limitFlags) options() []scheduler.Option {
-	return []scheduler.Option{scheduler.WithSubmitRate(l.submitRate, l.submitBurst), scheduler.WithMaxActiveTasks(l.maxActive),
-		scheduler.WithOverload(l.overloadTarget, l.overloadInterval), scheduler.WithOverloadAgentQueues(l.overloadAgents)}
+	return append([]scheduler.Option{scheduler.WithSubmitRate(l.submitRate, l.submitBurst), scheduler.WithMaxActiveTasks(l.maxActive)},
+		l.overload.options()...)
 }

@@ -117,6 +117,8 @@ type Config struct {
 	OverloadTarget, OverloadInterval time.Duration
 	// OverloadAgentQueues: scheduler.WithOverloadAgentQueues.
 	OverloadAgentQueues bool
+	// OverloadCPU: scheduler.WithOverloadCPU (0: off).
+	OverloadCPU time.Duration
 	// RecoveryCPUProfile, in recovery mode, is a file name: each scenario
 	// writes a CPU profile of the whole process, from the healthy agent's
 	// connection to the scenario's end, to it with the scenario's name

@@ -70,7 +70,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 	if cfg.OverloadTarget != 0 || cfg.OverloadInterval != 0 {
 		target := cmp.Or(cfg.OverloadTarget, scheduler.DefaultOverloadTarget)
 		opts = append(opts, scheduler.WithOverload(max(target, 0), cmp.Or(cfg.OverloadInterval, scheduler.DefaultOverloadInterval)),
-			scheduler.WithOverloadAgentQueues(cfg.OverloadAgentQueues))
+			scheduler.WithOverloadAgentQueues(cfg.OverloadAgentQueues), scheduler.WithOverloadCPU(cfg.OverloadCPU))
 	}
 	if cfg.Retention > 0 {
 		opts = append(opts, scheduler.WithRetention(cfg.Retention), scheduler.WithSweepInterval(min(time.Minute, cfg.Retention)))
