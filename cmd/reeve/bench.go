@@ -66,9 +66,10 @@ counted apart from errors, by reason, with the latency of the refusing call;
 open loop drops a refused task, a closed-loop submitter waits the refusal's
 retry delay and sends it again, and the latency figures are of admitted
 submissions only.
---overload-target and --overload-interval configure the embedded scheduler's
-shedding (0: off; a flood check, --quota-bytes, runs without it unless
---overload-target is given).
+--overload-target, --overload-interval, --overload-agent-queues and
+--overload-cpu-target configure the embedded scheduler's shedding (target 0:
+off; a flood check, --quota-bytes, runs without it unless --overload-target
+is given).
 
 --quota-bytes N (with --embedded) gives the embedded etcd that space quota
 and makes the run a flood check: RESOURCE_EXHAUSTED refusals are counted, not
