@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -109,10 +108,9 @@ func newOverload(o options, log *slog.Logger, meter metric.Meter) *overload {
 	}
 	ov := &overload{target: o.overloadTarget, interval: o.overloadInterval, agentQueues: o.overloadAgents, clock: o.clock, log: log,
 		types: map[queueKey]*delayControl{}, nsAttrs: map[string]metric.AddOption{}}
-	ov.write = ov.newControl(o.clock.Now())
+	ov.write = newControl(o.clock.Now(), ov.target)
 	if o.overloadCPU > 0 {
-		ov.cpu = ov.newControl(o.clock.Now())
-		ov.cpu.target = o.overloadCPU
+		ov.cpu = newControl(o.clock.Now(), o.overloadCPU)
 		ov.cpuWait = o.runQueueWait
 		if ov.cpuWait == nil {
 			ov.cpuWait = newRunQueue().wait
@@ -126,7 +124,7 @@ func newOverload(o options, log *slog.Logger, meter metric.Meter) *overload {
 // delayControl is one controller: the least delay of the current interval
 // and the fraction of submissions admitted. Guarded by overload.mu.
 type delayControl struct {
-	target time.Duration // the delay over which it sheds; 0: overload.target
+	target time.Duration // the delay over which it sheds
 	start  time.Time     // the current interval's start
 	least  time.Duration // the least delay seen in it; -1: none yet
 	last   time.Duration // the least delay of the last interval that saw any
@@ -136,8 +134,8 @@ type delayControl struct {
 	owed   float64       // refusals owed: each submission adds 1-admit, each refusal pays 1
 }
 
-func (ov *overload) newControl(now time.Time) *delayControl {
-	return &delayControl{start: now, least: -1, admit: 1}
+func newControl(now time.Time, target time.Duration) *delayControl {
+	return &delayControl{target: target, start: now, least: -1, admit: 1}
 }
 
 // roll closes the intervals that ended by now. It reports whether the
@@ -148,11 +146,10 @@ func (ov *overload) roll(c *delayControl, now time.Time) (started, stopped bool)
 		return false, false
 	}
 	was := c.admit < 1
-	target := cmp.Or(c.target, ov.target)
-	if c.least > target {
+	if c.least > c.target {
 		c.above++
 		if (was || c.above >= 2) && !now.Before(c.hold) {
-			c.admit *= min(overloadCutMax, max(overloadCutMin, float64(target)/float64(c.least)))
+			c.admit *= min(overloadCutMax, max(overloadCutMin, float64(c.target)/float64(c.least)))
 			c.hold = now.Add(min(max(ov.interval, c.least), overloadHoldMax*ov.interval))
 		}
 	} else {
@@ -205,9 +202,9 @@ func (ov *overload) rollLogged(c *delayControl, now time.Time, what func() strin
 	switch {
 	case started:
 		ov.log.Warn("overloaded: admitted work waits longer than the target; refusing part of the new tasks",
-			"queue", what(), "least_delay", c.last, "target", cmp.Or(c.target, ov.target), "admitted_fraction", c.admit)
+			"queue", what(), "least_delay", c.last, "target", c.target, "admitted_fraction", c.admit)
 	default:
-		ov.log.Info("no longer overloaded: admitting every new task", "queue", what(), "target", cmp.Or(c.target, ov.target))
+		ov.log.Info("no longer overloaded: admitting every new task", "queue", what(), "target", c.target)
 	}
 }
 
@@ -229,7 +226,7 @@ func (ov *overload) dispatched(ns, typ string, due, now time.Time) {
 				}
 			}
 		}
-		c = ov.newControl(now)
+		c = newControl(now, ov.target)
 		ov.types[k] = c
 	}
 	ov.observe(c, dispatchQueue(ns, typ), now.Sub(due), now)
@@ -304,7 +301,7 @@ func (ov *overload) allow(ns string, wf *reevev1.Workflow) error {
 		return nil
 	}
 	worst.owed--
-	delay, admit, target := worst.last, worst.admit, cmp.Or(worst.target, ov.target)
+	delay, admit, target := worst.last, worst.admit, worst.target
 	attrs := ov.nsAttrs[ns]
 	if attrs == nil {
 		if len(ov.nsAttrs) >= maxOverloadKeys {
