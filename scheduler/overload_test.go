@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,5 +235,72 @@ func TestOverloadAdmitsEverythingBelowCapacity(t *testing.T) {
 	p.drain()
 	if p.done != len(p.submitted) {
 		t.Fatalf("%d tasks finished, %d admitted", p.done, len(p.submitted))
+	}
+}
+
+// With --overload-cpu-target, a scheduler whose goroutines keep waiting for
+// a CPU refuses part of the new tasks through SubmitTask: RESOURCE_EXHAUSTED,
+// OVERLOADED, a RetryInfo, and a message naming the CPU; it admits every
+// task while the wait is under the target, and again once it falls back.
+// The run-queue measure is a stand-in the test sets, the clock a fake one.
+func TestOverloadCPUShedsSubmissions(t *testing.T) {
+	env := testenv.New(t)
+	clock := clockwork.NewFakeClockAt(time.Now())
+	var runQueue atomic.Int64 // the wait the next interval measures, in ns
+	s := env.StartScheduler("", scheduler.WithClock(clock), scheduler.WithOverload(overloadTarget, overloadInterval),
+		scheduler.WithOverloadCPU(time.Millisecond),
+		scheduler.WithRunQueueWaitForTest(func() time.Duration { return time.Duration(runQueue.Load()) }))
+	c := s.Client(t)
+	n := 0
+	// offer submits k tasks after one more interval and reports the refusals.
+	offer := func(k int) (refused []error) {
+		t.Helper()
+		clock.Advance(overloadInterval)
+		for range k {
+			n++
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{TaskId: fmt.Sprintf("cpu-%d", n),
+				Workflow: inline(&reevev1.StepSpec{Name: "s", Type: "work", Timeout: durationpb.New(time.Hour)})})
+			cancel()
+			if err != nil {
+				refused = append(refused, err)
+			}
+		}
+		return refused
+	}
+
+	for range 5 {
+		if r := offer(10); len(r) > 0 {
+			t.Fatalf("run queue idle: %d of 10 refused: %v", len(r), r[0])
+		}
+	}
+	runQueue.Store(int64(4 * time.Millisecond))
+	offer(1)
+	offer(1) // two intervals over the target: shedding starts
+	r := offer(20)
+	if len(r) == 0 || len(r) == 20 {
+		t.Fatalf("after two intervals at 4× the CPU target: %d of 20 refused, want part of them", len(r))
+	}
+	st := status.Convert(r[0])
+	var reason string
+	var retry time.Duration
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			reason = d.GetReason()
+		case *errdetails.RetryInfo:
+			retry = d.GetRetryDelay().AsDuration()
+		}
+	}
+	if st.Code() != codes.ResourceExhausted || reason != scheduler.ReasonOverloaded || retry != 4*time.Millisecond+overloadInterval ||
+		!strings.Contains(st.Message(), "waits for a CPU") {
+		t.Fatalf("refusal %v (reason %q, retry after %v), want RESOURCE_EXHAUSTED, OVERLOADED, retry after the wait plus one interval, naming the CPU", r[0], reason, retry)
+	}
+
+	runQueue.Store(0)
+	for i := 0; len(offer(10)) > 0; i++ {
+		if i == 100 {
+			t.Fatal("still refusing after 100 calm intervals")
+		}
 	}
 }
