@@ -1,6 +1,8 @@
 package scheduler_test
 
 import (
+	"time"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
 )
@@ -27,4 +29,14 @@ func fieldOf(st *status.Status) string {
 		}
 	}
 	return ""
+}
+
+// retryOf is st's RetryInfo delay, 0 when it has none.
+func retryOf(st *status.Status) time.Duration {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
 }

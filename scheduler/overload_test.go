@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -83,16 +82,7 @@ func (p *pool) submit(n int) {
 func (p *pool) refusal(id string, err error) {
 	p.t.Helper()
 	st := status.Convert(err)
-	var reason string
-	var retry time.Duration
-	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *errdetails.ErrorInfo:
-			reason = d.GetReason()
-		case *errdetails.RetryInfo:
-			retry = d.GetRetryDelay().AsDuration()
-		}
-	}
+	reason, retry := reasonOf(st), retryOf(st)
 	if st.Code() != codes.ResourceExhausted || reason != scheduler.ReasonOverloaded || retry < overloadInterval {
 		p.t.Fatalf("submit %s: %v (reason %q, retry after %v), want RESOURCE_EXHAUSTED, OVERLOADED, a RetryInfo of at least %v", id, err, reason, retry, overloadInterval)
 	}
@@ -282,16 +272,7 @@ func TestOverloadCPUShedsSubmissions(t *testing.T) {
 		t.Fatalf("after two intervals at 4× the CPU target: %d of 20 refused, want part of them", len(r))
 	}
 	st := status.Convert(r[0])
-	var reason string
-	var retry time.Duration
-	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *errdetails.ErrorInfo:
-			reason = d.GetReason()
-		case *errdetails.RetryInfo:
-			retry = d.GetRetryDelay().AsDuration()
-		}
-	}
+	reason, retry := reasonOf(st), retryOf(st)
 	if st.Code() != codes.ResourceExhausted || reason != scheduler.ReasonOverloaded || retry != 4*time.Millisecond+overloadInterval ||
 		!strings.Contains(st.Message(), "waits for a CPU") {
 		t.Fatalf("refusal %v (reason %q, retry after %v), want RESOURCE_EXHAUSTED, OVERLOADED, retry after the wait plus one interval, naming the CPU", r[0], reason, retry)
