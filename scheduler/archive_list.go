@@ -12,7 +12,8 @@ import (
 )
 
 // withArchived merges into page, the etcd page of q, the archived tasks of
-// the same stretch of the list: one page across both stores, newest first.
+// the same stretch of the list: one page across both stores, newest first,
+// and the ids of the page's tasks that came from the archive.
 //
 // etcd is read first (page), the archive second: a task moves to the
 // archive before it leaves etcd, so a task of the stretch is in at least one
@@ -20,7 +21,7 @@ import (
 // Where the etcd page stopped early (its byte or scan budget), the merged
 // page stops there too, so that the next page, which starts after the last
 // task listed, skips no etcd task.
-func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool, page store.TaskPage) (store.TaskPage, error) {
+func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool, page store.TaskPage) (store.TaskPage, []string, error) {
 	aq := archive.Query{
 		Namespace: q.Namespace, State: q.State, Workflow: q.Workflow,
 		CreatedAfter: q.CreatedAfter, CreatedBefore: q.CreatedBefore, IDPrefix: q.IDPrefix,
@@ -31,13 +32,13 @@ func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool,
 	}
 	rows, err := s.opts.archive.List(ctx, aq)
 	if err != nil {
-		return store.TaskPage{}, archiveErr(err)
+		return store.TaskPage{}, nil, archiveErr(err)
 	}
 	archived := make([]*reevev1.Task, 0, len(rows))
 	for _, r := range rows {
 		t, err := archivedListTask(r, full)
 		if err != nil {
-			return store.TaskPage{}, archiveErr(err)
+			return store.TaskPage{}, nil, archiveErr(err)
 		}
 		if q.Trim != nil {
 			q.Trim(t)
@@ -62,9 +63,11 @@ func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool,
 		maxBytes = store.DefaultListBytes
 	}
 	out := store.TaskPage{Revision: page.Revision}
+	var fromArchive []string
 	size, i, j := 0, 0, 0
 	for len(out.Tasks) < q.Limit && (i < len(live) || j < len(archived)) {
 		var t *reevev1.Task
+		isArchived := false
 		if j == len(archived) || (i < len(live) && !listsBefore(positionOf(archived[j]), positionOf(live[i]))) {
 			t = live[i]
 			if j < len(archived) && samePosition(positionOf(archived[j]), positionOf(t)) {
@@ -72,7 +75,7 @@ func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool,
 			}
 			i++
 		} else {
-			t = archived[j]
+			t, isArchived = archived[j], true
 			j++
 		}
 		n := proto.Size(t)
@@ -81,6 +84,9 @@ func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool,
 			break
 		}
 		out.Tasks = append(out.Tasks, t)
+		if isArchived {
+			fromArchive = append(fromArchive, t.GetId())
+		}
 		size += n
 	}
 	switch {
@@ -93,7 +99,7 @@ func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool,
 		// Every task up to etcd's stopping point is listed.
 		out.Next = page.Next
 	}
-	return out, nil
+	return out, fromArchive, nil
 }
 
 // archivedListTask decodes an archived row as a list returns it.

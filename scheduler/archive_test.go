@@ -172,6 +172,9 @@ func TestArchivedTaskIsReadAsBefore(t *testing.T) {
 			if !slices.Equal(ids, []string{live.GetId(), "order-1"}) {
 				t.Fatalf("list = %v; want the live task then the archived one, newest first", ids)
 			}
+			if got := list.GetArchivedTaskIds(); !slices.Equal(got, []string{"order-1"}) {
+				t.Fatalf("list's archived_task_ids = %v; want the archived task only", got)
+			}
 			counts, err := c.CountTasks(ctx, &reevev1.CountTasksRequest{})
 			if err != nil {
 				t.Fatal(err)
@@ -257,6 +260,11 @@ func TestListPagesAcrossTheArchive(t *testing.T) {
 			}
 			if w := []string{"t-009", "t-007", "t-006", "t-004", "t-003", "t-001", "t-000"}; !slices.Equal(canceled, w) {
 				t.Fatalf("canceled with prefix t-00 = %v; want %v", canceled, w)
+			}
+			// Every one of them has moved: each is marked as read from the
+			// archive.
+			if got := resp.GetArchivedTaskIds(); !slices.Equal(got, canceled) {
+				t.Fatalf("archived_task_ids = %v; want every canceled task listed, %v", got, canceled)
 			}
 		})
 	}

@@ -40,13 +40,14 @@ func (s *Server) ListTasks(ctx context.Context, req *reevev1.ListTasksRequest) (
 	q.Basic = view == reevev1.TaskView_TASK_VIEW_BASIC
 	q.Trim = trimmer(view)
 	page, err := s.store.QueryTasks(ctx, q)
+	var archived []string
 	if err == nil && s.opts.archive != nil {
-		page, err = s.withArchived(ctx, q, view == reevev1.TaskView_TASK_VIEW_FULL, page)
+		page, archived, err = s.withArchived(ctx, q, view == reevev1.TaskView_TASK_VIEW_FULL, page)
 	}
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	resp := &reevev1.ListTasksResponse{Tasks: page.Tasks, Revision: page.Revision}
+	resp := &reevev1.ListTasksResponse{Tasks: page.Tasks, Revision: page.Revision, ArchivedTaskIds: archived}
 	if page.Next != nil {
 		resp.NextPageToken = encodeListToken(req, *page.Next)
 	}

@@ -530,9 +530,14 @@ type ListTasksResponse struct {
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	// The etcd revision the page was read at: WatchTasks from it sees every
 	// change after this page.
-	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The ids of the page's tasks read from the archive of finished tasks
+	// (docs/archive.md): they ended and left etcd, and are read-only
+	// (operator actions on them fail with FAILED_PRECONDITION). Empty without
+	// an archive.
+	ArchivedTaskIds []string `protobuf:"bytes,4,rep,name=archived_task_ids,json=archivedTaskIds,proto3" json:"archived_task_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListTasksResponse) Reset() {
@@ -584,6 +589,13 @@ func (x *ListTasksResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *ListTasksResponse) GetArchivedTaskIds() []string {
+	if x != nil {
+		return x.ArchivedTaskIds
+	}
+	return nil
 }
 
 type CountTasksRequest struct {
@@ -1887,11 +1899,12 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\rcreated_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
 	"\x0ecreated_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12$\n" +
 	"\x0etask_id_prefix\x18\b \x01(\tR\ftaskIdPrefix\x12&\n" +
-	"\x04view\x18\t \x01(\x0e2\x12.reeve.v1.TaskViewR\x04view\"}\n" +
+	"\x04view\x18\t \x01(\x0e2\x12.reeve.v1.TaskViewR\x04view\"\xa9\x01\n" +
 	"\x11ListTasksResponse\x12$\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x0e.reeve.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"M\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12*\n" +
+	"\x11archived_task_ids\x18\x04 \x03(\tR\x0farchivedTaskIds\"M\n" +
 	"\x11CountTasksRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bworkflow\x18\x02 \x01(\tR\bworkflow\"\xe4\x01\n" +
