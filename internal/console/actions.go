@@ -19,6 +19,11 @@ import (
 // maxBulk bounds a bulk action: at most this many tasks per confirmation.
 const maxBulk = 500
 
+// maxBulkExamined bounds the tasks a bulk action "all matching this filter"
+// lists to find its maxBulk: archived ones are left out, and a filter that
+// matches many of them must not list the whole archive.
+const maxBulkExamined = 10 * maxBulk
+
 var actionTitles = map[string]string{
 	"cancel":     "Cancel task",
 	"retry":      "Retry failed step",
@@ -152,6 +157,7 @@ type bulkData struct {
 	Action, ActionTitle string
 	IDs                 []string
 	More                bool // the filter matched more than maxBulk
+	Archived            int  // tasks of the filter left out: in the archive of finished tasks, read-only
 	Scope               string
 	FilterQuery         string
 	Results             []bulkResult
@@ -197,21 +203,35 @@ func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, ss *session
 		ctx, cancel, opts := s.call(r, ss)
 		defer cancel()
 		var page string
-		for len(d.IDs) <= maxBulk {
-			tasks, next, _, err := s.listTasks(ctx, opts, f, maxBulk, page)
+		for examined := 0; len(d.IDs) <= maxBulk; {
+			if examined >= maxBulkExamined {
+				d.More = true // the rest is not looked at
+				break
+			}
+			p, err := s.listTasks(ctx, opts, f, maxBulk, page)
 			if err != nil {
 				s.apiError(w, r, ss, "list tasks", err)
 				return
 			}
-			for _, t := range tasks {
+			examined += len(p.Tasks)
+			for _, t := range p.Tasks {
+				if p.Archived[t.GetId()] {
+					d.Archived++ // read-only: no action applies
+					continue
+				}
 				d.IDs = append(d.IDs, t.GetId())
 			}
-			if page = next; page == "" {
+			if page = p.Next; page == "" {
 				break
 			}
 		}
 		if len(d.IDs) > maxBulk {
 			d.IDs, d.More = d.IDs[:maxBulk], true
+		}
+		if len(d.IDs) == 0 && d.Archived > 0 {
+			s.renderError(w, r, ss, http.StatusConflict, "Nothing to act on",
+				fmt.Sprintf("The %d tasks matching this filter ended and moved to the archive of finished tasks: they are read-only.", d.Archived))
+			return
 		}
 	default:
 		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", fmt.Sprintf("scope: want selected or filter, got %q", d.Scope))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -221,4 +222,57 @@ func TestBrowserArchivedFailedTaskIsReadOnly(t *testing.T) {
 	for _, m := range dlg.all() {
 		t.Errorf("a dialog opened: %q", m)
 	}
+}
+
+// Bulk actions leave archived tasks out: they ended and are read-only. The
+// tasks list marks an archived row and gives it no selection box; "all
+// matching this filter" lists only the tasks still in etcd and says how
+// many it left out, and refuses when nothing else matches.
+func TestBulkLeavesArchivedTasksOut(t *testing.T) {
+	e := newArchiveEnvWith(t, []scheduler.Option{scheduler.WithRetention(time.Second), scheduler.WithSweepInterval(100 * time.Millisecond)})
+	failed := e.submit(failing(structpb.NewStringValue("parcel")))
+	e.waitState(failed.GetId(), reevev1.TaskState_TASK_STATE_FAILED)
+	e.waitArchived(failed.GetId(), reevev1.TaskState_TASK_STATE_FAILED)
+	b := e.browser()
+
+	_, page := b.get("/tasks?state=failed")
+	token := csrf(t, page)
+	row := rowOf(t, page, failed.GetId())
+	if strings.Contains(row, `name="id"`) || !strings.Contains(row, "archived") {
+		t.Errorf("the archived task's row: %q; want it marked archived, with no selection box", row)
+	}
+	code, body := b.post("/bulk", e.url, url.Values{"csrf": {token}, "action": {"retry"}, "scope": {"filter"}, "filter": {"ns=default&state=failed"}})
+	if code != http.StatusConflict || !strings.Contains(body, "archive") || !strings.Contains(body, "read-only") {
+		t.Fatalf("bulk retry of every FAILED task, all archived: status %d: %.400s; want 409 naming the archive", code, textOf(body))
+	}
+
+	pending := e.submit(stuck())
+	_, page = b.get("/tasks")
+	if row := rowOf(t, page, pending.GetId()); !strings.Contains(row, `name="id"`) || strings.Contains(row, "archived") {
+		t.Errorf("the pending task's row: %q; want a selection box and no archive mark", row)
+	}
+	code, confirm := b.post("/bulk", e.url, url.Values{"csrf": {token}, "action": {"cancel"}, "scope": {"filter"}, "filter": {"ns=default"}})
+	if code != http.StatusOK {
+		t.Fatalf("bulk cancel of every task: status %d: %.400s", code, textOf(confirm))
+	}
+	if !strings.Contains(confirm, `name="id" value="`+pending.GetId()+`"`) || strings.Contains(confirm, `value="`+failed.GetId()+`"`) {
+		t.Errorf("confirmation: want the pending task and not the archived one: %.600s", textOf(confirm))
+	}
+	if !strings.Contains(textOf(confirm), "1 task matching the filter ended and moved to the archive") {
+		t.Errorf("confirmation does not say that one archived task was left out: %.600s", textOf(confirm))
+	}
+}
+
+// rowOf is the tasks list's row of task id in page.
+func rowOf(t *testing.T, page, id string) string {
+	t.Helper()
+	i := strings.Index(page, `data-href="/tasks/`+id+`?`)
+	if i < 0 {
+		t.Fatalf("no row of %s in the page", id)
+	}
+	end := strings.Index(page[i:], "</tr>")
+	if end < 0 {
+		t.Fatalf("row of %s does not end", id)
+	}
+	return page[i : i+end]
 }

@@ -20,27 +20,47 @@ import (
 // a page early (byte and scan budgets) and still carry a next token.
 const listCalls = 5
 
+// taskPage is a page of the tasks list.
+type taskPage struct {
+	Tasks []*reevev1.Task
+	// Next is the token of the page after it; empty at the end.
+	Next string
+	// Revision is the etcd revision of the first call (WatchTasks resumes
+	// after it).
+	Revision int64
+	// Archived holds the ids of the tasks read from the archive of
+	// finished tasks: read-only.
+	Archived map[string]bool
+}
+
 // listTasks returns up to size tasks matching f, newest first, from page
-// on; the API applies every filter from its indexes. revision is the etcd
-// revision of the first call (WatchTasks resumes after it).
-func (s *Server) listTasks(ctx context.Context, opts []grpc.CallOption, f taskFilter, size int, page string) (tasks []*reevev1.Task, next string, revision int64, err error) {
+// on; the API applies every filter from its indexes.
+func (s *Server) listTasks(ctx context.Context, opts []grpc.CallOption, f taskFilter, size int, page string) (taskPage, error) {
+	var p taskPage
 	for i := 0; i < listCalls; i++ {
-		req := &reevev1.ListTasksRequest{Namespace: f.NS, State: f.state, PageSize: int32(size - len(tasks)), PageToken: page,
+		req := &reevev1.ListTasksRequest{Namespace: f.NS, State: f.state, PageSize: int32(size - len(p.Tasks)), PageToken: page,
 			Workflow: f.Workflow, TaskIdPrefix: f.Prefix, CreatedAfter: timeOf(f.after), CreatedBefore: timeOf(f.before), View: reevev1.TaskView_TASK_VIEW_BASIC}
 		resp, err := s.sched.ListTasks(ctx, req, opts...)
 		if err != nil {
-			return nil, "", 0, err
+			return taskPage{}, err
 		}
 		if i == 0 {
-			revision = resp.GetRevision()
+			p.Revision = resp.GetRevision()
 		}
-		tasks = append(tasks, resp.GetTasks()...)
+		p.Tasks = append(p.Tasks, resp.GetTasks()...)
+		for _, id := range resp.GetArchivedTaskIds() {
+			if p.Archived == nil {
+				p.Archived = map[string]bool{}
+			}
+			p.Archived[id] = true
+		}
 		page = resp.GetNextPageToken()
-		if page == "" || len(tasks) >= size {
+		if page == "" || len(p.Tasks) >= size {
 			break
 		}
 	}
-	return tasks, page, revision, nil
+	p.Next = page
+	return p, nil
 }
 
 // counts returns the number of tasks per state for f's namespace (and
@@ -173,11 +193,11 @@ func (s *Server) pollTasks(ctx context.Context, ss *session, f taskFilter, fp st
 	pollChanges(ctx, out, fp, func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 		defer cancel()
-		tasks, _, _, err := s.listTasks(ctx, ss.callOpts(), f, f.Size, f.Page)
+		p, err := s.listTasks(ctx, ss.callOpts(), f, f.Size, f.Page)
 		if err != nil {
 			return "", err
 		}
-		return fingerprint(tasks), nil
+		return fingerprint(p.Tasks), nil
 	})
 }
 

@@ -106,9 +106,9 @@ func (s *Server) renderOverview(w http.ResponseWriter, r *http.Request, ss *sess
 	if resp, err := s.sched.ListTasks(ctx, &reevev1.ListTasksRequest{Namespace: ns, CreatedAfter: timeOf(now.Add(-throughputWindow)), PageSize: overviewSample, View: reevev1.TaskView_TASK_VIEW_BASIC}, opts...); err == nil {
 		d.Submitted, d.SubmittedMax = len(resp.GetTasks()), resp.GetNextPageToken() != ""
 	}
-	if tasks, _, _, err := s.listTasks(ctx, opts, taskFilter{NS: ns}, 10, ""); err == nil {
-		for _, t := range tasks {
-			d.Recent = append(d.Recent, s.row(t, now))
+	if p, err := s.listTasks(ctx, opts, taskFilter{NS: ns}, 10, ""); err == nil {
+		for _, t := range p.Tasks {
+			d.Recent = append(d.Recent, s.row(t, now, p.Archived[t.GetId()]))
 		}
 	}
 	s.render(w, r, http.StatusOK, tmpl, d)

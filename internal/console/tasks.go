@@ -138,11 +138,12 @@ type taskRow struct {
 	Deadline                string
 	Overdue                 bool
 	Terminal                bool
+	Archived                bool // read from the archive of finished tasks: read-only
 }
 
-func (s *Server) row(t *reevev1.Task, now time.Time) taskRow {
+func (s *Server) row(t *reevev1.Task, now time.Time, archived bool) taskRow {
 	r := taskRow{ID: t.GetId(), NS: t.GetNamespace(), Workflow: t.GetWorkflow().GetName(), State: shortEnum(t.GetState()),
-		Age: fmtDur(now.Sub(t.GetCreateTime().AsTime())), Terminal: taskstate.TerminalTask(t.GetState())}
+		Age: fmtDur(now.Sub(t.GetCreateTime().AsTime())), Terminal: taskstate.TerminalTask(t.GetState()), Archived: archived}
 	if st := currentStep(t); st != nil {
 		r.Step, r.Attempt = st.GetName(), st.GetAttempt()
 		if r.Step != "" && st.GetCompensation() {
@@ -222,21 +223,21 @@ func (s *Server) renderTasks(w http.ResponseWriter, r *http.Request, ss *session
 	d.pageData = s.page(r, ss, "Tasks", "tasks", f.NS)
 	ctx, cancel, opts := s.call(r, ss)
 	defer cancel()
-	tasks, next, rev, err := s.listTasks(ctx, opts, f, f.Size, f.Page)
+	p, err := s.listTasks(ctx, opts, f, f.Size, f.Page)
 	if err != nil {
 		s.apiError(w, r, ss, "list tasks", err)
 		return
 	}
-	d.Rev, d.FP = rev, fingerprint(tasks)
-	if len(tasks) == 0 && f.FilterQuery() == "ns="+url.QueryEscape(f.NS) && !s.namespaceKnown(r, ss, f.NS) {
+	d.Rev, d.FP = p.Revision, fingerprint(p.Tasks)
+	if len(p.Tasks) == 0 && f.FilterQuery() == "ns="+url.QueryEscape(f.NS) && !s.namespaceKnown(r, ss, f.NS) {
 		s.renderError(w, r, ss, http.StatusNotFound, "Unknown namespace", fmt.Sprintf("Namespace %q has no task and no workflow. A namespace exists through its tasks and workflows: check its name.", f.NS))
 		return
 	}
 	now := s.now()
-	for _, t := range tasks {
-		d.Rows = append(d.Rows, s.row(t, now))
+	for _, t := range p.Tasks {
+		d.Rows = append(d.Rows, s.row(t, now, p.Archived[t.GetId()]))
 	}
-	d.Next = next
+	d.Next = p.Next
 	s.render(w, r, http.StatusOK, tmpl, d)
 }
 
