@@ -252,6 +252,7 @@ those of the Task message either way.`,
 					return err
 				}
 				resp.Tasks = append(resp.Tasks, page.GetTasks()...)
+				resp.ArchivedTaskIds = append(resp.ArchivedTaskIds, page.GetArchivedTaskIds()...)
 				resp.NextPageToken, token = page.GetNextPageToken(), page.GetNextPageToken()
 				if token == "" || (!all && len(resp.Tasks) >= want) {
 					break
