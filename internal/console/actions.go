@@ -229,8 +229,11 @@ func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, ss *session
 			d.IDs, d.More = d.IDs[:maxBulk], true
 		}
 		if len(d.IDs) == 0 && d.Archived > 0 {
-			s.renderError(w, r, ss, http.StatusConflict, "Nothing to act on",
-				fmt.Sprintf("The %d tasks matching this filter ended and moved to the archive of finished tasks: they are read-only.", d.Archived))
+			msg := fmt.Sprintf("The %d tasks matching this filter ended and moved to the archive of finished tasks: they are read-only.", d.Archived)
+			if d.Archived == 1 {
+				msg = "The one task matching this filter ended and moved to the archive of finished tasks: it is read-only."
+			}
+			s.renderError(w, r, ss, http.StatusConflict, "Nothing to act on", msg)
 			return
 		}
 	default:
