@@ -61,6 +61,23 @@ func TestBrowserArchive(t *testing.T) {
 		poll(t, ctx, "count of "+st, `[...document.querySelectorAll('#counts a.st-`+st+` b')].some(b => b.textContent === '1')`, 30*time.Second)
 	}
 	screenshot(t, ctx, dir, "archive-tasks")
+	// In the list, the archived rows are marked and cannot be selected; the
+	// others can.
+	for id, archived := range map[string]bool{orders.GetId(): true, comp.GetId(): true, failed.GetId(): false, pending.GetId(): false} {
+		row := `#task-rows tr[data-href^="/tasks/` + id + `"]`
+		// 2: marked archived, 1: no selection box.
+		got := eval(t, ctx, `(document.querySelector('`+row+` .archived') ? 2 : 0) + (document.querySelector('`+row+` input[name=id]') ? 0 : 1)`)
+		if want := map[bool]int{true: 3, false: 0}[archived]; got != want {
+			t.Errorf("row of %s: %d (2: marked archived, 1: no selection box), want %d", id, got, want)
+		}
+	}
+	// The overview's recent tasks mark them too.
+	run(t, ctx, "open overview", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(chromedp.CSS(`tr.row[data-href^="/tasks/`+orders.GetId()+`"]`)))
+	if n := eval(t, ctx, `document.querySelectorAll('tr.row .archived').length`); n != 2 {
+		t.Errorf("overview: %v recent rows marked archived, want the 2 archived tasks", n)
+	}
+	screenshot(t, ctx, dir, "archive-overview")
+	run(t, ctx, "back to tasks", chromedp.Navigate(e.url+"/tasks"), chromedp.WaitVisible(chromedp.CSS("#tasks-table")))
 
 	// Filter by state, from the form: only the archived succeeded task.
 	run(t, ctx, "filter succeeded", chromedp.SetValue(chromedp.CSS(`select[name=state]`), "succeeded"),
