@@ -127,7 +127,8 @@ func (s *Server) takeBack(ref *reevev1.StepRef, agentID, reason string) {
 
 // directSlot is capacity reserved on an agent for one claim inside a write.
 type directSlot struct {
-	conn *agentConn
+	conn    *agentConn
+	release func() // ends the slot's hold on the scheduler's shutdown (workGroup.hold)
 }
 
 // writeClaim claims, inside a write's transition, a step the transition

@@ -72,10 +72,8 @@ type dispatchDeps struct {
 	// expireNow moves the complete-by of an attempt whose agent missed its
 	// heartbeat to now (Server.expireNow).
 	expireNow func(ref *reevev1.StepRef, details *structpb.Value)
-	// goWork runs f in the background, waited for by the scheduler's
-	// shutdown, and reports false (f not run) once that began
-	// (Server.goWork).
-	goWork func(f func()) bool
+	// work is the background work the scheduler's shutdown waits for.
+	work *workGroup
 }
 
 func newDispatcher(deps dispatchDeps) *dispatcher {
@@ -237,7 +235,7 @@ func (d *dispatcher) match() {
 			it.elem = nil
 			it.claiming = true
 			conn.reserved++
-			if !d.goWork(func() { d.claim(it, conn) }) {
+			if !d.work.goOptional(func() { d.claim(it, conn) }) {
 				// The scheduler is stopping: the item stays queued.
 				<-d.sem
 				conn.reserved--
@@ -298,9 +296,13 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 }
 
 // takeBack queues again, in the background, an attempt dispatched to
-// agentID that the agent never got or never acknowledged.
+// agentID that the agent never got or never acknowledged. It is an
+// obligation of the work that claimed the attempt: it runs also while the
+// scheduler stops (workGroup).
 func (d *dispatcher) takeBack(ref *reevev1.StepRef, agentID, reason string) {
-	d.goWork(func() { d.takeBackNow(ref, agentID, reason) })
+	if !d.work.goObligation(func() { d.takeBackNow(ref, agentID, reason) }) {
+		d.log.Warn("scheduler stopped: the attempt is recovered at its complete-by", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "reason", reason)
+	}
 }
 
 func isLostClaim(err error) bool {
@@ -336,7 +338,7 @@ func (d *dispatcher) releaseExpired() {
 	}
 	d.unlock()
 	for _, b := range missed {
-		d.goWork(func() { d.expireNow(b.ref, b.details) })
+		d.work.goOptional(func() { d.expireNow(b.ref, b.details) })
 	}
 }
 

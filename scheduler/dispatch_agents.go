@@ -282,20 +282,28 @@ func (d *dispatcher) queueHeads(ns string) []queueHead {
 }
 
 // reserveDirect reserves room for one assignment of type k on an eligible
-// agent, or returns nil (no agent with room, or steps of that type are
-// queued here and go first).
+// agent, or returns nil (no agent with room, steps of that type are queued
+// here and go first, or the scheduler is stopping). The slot holds the
+// scheduler's shutdown until it is delivered or given back, so that a
+// claim it makes is delivered or taken back before Run returns.
 func (d *dispatcher) reserveDirect(k queueKey) *directSlot {
+	release, ok := d.work.hold()
+	if !ok {
+		return nil
+	}
 	d.lock()
 	defer d.unlock()
 	if q := d.queues[k]; q != nil && q.Len() > 0 {
+		release()
 		return nil
 	}
 	conn := d.agents.pick(k, d.clock.Now())
 	if conn == nil {
+		release()
 		return nil
 	}
 	conn.reserved++
-	return &directSlot{conn: conn}
+	return &directSlot{conn: conn, release: release}
 }
 
 // unreserve gives back a slot that was not used.
@@ -306,12 +314,14 @@ func (d *dispatcher) unreserve(sl *directSlot) {
 	d.lock()
 	sl.conn.reserved--
 	d.unlock()
+	sl.release()
 	d.poke()
 }
 
 // deliver hands a committed direct dispatch to the slot's agent, as a won
 // claim is handed over; the slot's reservation ends.
 func (d *dispatcher) deliver(sl *directSlot, a *reevev1.StepAssignment) {
+	defer sl.release() // after handOver, whose take-back is the slot's obligation
 	d.lock()
 	defer d.unlock()
 	sl.conn.reserved--

@@ -52,9 +52,7 @@ type Server struct {
 	// recorded even when its stream breaks; canceled after the drain.
 	base       context.Context
 	cancelBase context.CancelFunc
-	work       sync.WaitGroup // result handlers, claims and take-backs
-	workMu     sync.Mutex     // orders goWork's Add before Run's Wait
-	workClosed bool           // Run is waiting for work: goWork starts none
+	work       *workGroup // result handlers, claims, take-backs: what Run's stop waits for
 
 	unregistered atomic.Int64 // agent streams waiting for their Register
 	// archiveCaughtUp is the grace cutoff (unix ns) of the last archive pass
@@ -95,6 +93,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		log:                o.log.With("scheduler_id", o.id),
 		base:               base,
 		cancelBase:         cancel,
+		work:               newWorkGroup(),
 	}
 	if o.archive != nil {
 		s.lookups = newArchiveLookups(base, o.archive)
@@ -103,7 +102,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	s.disp = newDispatcher(dispatchDeps{
 		id: o.id, clock: o.clock, log: s.log, logs: s.logs, store: s.store,
 		ackTimeout: o.ackTimeout, claimConcurrency: o.claimConcurrency,
-		claimEntry: s.claim, takeBackNow: s.takeBack, expireNow: s.expireNow, goWork: s.goWork,
+		claimEntry: s.claim, takeBackNow: s.takeBack, expireNow: s.expireNow, work: s.work,
 	})
 	s.tel = newInstruments(s)
 	s.adm = newAdmission(s)
@@ -184,7 +183,9 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 //     schedulers; an attempt claimed after its agent was told to drain, or
 //     left unsent when its stream ended, is taken back (queued again at
 //     once), never left locked to an agent that did not get it;
-//  3. wait for results, claims and take-backs in flight to be recorded;
+//  3. wait for results, claims and take-backs in flight to be recorded:
+//     no new result write or claim starts, but the take-back of an attempt
+//     a write in flight claimed does, and is waited for too (workGroup);
 //  4. revoke the instance lease.
 //
 // It returns nil after a shutdown, or the first fatal error.
@@ -208,30 +209,16 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 
 	s.disp.drainAgents(s.opts.drainTimeout)
-	s.workMu.Lock()
-	s.workClosed = true
-	s.workMu.Unlock()
-	s.work.Wait()
+	s.work.closeAndWait()
 	return nil
 }
 
 // goWork runs f in a goroutine that Run waits for before it returns, unless
 // Run is already waiting (the server stopped): then f does not run and
 // goWork reports false. Stream handlers can outlive Run (grpc.Server.Stop
-// does not wait for them), and a WaitGroup may not be added to while it is
-// being waited on.
+// does not wait for them).
 func (s *Server) goWork(f func()) bool {
-	s.workMu.Lock()
-	defer s.workMu.Unlock()
-	if s.workClosed {
-		return false
-	}
-	s.work.Add(1)
-	go func() {
-		defer s.work.Done()
-		f()
-	}()
-	return true
+	return s.work.goOptional(f)
 }
 
 // keepSession holds the instance lease that agent records live under, and

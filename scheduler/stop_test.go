@@ -3,12 +3,17 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/testenv"
 )
 
@@ -101,4 +106,133 @@ func TestGracefulStopStrandsNoClaim(t *testing.T) {
 
 func key(r *reevev1.StepRef) string {
 	return fmt.Sprintf("%s/%s/%s/%d", r.GetNamespace(), r.GetTaskId(), r.GetStep(), r.GetAttempt())
+}
+
+// The same with SDK agents (16 slots each) and a competing load on the
+// machine: a claim committed while the scheduler stops (a result's write
+// claiming the next task's step, a submission's direct claim) is delivered
+// or taken back before the stop returns, so every task succeeds on the
+// scheduler left, long before any complete-by. Before the stop's work
+// waited for its take-backs, a busy machine left some of them RUNNING on
+// the stopped scheduler's claims until their complete-by.
+func TestGracefulStopUnderLoadStrandsNoClaim(t *testing.T) {
+	const tasks = 600
+	env, s1, c1 := newEnv(t)
+	// s2 starts once the agents are on s1: they try s2's address first
+	// or second, and only s1 answers at first.
+	s2Addr := testenv.FreeAddr(t)
+
+	// A competing load: one spinning goroutine per CPU until the stop is
+	// over, so that the stop's goroutines wait for a CPU.
+	spin, stopSpin := context.WithCancel(context.Background())
+	var spinners sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		spinners.Go(func() {
+			for spin.Err() == nil {
+				for i := 0; i < 1e5; i++ {
+					_ = i * i
+				}
+			}
+		})
+	}
+	defer func() { stopSpin(); spinners.Wait() }()
+
+	var onS1 atomic.Int64 // steps the agents ran while s1 served them
+	s1Serving := atomic.Bool{}
+	s1Serving.Store(true)
+	for _, id := range []string{"a", "b"} {
+		a, err := agentsdk.New([]string{s1.Addr, s2Addr}, agentsdk.WithAgentID(id), agentsdk.WithMaxConcurrentSteps(16), agentsdk.WithLogger(testenv.Logger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Handle("x", func(context.Context, *agentsdk.Step) (any, error) {
+			if s1Serving.Load() {
+				onS1.Add(1)
+			}
+			return map[string]any{"ok": true}, nil
+		})
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = a.Run(ctx) }()
+		defer func() { stop(); <-done }()
+	}
+	waitAgents(t, c1, 2)
+	s2 := env.StartScheduler(s2Addr)
+	c := s2.Client(t)
+
+	var submitted atomic.Int64
+	ids := make(chan string, tasks)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for submitted.Add(1) <= tasks {
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				resp, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(&reevev1.StepSpec{Name: "a", Type: "x", Timeout: durationpb.New(10 * time.Minute)})})
+				cancel()
+				if err != nil {
+					t.Errorf("submit: %v", err)
+					return
+				}
+				ids <- resp.GetTask().GetId()
+			}
+		})
+	}
+	deadline := time.Now().Add(wait)
+	for submitted.Load() < tasks/3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	began := time.Now()
+	s1.Stop()
+	s1Serving.Store(false)
+	t.Logf("s1 stopped in %s", time.Since(began))
+	stopSpin()
+	wg.Wait()
+	close(ids)
+	t.Logf("all submitted %s after the stop began", time.Since(began))
+	if onS1.Load() == 0 {
+		t.Fatal("the agents ran nothing from s1 before it stopped: the test proves nothing")
+	}
+	t.Logf("%d steps ran from s1 before its stop", onS1.Load())
+
+	// A stranded step stays RUNNING for its 10 minutes: its task does not
+	// end in time.
+	stranded := 0
+	deadline = time.Now().Add(time.Minute)
+	for id := range ids {
+		got := getTask(t, c, id)
+		for !taskstate.TerminalTask(got.GetState()) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			got = getTask(t, c, id)
+		}
+		if got.GetState() == reevev1.TaskState_TASK_STATE_SUCCEEDED {
+			continue
+		}
+		stranded++
+		if stranded <= 3 {
+			st := stepOf(got, "a")
+			t.Errorf("task %s is %s: step %s at attempt %d, locked to %q by scheduler %q", id, got.GetState(), st.GetState(), st.GetAttempt(), st.GetLockedByAgent(), st.GetLockedByScheduler())
+		}
+	}
+	t.Logf("all ended %s after the stop began", time.Since(began))
+	if stranded > 0 {
+		t.Fatalf("%d of %d tasks did not end after a graceful stop", stranded, tasks)
+	}
+}
+
+// waitAgents waits until n agents are connected to the scheduler of c.
+func waitAgents(t *testing.T, c reevev1.SchedulerServiceClient, n int) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		resp, err := c.ListAgents(ctx, &reevev1.ListAgentsRequest{})
+		cancel()
+		if err == nil && len(resp.GetAgents()) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d agents connected after %s (err %v), want %d", len(resp.GetAgents()), wait, err, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
