@@ -17,11 +17,19 @@ reeve=${REEVE:-bin/reeve}
 etcd=${ETCD:-.tools/bin/etcd}
 dir=$(mktemp -d)
 etcd_port=${ETCD_PORT:-23791}
-sched_addr=${SCHEDULER_ADDR:-127.0.0.1:7491}
+sched_addr=${SCHEDULER_ADDR:-127.0.0.1:0} # port 0: read from its log
 pids=()
 cleanup() {
+	local status=$?
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	if [ "$status" -ne 0 ]; then
+		for f in "$dir"/*.log; do
+			[ -f "$f" ] || continue
+			echo "--- $f" >&2
+			tail -n 40 "$f" >&2
+		done
+	fi
 	rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -46,6 +54,8 @@ for _ in $(seq 100); do
 	grep -q "scheduler listening" "$dir/scheduler.log" 2>/dev/null && break
 	sleep 0.1
 done
+sched_addr=$(sed -n 's/.*msg="scheduler listening" address=\([0-9.:]*\).*/\1/p' "$dir/scheduler.log")
+[ -n "$sched_addr" ] || { echo "reeve scheduler did not start" >&2; exit 1; }
 
 cpu() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; }
 metrics() { curl -fs "http://127.0.0.1:$((etcd_port + 20))/metrics" >"$1"; }

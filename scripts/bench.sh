@@ -47,7 +47,7 @@ run recovery-10000 --embedded --recovery --tasks 10000
 # process serves the load, and agents hold each step 10 s at 1,000 tasks/s,
 # so about 10,000 steps are running. --server-pid samples that scheduler.
 data=$(mktemp -d)
-"$reeve" dev --data-dir "$data" --listen 127.0.0.1:0 --log-level error >"$out/dev.out" 2>"$out/dev.err" &
+"$reeve" dev --data-dir "$data" --listen 127.0.0.1:0 --console-listen 127.0.0.1:0 --etcd-listen 127.0.0.1:0 --log-level error >"$out/dev.out" 2>"$out/dev.err" &
 dev=$!
 sched=
 cleanup() {
@@ -58,10 +58,12 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 100); do grep -q 'reeve dev:' "$out/dev.out" && break; sleep 0.1; done
 etcd=$(sed -n 's/.*, etcd on \([^,]*\),.*/\1/p' "$out/dev.out")
+[ -n "$etcd" ] || { echo "reeve dev did not start:" >&2; cat "$out/dev.out" "$out/dev.err" >&2; exit 1; }
 "$reeve" scheduler --etcd-endpoints "$etcd" --listen 127.0.0.1:0 >"$out/scheduler.out" 2>"$out/scheduler.err" &
 sched=$!
 for _ in $(seq 100); do grep -q 'scheduler listening' "$out/scheduler.err" && break; sleep 0.1; done
 addr=$(sed -n 's/.*msg="scheduler listening" address=\([0-9.:]*\).*/\1/p' "$out/scheduler.err")
+[ -n "$addr" ] || { echo "reeve scheduler did not start:" >&2; cat "$out/scheduler.err" >&2; exit 1; }
 run rss-10k-in-flight --address "$addr" --etcd-endpoints "$etcd" --server-pid "$sched" \
 	--tasks 10000000 --duration 20s --rate 1000 --work 10s --agents 20 --agent-concurrency 1000
 cleanup

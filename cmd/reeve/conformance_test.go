@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,30 +22,44 @@ type conformanceReport struct {
 	} `json:"cases"`
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
-}
-
 // The contract: -o json prints the report, exit 0 when every case passed.
+// The suite listens on port 0 and prints its address; the agent connects
+// there once it is printed.
 func TestConformanceJSONAgainstSDKAgent(t *testing.T) {
-	addr := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"conformance", "--listen", "127.0.0.1:0", "--run", "^(register|assignment|redelivery)$", "-o", "json"},
+			&stdout, &stderr, func(string) string { return "" })
+	}()
+	addrLine := regexp.MustCompile(`serving the agent protocol on (\S+);`)
+	var addr string
+	waitUntil(t, 30*time.Second, "the suite to print its address", func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("exit %d before it listened\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+		default:
+		}
+		if m := addrLine.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+			return true
+		}
+		return false
+	})
 	a, err := agentsdk.New([]string{addr}, agentsdk.WithAgentID("cli-go"), agentsdk.WithLogger(testenv.Logger()), agentsdk.WithReconnectBackoff(20*time.Millisecond, 100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	conformance.Handle(a)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = a.Run(ctx); close(done) }()
-	t.Cleanup(func() { stop(); <-done })
+	actx, stop := context.WithCancel(context.Background())
+	agentDone := make(chan struct{})
+	go func() { _ = a.Run(actx); close(agentDone) }()
+	t.Cleanup(func() { stop(); <-agentDone })
 
-	code, out, errOut := reeve(t, "unused", "conformance", "--listen", addr, "--run", "^(register|assignment|redelivery)$", "-o", "json")
+	code := <-done
+	out, errOut := stdout.String(), stderr.String()
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}

@@ -170,8 +170,11 @@ func TestDashboardMetricsExist(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// Every listener on port 0: a `make run` (or anything else) holding a
+	// default port must not make it exit.
 	dev := exec.CommandContext(ctx, bin, "dev", "--demo", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
-		"--etcd-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--supervisor-tick", "200ms", "--archive-grace", "0s")
+		"--etcd-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0",
+		"--supervisor-tick", "200ms", "--archive-grace", "0s")
 	dev.Cancel = func() error { return dev.Process.Signal(os.Interrupt) }
 	dev.WaitDelay = 20 * time.Second
 	out, err := dev.StdoutPipe()
@@ -182,22 +185,35 @@ func TestDashboardMetricsExist(t *testing.T) {
 	if err := dev.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cancel(); _ = dev.Wait() }()
-
-	// The addresses come from its output: the metrics log line, then the
-	// "scheduler and supervisor on ADDR" line.
-	var metricsURL, addr string
+	// Its whole output is kept in devLog (read once exited is closed), and
+	// shown when the test failed.
+	var devLog strings.Builder
 	lines := make(chan string, 64)
+	exited := make(chan struct{}) // its output ended: it exited
 	go func() {
+		defer close(exited)
 		defer close(lines)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			devLog.WriteString(sc.Text() + "\n")
 			select {
 			case lines <- sc.Text():
 			default: // nobody reads any more; drain
 			}
 		}
 	}()
+	defer func() {
+		cancel()
+		<-exited // all of its output read before Wait
+		_ = dev.Wait()
+		if t.Failed() {
+			t.Logf("reeve dev's output:\n%s", devLog.String())
+		}
+	}()
+
+	// The addresses come from its output: the metrics log line, then the
+	// "scheduler and supervisor on ADDR" line.
+	var metricsURL, addr string
 	metricsRe := regexp.MustCompile(`metrics endpoint listening.*address=(\S+)`)
 	addrRe := regexp.MustCompile(`scheduler and supervisor on (\S+)`)
 	for addr == "" || metricsURL == "" {
@@ -232,6 +248,11 @@ func TestDashboardMetricsExist(t *testing.T) {
 		o, err := exec.CommandContext(ctx, bin, "--address", addr, "workflow", "get", "demo.timeout").CombinedOutput()
 		if err == nil {
 			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("reeve dev exited: %v\n%s", err, o)
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("demo workflows not registered within 30s: %v\n%s", err, o)

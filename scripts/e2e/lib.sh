@@ -1,5 +1,7 @@
-# Shared by the e2e scripts: start `reeve dev --demo` on a free loopback port
-# with a temporary data dir, and clean everything up on exit.
+# Shared by the e2e scripts: start `reeve dev --demo` with every listener on
+# a free loopback port (port 0: nothing collides with a `make run` or another
+# test on this machine) and a temporary data dir, and clean everything up on
+# exit, showing the logs when the script failed.
 # Source it from a script run with `set -euo pipefail`; REEVE (the binary)
 # must be set.
 
@@ -20,7 +22,7 @@ e2e_cleanup() {
 	done
 	if [ "$status" -ne 0 ]; then
 		echo "--- FAILED (exit $status); logs:" >&2
-		for f in "$E2E_DIR"/*.log; do
+		for f in "$E2E_DIR"/*.out "$E2E_DIR"/*.log; do
 			[ -f "$f" ] || continue
 			echo "--- $f" >&2
 			tail -n 40 "$f" >&2
@@ -42,7 +44,7 @@ fail() {
 # the certificates reeve dev created, and reeve commands act as admin.
 start_dev() {
 	: >"$E2E_DIR/dev.out"
-	"$REEVE" dev --demo "$@" --listen 127.0.0.1:0 --data-dir "$E2E_DIR/data" >"$E2E_DIR/dev.out" 2>"$E2E_DIR/dev.log" &
+	"$REEVE" dev --demo "$@" --listen 127.0.0.1:0 --console-listen 127.0.0.1:0 --etcd-listen 127.0.0.1:0 --data-dir "$E2E_DIR/data" >"$E2E_DIR/dev.out" 2>"$E2E_DIR/dev.log" &
 	E2E_PIDS+=($!)
 	ADDR=""
 	for _ in $(seq 300); do
@@ -58,6 +60,7 @@ start_dev() {
 	fi
 	for _ in $(seq 300); do
 		"$REEVE" --address "$ADDR" workflow get demo.orders >/dev/null 2>&1 && return 0
+		kill -0 "${E2E_PIDS[-1]}" 2>/dev/null || fail "reeve dev exited: $(cat "$E2E_DIR/dev.log")"
 		sleep 0.1
 	done
 	fail "demo.orders not registered within 30s"

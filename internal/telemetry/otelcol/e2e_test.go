@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -251,17 +252,26 @@ service:
 		return true
 	})
 
-	// The server exports over OTLP/gRPC, the CLI over OTLP/HTTP.
-	addr, metricsAddr := freePort(t), freePort(t)
+	// The server exports over OTLP/gRPC, the CLI over OTLP/HTTP. Every
+	// listener of reeve dev is on port 0; it prints where they are.
 	_, devOut, devMu := start(t, reeve, []string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlpGRPC, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=100",
 		"OTEL_METRIC_EXPORT_INTERVAL=500",
-	}, "dev", "--demo", "--data-dir", filepath.Join(dir, "reeve"), "--listen", addr, "--supervisor-tick", "200ms", "--log-format", "json",
-		"--metrics-listen", metricsAddr)
-	waitFor(t, "reeve dev", 60*time.Second, func() bool {
+	}, "dev", "--demo", "--data-dir", filepath.Join(dir, "reeve"), "--listen", "127.0.0.1:0", "--supervisor-tick", "200ms", "--log-format", "json",
+		"--metrics-listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0", "--etcd-listen", "127.0.0.1:0")
+	addrRe := regexp.MustCompile(`reeve dev: scheduler and supervisor on (\S+) `)
+	metricsRe := regexp.MustCompile(`"msg":"metrics endpoint listening","address":"([^"]+)"`)
+	var addr, metricsURL string
+	waitFor(t, "reeve dev's addresses", 60*time.Second, func() bool {
 		devMu.Lock()
 		defer devMu.Unlock()
-		return strings.Contains(devOut.String(), "reeve dev: scheduler and supervisor on")
+		if m := addrRe.FindStringSubmatch(devOut.String()); m != nil {
+			addr = m[1]
+		}
+		if m := metricsRe.FindStringSubmatch(devOut.String()); m != nil {
+			metricsURL = m[1]
+		}
+		return addr != "" && metricsURL != ""
 	})
 	cliEnv := append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+otlpHTTP, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "REEVE_ADDRESS="+addr)
 	for _, wf := range []string{"demo.compensate", "demo.timeout"} {
@@ -302,7 +312,7 @@ service:
 	waitFor(t, "the spans of both tasks at the collector's exporter", 30*time.Second, complete)
 	// Metrics: over OTLP through the collector, and on --metrics-listen.
 	waitFor(t, "reeve.tasks.submitted over OTLP", 30*time.Second, func() bool { return received.hasMetric("reeve.tasks.submitted") })
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	resp, err := http.Get(metricsURL)
 	if err != nil {
 		t.Fatal(err)
 	}
