@@ -108,7 +108,16 @@ func (s *Server) keepInArchive(ctx context.Context, recs []*storev1.TaskRecord) 
 	defer cancel()
 	err := s.opts.archive.Put(ctx, tasks)
 	s.tel.archived(ctx, len(tasks), time.Since(start), err)
-	return err
+	if err != nil {
+		return err
+	}
+	// Before they leave etcd: the deduplication window (dedup.go). Written
+	// whatever this scheduler's window, for the other schedulers'.
+	fps := make([]uint64, len(recs))
+	for i, rec := range recs {
+		fps[i] = store.Fingerprint(rec.GetTask().GetNamespace(), rec.GetTask().GetId())
+	}
+	return s.store.PutMoved(ctx, s.opts.clock.Now(), fps)
 }
 
 // archiveTask is rec as the archive keeps it.
@@ -210,19 +219,43 @@ func (s *Server) archivedSubmission(ctx context.Context, req *reevev1.SubmitTask
 	if s.opts.archive == nil {
 		return nil, nil
 	}
-	_, notFound := s.store.GetTask(ctx, req.GetNamespace(), req.GetTaskId())
-	if !store.IsNotFound(notFound) {
-		return nil, notFound // in etcd (nil), or etcd could not say
+	ns, id := req.GetNamespace(), req.GetTaskId()
+	inEtcd, rev, err := s.store.TaskExists(ctx, ns, id)
+	if err != nil || inEtcd {
+		return nil, err // in etcd (createTask answers), or etcd could not say
 	}
-	archived, err := s.lookups.archived(ctx, req.GetNamespace(), req.GetTaskId())
-	if err != nil || !archived {
-		return nil, archiveErr(err)
+	archived, err := s.lookups.archived(ctx, ns, id)
+	if err != nil {
+		return nil, s.archiveUnavailable(ctx, ns, id, rev, err)
 	}
-	rec, err := s.archivedRecord(ctx, req.GetNamespace(), req.GetTaskId(), notFound)
-	if store.IsNotFound(err) {
+	if !archived {
+		return nil, nil
+	}
+	rec, err := s.archivedRecord(ctx, ns, id, errNotArchived)
+	if errors.Is(err, errNotArchived) {
 		return nil, nil // dropped by the archive's retention since
 	}
 	return rec, err
+}
+
+// errNotArchived: the archive does not hold the task.
+var errNotArchived = errors.New("not in the archive")
+
+// archiveUnavailable decides a submission with a chosen id that etcd did
+// not hold at revision rev while the archive could not be asked (err): it
+// is new (nil) when no task with that id moved to the archive within the
+// deduplication window; otherwise the archive's error stands.
+func (s *Server) archiveUnavailable(ctx context.Context, ns, id string, rev int64, err error) error {
+	if s.dedup == nil || ctx.Err() != nil {
+		return archiveErr(err)
+	}
+	moved, werr := s.dedup.moved(ctx, ns, id, rev)
+	if werr != nil || moved {
+		s.tel.windowAnswer(ctx, false)
+		return archiveErr(err)
+	}
+	s.tel.windowAnswer(ctx, true)
+	return nil
 }
 
 // metNamespaces are the namespaces of tasks moved to the archive, with when

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/reeve-org/reeve/internal/archive"
@@ -14,9 +15,18 @@ import (
 // of its own (the round trip per submission was a tenth of the scheduler's
 // CPU at a few thousand tasks a second with PostgreSQL). It adds no wait
 // when the queue is empty: a lone submission's query starts at once.
+//
+// After a query failed, the next ones fail at once, with its error, for
+// archiveDownFor: while the archive is unavailable each submission costs
+// no wait for it (SubmitTask then asks the deduplication window, dedup.go).
 type archiveLookups struct {
 	a    archive.Archive
 	reqs chan *archiveLookup
+	now  func() time.Time
+
+	mu        sync.Mutex
+	downUntil time.Time // queries fail at once until then, with downErr
+	downErr   error
 }
 
 type archiveLookup struct {
@@ -35,14 +45,23 @@ const maxArchiveLookups = 256
 // archiveLookupTimeout bounds one query.
 const archiveLookupTimeout = 10 * time.Second
 
-func newArchiveLookups(ctx context.Context, a archive.Archive) *archiveLookups {
-	l := &archiveLookups{a: a, reqs: make(chan *archiveLookup, maxArchiveLookups)}
+// archiveDownFor is how long queries fail at once after one failed.
+const archiveDownFor = time.Second
+
+func newArchiveLookups(ctx context.Context, a archive.Archive, now func() time.Time) *archiveLookups {
+	l := &archiveLookups{a: a, reqs: make(chan *archiveLookup, maxArchiveLookups), now: now}
 	go l.run(ctx)
 	return l
 }
 
 // archived reports whether the archive holds task id of namespace ns.
 func (l *archiveLookups) archived(ctx context.Context, ns, id string) (bool, error) {
+	l.mu.Lock()
+	down, downErr := l.now().Before(l.downUntil), l.downErr
+	l.mu.Unlock()
+	if down {
+		return false, downErr
+	}
 	req := &archiveLookup{ns: ns, id: id, done: make(chan archiveLookupResult, 1)}
 	select {
 	case l.reqs <- req:
@@ -93,6 +112,11 @@ func (l *archiveLookups) answer(ctx context.Context, batch []*archiveLookup) {
 		qctx, cancel := context.WithTimeout(ctx, archiveLookupTimeout)
 		has, err := l.a.Has(qctx, ns, ids)
 		cancel()
+		if err != nil && ctx.Err() == nil {
+			l.mu.Lock()
+			l.downUntil, l.downErr = l.now().Add(archiveDownFor), err
+			l.mu.Unlock()
+		}
 		for _, req := range reqs {
 			req.done <- archiveLookupResult{archived: has[req.id], err: err}
 		}

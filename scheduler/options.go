@@ -51,6 +51,7 @@ type options struct {
 	archiveGrace        time.Duration
 	archiveRetention    time.Duration
 	archiveInterval     time.Duration
+	archiveDedupWindow  time.Duration
 	overloadTarget      time.Duration
 	overloadInterval    time.Duration
 	overloadAgents      bool
@@ -69,6 +70,7 @@ func defaultOptions() options {
 		sweepInterval:       time.Minute,
 		archiveRetention:    30 * 24 * time.Hour,
 		archiveInterval:     5 * time.Second,
+		archiveDedupWindow:  DefaultArchiveDedupWindow,
 		drainTimeout:        10 * time.Second,
 		claimConcurrency:    256,
 		dispatchOnSubmit:    true,

@@ -60,6 +60,9 @@ type Server struct {
 	archiveCaughtUp atomic.Int64
 	// lookups batches SubmitTask's archive checks; nil without an archive.
 	lookups *archiveLookups
+	// dedup answers them while the archive is unavailable; nil without an
+	// archive or with WithArchiveDedupWindow(0).
+	dedup *dedupWindow
 	// archivedNamespaces: whose alerts the retention sweep deletes too
 	// (sweepArchivedAlerts).
 	archivedNamespaces metNamespaces
@@ -96,7 +99,11 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		work:               newWorkGroup(),
 	}
 	if o.archive != nil {
-		s.lookups = newArchiveLookups(base, o.archive)
+		// Real time: a test's fake clock must not keep the archive "down".
+		s.lookups = newArchiveLookups(base, o.archive, time.Now)
+		if o.archiveDedupWindow > 0 {
+			s.dedup = newDedupWindow(o.archiveDedupWindow, o.clock.Now)
+		}
 	}
 	s.logs = newLogLimiter(o.clock, 10*time.Second)
 	s.disp = newDispatcher(dispatchDeps{
@@ -198,6 +205,11 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { s.sweep(runCtx) })
 	if s.opts.archive != nil {
 		wg.Go(func() { s.archiveTasks(runCtx) })
+	}
+	if s.dedup != nil {
+		wg.Go(func() {
+			s.dedup.run(runCtx, s.store, s.opts.sweepInterval, func(msg string, err error) { s.log.Warn(msg, "err", err) })
+		})
 	}
 	wg.Go(func() { s.disp.run(runCtx) })
 	wg.Go(func() { s.space.watch(runCtx) })

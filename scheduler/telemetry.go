@@ -33,6 +33,9 @@ type instruments struct {
 	archivedTasks  metric.Int64Counter
 	archiveErrors  metric.Int64Counter
 	archiveLatency metric.Float64Histogram
+	// Submissions with a chosen id answered without the archive, while it
+	// was unavailable (dedup.go): by the outcome, created or refused.
+	archiveWindowAnswers metric.Int64Counter
 
 	mu         sync.Mutex
 	namespaces map[string]bool // namespaces whose task counts are reported
@@ -55,6 +58,8 @@ func newInstruments(s *Server) *instruments {
 		metric.WithDescription("Archive writes that failed; their tasks stay in etcd until a later write"))
 	in.archiveLatency, _ = m.Float64Histogram("reeve.archive.write_time", metric.WithUnit("s"), durationBuckets,
 		metric.WithDescription("Time of one archive write (a batch of up to 500 tasks) until durable"))
+	in.archiveWindowAnswers, _ = m.Int64Counter("reeve.archive.dedup_window_answers",
+		metric.WithDescription("Submissions with a chosen task id checked against the deduplication window because the archive was unavailable; outcome created (no task with that id moved within the window) or refused (one did, or the window could not be read)"))
 	if s.opts.archive != nil {
 		s.archiveCaughtUp.Store(s.opts.clock.Now().UnixNano())
 		_, _ = m.Float64ObservableGauge("reeve.archive.lag", metric.WithUnit("s"),
@@ -359,6 +364,15 @@ func (c *attrSets) get(key [5]string, attrs func() []attribute.KeyValue) metric.
 func boolKey(b bool) string { return strconv.FormatBool(b) }
 
 // archived records one archive write of n tasks.
+// windowAnswer counts a submission answered by the deduplication window.
+func (in *instruments) windowAnswer(ctx context.Context, created bool) {
+	outcome := "refused"
+	if created {
+		outcome = "created"
+	}
+	in.archiveWindowAnswers.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+}
+
 func (in *instruments) archived(ctx context.Context, n int, took time.Duration, err error) {
 	if err != nil {
 		in.archiveErrors.Add(ctx, 1)

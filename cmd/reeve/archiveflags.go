@@ -15,9 +15,10 @@ import (
 
 // archiveFlags configure the archive of finished tasks (docs/archive.md).
 type archiveFlags struct {
-	dsn       string
-	grace     time.Duration
-	retention time.Duration
+	dsn         string
+	grace       time.Duration
+	retention   time.Duration
+	dedupWindow time.Duration // a scheduler's (registerServer)
 }
 
 // archiveOff is the --archive-dsn that turns the archive off.
@@ -37,6 +38,14 @@ func (f *archiveFlags) register(cmd *cobra.Command, getenv func(string) string, 
 		"how long the archive keeps a task after it ended (PostgreSQL: rounded up to whole days); 0 keeps them forever")
 }
 
+// registerServer adds the flags of a scheduler's archive: register's and
+// --archive-dedup-window.
+func (f *archiveFlags) registerServer(cmd *cobra.Command, getenv func(string) string, def string) {
+	f.register(cmd, getenv, def)
+	cmd.Flags().DurationVar(&f.dedupWindow, "archive-dedup-window", scheduler.DefaultArchiveDedupWindow,
+		"with an archive: how long after a task moved there a resubmission of its id is still recognized while the archive is unavailable (a new chosen id is then accepted, one that moved within the window refused as UNAVAILABLE); 0: every submission with a chosen id waits for the archive. Costs 8 bytes per task moved within the window in etcd and in each scheduler's memory; the same on every scheduler")
+}
+
 // open opens the archive the flags name. With none it returns no options
 // and a close that does nothing.
 func (f *archiveFlags) open(ctx context.Context, log *slog.Logger) (opts []scheduler.Option, closeArchive func(), err error) {
@@ -44,8 +53,8 @@ func (f *archiveFlags) open(ctx context.Context, log *slog.Logger) (opts []sched
 		log.Info("no archive: terminal tasks are deleted after the retention (set --archive-dsn to keep them)")
 		return nil, func() {}, nil
 	}
-	if f.grace < 0 || f.retention < 0 {
-		return nil, nil, usageError{fmt.Errorf("--archive-grace and --archive-retention must not be negative")}
+	if f.grace < 0 || f.retention < 0 || f.dedupWindow < 0 {
+		return nil, nil, usageError{fmt.Errorf("--archive-grace, --archive-retention and --archive-dedup-window must not be negative")}
 	}
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -53,8 +62,8 @@ func (f *archiveFlags) open(ctx context.Context, log *slog.Logger) (opts []sched
 	if err != nil {
 		return nil, nil, fmt.Errorf("--archive-dsn %s: %w", archive.Redact(f.dsn), err)
 	}
-	log.Info("archive of finished tasks", "dsn", archive.Redact(f.dsn), "grace", f.grace, "retention", f.retention)
-	return []scheduler.Option{scheduler.WithArchive(a, f.grace), scheduler.WithArchiveRetention(f.retention)},
+	log.Info("archive of finished tasks", "dsn", archive.Redact(f.dsn), "grace", f.grace, "retention", f.retention, "dedup_window", f.dedupWindow)
+	return []scheduler.Option{scheduler.WithArchive(a, f.grace), scheduler.WithArchiveRetention(f.retention), scheduler.WithArchiveDedupWindow(f.dedupWindow)},
 		func() { _ = a.Close() }, nil
 }
 

@@ -186,7 +186,7 @@ port with client certificates, and prints the environment a client needs.`,
 	prof.register(cmd)
 	gcf.register(cmd, g.getenv, 400, true)
 	con.register(cmd, "127.0.0.1:8233")
-	arc.register(cmd, g.getenv, "")
+	arc.registerServer(cmd, g.getenv, "")
 	cmd.Flags().Lookup("archive-dsn").Usage += " (default sqlite:<data-dir>/archive.db)"
 	return cmd
 }
@@ -345,7 +345,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	cmd.Flags().StringVar(&id, "id", "", "scheduler instance id, unique among schedulers (default <hostname>-<random>)")
 	cmd.Flags().StringVar(&prefix, "prefix", "/reeve/", "etcd key prefix")
 	cmd.Flags().DurationVar(&retention, "retention", 72*time.Hour, "how long terminal tasks are kept in etcd without an archive; with one, how long FAILED tasks stay (the window to retry or compensate them)")
-	arc.register(cmd, g.getenv, "")
+	arc.registerServer(cmd, g.getenv, "")
 	con.register(cmd, "")
 	srvSec.register(cmd, g.getenv)
 	etcdSec.register(cmd, g.getenv)

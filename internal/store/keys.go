@@ -39,6 +39,8 @@ import (
 //	agent-load/<ns>/<agent-id>                  "<session-id> <in-flight>", under the scheduler's
 //	                                            lease, refreshed every few seconds while it changes
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
+//	moved/<move-time:%020d>/<random>            fingerprints of tasks moved to the archive, for the
+//	                                            deduplication window (moved.go)
 //	supervisor/election/...                     concurrency.Election of the supervisors
 //
 // A task's state is in two keys (created-state, created-wf-state), moved on

@@ -70,6 +70,18 @@ func (s *Store) GetTask(ctx context.Context, ns, id string) (Versioned, error) {
 	return unmarshalTask(resp.Kvs[0])
 }
 
+// TaskExists reports whether etcd holds task id of namespace ns (a
+// count-only read), and the revision it was read at.
+func (s *Store) TaskExists(ctx context.Context, ns, id string) (exists bool, rev int64, err error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.c.Get(octx, s.k.task(ns, id), clientv3.WithCountOnly())
+	if err != nil {
+		return false, 0, etcdErr(ctx, "get task", err)
+	}
+	return resp.Count > 0, resp.Header.Revision, nil
+}
+
 // UpdateTask applies fn to a copy of the task and writes the result, with
 // the index changes it implies, in one transaction guarded by the record's
 // mod revision and by fences (e.g. a supervisor's leadership). When another
