@@ -17,6 +17,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/archive"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -81,7 +82,7 @@ func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg C
 		if !taskstate.TerminalTask(t.GetState()) {
 			rep.violate("every task terminal", pt.ID, "task is "+t.GetState().String())
 		}
-		if pt.Workflow == WorkflowWide {
+		if pt.Workflow == workload.WorkflowWide {
 			rep.WideTasks++
 			rep.WideStates[state]++
 			if t.GetHistoryDropped() > 0 {
@@ -307,7 +308,7 @@ func checkSideEffects(dir string, tasks map[string]*reevev1.Task, rep *Report) e
 		}
 		sc := bufio.NewScanner(fh)
 		for sc.Scan() {
-			var e SideEffect
+			var e workload.SideEffect
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 				rep.SideEffectsTorn++ // a line cut by SIGKILL
 				continue

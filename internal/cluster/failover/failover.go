@@ -32,7 +32,7 @@ import (
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/chaos"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/cluster"
 	"github.com/reeve-org/reeve/internal/demo"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
@@ -54,8 +54,8 @@ const (
 // the launcher, so that the configuration runs secure as well (set Secure).
 func ClusterConfig(dir, reeve, etcd string, sessionTTL, chaosAgents int) cluster.Config {
 	var workflows []*reevev1.Workflow
-	for _, w := range append(demo.Workflows(), chaos.Workflows()...) {
-		if w.GetName() != chaos.WorkflowWide {
+	for _, w := range append(demo.Workflows(), workload.Workflows()...) {
+		if w.GetName() != workload.WorkflowWide {
 			workflows = append(workflows, w)
 		}
 	}
