@@ -11,11 +11,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reeve-org/reeve/internal/archive"
-	"github.com/reeve-org/reeve/internal/pgtest"
+	"github.com/reeve-org/reeve/internal/pgserver"
 )
 
 // ArchivePG is the Config.ArchiveDSN that starts a throwaway PostgreSQL
-// server for the run (internal/pgtest: initdb and pg_ctl in a temporary
+// server for the run (internal/pgserver: initdb and pg_ctl in a temporary
 // directory, as the user postgres when root), removed at the end. Followed
 // by ?PARAMS, the parameters are added to the server's DSN
 // (pg?pool_max_conns=32).
@@ -51,7 +51,7 @@ func openArchive(ctx context.Context, dsn string) (a archive.Archive, label stri
 	stopPG := func() {}
 	label = archive.Redact(dsn)
 	if params, ok := throwawayPG(dsn); ok {
-		srv, err := pgtest.Launch()
+		srv, err := pgserver.Launch()
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("start a throwaway PostgreSQL server for the archive: %w", err)
 		}
