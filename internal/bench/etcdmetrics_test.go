@@ -41,7 +41,7 @@ func TestRunReportsEtcdWritesPerTask(t *testing.T) {
 	}
 	defer etcd.Close()
 	cli := etcd.Client()
-	resp, err := cli.Get(ctx, "/reeve/tasks/", clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, etcdKeys.Tasks(""), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}

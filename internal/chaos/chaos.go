@@ -175,7 +175,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		<-sampleDone
 		return nil, fmt.Errorf("chaos: read etcd's revision: %w", err)
 	}
-	pager := newHistoryPager(cli, fmt.Sprintf("/reeve/tasks/default/chaos-%d-wide-", cfg.Seed))
+	pager := newHistoryPager(cli, layout.Task("default", fmt.Sprintf("chaos-%d-wide-", cfg.Seed)))
 	pagerDone := make(chan struct{})
 	go func() { defer close(pagerDone); pager.run(runCtx, head.Header.Revision+1) }()
 	ops := &operatorLog{}

@@ -24,13 +24,17 @@ import (
 	"github.com/reeve-org/reeve/internal/verify"
 )
 
+// layout names the keys the checker and the sampler read: the chaos
+// cluster's store runs with the default prefix.
+var layout = store.NewLayout(store.DefaultPrefix)
+
 // check reads every task and the side-effect logs and records violations
 // and counts in rep. The wide tasks' histories come from pager when they
 // outgrew their records. It returns an error only if it cannot read.
 func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg Config, plan []plannedTask, pager *historyPager, rep *Report) error {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	resp, err := cli.Get(rctx, "/reeve/tasks/default/", clientv3.WithPrefix())
+	resp, err := cli.Get(rctx, layout.Tasks("default"), clientv3.WithPrefix())
 	if err != nil {
 		return fmt.Errorf("chaos: read tasks: %w", err)
 	}
@@ -132,7 +136,7 @@ func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg C
 
 // alertedTasks returns the ids of the tasks an alert names.
 func alertedTasks(ctx context.Context, cli *clientv3.Client) (map[string]bool, error) {
-	resp, err := cli.Get(ctx, "/reeve/alerts/default/", clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, layout.Alerts("default"), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read alerts: %w", err)
 	}

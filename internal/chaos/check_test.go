@@ -174,11 +174,11 @@ func TestSamplerFindsRunningStepsWithoutDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cli.Put(ctx, "/reeve/tasks/default/"+id, string(b)); err != nil {
+		if _, err := cli.Put(ctx, layout.Task("default", id), string(b)); err != nil {
 			t.Fatal(err)
 		}
 		if withKey {
-			if _, err := cli.Put(ctx, fmt.Sprintf("/reeve/deadlines/%020d/default/%s/a/1", completeBy.UnixNano(), id), ""); err != nil {
+			if _, err := cli.Put(ctx, layout.Deadline(completeBy, "default", id, "a", 1), ""); err != nil {
 				t.Fatal(err)
 			}
 		}

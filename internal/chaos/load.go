@@ -289,7 +289,7 @@ func waitDrained(ctx context.Context, cli *clientv3.Client, arc archive.Archive,
 		live, ended = 0, 0
 		ok := true
 		for _, st := range []reevev1.TaskState{reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING, reevev1.TaskState_TASK_STATE_COMPENSATING} {
-			cnt, err := countPrefix(ctx, cli, "/reeve/created-state/default/"+st.String()+"/")
+			cnt, err := countPrefix(ctx, cli, layout.CreatedState("default", st))
 			if err != nil {
 				ok = false
 				break
@@ -298,7 +298,7 @@ func waitDrained(ctx context.Context, cli *clientv3.Client, arc archive.Archive,
 		}
 		if ok {
 			for _, st := range []reevev1.TaskState{reevev1.TaskState_TASK_STATE_SUCCEEDED, reevev1.TaskState_TASK_STATE_FAILED, reevev1.TaskState_TASK_STATE_COMPENSATED, reevev1.TaskState_TASK_STATE_CANCELED} {
-				cnt, err := countPrefix(ctx, cli, "/reeve/created-state/default/"+st.String()+"/")
+				cnt, err := countPrefix(ctx, cli, layout.CreatedState("default", st))
 				if err != nil {
 					ok = false
 					break

@@ -85,7 +85,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pager := newHistoryPager(cli, "/reeve/tasks/default/wide-")
+	pager := newHistoryPager(cli, layout.Task("default", "wide-"))
 	pctx, stopPager := context.WithCancel(ctx)
 	pagerDone := make(chan struct{})
 	go func() { defer close(pagerDone); pager.run(pctx, head.Header.Revision+1) }()

@@ -36,13 +36,14 @@ import (
 	"github.com/reeve-org/reeve/internal/cluster"
 	"github.com/reeve-org/reeve/internal/demo"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
 )
 
-// Keys of the default prefix (/reeve/, internal/store/keys.go) that the
-// measurement watches.
-const (
-	electionPrefix = "/reeve/supervisor/election/"
-	agentsPrefix   = "/reeve/agents/"
+// Keys of the default prefix (the cluster's) that the measurement watches:
+// the supervisors' election and the agent records of every namespace.
+var (
+	electionPrefix = store.NewLayout(store.DefaultPrefix).ElectionCandidates()
+	agentsPrefix   = store.NewLayout(store.DefaultPrefix).Agents("")
 )
 
 // ClusterConfig is the cluster a measurement needs: 3 etcd members (no
