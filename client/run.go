@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/retryinfo"
 )
 
 // Run is a handle on one task. It is safe for concurrent use.
@@ -178,7 +178,7 @@ func resumable(err error) bool {
 // breaks in a row: the scheduler's RetryInfo delay when it gave one, else
 // 100ms doubling up to 5s.
 func watchBackoff(err error, failures int) time.Duration {
-	if d, ok := agentsdk.RetryDelay(err); ok {
+	if d, ok := retryinfo.Delay(err); ok {
 		return d
 	}
 	return min(100*time.Millisecond<<(failures-1), 5*time.Second)

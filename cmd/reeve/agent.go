@@ -18,7 +18,7 @@ import (
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/chaos"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/demo"
 )
 
@@ -80,13 +80,13 @@ Stop it with SIGTERM or Ctrl-C: it finishes running steps first.`,
 			if withDemo {
 				register = demo.Register
 			} else {
-				workflows = chaos.Workflows()
-				logFile, err := chaos.OpenSideEffectLog(sideEffects)
+				workflows = workload.Workflows()
+				logFile, err := workload.OpenSideEffectLog(sideEffects)
 				if err != nil {
 					return err
 				}
 				defer logFile.Close() // after Run: handlers are done
-				register = func(a *agentsdk.Agent) { chaos.Register(a, logFile) }
+				register = func(a *agentsdk.Agent) { workload.Register(a, logFile) }
 			}
 			tlsCfg, err := g.sec.tlsConfig()
 			if err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/chaos"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/testenv"
 )
 
@@ -21,15 +21,15 @@ func TestAgentSkipsAWorkflowRefusedForGood(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	began := time.Now()
-	if err := registerWorkflows(ctx, testenv.Logger(), g, []string{s.Addr}, chaos.Workflows(), 20*time.Second); err != nil {
+	if err := registerWorkflows(ctx, testenv.Logger(), g, []string{s.Addr}, workload.Workflows(), 20*time.Second); err != nil {
 		t.Fatalf("registerWorkflows: %v", err)
 	}
 	if took := time.Since(began); took > 15*time.Second {
 		t.Fatalf("registration took %v: it retried the refused workflow", took)
 	}
-	for _, w := range chaos.Workflows() {
+	for _, w := range workload.Workflows() {
 		_, err := s.GetWorkflow(ctx, &reevev1.GetWorkflowRequest{Name: w.GetName()})
-		if wide := w.GetName() == chaos.WorkflowWide; (err == nil) == wide {
+		if wide := w.GetName() == workload.WorkflowWide; (err == nil) == wide {
 			t.Errorf("workflow %s: registered %v, want %v", w.GetName(), err == nil, !wide)
 		}
 	}

@@ -10,14 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/auth"
 	"github.com/reeve-org/reeve/internal/demo"
-	"github.com/reeve-org/reeve/internal/etcdserver"
+	"github.com/reeve-org/reeve/internal/etcdtest"
 	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
@@ -143,12 +142,7 @@ func TestEtcdFlagsConnectWithClientCertificates(t *testing.T) {
 	p := func(n string) string { return filepath.Join(dir, n) }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := etcdserver.Start(ctx, etcdserver.Config{DataDir: t.TempDir(), Fast: true, Logger: zap.NewNop(),
-		ClientTLS: &etcdserver.ClientTLS{CertFile: p("server.pem"), KeyFile: p("server-key.pem"), TrustedCAFile: p("ca.pem")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := etcdtest.New(t, etcdtest.WithClientTLS(p("server.pem"), p("server-key.pem"), p("ca.pem")))
 	if !strings.HasPrefix(e.Endpoints()[0], "https://") {
 		t.Fatalf("endpoint %s, want https", e.Endpoints()[0])
 	}

@@ -11,11 +11,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reeve-org/reeve/internal/archive"
-	"github.com/reeve-org/reeve/internal/pgtest"
+	"github.com/reeve-org/reeve/internal/pgserver"
+	"github.com/reeve-org/reeve/internal/store"
 )
 
 // ArchivePG is the Config.ArchiveDSN that starts a throwaway PostgreSQL
-// server for the run (internal/pgtest: initdb and pg_ctl in a temporary
+// server for the run (internal/pgserver: initdb and pg_ctl in a temporary
 // directory, as the user postgres when root), removed at the end. Followed
 // by ?PARAMS, the parameters are added to the server's DSN
 // (pg?pool_max_conns=32).
@@ -37,9 +38,9 @@ const (
 	LostSample   = 10_000
 )
 
-// etcdTasksPrefix is where the store keeps task records (store/keys.go,
-// default prefix).
-const etcdTasksPrefix = "/reeve/tasks/"
+// etcdKeys names the store's keys the lost check and the archive wait
+// read: the benchmarked schedulers run with the default prefix.
+var etcdKeys = store.NewLayout(store.DefaultPrefix)
 
 // openArchive opens the archive dsn names (nil and a no-op close when dsn
 // is empty); ArchivePG first starts a throwaway server. label is the DSN
@@ -51,7 +52,7 @@ func openArchive(ctx context.Context, dsn string) (a archive.Archive, label stri
 	stopPG := func() {}
 	label = archive.Redact(dsn)
 	if params, ok := throwawayPG(dsn); ok {
-		srv, err := pgtest.Launch()
+		srv, err := pgserver.Launch()
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("start a throwaway PostgreSQL server for the archive: %w", err)
 		}
@@ -149,7 +150,7 @@ func reportArchive(ctx context.Context, cfg Config, tg *target, arch archive.Arc
 func countEtcdTasks(ctx context.Context, cli *clientv3.Client) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, etcdTasksPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := cli.Get(ctx, etcdKeys.Tasks(""), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("count tasks in etcd: %w", err)
 	}
@@ -173,7 +174,7 @@ func checkLost(ctx context.Context, cli *clientv3.Client, arch archive.Archive, 
 		gets := make([]clientv3.Op, len(part))
 		for k, i := range part {
 			ids[k] = taskID(runID, i)
-			gets[k] = clientv3.OpGet(etcdTasksPrefix+"default/"+ids[k], clientv3.WithCountOnly())
+			gets[k] = clientv3.OpGet(etcdKeys.Task("default", ids[k]), clientv3.WithCountOnly())
 		}
 		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := cli.Txn(tctx).Then(gets...).Commit()

@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/reeve-org/reeve/internal/etcdserver"
+	"github.com/reeve-org/reeve/internal/etcdtest"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
@@ -35,13 +35,9 @@ func TestRunReportsEtcdWritesPerTask(t *testing.T) {
 	}
 
 	// The task records as the run left them, from its data directory.
-	etcd, err := etcdserver.Start(ctx, etcdserver.Config{DataDir: dir, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
-	cli := etcd.Client()
-	resp, err := cli.Get(ctx, "/reeve/tasks/", clientv3.WithPrefix())
+	etcd := etcdtest.New(t, etcdtest.WithDataDir(dir))
+	cli := etcd.InProcessClient()
+	resp, err := cli.Get(ctx, etcdKeys.Tasks(""), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,12 +129,7 @@ func TestRemoteCountersOverTLS(t *testing.T) {
 	p := func(n string) string { return filepath.Join(dir, n) }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := etcdserver.Start(ctx, etcdserver.Config{DataDir: t.TempDir(), Fast: true, Logger: zap.NewNop(),
-		ClientTLS: &etcdserver.ClientTLS{CertFile: p("server.pem"), KeyFile: p("server-key.pem"), TrustedCAFile: p("ca.pem")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := etcdtest.New(t, etcdtest.WithClientTLS(p("server.pem"), p("server-key.pem"), p("ca.pem")))
 	tlsCfg, err := tlsconfig.Client(tlsconfig.Files{CA: p("ca.pem"), Cert: p("bench.pem"), Key: p("bench-key.pem")}, "")
 	if err != nil {
 		t.Fatal(err)

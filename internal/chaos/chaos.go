@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reeve-org/reeve/internal/archive"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/cluster"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
@@ -129,8 +130,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: cfg.Dir, Reeve: cfg.Reeve, Etcd: cfg.Etcd, Toxiproxy: cfg.Toxiproxy, NoFsync: true,
-		Agents: cfg.Agents, SupervisorTick: 500 * time.Millisecond, SessionTTL: 3, EtcdMaxTxnOps: MaxTxnOps,
-		Secure: cfg.Secure, Workflows: Workflows(), ArchiveDSN: cfg.ArchiveDSN,
+		Agents: cfg.Agents, SupervisorTick: 500 * time.Millisecond, SessionTTL: 3, EtcdMaxTxnOps: workload.MaxTxnOps,
+		Secure: cfg.Secure, Workflows: workload.Workflows(), ArchiveDSN: cfg.ArchiveDSN,
 		AgentArgs: func(i int) []string {
 			return []string{"--chaos", "--side-effects", filepath.Join(cfg.sideEffectDir(), fmt.Sprintf("agent-%d.jsonl", i+1)), "--log-level", "warn"}
 		},
@@ -174,7 +175,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		<-sampleDone
 		return nil, fmt.Errorf("chaos: read etcd's revision: %w", err)
 	}
-	pager := newHistoryPager(cli, fmt.Sprintf("/reeve/tasks/default/chaos-%d-wide-", cfg.Seed))
+	pager := newHistoryPager(cli, layout.Task("default", fmt.Sprintf("chaos-%d-wide-", cfg.Seed)))
 	pagerDone := make(chan struct{})
 	go func() { defer close(pagerDone); pager.run(runCtx, head.Header.Revision+1) }()
 	ops := &operatorLog{}

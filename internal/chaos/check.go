@@ -17,11 +17,16 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/archive"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/verify"
 )
+
+// layout names the keys the checker and the sampler read: the chaos
+// cluster's store runs with the default prefix.
+var layout = store.NewLayout(store.DefaultPrefix)
 
 // check reads every task and the side-effect logs and records violations
 // and counts in rep. The wide tasks' histories come from pager when they
@@ -29,7 +34,7 @@ import (
 func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg Config, plan []plannedTask, pager *historyPager, rep *Report) error {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	resp, err := cli.Get(rctx, "/reeve/tasks/default/", clientv3.WithPrefix())
+	resp, err := cli.Get(rctx, layout.Tasks("default"), clientv3.WithPrefix())
 	if err != nil {
 		return fmt.Errorf("chaos: read tasks: %w", err)
 	}
@@ -81,7 +86,7 @@ func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg C
 		if !taskstate.TerminalTask(t.GetState()) {
 			rep.violate("every task terminal", pt.ID, "task is "+t.GetState().String())
 		}
-		if pt.Workflow == WorkflowWide {
+		if pt.Workflow == workload.WorkflowWide {
 			rep.WideTasks++
 			rep.WideStates[state]++
 			if t.GetHistoryDropped() > 0 {
@@ -131,7 +136,7 @@ func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg C
 
 // alertedTasks returns the ids of the tasks an alert names.
 func alertedTasks(ctx context.Context, cli *clientv3.Client) (map[string]bool, error) {
-	resp, err := cli.Get(ctx, "/reeve/alerts/default/", clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, layout.Alerts("default"), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read alerts: %w", err)
 	}
@@ -307,7 +312,7 @@ func checkSideEffects(dir string, tasks map[string]*reevev1.Task, rep *Report) e
 		}
 		sc := bufio.NewScanner(fh)
 		for sc.Scan() {
-			var e SideEffect
+			var e workload.SideEffect
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 				rep.SideEffectsTorn++ // a line cut by SIGKILL
 				continue

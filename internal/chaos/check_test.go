@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/etcdtest"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
@@ -27,7 +28,7 @@ func ev(kind, step string, attempt int32, actor string) *reevev1.HistoryEvent {
 // for good, b then a were compensated.
 func compensatedTask() *reevev1.Task {
 	return &reevev1.Task{
-		Namespace: "default", Id: "t1", State: reevev1.TaskState_TASK_STATE_COMPENSATED, Workflow: Workflows()[0],
+		Namespace: "default", Id: "t1", State: reevev1.TaskState_TASK_STATE_COMPENSATED, Workflow: workload.Workflows()[0],
 		Steps: []*reevev1.Step{
 			{Name: "a", State: reevev1.StepState_STEP_STATE_COMPENSATED, Attempt: 3, IdempotencyKey: "k-a", Compensation: true},
 			{Name: "b", State: reevev1.StepState_STEP_STATE_COMPENSATED, Attempt: 2, IdempotencyKey: "k-b", Compensation: true},
@@ -95,7 +96,7 @@ func TestCheckHistoryFindsViolations(t *testing.T) {
 
 func TestCheckSideEffectsFindsViolations(t *testing.T) {
 	tasks := map[string]*reevev1.Task{"t1": compensatedTask()}
-	good := []SideEffect{
+	good := []workload.SideEffect{
 		{Key: "k-a", Task: "t1", Step: "a", Attempt: 1}, // superseded: expired
 		{Key: "k-a", Task: "t1", Step: "a", Attempt: 2},
 		{Key: "k-b", Task: "t1", Step: "b", Attempt: 1},
@@ -105,15 +106,15 @@ func TestCheckSideEffectsFindsViolations(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		lines []SideEffect
+		lines []workload.SideEffect
 		want  int
 	}{
 		{"clean", good, 0},
-		{"unknown task", append(slices.Clone(good), SideEffect{Key: "k", Task: "t9", Step: "a", Attempt: 1}), 1},
-		{"unknown step", append(slices.Clone(good), SideEffect{Key: "k-a", Task: "t1", Step: "z", Attempt: 1}), 1},
-		{"future attempt", append(slices.Clone(good), SideEffect{Key: "k-c", Task: "t1", Step: "c", Attempt: 2}), 1},
-		{"wrong key", append(slices.Clone(good), SideEffect{Key: "k-b", Task: "t1", Step: "a", Attempt: 1}), 1},
-		{"compensation of a step never compensated", append(slices.Clone(good), SideEffect{Key: "k-c:compensate", Task: "t1", Step: "c", Attempt: 1, Compensation: true}), 1},
+		{"unknown task", append(slices.Clone(good), workload.SideEffect{Key: "k", Task: "t9", Step: "a", Attempt: 1}), 1},
+		{"unknown step", append(slices.Clone(good), workload.SideEffect{Key: "k-a", Task: "t1", Step: "z", Attempt: 1}), 1},
+		{"future attempt", append(slices.Clone(good), workload.SideEffect{Key: "k-c", Task: "t1", Step: "c", Attempt: 2}), 1},
+		{"wrong key", append(slices.Clone(good), workload.SideEffect{Key: "k-b", Task: "t1", Step: "a", Attempt: 1}), 1},
+		{"compensation of a step never compensated", append(slices.Clone(good), workload.SideEffect{Key: "k-c:compensate", Task: "t1", Step: "c", Attempt: 1, Compensation: true}), 1},
 		{"expired attempt that logged nothing", good[1:], 0},
 		{"accepted success without side effect", slices.Delete(slices.Clone(good), 2, 3), 1},
 		{"accepted attempt executed twice", append(slices.Clone(good), good[2]), 1},
@@ -122,7 +123,7 @@ func TestCheckSideEffectsFindsViolations(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			log, err := OpenSideEffectLog(filepath.Join(dir, "agent-1.jsonl"))
+			log, err := workload.OpenSideEffectLog(filepath.Join(dir, "agent-1.jsonl"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,11 +174,11 @@ func TestSamplerFindsRunningStepsWithoutDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cli.Put(ctx, "/reeve/tasks/default/"+id, string(b)); err != nil {
+		if _, err := cli.Put(ctx, layout.Task("default", id), string(b)); err != nil {
 			t.Fatal(err)
 		}
 		if withKey {
-			if _, err := cli.Put(ctx, fmt.Sprintf("/reeve/deadlines/%020d/default/%s/a/1", completeBy.UnixNano(), id), ""); err != nil {
+			if _, err := cli.Put(ctx, layout.Deadline(completeBy, "default", id, "a", 1), ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -238,7 +239,7 @@ func TestSeedFixesScheduleAndPlan(t *testing.T) {
 func TestCheckHistoryOperatorRetryAndUndo(t *testing.T) {
 	retried := func() *reevev1.Task {
 		return &reevev1.Task{
-			Namespace: "default", Id: "r1", State: reevev1.TaskState_TASK_STATE_SUCCEEDED, Workflow: Workflows()[1],
+			Namespace: "default", Id: "r1", State: reevev1.TaskState_TASK_STATE_SUCCEEDED, Workflow: workload.Workflows()[1],
 			History: []*reevev1.HistoryEvent{
 				ev("task.submitted", "", 0, "client"),
 				ev("step.dispatched", "a", 1, "scheduler/s1"),
@@ -295,19 +296,19 @@ func TestCheckHistoryOperatorRetryAndUndo(t *testing.T) {
 // the roots it depends on.
 func TestCheckHistoryWideCompensation(t *testing.T) {
 	wide := func() *reevev1.Task {
-		tk := &reevev1.Task{Namespace: "default", Id: "w1", State: reevev1.TaskState_TASK_STATE_COMPENSATED, Workflow: Workflows()[2],
+		tk := &reevev1.Task{Namespace: "default", Id: "w1", State: reevev1.TaskState_TASK_STATE_COMPENSATED, Workflow: workload.Workflows()[2],
 			History: []*reevev1.HistoryEvent{
 				ev("step.succeeded", "w00", 1, "agent/x"),
 				ev("step.succeeded", "w01", 1, "agent/x"),
-				ev("step.succeeded", WideJoin, 1, "agent/x"),
+				ev("step.succeeded", workload.WideJoin, 1, "agent/x"),
 				ev("task.compensating", "", 0, "operator"),
-				ev("compensation.succeeded", WideJoin, 2, "agent/x"),
+				ev("compensation.succeeded", workload.WideJoin, 2, "agent/x"),
 				ev("compensation.succeeded", "w00", 2, "agent/x"),
 			}}
-		for _, n := range WideStepNames() {
+		for _, n := range workload.WideStepNames() {
 			st := &reevev1.Step{Name: n, State: reevev1.StepState_STEP_STATE_SKIPPED}
 			switch n {
-			case "w00", WideJoin:
+			case "w00", workload.WideJoin:
 				st.State = reevev1.StepState_STEP_STATE_COMPENSATED
 			case "w01":
 				st.State = reevev1.StepState_STEP_STATE_SUCCEEDED // no compensation
@@ -348,7 +349,7 @@ func TestCheckHistoryWideCompensation(t *testing.T) {
 // A task of the retry share: retried, it must end SUCCEEDED; its fail step
 // never succeeds at an attempt the agent fails.
 func TestCheckRetried(t *testing.T) {
-	pt := plannedTask{ID: "r1", Workflow: WorkflowFail, OperatorRetry: true, Input: Input{FailStep: "b", FailUntilAttempt: maxAttempts}}
+	pt := plannedTask{ID: "r1", Workflow: workload.WorkflowFail, OperatorRetry: true, Input: workload.Input{FailStep: "b", FailUntilAttempt: workload.MaxAttempts}}
 	task := func(state reevev1.TaskState, events ...*reevev1.HistoryEvent) *reevev1.Task {
 		return &reevev1.Task{Id: "r1", State: state, History: events}
 	}
@@ -411,19 +412,19 @@ func TestPlanRetryAndWideShares(t *testing.T) {
 	retry, wrong, wide := 0, 0, 0
 	for i, pt := range plan {
 		switch pt.Workflow {
-		case WorkflowWide:
+		case workload.WorkflowWide:
 			wide++
 			if i == 0 || i == len(plan)-1 {
 				t.Errorf("wide task at position %d: want them spread", i)
 			}
-		case WorkflowFail:
+		case workload.WorkflowFail:
 			retry++
-			if !pt.OperatorRetry || pt.CancelAfter > 0 || pt.CompensateAfter > 0 || pt.Input.FailUntilAttempt != maxAttempts || pt.Input.FailStep == "" {
+			if !pt.OperatorRetry || pt.CancelAfter > 0 || pt.CompensateAfter > 0 || pt.Input.FailUntilAttempt != workload.MaxAttempts || pt.Input.FailStep == "" {
 				t.Errorf("retry task %+v", pt)
 			}
 			if pt.RetryWrongAfter > 0 {
 				wrong++
-				if pt.RetryWrongStep == pt.Input.FailStep || !slices.Contains(StepNames, pt.RetryWrongStep) {
+				if pt.RetryWrongStep == pt.Input.FailStep || !slices.Contains(workload.StepNames, pt.RetryWrongStep) {
 					t.Errorf("wrong-point retry of step %q, fail step %q", pt.RetryWrongStep, pt.Input.FailStep)
 				}
 			}
@@ -437,8 +438,8 @@ func TestPlanRetryAndWideShares(t *testing.T) {
 // The wide workflow needs more operations per transaction than etcd's
 // default allows, and no more than the chaos cluster's members allow.
 func TestWideWorkflowFitsTheRaisedLimit(t *testing.T) {
-	ops, width, compWidth := store.WorstCaseOps(Workflows()[2])
-	if width != WideWidth || ops <= store.DefaultMaxTxnOps || ops > MaxTxnOps {
-		t.Fatalf("wide workflow: width %d (compensable %d), %d operations; want width %d, more than %d and at most %d", width, compWidth, ops, WideWidth, store.DefaultMaxTxnOps, MaxTxnOps)
+	ops, width, compWidth := store.WorstCaseOps(workload.Workflows()[2])
+	if width != workload.WideWidth || ops <= store.DefaultMaxTxnOps || ops > workload.MaxTxnOps {
+		t.Fatalf("wide workflow: width %d (compensable %d), %d operations; want width %d, more than %d and at most %d", width, compWidth, ops, workload.WideWidth, store.DefaultMaxTxnOps, workload.MaxTxnOps)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/archive"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
@@ -30,7 +31,7 @@ type plannedTask struct {
 	// Workflow is Workflow, WorkflowFail (operator retry share) or
 	// WorkflowWide.
 	Workflow string
-	Input    Input
+	Input    workload.Input
 	// CancelAfter: an operator cancels the task this long after it was
 	// accepted (0: never), at whatever point it has reached.
 	CancelAfter time.Duration
@@ -65,9 +66,9 @@ const (
 func wideFailStep(rng *rand.Rand) string {
 	switch r := rng.Float64(); {
 	case r < 0.3:
-		return WideJoin
+		return workload.WideJoin
 	case r < 0.5:
-		return WideStepNames()[rng.IntN(WideWidth)]
+		return workload.WideStepNames()[rng.IntN(workload.WideWidth)]
 	}
 	return ""
 }
@@ -78,19 +79,19 @@ func wideFailStep(rng *rand.Rand) string {
 func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 	out := make([]plannedTask, cfg.Tasks)
 	for i := range out {
-		in := Input{TransientPerMl: cfg.TransientPerMille, WorkMillis: 20 + rng.IntN(400)}
+		in := workload.Input{TransientPerMl: cfg.TransientPerMille, WorkMillis: 20 + rng.IntN(400)}
 		if rng.Float64() < cfg.FailShare {
-			in.FailStep = StepNames[rng.IntN(len(StepNames))]
+			in.FailStep = workload.StepNames[rng.IntN(len(workload.StepNames))]
 		}
-		out[i] = plannedTask{ID: fmt.Sprintf("chaos-%d-%05d", cfg.Seed, i), Workflow: Workflow, Input: in}
+		out[i] = plannedTask{ID: fmt.Sprintf("chaos-%d-%05d", cfg.Seed, i), Workflow: workload.Workflow, Input: in}
 	}
 	// Wide tasks replace tasks spread evenly over the submission, so that
 	// they run under faults.
 	wide := rand.New(rand.NewPCG(cfg.Seed^0x77de, cfg.Seed))
 	for k := range min(cfg.WideTasks, cfg.Tasks) {
 		i := (k + 1) * cfg.Tasks / (min(cfg.WideTasks, cfg.Tasks) + 1)
-		out[i] = plannedTask{ID: fmt.Sprintf("chaos-%d-wide-%05d", cfg.Seed, i), Workflow: WorkflowWide,
-			Input: Input{TransientPerMl: cfg.TransientPerMille, WorkMillis: 20 + wide.IntN(100), FailStep: wideFailStep(wide)}}
+		out[i] = plannedTask{ID: fmt.Sprintf("chaos-%d-wide-%05d", cfg.Seed, i), Workflow: workload.WorkflowWide,
+			Input: workload.Input{TransientPerMl: cfg.TransientPerMille, WorkMillis: 20 + wide.IntN(100), FailStep: wideFailStep(wide)}}
 	}
 	ops := rand.New(rand.NewPCG(cfg.Seed^0xc0ffee, cfg.Seed))
 	for i := range out {
@@ -108,17 +109,17 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 	// choices do not depend on its neighbours'.
 	retry := rand.New(rand.NewPCG(cfg.Seed^0x4e7e7, cfg.Seed))
 	for i := range out {
-		pick, step, wrongStep := retry.Float64(), retry.IntN(len(StepNames)), retry.IntN(len(StepNames)-1)
+		pick, step, wrongStep := retry.Float64(), retry.IntN(len(workload.StepNames)), retry.IntN(len(workload.StepNames)-1)
 		wrong, after := retry.Float64(), time.Duration(retry.Int64N(int64(2*time.Second)))+time.Millisecond
 		pt := &out[i]
-		if pick >= retryShare || pt.CancelAfter > 0 || pt.CompensateAfter > 0 || pt.Workflow != Workflow {
+		if pick >= retryShare || pt.CancelAfter > 0 || pt.CompensateAfter > 0 || pt.Workflow != workload.Workflow {
 			continue
 		}
-		pt.Workflow, pt.OperatorRetry = WorkflowFail, true
-		pt.Input.FailStep, pt.Input.FailUntilAttempt = StepNames[step], maxAttempts
+		pt.Workflow, pt.OperatorRetry = workload.WorkflowFail, true
+		pt.Input.FailStep, pt.Input.FailUntilAttempt = workload.StepNames[step], workload.MaxAttempts
 		if wrong < 0.5 {
 			// Any step but the one that fails.
-			pt.RetryWrongAfter, pt.RetryWrongStep = after, slices.Delete(slices.Clone(StepNames), step, step+1)[wrongStep]
+			pt.RetryWrongAfter, pt.RetryWrongStep = after, slices.Delete(slices.Clone(workload.StepNames), step, step+1)[wrongStep]
 		}
 	}
 	return out
@@ -288,7 +289,7 @@ func waitDrained(ctx context.Context, cli *clientv3.Client, arc archive.Archive,
 		live, ended = 0, 0
 		ok := true
 		for _, st := range []reevev1.TaskState{reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING, reevev1.TaskState_TASK_STATE_COMPENSATING} {
-			cnt, err := countPrefix(ctx, cli, "/reeve/created-state/default/"+st.String()+"/")
+			cnt, err := countPrefix(ctx, cli, layout.CreatedState("default", st))
 			if err != nil {
 				ok = false
 				break
@@ -297,7 +298,7 @@ func waitDrained(ctx context.Context, cli *clientv3.Client, arc archive.Archive,
 		}
 		if ok {
 			for _, st := range []reevev1.TaskState{reevev1.TaskState_TASK_STATE_SUCCEEDED, reevev1.TaskState_TASK_STATE_FAILED, reevev1.TaskState_TASK_STATE_COMPENSATED, reevev1.TaskState_TASK_STATE_CANCELED} {
-				cnt, err := countPrefix(ctx, cli, "/reeve/created-state/default/"+st.String()+"/")
+				cnt, err := countPrefix(ctx, cli, layout.CreatedState("default", st))
 				if err != nil {
 					ok = false
 					break

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/etcdtest"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/testenv"
@@ -33,13 +34,13 @@ import (
 // chaos agent logging to cfg's side-effect directory.
 func startChaosEnv(t *testing.T) (*testenv.Env, *testenv.Scheduler, Config) {
 	t.Helper()
-	env := testenv.New(t, etcdtest.WithMaxTxnOps(MaxTxnOps))
-	s := env.StartScheduler("", scheduler.WithEtcdMaxTxnOps(MaxTxnOps))
+	env := testenv.New(t, etcdtest.WithMaxTxnOps(workload.MaxTxnOps))
+	s := env.StartScheduler("", scheduler.WithEtcdMaxTxnOps(workload.MaxTxnOps))
 	env.StartSupervisor([]*testenv.Scheduler{s})
 	c := s.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, w := range Workflows() {
+	for _, w := range workload.Workflows() {
 		if _, err := c.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
 			t.Fatalf("register %s: %v", w.GetName(), err)
 		}
@@ -48,7 +49,7 @@ func startChaosEnv(t *testing.T) (*testenv.Env, *testenv.Scheduler, Config) {
 	if err := os.MkdirAll(cfg.sideEffectDir(), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	log, err := OpenSideEffectLog(filepath.Join(cfg.sideEffectDir(), "agent-1.jsonl"))
+	log, err := workload.OpenSideEffectLog(filepath.Join(cfg.sideEffectDir(), "agent-1.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func startChaosEnv(t *testing.T) (*testenv.Env, *testenv.Scheduler, Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Register(agent, log)
+	workload.Register(agent, log)
 	actx, stopAgent := context.WithCancel(context.Background())
 	agentDone := make(chan error, 1)
 	go func() { agentDone <- agent.Run(actx) }()
@@ -75,7 +76,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	defer cancel()
 	// A scheduler told etcd's default limit refuses the wide workflow.
 	narrow := env.StartScheduler("")
-	if _, err := narrow.Client(t).RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: Workflows()[2]}); status.Code(err) != codes.InvalidArgument {
+	if _, err := narrow.Client(t).RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: workload.Workflows()[2]}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("wide workflow on a scheduler told 128 operations per transaction: %v, want INVALID_ARGUMENT", err)
 	}
 
@@ -84,16 +85,16 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pager := newHistoryPager(cli, "/reeve/tasks/default/wide-")
+	pager := newHistoryPager(cli, layout.Task("default", "wide-"))
 	pctx, stopPager := context.WithCancel(ctx)
 	pagerDone := make(chan struct{})
 	go func() { defer close(pagerDone); pager.run(pctx, head.Header.Revision+1) }()
 
 	plan := []plannedTask{
-		{ID: "retried", Workflow: WorkflowFail, Input: Input{FailStep: "b", FailUntilAttempt: maxAttempts}, OperatorRetry: true,
+		{ID: "retried", Workflow: workload.WorkflowFail, Input: workload.Input{FailStep: "b", FailUntilAttempt: workload.MaxAttempts}, OperatorRetry: true,
 			RetryWrongAfter: time.Millisecond, RetryWrongStep: "c"},
-		{ID: "wide-1", Workflow: WorkflowWide, Input: Input{FailStep: WideJoin}},
-		{ID: "saga", Workflow: Workflow, Input: Input{FailStep: "c"}},
+		{ID: "wide-1", Workflow: workload.WorkflowWide, Input: workload.Input{FailStep: workload.WideJoin}},
+		{ID: "saga", Workflow: workload.Workflow, Input: workload.Input{FailStep: "c"}},
 	}
 	ops := &operatorLog{}
 	n, err := submit(ctx, []string{s.Addr}, tlsconfig.Files{}, tlsconfig.Files{}, plan, 100, ops, t.Logf)
@@ -142,8 +143,8 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 		t.Fatalf("states %v, wide %v; want the retried task SUCCEEDED, the others COMPENSATED", rep.States, rep.WideStates)
 	}
 	// The join failed for good: its 32 compensable roots were undone.
-	if rep.Compensations != WideWidth/2+2 {
-		t.Fatalf("%d compensations, want %d (32 wide roots, a and b of the saga)", rep.Compensations, WideWidth/2+2)
+	if rep.Compensations != workload.WideWidth/2+2 {
+		t.Fatalf("%d compensations, want %d (32 wide roots, a and b of the saga)", rep.Compensations, workload.WideWidth/2+2)
 	}
 }
 
@@ -173,7 +174,7 @@ func TestRetryOperatorSurvivesALostAnswer(t *testing.T) {
 	c := s.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pt := plannedTask{ID: "lost", Workflow: WorkflowFail, Input: Input{FailStep: "a", FailUntilAttempt: maxAttempts}, OperatorRetry: true}
+	pt := plannedTask{ID: "lost", Workflow: workload.WorkflowFail, Input: workload.Input{FailStep: "a", FailUntilAttempt: workload.MaxAttempts}, OperatorRetry: true}
 	if err := submitOne(ctx, c, pt); err != nil {
 		t.Fatal(err)
 	}

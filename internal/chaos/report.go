@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"text/tabwriter"
+
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 )
 
 // Report is the outcome of a run, printed as a table and written as JSON.
@@ -135,7 +137,7 @@ func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
 	row("  refused at a wrong point (running, not FAILED, SUCCEEDED)", r.RetriesRefusedAtWrongPoints)
 	row("  applied, answer lost, re-sent and refused (counted accepted)", r.RetriesAppliedThenRefused)
 	row("tasks that were FAILED, each with an alert", r.FailedWithAlert)
-	row(fmt.Sprintf("wide tasks (%d parallel steps and a join)", WideWidth), r.WideTasks)
+	row(fmt.Sprintf("wide tasks (%d parallel steps and a join)", workload.WideWidth), r.WideTasks)
 	for _, k := range sortedKeys(r.WideStates) {
 		row("  ended "+k, r.WideStates[k])
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
@@ -91,13 +92,13 @@ func retryOperator(ctx context.Context, c reevev1.SchedulerServiceClient, sup re
 		}
 		switch t.GetState() {
 		case reevev1.TaskState_TASK_STATE_SUCCEEDED:
-			code, err := retryRefused(ctx, retryStep, StepNames[0], "chaos: operator retry of a succeeded task")
+			code, err := retryRefused(ctx, retryStep, workload.StepNames[0], "chaos: operator retry of a succeeded task")
 			if err != nil {
 				return err
 			}
 			log.count(code, true)
 			if code == codes.OK {
-				log.violate(Violation{Invariant: "operator retry refused where it does not apply", Task: pt.ID, Step: StepNames[0], Detail: "RetryStep of a step of a SUCCEEDED task was accepted"})
+				log.violate(Violation{Invariant: "operator retry refused where it does not apply", Task: pt.ID, Step: workload.StepNames[0], Detail: "RetryStep of a step of a SUCCEEDED task was accepted"})
 			}
 			return nil
 		case reevev1.TaskState_TASK_STATE_FAILED:

@@ -50,14 +50,14 @@ func (s *sampler) sample(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	now := time.Now()
-	tasks, err := s.cli.Get(rctx, "/reeve/tasks/", clientv3.WithPrefix())
+	tasks, err := s.cli.Get(rctx, layout.Tasks(""), clientv3.WithPrefix())
 	if err != nil {
 		s.mu.Lock()
 		s.failed++
 		s.mu.Unlock()
 		return
 	}
-	dl, err := s.cli.Get(rctx, "/reeve/deadlines/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(tasks.Header.Revision))
+	dl, err := s.cli.Get(rctx, layout.Deadlines(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(tasks.Header.Revision))
 	if err != nil {
 		s.mu.Lock()
 		s.failed++
@@ -88,7 +88,7 @@ func (s *sampler) sample(ctx context.Context) {
 			switch {
 			case st.GetCompleteBy() == nil:
 				v.Detail = fmt.Sprintf("%s without complete-by at revision %d", st.GetState(), tasks.Header.Revision)
-			case !deadlines[fmt.Sprintf("/reeve/deadlines/%020d/%s/%s/%s/%d", st.GetCompleteBy().AsTime().UnixNano(), t.GetNamespace(), t.GetId(), st.GetName(), st.GetAttempt())]:
+			case !deadlines[layout.Deadline(st.GetCompleteBy().AsTime(), t.GetNamespace(), t.GetId(), st.GetName(), st.GetAttempt())]:
 				v.Detail = fmt.Sprintf("%s with complete-by %s but no deadline key at revision %d", st.GetState(), st.GetCompleteBy().AsTime().UTC().Format(time.RFC3339Nano), tasks.Header.Revision)
 			case st.GetCompleteBy().AsTime().Add(s.window).Before(now):
 				v.Detail = fmt.Sprintf("%s with complete-by %s, more than %v before the sample at %s", st.GetState(),

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/reeve-org/reeve/agentsdk"
+	"github.com/reeve-org/reeve/internal/retryinfo"
 )
 
 // RetryRefusals returns an interceptor that sends a unary request again,
@@ -27,7 +27,7 @@ func RetryRefusals(max int, safe func(method string) bool) grpc.UnaryClientInter
 			if i >= max || (code != codes.ResourceExhausted && !(code == codes.Unavailable && safe(method))) {
 				return err
 			}
-			d, ok := agentsdk.RetryDelay(err)
+			d, ok := retryinfo.Delay(err)
 			if !ok {
 				return err
 			}

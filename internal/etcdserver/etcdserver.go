@@ -1,5 +1,6 @@
 // Package etcdserver runs a single-member etcd server inside the process, for
-// `reeve dev` and for tests. Production deployments use an external cluster.
+// `reeve dev` and `reeve bench --embedded`; tests start one through
+// internal/etcdtest. Production deployments use an external cluster.
 package etcdserver
 
 import (

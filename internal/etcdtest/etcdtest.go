@@ -1,4 +1,11 @@
-// Package etcdtest starts a real embedded etcd member for tests.
+// Package etcdtest starts a real embedded etcd member for tests, on free
+// loopback ports in a temporary directory, stopped when the test ends. It is
+// the one way tests start an etcd: internal/testenv builds schedulers on
+// it; internal/etcdserver, which it wraps, is what `reeve dev` and the
+// benchmarks embed.
+//
+//	m := etcdtest.New(t, etcdtest.WithMaxTxnOps(512))
+//	cli := m.Client()
 package etcdtest
 
 import (
@@ -17,10 +24,12 @@ import (
 type Member struct {
 	t       testing.TB
 	dataDir string
+	scheme  string // of the client URLs: http, https with WithClientTLS
 	client  string
 	peer    string
 	quota   int64
 	maxOps  int
+	tls     *etcdserver.ClientTLS
 	srv     *etcdserver.Server
 }
 
@@ -35,13 +44,31 @@ func WithQuotaBytes(n int64) Option { return func(m *Member) { m.quota = n } }
 // may hold; default etcd's (128).
 func WithMaxTxnOps(n int) Option { return func(m *Member) { m.maxOps = n } }
 
+// WithClientTLS serves the client port over TLS and requires client
+// certificates signed by caFile; default plaintext. Endpoints are then
+// https, and Client (plaintext) cannot connect: dial with the test's own
+// TLS configuration.
+func WithClientTLS(certFile, keyFile, caFile string) Option {
+	return func(m *Member) {
+		m.tls = &etcdserver.ClientTLS{CertFile: certFile, KeyFile: keyFile, TrustedCAFile: caFile}
+	}
+}
+
+// WithDataDir starts the member on dir's data (created if missing), to read
+// what an earlier member left there; default a temporary directory of the
+// test.
+func WithDataDir(dir string) Option { return func(m *Member) { m.dataDir = dir } }
+
 // New starts a member on free loopback ports in a temporary directory; it is
 // stopped when the test ends.
 func New(t testing.TB, opts ...Option) *Member {
 	t.Helper()
-	m := &Member{t: t, dataDir: t.TempDir()}
+	m := &Member{t: t}
 	for _, o := range opts {
 		o(m)
+	}
+	if m.dataDir == "" {
+		m.dataDir = t.TempDir()
 	}
 	m.start()
 	t.Cleanup(m.Stop)
@@ -60,17 +87,18 @@ func (m *Member) start() {
 		Logger:     zap.NewNop(),
 		QuotaBytes: m.quota,
 		MaxTxnOps:  m.maxOps,
+		ClientTLS:  m.tls,
 	})
 	if err != nil {
 		m.t.Fatalf("start etcd: %v", err)
 	}
 	m.srv = srv
-	m.client = strings.TrimPrefix(srv.Endpoints()[0], "http://")
+	m.scheme, m.client, _ = strings.Cut(srv.Endpoints()[0], "://")
 	m.peer = srv.PeerAddr()
 }
 
 // Endpoints returns the client URLs; they stay the same across Restart.
-func (m *Member) Endpoints() []string { return []string{"http://" + m.client} }
+func (m *Member) Endpoints() []string { return []string{m.scheme + "://" + m.client} }
 
 // Stop stops the member; clients see it as unavailable. Safe to call twice.
 func (m *Member) Stop() {

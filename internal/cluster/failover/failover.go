@@ -32,17 +32,18 @@ import (
 
 	"github.com/reeve-org/reeve/agentsdk"
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/chaos"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/cluster"
 	"github.com/reeve-org/reeve/internal/demo"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
 )
 
-// Keys of the default prefix (/reeve/, internal/store/keys.go) that the
-// measurement watches.
-const (
-	electionPrefix = "/reeve/supervisor/election/"
-	agentsPrefix   = "/reeve/agents/"
+// Keys of the default prefix (the cluster's) that the measurement watches:
+// the supervisors' election and the agent records of every namespace.
+var (
+	electionPrefix = store.NewLayout(store.DefaultPrefix).ElectionCandidates()
+	agentsPrefix   = store.NewLayout(store.DefaultPrefix).Agents("")
 )
 
 // ClusterConfig is the cluster a measurement needs: 3 etcd members (no
@@ -54,8 +55,8 @@ const (
 // the launcher, so that the configuration runs secure as well (set Secure).
 func ClusterConfig(dir, reeve, etcd string, sessionTTL, chaosAgents int) cluster.Config {
 	var workflows []*reevev1.Workflow
-	for _, w := range append(demo.Workflows(), chaos.Workflows()...) {
-		if w.GetName() != chaos.WorkflowWide {
+	for _, w := range append(demo.Workflows(), workload.Workflows()...) {
+		if w.GetName() != workload.WorkflowWide {
 			workflows = append(workflows, w)
 		}
 	}

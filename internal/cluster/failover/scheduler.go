@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/chaos"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/cluster"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 )
@@ -159,7 +159,7 @@ func (m *Measurer) SchedulerRound(ctx context.Context, round int, load Scheduler
 				id := fmt.Sprintf("failover-sched-%d-%d-%d-%d", stamp, round, w, i)
 				sctx, cancel := context.WithTimeout(lctx, 10*time.Second)
 				_, err := client.SubmitTask(sctx, &reevev1.SubmitTaskRequest{TaskId: id,
-					Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: chaos.Workflow}},
+					Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: workload.Workflow}},
 					Input:    structpb.NewStructValue(in)})
 				cancel()
 				if err != nil {

@@ -1,4 +1,4 @@
-package chaos
+package workload
 
 import (
 	"context"
@@ -55,9 +55,13 @@ const MaxTxnOps = 512
 // every attempt.
 const (
 	stepTimeout   = 3 * time.Second
-	maxAttempts   = 6
 	reassignAfter = time.Second
 )
+
+// MaxAttempts is the max attempts of the chaos steps' retry policy: a step
+// whose Input.FailUntilAttempt is MaxAttempts fails for good in its first
+// round.
+const MaxAttempts = 6
 
 // Workflows returns the chaos workflows. chaos.saga: a → b → c, each step
 // with a compensation, escalating to compensation when it fails for good,
@@ -70,8 +74,8 @@ const (
 // chaos.wide needs schedulers told an etcd limit of at least 204
 // operations per transaction (MaxTxnOps).
 func Workflows() []*reevev1.Workflow {
-	retry := &reevev1.RetryPolicy{MaxAttempts: maxAttempts, InitialBackoff: durationpb.New(100 * time.Millisecond), MaxBackoff: durationpb.New(time.Second)}
-	undoRetry := &reevev1.RetryPolicy{MaxAttempts: 3 * maxAttempts, InitialBackoff: durationpb.New(100 * time.Millisecond), MaxBackoff: durationpb.New(time.Second)}
+	retry := &reevev1.RetryPolicy{MaxAttempts: MaxAttempts, InitialBackoff: durationpb.New(100 * time.Millisecond), MaxBackoff: durationpb.New(time.Second)}
+	undoRetry := &reevev1.RetryPolicy{MaxAttempts: 3 * MaxAttempts, InitialBackoff: durationpb.New(100 * time.Millisecond), MaxBackoff: durationpb.New(time.Second)}
 	step := func(name string, deps []string, undo bool, esc reevev1.Escalation) *reevev1.StepSpec {
 		sp := &reevev1.StepSpec{Name: name, Type: "chaos.work", DependsOn: deps, Timeout: durationpb.New(stepTimeout), RetryPolicy: retry, Escalation: esc}
 		if undo {
