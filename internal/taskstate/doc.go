@@ -17,4 +17,9 @@
 // (queued, then dispatched with its own complete_by) -> COMPENSATED, or
 // FAILED when the compensation exhausts its attempts. Attempt numbers only
 // grow, so (task, step, attempt) names exactly one execution.
+//
+// Retries: NextAttempt (retrydecision.go) alone decides what follows an
+// attempt that ended without a success (an agent's failure, an expiry) or
+// an operator's retry: which retry policy applies, whether another attempt
+// is allowed, its backoff, or the escalation.
 package taskstate

@@ -168,11 +168,10 @@ func ErrorText(e *reevev1.StepError) string {
 // "compensation of step ...".
 func EscalationReason(t *reevev1.Task, s *reevev1.Step) string {
 	what := fmt.Sprintf("step %q", s.GetName())
-	policy := workflow.EffectiveRetryPolicy(t.GetWorkflow(), Spec(t, s.GetName()))
 	if Compensating(s) {
 		what = "compensation of " + what
-		policy = workflow.CompensationRetryPolicy(t.GetWorkflow(), Spec(t, s.GetName()))
 	}
+	policy := retryPolicy(t, s)
 	last := ErrorText(s.GetLastError())
 	if last == "" {
 		last = "no error recorded"

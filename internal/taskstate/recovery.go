@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // ErrNotExpired means a supervisor named an execution whose deadline
@@ -79,61 +78,48 @@ func ExpiryCode(s *reevev1.Step) string {
 
 // Decide is the supervisor's policy for an execution of s that passed its
 // deadline (complete-by while dispatched, schedule-to-start deadline while
-// queued), counting this expiry as a failure: retry after the backoff while
+// queued), counting this expiry as a failure: NextAttempt with CauseExpiry,
+// as an action and the delay of a retry. It retries after the backoff while
 // attempts remain and the expiry's code (ExpiryCode) is not listed as
-// non-retryable; otherwise the step's escalation (wait then retry after
-// escalation_wait, compensate, or fail). A compensation that runs out of
-// attempts fails the task. It holds no business knowledge: only the step's
-// policy and failure count.
+// non-retryable; otherwise it applies the step's escalation (wait then retry
+// after escalation_wait, compensate, or fail). A compensation that runs out
+// of attempts fails the task. It holds no business knowledge: only the
+// step's policy and failure count.
 func Decide(t *reevev1.Task, s *reevev1.Step) (Action, time.Duration) {
-	spec := Spec(t, s.GetName())
-	policy := workflow.EffectiveRetryPolicy(t.GetWorkflow(), spec)
-	if Compensating(s) {
-		policy = workflow.CompensationRetryPolicy(t.GetWorkflow(), spec)
-	}
-	failures := s.GetFailureCount() + 1
-	if failures < policy.GetMaxAttempts() && workflow.Retryable(policy, &reevev1.StepError{Code: ExpiryCode(s)}) {
-		return ActionRetry, workflow.Backoff(policy, int(failures))
-	}
-	if Compensating(s) {
-		return ActionFail, 0
-	}
-	switch workflow.EffectiveEscalation(t.GetWorkflow(), spec) {
-	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
-		return ActionRetry, workflow.EscalationWait(spec)
-	case reevev1.Escalation_ESCALATION_COMPENSATE:
-		return ActionCompensate, 0
-	}
-	return ActionFail, 0
+	d := NextAttempt(t, s, CauseExpiry, nil)
+	return d.Action, d.Delay
 }
 
 // expired returns the named execution if it is dispatched and past its
 // complete-by, or queued and past its schedule-to-start deadline, recording
-// the expiry as a failure. The execution leaves its agent or the ready
-// queue; the caller decides what comes next.
-func expired(t *reevev1.Task, name string, attempt int32, actor string, now time.Time) (*reevev1.Step, error) {
+// the expiry as a failure, with NextAttempt's decision for it (made before
+// the expiry was recorded). The execution leaves its agent or the ready
+// queue; the caller applies the decision it was sent, which need not be
+// that one (an operator's fenced retry_step).
+func expired(t *reevev1.Task, name string, attempt int32, actor string, now time.Time) (*reevev1.Step, RetryDecision, error) {
 	if TerminalTask(t.GetState()) {
-		return nil, &refusal{ErrTerminal, fmt.Sprintf("task %s is %s: nothing of it is left to recover", t.GetId(), StateName(t.GetState()))}
+		return nil, RetryDecision{}, &refusal{ErrTerminal, fmt.Sprintf("task %s is %s: nothing of it is left to recover", t.GetId(), StateName(t.GetState()))}
 	}
 	s := FindStep(t, name)
 	if s == nil {
-		return nil, &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
+		return nil, RetryDecision{}, &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
 	deadline, ok := Deadline(s)
 	if !ok || s.GetAttempt() != attempt {
-		return nil, &refusal{ErrStale, fmt.Sprintf("attempt %d of step %q is not the current execution with a deadline: the step is %s at attempt %d", attempt, name, StateName(s.GetState()), s.GetAttempt())}
+		return nil, RetryDecision{}, &refusal{ErrStale, fmt.Sprintf("attempt %d of step %q is not the current execution with a deadline: the step is %s at attempt %d", attempt, name, StateName(s.GetState()), s.GetAttempt())}
 	}
 	by := deadline.UTC().Format(time.RFC3339Nano)
 	if now.Before(deadline) {
-		return nil, &refusal{ErrNotExpired, fmt.Sprintf("attempt %d of step %q has not expired: its deadline is %s", attempt, name, by)}
+		return nil, RetryDecision{}, &refusal{ErrNotExpired, fmt.Sprintf("attempt %d of step %q has not expired: its deadline is %s", attempt, name, by)}
 	}
+	d := NextAttempt(t, s, CauseExpiry, nil)
 	s.FailureCount++
 	if Queued(s) {
 		msg := fmt.Sprintf("no agent of type %q claimed it before its schedule-to-start deadline %s", ExecutionType(t, s), by)
 		dequeue(s)
 		s.LastError = &reevev1.StepError{Code: CodeScheduleToStart, Message: msg}
 		addHistory(t, now, "step.schedule_to_start_expired", name, attempt, actor, msg)
-		return s, nil
+		return s, d, nil
 	}
 	msg := "no result before complete-by " + by
 	if agent := s.GetLockedByAgent(); agent != "" {
@@ -145,7 +131,7 @@ func expired(t *reevev1.Task, name string, attempt int32, actor string, now time
 	release(s)
 	s.LastError = &reevev1.StepError{Code: CodeDeadlineExceeded, Message: msg}
 	addHistory(t, now, "step.expired", name, attempt, actor, msg)
-	return s, nil
+	return s, d, nil
 }
 
 // disconnected reports whether the history says the stream of the agent
@@ -169,29 +155,22 @@ func disconnected(t *reevev1.Task, name string, attempt int32) bool {
 
 // RetryExpired records the expiry of (name, attempt) and queues the next
 // attempt no earlier than now + delay. The old attempt's holder is revoked.
+// When the step's policy allows no other attempt (NextAttempt escalates), the
+// retry starts a new round of attempts: the failure count is reset to 0.
 func RetryExpired(t *reevev1.Task, name string, attempt int32, delay time.Duration, actor string, now time.Time) error {
-	s, err := expired(t, name, attempt, actor, now)
+	s, d, err := expired(t, name, attempt, actor, now)
 	if err != nil {
 		return err
 	}
-	if exhausted(t, s) {
-		// The supervisor retries an exhausted step only by wait_then_retry:
-		// a new round of attempts, as when an agent's failure escalates.
+	if d.Escalated {
+		// The supervisor retries such a step only by wait_then_retry (an
+		// operator also by a fenced retry_step): a new round of attempts,
+		// as when an agent's failure escalates.
 		s.FailureCount = 0
 	}
 	requeue(t, s, now, delay)
 	addHistory(t, now, "step.retry_scheduled", name, s.GetAttempt(), actor, "not before "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 	return nil
-}
-
-// exhausted reports whether the step used up its policy's attempts.
-func exhausted(t *reevev1.Task, s *reevev1.Step) bool {
-	spec := Spec(t, s.GetName())
-	policy := workflow.EffectiveRetryPolicy(t.GetWorkflow(), spec)
-	if Compensating(s) {
-		policy = workflow.CompensationRetryPolicy(t.GetWorkflow(), spec)
-	}
-	return s.GetFailureCount() >= policy.GetMaxAttempts()
 }
 
 // CompensateExpired records the expiry of (name, attempt), fails the step
@@ -200,7 +179,7 @@ func CompensateExpired(t *reevev1.Task, name string, attempt int32, reason, acto
 	if s := FindStep(t, name); Compensating(s) {
 		return &refusal{ErrStale, fmt.Sprintf("step %q is itself compensating: an expired compensation fails the task, it does not compensate it", name)}
 	}
-	s, err := expired(t, name, attempt, actor, now)
+	s, _, err := expired(t, name, attempt, actor, now)
 	if err != nil {
 		return err
 	}
@@ -216,7 +195,7 @@ func CompensateExpired(t *reevev1.Task, name string, attempt int32, reason, acto
 // FailExpired records the expiry of (name, attempt), fails the step and the
 // task (an operator is alerted).
 func FailExpired(t *reevev1.Task, name string, attempt int32, reason, actor string, now time.Time) error {
-	s, err := expired(t, name, attempt, actor, now)
+	s, _, err := expired(t, name, attempt, actor, now)
 	if err != nil {
 		return err
 	}
@@ -317,7 +296,8 @@ func needsTask(t *reevev1.Task, action string, accepts []reevev1.TaskState) erro
 }
 
 // RetryFailed is an operator's retry of the FAILED step of a FAILED task:
-// its failure count is reset and a new attempt is queued now.
+// its failure count is reset and a new attempt is queued now (NextAttempt
+// with CauseOperator).
 //
 // A failed forward step is retried only while nothing of the task was
 // undone: no compensation has started (else retrying would redo work that is
@@ -356,7 +336,6 @@ func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor stri
 			}
 		}
 	}
-	s.FailureCount = 0
 	s.LastError = nil
 	s.EndTime = nil
 	t.EndTime = nil
@@ -364,8 +343,7 @@ func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor stri
 	if compensation {
 		s.State = reevev1.StepState_STEP_STATE_COMPENSATING
 		t.State = reevev1.TaskState_TASK_STATE_COMPENSATING
-		requeue(t, s, now, 0)
-		addHistory(t, now, "step.retried_by_operator", name, s.GetAttempt(), actor, reason)
+		retryNow(t, s, reason, actor, now)
 		advanceCompensation(t, now)
 		return nil
 	}
@@ -378,10 +356,19 @@ func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor stri
 	}
 	s.State = reevev1.StepState_STEP_STATE_PENDING
 	t.State = reevev1.TaskState_TASK_STATE_RUNNING
-	requeue(t, s, now, 0)
-	addHistory(t, now, "step.retried_by_operator", name, s.GetAttempt(), actor, reason)
+	retryNow(t, s, reason, actor, now)
 	advance(t, now)
 	return nil
+}
+
+// retryNow queues the operator's retry of step s, already in the state of
+// its next execution: NextAttempt's decision for CauseOperator, a new round
+// of attempts (failure count 0), due at once.
+func retryNow(t *reevev1.Task, s *reevev1.Step, reason, actor string, now time.Time) {
+	d := NextAttempt(t, s, CauseOperator, nil)
+	s.FailureCount = d.Failures
+	requeue(t, s, now, d.Delay)
+	addHistory(t, now, "step.retried_by_operator", s.GetName(), s.GetAttempt(), actor, reason)
 }
 
 // Compensate is an operator's request to undo a task that is pending,

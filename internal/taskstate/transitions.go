@@ -125,7 +125,8 @@ func Complete(t *reevev1.Task, ref *reevev1.StepRef, agentID string, output *str
 }
 
 // Fail records a failed result of the execution ref from agentID: the step is
-// retried after its backoff while its policy allows, else it escalates.
+// retried after its backoff while its policy allows, else it escalates
+// (NextAttempt decides).
 func Fail(t *reevev1.Task, ref *reevev1.StepRef, agentID string, stepErr *reevev1.StepError, now time.Time) error {
 	s, err := current(t, ref, agentID)
 	if err != nil {
@@ -189,47 +190,38 @@ type refusal struct {
 func (e *refusal) Error() string        { return e.msg }
 func (e *refusal) Is(target error) bool { return target == e.sentinel }
 
+// failAttempt records the failure of the step's current execution and
+// applies NextAttempt's decision: the next attempt after its delay, or the
+// escalation.
 func failAttempt(t *reevev1.Task, s *reevev1.Step, stepErr *reevev1.StepError, actor string, now time.Time) {
-	spec := Spec(t, s.GetName())
-	policy := workflow.EffectiveRetryPolicy(t.GetWorkflow(), spec)
+	d := NextAttempt(t, s, CauseFailure, stepErr)
 	kind := "step.failed"
 	if Compensating(s) {
-		policy = workflow.CompensationRetryPolicy(t.GetWorkflow(), spec)
 		kind = "compensation.failed"
 	}
 	release(s)
 	s.LastError = stepErr
 	s.FailureCount++
 	addHistory(t, now, kind, s.GetName(), s.GetAttempt(), actor, ErrorText(stepErr))
-	if workflow.Retryable(policy, stepErr) && s.GetFailureCount() < policy.GetMaxAttempts() {
-		delay := workflow.Backoff(policy, int(s.GetFailureCount()))
-		if ra := stepErr.GetRetryAfter(); ra != nil {
-			delay = ra.AsDuration() // the agent knows better (e.g. a rate limit's reset)
-		}
-		requeue(t, s, now, delay)
+	if !d.Escalated {
+		requeue(t, s, now, d.Delay)
 		addHistory(t, now, "step.retry_scheduled", s.GetName(), s.GetAttempt(), actor, "not before "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
 		return
 	}
-	escalate(t, s, spec, actor, now)
+	escalate(t, s, d, actor, now)
 }
 
-func escalate(t *reevev1.Task, s *reevev1.Step, spec *reevev1.StepSpec, actor string, now time.Time) {
+// escalate applies the escalation d names for step s, whose failure is
+// recorded: a new round after escalation_wait (wait_then_retry), the task
+// compensated, or the task failed (always for a compensation).
+func escalate(t *reevev1.Task, s *reevev1.Step, d RetryDecision, actor string, now time.Time) {
 	reason := EscalationReason(t, s)
-	if Compensating(s) {
-		s.State = reevev1.StepState_STEP_STATE_FAILED
-		s.EndTime = timestamppb.New(now)
-		failTask(t, reason, actor, now)
-		return
-	}
-	switch workflow.EffectiveEscalation(t.GetWorkflow(), spec) {
-	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
-		// A new round: after the wait the step gets its policy's attempts and
-		// backoff again (the count drives both), instead of one attempt per
-		// wait with an ever longer backoff.
-		s.FailureCount = 0
-		requeue(t, s, now, workflow.EscalationWait(spec))
+	switch d.Action {
+	case ActionRetry:
+		s.FailureCount = d.Failures
+		requeue(t, s, now, d.Delay)
 		addHistory(t, now, "step.escalated", s.GetName(), s.GetAttempt(), actor, "wait_then_retry until "+s.GetNotBefore().AsTime().UTC().Format(time.RFC3339Nano))
-	case reevev1.Escalation_ESCALATION_COMPENSATE:
+	case ActionCompensate:
 		s.State = reevev1.StepState_STEP_STATE_FAILED
 		s.EndTime = timestamppb.New(now)
 		addHistory(t, now, "step.escalated", s.GetName(), s.GetAttempt(), actor, "compensate")
