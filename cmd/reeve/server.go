@@ -217,6 +217,14 @@ func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client
 		closeAll()
 		return nil, err
 	}
+	// A layout newer than this Reeve knows ends the process.
+	if err := sup.CheckLayout(ctx); err != nil {
+		closeAll()
+		if ctx.Err() != nil {
+			return func() {}, nil
+		}
+		return nil, err
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -490,6 +498,15 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen, 
 		return err
 	}
 	srv := scheduler.New(cli, opts...)
+	// Nothing is served, so nothing written, before etcd's layout version
+	// is checked (it waits while etcd cannot be reached).
+	if err := srv.CheckLayout(ctx); err != nil {
+		_ = lis.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	lis = srv.Listener(lis)
 	g, hs, err := newGRPCServer(srv, gopts)
 	if err != nil {
