@@ -498,15 +498,6 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen, 
 		return err
 	}
 	srv := scheduler.New(cli, opts...)
-	// Nothing is served, so nothing written, before etcd's layout version
-	// is checked (it waits while etcd cannot be reached).
-	if err := srv.CheckLayout(ctx); err != nil {
-		_ = lis.Close()
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
 	lis = srv.Listener(lis)
 	g, hs, err := newGRPCServer(srv, gopts)
 	if err != nil {
@@ -522,6 +513,16 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen, 
 	}
 	defer stopHealthListener()
 
+	// Nothing is served, so nothing written, before etcd's layout version
+	// is checked (it waits while etcd cannot be reached; the health
+	// listener answers meanwhile: alive, not ready).
+	if err := srv.CheckLayout(ctx); err != nil {
+		_ = lis.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.Serve(lis) }()
 	runCtx, stopRun := context.WithCancel(context.Background())
