@@ -100,6 +100,8 @@ lint: tools
 check-breaking: tools
 	buf breaking --against api/released.binpb
 
+# Cutting a release also updates RELEASED (the commit a rolling upgrade
+# starts from, for make test-cluster).
 api-release: tools
 	buf build --exclude-source-info -o api/released.binpb
 
@@ -211,7 +213,9 @@ test-throughput:
 	go test -count=1 -timeout 5m -run '^TestBenchFloodAdmission$$' ./cmd/reeve/
 
 # Tests that start real clusters of separate processes (internal/cluster,
-# and the short chaos run of internal/chaos: about 2 minutes in all). A
+# and the short chaos run of internal/chaos: about 2 minutes in all), among
+# them a rolling upgrade under load from the last release (the commit in
+# RELEASED, built from git history: about 1.5 minutes more). A
 # step of its own, so that their load does not disturb timing-sensitive tests
 # of other packages.
 test-cluster: etcd toxiproxy

@@ -244,11 +244,13 @@ func (s *Server) deliverClaim(rec *storev1.TaskRecord, c *writeClaim) {
 // notWritten reports whether a write failed in a way that certainly wrote
 // nothing: refused before it reached etcd (overloaded, too many operations,
 // too large), by etcd as a whole (out of space) or by its workflow compare
-// (a newer version exists). Only other failures (unavailable, timed out)
+// (a newer version exists), or left a newer Reeve's record alone (an
+// unknown record version). Only other failures (unavailable, timed out)
 // leave the outcome unknown.
 func notWritten(err error) bool {
 	return errors.Is(err, store.ErrOverloaded) || errors.Is(err, store.ErrTooManyOps) ||
-		errors.Is(err, store.ErrTooLarge) || errors.Is(err, store.ErrNoSpace) || errors.Is(err, store.ErrStaleWorkflow)
+		errors.Is(err, store.ErrTooLarge) || errors.Is(err, store.ErrNoSpace) || errors.Is(err, store.ErrStaleWorkflow) ||
+		errors.Is(err, store.ErrUnknownVersion)
 }
 
 // serves reports whether the slot's agent takes steps of k.

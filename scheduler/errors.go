@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -70,6 +71,17 @@ func toStatus(err error) *status.Status {
 			meta[k] = nf.Name
 		}
 	}
+	var uv *store.UnknownVersionError
+	if errors.As(err, &uv) {
+		if uv.Namespace != "" {
+			meta[MetaNamespace] = uv.Namespace
+		}
+		if uv.Kind == store.KindTask && uv.Name != "" {
+			meta[MetaTaskID] = uv.Name
+		}
+		meta[MetaRecordVersion] = strconv.FormatUint(uint64(uv.Version), 10)
+		meta[MetaKnownRecordVersion] = strconv.Itoa(store.RecordVersion)
+	}
 	st = withErrorInfo(st, reason, meta)
 	var fe *workflow.FieldError
 	if errors.As(err, &fe) {
@@ -131,6 +143,9 @@ func classify(err error) (codes.Code, string, string) {
 		return codes.FailedPrecondition, ReasonStepNotFailed, err.Error()
 	case errors.As(err, &se), errors.Is(err, taskstate.ErrWrongState):
 		return codes.FailedPrecondition, ReasonWrongState, err.Error()
+	case errors.Is(err, store.ErrUnknownVersion):
+		// Not retryable here: a scheduler of a newer Reeve can.
+		return codes.FailedPrecondition, ReasonUnknownRecordVersion, err.Error()
 	case errors.Is(err, store.ErrNoSpace):
 		return codes.ResourceExhausted, ReasonNoSpace, "etcd is out of space: new work is refused until an operator compacts and defragments it (" + err.Error() + ")"
 	case errors.Is(err, store.ErrTooManyOps):

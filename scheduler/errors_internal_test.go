@@ -34,6 +34,7 @@ func TestStatusOfEveryDomainError(t *testing.T) {
 		{store.ErrTooManyOps, codes.FailedPrecondition, ReasonTooManyOperations, false},
 		{store.ErrUnavailable, codes.Unavailable, ReasonStoreUnavailable, true},
 		{store.ErrFenced, codes.FailedPrecondition, ReasonFenced, false},
+		{&store.UnknownVersionError{Kind: store.KindTask, Namespace: "ns", Name: "t-1", Version: 2}, codes.FailedPrecondition, ReasonUnknownRecordVersion, false},
 		{taskstate.ErrNotQueued, codes.FailedPrecondition, ReasonStepNotQueued, false},
 		{taskstate.ErrNotDue, codes.FailedPrecondition, ReasonStepNotDue, false},
 		{context.Canceled, codes.Canceled, ReasonCanceled, false},

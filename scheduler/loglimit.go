@@ -80,7 +80,7 @@ func (l *logLimiter) log(log *slog.Logger, level slog.Level, key, msg string, ar
 // errKind names the class of a store error for rate-limited logging: the
 // same failure of many tasks shares one key.
 func errKind(err error) string {
-	for _, e := range []error{store.ErrNoSpace, store.ErrUnavailable, store.ErrTooManyOps, store.ErrTooLarge, store.ErrConflict, store.ErrFenced, store.ErrOverloaded} {
+	for _, e := range []error{store.ErrNoSpace, store.ErrUnavailable, store.ErrTooManyOps, store.ErrTooLarge, store.ErrConflict, store.ErrFenced, store.ErrOverloaded, store.ErrUnknownVersion} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

@@ -45,6 +45,11 @@ const (
 	ReasonStepNotFailed     = "STEP_NOT_FAILED"     // retry_step on a step that is not FAILED
 	ReasonWrongState        = "WRONG_STATE"         // the action does not apply to the task in its state
 	ReasonTooManyOperations = "TOO_MANY_OPERATIONS" // one write needs more than etcd's --max-txn-ops
+	// The record (task, workflow, alert) was written by a newer Reeve in a
+	// version this one does not know; it was left as it is. A scheduler of
+	// a Reeve that knows the version (ErrorInfo metadata record_version)
+	// can do it.
+	ReasonUnknownRecordVersion = "UNKNOWN_RECORD_VERSION"
 
 	// ABORTED: a write kept losing to concurrent writers; retry.
 	ReasonConflict = "CONFLICT"
@@ -77,6 +82,10 @@ const (
 	MetaAttempt   = "attempt"
 	MetaWorkflow  = "workflow"
 	MetaAlertID   = "alert_id"
+	// UNKNOWN_RECORD_VERSION: the record's version, and the newest this
+	// scheduler knows.
+	MetaRecordVersion      = "record_version"
+	MetaKnownRecordVersion = "known_record_version"
 )
 
 // ReasonOf is the reason of a status that no Reeve error made (an

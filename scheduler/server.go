@@ -92,7 +92,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		expiries:           make(chan struct{}, expiriesInFlight),
 		archivedNamespaces: metNamespaces{met: map[string]time.Time{}},
 		opts:               o,
-		store:              store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithMaxTxnOps(cmp.Or(o.maxTxnOps, store.DefaultMaxTxnOps))}, o.storeOpts...)...),
+		store:              store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithMaxTxnOps(cmp.Or(o.maxTxnOps, store.DefaultMaxTxnOps)), store.WithLogger(o.log.With("scheduler_id", o.id))}, o.storeOpts...)...),
 		log:                o.log.With("scheduler_id", o.id),
 		base:               base,
 		cancelBase:         cancel,
@@ -180,7 +180,9 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	reevev1.RegisterSupervisorServiceServer(g, s)
 }
 
-// Run dispatches work until ctx ends, then shuts down in order:
+// Run checks etcd's layout version (CheckLayout; a newer one is returned
+// at once as the error), dispatches work until ctx ends, then shuts down
+// in order:
 //  1. stop dispatching new attempts (claims in flight finish: they run on
 //     the server's lifetime context), and the timers of dropped agents'
 //     heartbeat executions (their disconnected/ keys go with the lease, and
@@ -198,6 +200,9 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // It returns nil after a shutdown, or the first fatal error.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.cancelBase()
+	if err := s.CheckLayout(ctx); err != nil {
+		return s.stopUnstarted(ctx, err)
+	}
 	var wg sync.WaitGroup
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -96,7 +96,7 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 		// linearizable read returns. That read is the submission's
 		// linearization point, so no compare is needed this time.
 		ref := req.GetWorkflowRef()
-		if wf, err = s.store.GetWorkflow(ctx, req.GetNamespace(), ref.GetName(), 0); err != nil {
+		if wf, err = s.store.LatestWorkflowForSubmit(ctx, req.GetNamespace(), ref.GetName()); err != nil {
 			return nil, statusErr(err)
 		}
 		existing, created, err = s.createTask(ctx, req, wf, digest, false)

@@ -69,10 +69,10 @@ func New(cli *clientv3.Client, schedulers []reevev1.SupervisorServiceClient, opt
 	s := &Supervisor{
 		opts:       o,
 		cli:        cli,
-		store:      store.New(cli, store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter)),
 		schedulers: schedulers,
 		log:        o.log.With("supervisor_id", o.id),
 	}
+	s.store = store.New(cli, store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithLogger(s.log))
 	s.tel = newInstruments(s)
 	return s, nil
 }
@@ -84,10 +84,24 @@ func (s *Supervisor) ID() string { return s.opts.id }
 // a hint for tests and status pages: only the fence makes actions safe.
 func (s *Supervisor) Leading() bool { return s.leading.Load() }
 
-// Run campaigns and, while leading, ticks until ctx ends. When its etcd
-// session is lost it stops acting at once and campaigns again. It returns
-// nil when ctx ends.
+// CheckLayout checks etcd's key layout version (store.AwaitLayout: it
+// waits while etcd cannot be reached) and returns an error matching
+// store.ErrLayoutTooNew when it is newer than this Reeve knows: the
+// supervisor must not start. Run calls it first; a process calls it before
+// it reports itself started, so that such a refusal ends it.
+func (s *Supervisor) CheckLayout(ctx context.Context) error { return s.store.AwaitLayout(ctx) }
+
+// Run checks etcd's layout version (CheckLayout), then campaigns and,
+// while leading, ticks until ctx ends. When its etcd session is lost it
+// stops acting at once and campaigns again. It returns nil when ctx ends,
+// and at once the error of a layout it must not use.
 func (s *Supervisor) Run(ctx context.Context) error {
+	if err := s.CheckLayout(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(s.opts.sessionTTL), concurrency.WithContext(ctx))
 		if err != nil {

@@ -217,6 +217,14 @@ func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client
 		closeAll()
 		return nil, err
 	}
+	// A layout newer than this Reeve knows ends the process.
+	if err := sup.CheckLayout(ctx); err != nil {
+		closeAll()
+		if ctx.Err() != nil {
+			return func() {}, nil
+		}
+		return nil, err
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -505,6 +513,16 @@ func serve(ctx context.Context, log *slog.Logger, cli *clientv3.Client, listen, 
 	}
 	defer stopHealthListener()
 
+	// Nothing is served, so nothing written, before etcd's layout version
+	// is checked (it waits while etcd cannot be reached; the health
+	// listener answers meanwhile: alive, not ready).
+	if err := srv.CheckLayout(ctx); err != nil {
+		_ = lis.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.Serve(lis) }()
 	runCtx, stopRun := context.WithCancel(context.Background())

@@ -40,9 +40,13 @@ non-terminal tasks nothing will move (no queued step, no dispatched step with a
 deadline). With --archive-dsn (the schedulers' archive), ended tasks still in
 etcd long after they should have moved there (--archive-grace, --retention for
 FAILED ones, plus --archive-slack); with --expect-tasks FILE (one task id or
-namespace/id per line), every such task not found in etcd or the archive. It
-never writes; it is safe on a live cluster. Exit code 0: clean; 1: violations
-(or an error). See docs/reliability.md and docs/archive.md.`,
+namespace/id per line), every such task not found in etcd or the archive.
+Records a newer Reeve wrote in a record version this one does not know (task
+records, ready entries, workflows, alerts, agents) are listed as
+record_of_unknown_version and not judged otherwise; a key layout newer than
+this Reeve knows is refused. It never writes; it is safe on a live cluster.
+Exit code 0: clean; 1: violations (or an error). See docs/reliability.md,
+docs/archive.md and docs/operations.md ("Upgrades and rollbacks").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(endpoints) == 0 {

@@ -94,6 +94,12 @@ func startEmbedded(ctx context.Context, cfg Config) (*target, error) {
 		}
 	}
 	srv := scheduler.New(cli, opts...)
+	if err := srv.CheckLayout(ctx); err != nil { // a --data-dir a newer Reeve wrote
+		_ = lis.Close()
+		etcdClose()
+		cleanup()
+		return nil, err
+	}
 	g := grpc.NewServer(scheduler.ServerOptions()...)
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()

@@ -91,6 +91,15 @@ func (p *Process) Kill() error { return p.signal(syscall.SIGKILL, 0) }
 // grace, and waits for it to exit.
 func (p *Process) Stop(grace time.Duration) error { return p.signal(syscall.SIGTERM, grace) }
 
+// SetBinary makes the next Start run path, with the same arguments: a
+// stopped scheduler started again as another version of Reeve (a rolling
+// upgrade, one process at a time).
+func (p *Process) SetBinary(path string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.path = path
+}
+
 // Restart kills the process if it runs and starts it again.
 func (p *Process) Restart() error {
 	if err := p.Kill(); err != nil {

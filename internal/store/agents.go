@@ -144,7 +144,9 @@ func (s *Store) ListAgents(ctx context.Context, ns, after string, limit int) (ag
 
 // DeleteAgentSession removes an agent record if it is still the one of
 // stream sessionID (a newer connection of the same agent keeps its record),
-// however often the record was written.
+// however often the record was written. A record of a version this Reeve
+// does not know is left (ErrUnknownVersion): it goes with the lease of the
+// scheduler that wrote it.
 func (s *Store) DeleteAgentSession(ctx context.Context, ns, id, sessionID string) error {
 	key := s.k.agent(ns, id)
 	octx, cancel := s.opCtx(ctx)
@@ -156,6 +158,11 @@ func (s *Store) DeleteAgentSession(ctx context.Context, ns, id, sessionID string
 	rec := &storev1.AgentRecord{}
 	if err := proto.Unmarshal(resp.Kvs[0].Value, rec); err != nil {
 		return fmt.Errorf("store: decode %s: %w", key, err)
+	}
+	if v := rec.GetRecordVersion(); !knownVersion(v) {
+		// Whose session it is, is a newer Reeve's to say; the record
+		// goes with its scheduler's lease.
+		return s.unknownVersion("delete agent", &UnknownVersionError{Kind: KindAgent, Namespace: ns, Name: id, Key: key, Version: v})
 	}
 	if rec.GetSessionId() != sessionID {
 		return nil

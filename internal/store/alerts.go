@@ -141,7 +141,8 @@ func (s *Store) ListAlerts(ctx context.Context, ns string, includeAcked bool, af
 	}
 }
 
-// AckAlert marks an alert acknowledged by `by`.
+// AckAlert marks an alert acknowledged by `by`. An alert of a version this
+// Reeve does not know is left as it is (ErrUnknownVersion).
 func (s *Store) AckAlert(ctx context.Context, ns, id, by string, now time.Time) (*reevev1.Alert, error) {
 	key := s.k.alerts(ns) + id
 	for range maxUpdateRetries {
@@ -157,6 +158,9 @@ func (s *Store) AckAlert(ctx context.Context, ns, id, by string, now time.Time) 
 		a, err := unmarshalAlert(resp.Kvs[0])
 		if err != nil {
 			return nil, err
+		}
+		if v := unknownFieldVersion(a); !knownVersion(v) {
+			return nil, s.unknownVersion("ack alert", &UnknownVersionError{Kind: KindAlert, Namespace: ns, Name: id, Key: key, Version: v})
 		}
 		if a.GetAcknowledged() {
 			return a, nil

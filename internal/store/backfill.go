@@ -47,6 +47,17 @@ func (s *Store) BackfillCreatedIndexes(ctx context.Context) (visited int, err er
 			if err != nil {
 				return visited, err
 			}
+			guard := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}
+			if rv := v.Record.GetRecordVersion(); !knownVersion(rv) {
+				// Which keys it implies is a newer Reeve's to say, and
+				// that Reeve wrote them: nothing to write (versions.go).
+				// The empty transaction keeps the responses in step with
+				// the page.
+				ns, id, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+				s.unknownVersion("backfill created index", &UnknownVersionError{Kind: KindTask, Namespace: ns, Name: id, Key: string(kv.Key), Version: rv})
+				nested = append(nested, clientv3.OpTxn(guard, nil, nil))
+				continue
+			}
 			var puts []clientv3.Op
 			var primary string // the created-state/ key: written with the others, so its absence means all are missing
 			for key, val := range s.k.indexKeys(v.Record) {
@@ -63,8 +74,7 @@ func (s *Store) BackfillCreatedIndexes(ctx context.Context) (visited int, err er
 			if primary != "" {
 				then = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(primary), "=", 0)}, puts, nil)}
 			}
-			nested = append(nested, clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}, then, nil))
+			nested = append(nested, clientv3.OpTxn(guard, then, nil))
 		}
 		octx, cancel = s.opCtx(ctx)
 		tresp, err := s.c.Txn(octx).Then(nested...).Commit()

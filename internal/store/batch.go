@@ -229,6 +229,7 @@ func (c *committer) commit(batch []*writeReq) (retry []*writeReq) {
 				retry = append(retry, r)
 				continue
 			}
+			c.s.reportUnknown("update task", err)
 			r.done <- writeRes{before: r.beforeRecord(), err: err}
 			continue
 		}
@@ -342,6 +343,10 @@ func (s *Store) prepare(r *writeReq) error {
 		r.ops = append([]clientv3.Op{clientv3.OpPut(r.key, val)}, s.k.indexOps(nil, r.create)...)
 		r.size = len(val) + 512
 		return nil
+	}
+	if v := r.cur.Record.GetRecordVersion(); !knownVersion(v) {
+		// Written by a newer Reeve: never rewritten by this one.
+		return &UnknownVersionError{Kind: KindTask, Namespace: r.ns, Name: r.id, Key: r.key, Version: v}
 	}
 	next := proto.Clone(r.cur.Record).(*storev1.TaskRecord)
 	if err := r.fn(next.Task); err != nil {

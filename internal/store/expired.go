@@ -123,8 +123,9 @@ func (s *Store) WatchDeadlines(ctx context.Context, rev int64, fn func(at time.T
 // revisions, and fence (the supervisor leader's, may be nil), so a key is
 // removed only if neither changed since they were read. It returns the
 // record for every key that is still live (nil where pruned or where the
-// prune lost a race; the next pass sees them again), and how many keys it
-// removed.
+// prune lost a race; the next pass sees them again; nil, and the key left,
+// where the record is of a version this Reeve does not know), and how many
+// keys it removed.
 func (s *Store) ExpiredRecords(ctx context.Context, ds []Expired, fence clientv3.Cmp) (recs []*Versioned, pruned int, err error) {
 	recs = make([]*Versioned, len(ds))
 	for start := 0; start < len(ds); start += readChunk {
@@ -155,6 +156,12 @@ func (s *Store) ExpiredRecords(ctx context.Context, ds []Expired, fence clientv3
 			v, err := unmarshalTask(kvs[0])
 			if err != nil {
 				return nil, pruned, err
+			}
+			if rv := v.Record.GetRecordVersion(); !knownVersion(rv) {
+				// Which keys such a record implies is a newer Reeve's to
+				// say: neither pruned nor returned (versions.go).
+				s.unknownVersion("read expired tasks", &UnknownVersionError{Kind: KindTask, Namespace: d.Namespace, Name: d.TaskID, Key: taskKey, Version: rv})
+				continue
 			}
 			if _, live := s.k.indexKeys(v.Record)[d.Key]; live {
 				recs[start+i] = &v
@@ -253,6 +260,11 @@ func (s *Store) WatchLostAgents(ctx context.Context, rev int64, fn func(LostAgen
 			}
 			rec := &storev1.AgentRecord{}
 			if err := proto.Unmarshal(ev.PrevKv.Value, rec); err != nil {
+				continue
+			}
+			if v := rec.GetRecordVersion(); !knownVersion(v) {
+				s.unknownVersion("watch lost agents", &UnknownVersionError{Kind: KindAgent, Namespace: rec.GetNamespace(), Name: rec.GetAgentId(),
+					Key: string(ev.PrevKv.Key), Version: v})
 				continue
 			}
 			octx, ocancel := s.opCtx(ctx)

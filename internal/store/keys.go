@@ -29,6 +29,8 @@ import (
 //	                                            empty: tasks of one workflow in one state, newest first
 //	meta/created-index                          empty: every task written before the created
 //	                                            indexes existed has them (see BackfillCreatedIndexes)
+//	meta/layout-version                         the version of this layout, decimal ("1"; see
+//	                                            layout.go); absent in an etcd written before it existed
 //	alerts/<ns>/<alert-id>                      reeve.v1.Alert, written with the record when a task fails
 //	beating/<ns>/<agent-id>/<task-id>/<step>/<attempt>
 //	                                            empty: dispatched executions with a heartbeat timeout, by agent
@@ -90,7 +92,8 @@ func (k keys) legacyIndexes() []string {
 	return []string{k.legacyStates(), k.prefix + "created/", k.prefix + "created-wf/"}
 }
 
-func (k keys) createdMeta() string { return k.prefix + "meta/created-index" }
+func (k keys) createdMeta() string   { return k.prefix + "meta/created-index" }
+func (k keys) layoutVersion() string { return k.prefix + "meta/layout-version" }
 
 // createdOf returns the prefix of the created index of namespace ns's tasks
 // in one state, optionally of one workflow ("" for any).

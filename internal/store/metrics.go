@@ -10,7 +10,8 @@ import (
 )
 
 // WithMeterProvider sets where the store's etcd metrics go (latency of the
-// transactions that write task records, and their lost compares); default
+// transactions that write task records, their lost compares, and records
+// of unknown versions left as they are: versions.go); default
 // the global provider, a no-op unless telemetry is set up.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(s *Store) { s.meters = mp }
@@ -30,11 +31,17 @@ var (
 	causeCache  = metric.WithAttributeSet(attribute.NewSet(attribute.String("reeve.etcd.operation", "write_tasks"), attribute.String("reeve.etcd.conflict_cause", "stale_cache")))
 )
 
-func newStoreMetrics(mp metric.MeterProvider) storeMetrics {
+// storeMeter is the meter of the store's instruments, from mp or, when nil,
+// the global provider.
+func storeMeter(mp metric.MeterProvider) metric.Meter {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := mp.Meter("github.com/reeve-org/reeve/internal/store")
+	return mp.Meter("github.com/reeve-org/reeve/internal/store")
+}
+
+func newStoreMetrics(mp metric.MeterProvider) storeMetrics {
+	m := storeMeter(mp)
 	txn, _ := m.Float64Histogram("reeve.etcd.txn.duration", metric.WithUnit("s"),
 		metric.WithDescription("Latency of the etcd transactions that write task records (each carries 1 to 128 task writes, see group commit)"),
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))

@@ -19,7 +19,8 @@ type ReadyEvent struct {
 	Reset bool
 	// Key identifies the entry.
 	Key string
-	// Entry is the queued step; nil when it left the queue (claimed, canceled).
+	// Entry is the queued step; nil when it left the queue (claimed,
+	// canceled), or when it is of a version this Reeve does not dispatch.
 	Entry *storev1.ReadyEntry
 }
 
@@ -58,7 +59,7 @@ func (s *Store) listReady(ctx context.Context, prefix string, events chan<- Read
 		return 0, ctx.Err()
 	}
 	for _, kv := range resp.Kvs {
-		if ev, ok := readyEvent(prefix, kv, false); ok && !send(ctx, events, ev) {
+		if ev, ok := s.readyEvent(prefix, kv, false); ok && !send(ctx, events, ev) {
 			return 0, ctx.Err()
 		}
 	}
@@ -73,7 +74,7 @@ func (s *Store) followReady(ctx context.Context, prefix string, rev int64, event
 			return err
 		}
 		for _, e := range wr.Events {
-			if ev, ok := readyEvent(prefix, e.Kv, e.Type == mvccpb.DELETE); ok && !send(ctx, events, ev) {
+			if ev, ok := s.readyEvent(prefix, e.Kv, e.Type == mvccpb.DELETE); ok && !send(ctx, events, ev) {
 				return ctx.Err()
 			}
 		}
@@ -81,7 +82,11 @@ func (s *Store) followReady(ctx context.Context, prefix string, rev int64, event
 	return ctx.Err()
 }
 
-func readyEvent(prefix string, kv *mvccpb.KeyValue, deleted bool) (ReadyEvent, bool) {
+// readyEvent decodes one ready-queue change. An entry of a version this
+// Reeve does not know is not dispatched (versions.go): it is reported, and
+// the event says the key left the queue (Entry nil), so that a dispatcher
+// also forgets an earlier entry of that key.
+func (s *Store) readyEvent(prefix string, kv *mvccpb.KeyValue, deleted bool) (ReadyEvent, bool) {
 	ev := ReadyEvent{Key: strings.TrimPrefix(string(kv.Key), prefix)}
 	if deleted {
 		return ev, true
@@ -89,6 +94,11 @@ func readyEvent(prefix string, kv *mvccpb.KeyValue, deleted bool) (ReadyEvent, b
 	entry := &storev1.ReadyEntry{}
 	if err := proto.Unmarshal(kv.Value, entry); err != nil {
 		return ev, false
+	}
+	if v := entry.GetRecordVersion(); !knownVersion(v) {
+		s.unknownVersion("watch ready queue", &UnknownVersionError{Kind: KindReadyEntry, Namespace: entry.GetNamespace(),
+			Name: entry.GetTaskId() + "/" + entry.GetStep(), Key: string(kv.Key), Version: v})
+		return ev, true
 	}
 	ev.Entry = entry
 	return ev, true

@@ -47,7 +47,9 @@ type Sweep struct {
 // created, ended, and any ready or deadline key a record still implies), in
 // one transaction per task guarded by its ended key's and its record's
 // revisions, so a task revived or changed meanwhile is left alone (and, when
-// it was given to sw.Keep, kept again by a later sweep). Deletions are
+// it was given to sw.Keep, kept again by a later sweep). A record of a
+// version this Reeve does not know is left alone too, and reported
+// (versions.go). Deletions are
 // grouped, up to sweepBatch tasks per etcd transaction within etcd's
 // operation limit. It returns how many tasks it deleted.
 //
@@ -117,6 +119,18 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 			}
 		}
 	}
+	// A record of a version this Reeve does not know is neither kept nor
+	// deleted (versions.go); a newer Reeve's sweep moves it.
+	known := victims[:0]
+	for _, v := range victims {
+		if v.rec != nil && !knownVersion(v.rec.Record.GetRecordVersion()) {
+			s.unknownVersion("sweep ended tasks", &UnknownVersionError{Kind: KindTask, Namespace: v.ns, Name: v.id,
+				Key: s.k.task(v.ns, v.id), Version: v.rec.Record.GetRecordVersion()})
+			continue
+		}
+		known = append(known, v)
+	}
+	victims = known
 	if sw.Keep != nil {
 		// A record that is not terminal (an inconsistency: its ended
 		// key should have gone with its revival) is neither kept nor

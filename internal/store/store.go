@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -90,6 +91,9 @@ type Store struct {
 	txns, taskWrites                   atomic.Int64
 	meters                             metric.MeterProvider
 	metrics                            storeMetrics
+	log                                *slog.Logger     // WithLogger
+	unknown                            *unknownReporter // records of unknown versions (versions.go)
+	layoutChecked                      atomic.Bool      // AwaitLayout succeeded
 }
 
 // Option configures a Store.
@@ -170,6 +174,10 @@ func New(c *clientv3.Client, opts ...Option) *Store {
 	s.cache = newRecordCache(s.cacheSize)
 	s.workflows = newWorkflowCache()
 	s.metrics = newStoreMetrics(s.meters)
+	s.unknown = newUnknownReporter(storeMeter(s.meters))
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	return s
 }
 

@@ -29,6 +29,7 @@ func (s *Store) PutWorkflow(ctx context.Context, w *reevev1.Workflow, fingerprin
 			return nil, false, err
 		}
 		w = proto.Clone(w).(*reevev1.Workflow)
+		dropVersionField(w) // what this Reeve writes is version 1
 		w.Version = next
 		key := s.k.workflow(w.GetNamespace(), w.GetName(), next)
 		val, err := marshal(w)
@@ -87,8 +88,45 @@ func (s *Store) GetWorkflow(ctx context.Context, ns, name string, version int32)
 // GetWorkflow. For version 0 it returns the latest version this store knows,
 // which may be stale: latest is true then, and the task must be created
 // with CreateTaskOfLatest, whose transaction checks that no newer version
-// exists.
+// exists. A workflow stored in a version this Reeve does not know (a newer
+// Reeve's: it may have steps this one would run wrongly) is refused with
+// ErrUnknownVersion.
 func (s *Store) WorkflowForSubmit(ctx context.Context, ns, name string, version int32) (w *reevev1.Workflow, latest bool, err error) {
+	w, latest, err = s.workflowForSubmit(ctx, ns, name, version)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.submittable(ns, name, w); err != nil {
+		return nil, false, err
+	}
+	return w, latest, nil
+}
+
+// LatestWorkflowForSubmit is GetWorkflow of the latest version (a
+// linearizable read) for a submission: a workflow stored in a version this
+// Reeve does not know is refused with ErrUnknownVersion, as by
+// WorkflowForSubmit.
+func (s *Store) LatestWorkflowForSubmit(ctx context.Context, ns, name string) (*reevev1.Workflow, error) {
+	w, err := s.GetWorkflow(ctx, ns, name, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.submittable(ns, name, w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// submittable refuses a workflow of an unknown version (versions.go).
+func (s *Store) submittable(ns, name string, w *reevev1.Workflow) error {
+	if v := unknownFieldVersion(w); !knownVersion(v) {
+		return s.unknownVersion("submit task", &UnknownVersionError{Kind: KindWorkflow, Namespace: ns,
+			Name: fmt.Sprintf("%s version %d", name, w.GetVersion()), Key: s.k.workflow(ns, name, w.GetVersion()), Version: v})
+	}
+	return nil
+}
+
+func (s *Store) workflowForSubmit(ctx context.Context, ns, name string, version int32) (w *reevev1.Workflow, latest bool, err error) {
 	if version == 0 {
 		v, ok := s.workflows.latestVersion(s.k.workflowVersions(ns, name))
 		if !ok {

@@ -50,6 +50,11 @@ const (
 	// KindLost: a task named in Options.Expect is neither in etcd nor in
 	// the archive.
 	KindLost = "task_lost"
+	// KindUnknownVersion: a record (task, ready entry, workflow, alert,
+	// agent) of a version newer than this Reeve knows, written by a newer
+	// one: this Reeve's schedulers leave it as it is, and this check does
+	// not judge it (nor the index keys of such a task).
+	KindUnknownVersion = "record_of_unknown_version"
 )
 
 // Violation is one broken invariant.
@@ -130,7 +135,9 @@ type TaskRef struct{ Namespace, ID string }
 
 // Check scans the store under opts.Prefix at one revision and reports every
 // violation. It fails if etcd fails or the revision is compacted during the
-// scan (run it again, or raise etcd's compaction retention).
+// scan (run it again, or raise etcd's compaction retention), and refuses a
+// key layout newer than this Reeve knows (an error matching
+// store.ErrLayoutTooNew): it could not tell a violation from a change.
 func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "/reeve/"
@@ -148,6 +155,13 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 		opts.Now = time.Now
 	}
 	ck := &checker{c: c, st: store.New(c, store.WithPrefix(opts.Prefix), store.WithRecordCache(0)), opts: opts, rep: &Report{}}
+	layout, ok, err := ck.st.LayoutVersion(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	if ok && layout > store.LayoutVersion {
+		return nil, fmt.Errorf("verify: %w", &store.LayoutError{Prefix: opts.Prefix, Found: layout})
+	}
 	resp, err := c.Get(ctx, opts.Prefix+"tasks/", clientv3.WithCountOnly())
 	if err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
@@ -162,6 +176,12 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	// is reported).
 	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/"}, legacyIndexes...) {
 		if err := ck.scanIndex(ctx, idx); err != nil {
+			return nil, err
+		}
+	}
+	// The other records, for their versions only.
+	for _, p := range []string{"workflows/", "alerts/", "agents/", "disconnected/"} {
+		if err := ck.scanVersions(ctx, p); err != nil {
 			return nil, err
 		}
 	}
@@ -243,6 +263,10 @@ func (ck *checker) scanRecords(ctx context.Context) error {
 				continue
 			}
 			t := rec.GetTask()
+			if v := rec.GetRecordVersion(); v > store.RecordVersion {
+				ck.unknownVersion(kv.key, t.GetNamespace(), t.GetId(), "task record", v)
+				continue
+			}
 			ck.checkMoves(t)
 			ck.checkArchived(t)
 			for key, val := range ck.st.DerivedKeys(rec) {
@@ -269,7 +293,7 @@ func (ck *checker) scanRecords(ctx context.Context) error {
 				case len(got) == 0:
 					ck.add(Violation{Kind: KindMissing, Key: key, Namespace: t.GetNamespace(), TaskID: t.GetId(),
 						Detail: fmt.Sprintf("the %s task's record implies this key; it is absent", t.GetState())})
-				case string(got[0].Value) != wantVal[key]:
+				case string(got[0].Value) != wantVal[key] && !newerEntry(ck.opts.Prefix, key, got[0].Value):
 					ck.add(Violation{Kind: KindMismatch, Key: key, Namespace: t.GetNamespace(), TaskID: t.GetId(),
 						Detail: "the key's value differs from what the record implies"})
 				}
@@ -277,6 +301,16 @@ func (ck *checker) scanRecords(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// newerEntry reports whether key is a ready entry of an unknown version
+// (the index scan reports it).
+func newerEntry(prefix, key string, val []byte) bool {
+	if !strings.HasPrefix(key, prefix+"ready/") {
+		return false
+	}
+	v, err := store.VersionOf(val)
+	return err == nil && v > store.RecordVersion
 }
 
 // checkMoves reports a terminal task with queued or dispatched steps, and a
@@ -413,10 +447,19 @@ func (ck *checker) scanIndex(ctx context.Context, idx string) error {
 				continue
 			}
 			tk := ck.opts.Prefix + "tasks/" + r.ns + "/" + r.id
+			if idx == "ready/" {
+				if v, err := store.VersionOf(kv.value); err == nil && v > store.RecordVersion {
+					ck.unknownVersion(kv.key, r.ns, r.id, "ready entry", v)
+					continue
+				}
+			}
 			rec, ok := recs[tk]
 			if !ok {
 				ck.add(Violation{Kind: KindOrphan, Key: kv.key, Namespace: r.ns, TaskID: r.id, Detail: "no task record"})
 				continue
+			}
+			if rec.GetRecordVersion() > store.RecordVersion {
+				continue // the record is reported; its keys are a newer Reeve's to judge
 			}
 			d, ok := derived[tk]
 			if !ok {
@@ -433,6 +476,35 @@ func (ck *checker) scanIndex(ctx context.Context, idx string) error {
 			case val != string(kv.value):
 				ck.add(Violation{Kind: KindMismatch, Key: kv.key, Namespace: r.ns, TaskID: r.id,
 					Detail: "the key's value differs from what the record implies"})
+			}
+		}
+		return nil
+	})
+}
+
+// unknownVersion reports a record of a version newer than this Reeve
+// knows.
+func (ck *checker) unknownVersion(key, ns, id, what string, v uint32) {
+	ck.add(Violation{Kind: KindUnknownVersion, Key: key, Namespace: ns, TaskID: id,
+		Detail: fmt.Sprintf("%s of version %d, newer than this Reeve knows (%d): its schedulers leave it as it is and this check does not judge it; upgrade Reeve", what, v, store.RecordVersion)})
+}
+
+// scanVersions reports every value under an index of records other than
+// tasks (workflows/, alerts/, agents/, disconnected/) of an unknown
+// version. The value's first path segment below it is its namespace.
+func (ck *checker) scanVersions(ctx context.Context, idx string) error {
+	prefix := ck.opts.Prefix + idx
+	what := map[string]string{"workflows/": "workflow", "alerts/": "alert", "agents/": "agent record", "disconnected/": "agent record"}[idx]
+	return ck.pages(ctx, prefix, false, func(kvs []*mvccKV) error {
+		for _, kv := range kvs {
+			v, err := store.VersionOf(kv.value)
+			if err != nil {
+				ck.add(Violation{Kind: KindUndecodable, Key: kv.key, Detail: err.Error()})
+				continue
+			}
+			if v > store.RecordVersion {
+				ns, _, _ := strings.Cut(strings.TrimPrefix(kv.key, prefix), "/")
+				ck.unknownVersion(kv.key, ns, "", what, v)
 			}
 		}
 		return nil

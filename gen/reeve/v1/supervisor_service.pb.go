@@ -1375,7 +1375,7 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"task_state\x18\x04 \x01(\x0e2\x13.reeve.v1.TaskStateR\ttaskState\x12*\n" +
 	"\x06status\x18\x05 \x01(\v2\x12.google.rpc.StatusR\x06statusJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04R\x04codeR\amessage\"M\n" +
 	"\x14RecoverStepsResponse\x125\n" +
-	"\boutcomes\x18\x01 \x03(\v2\x19.reeve.v1.RecoveryOutcomeR\boutcomes\"\xd1\x03\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x19.reeve.v1.RecoveryOutcomeR\boutcomes\"\xd9\x03\n" +
 	"\x05Alert\x12!\n" +
 	"\tnamespace\x18\x01 \x01(\tB\x03\xe0A\x03R\tnamespace\x12\x13\n" +
 	"\x02id\x18\x02 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1c\n" +
@@ -1391,7 +1391,7 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"resolution\x18\n" +
 	" \x01(\tB\x03\xe0A\x03R\n" +
 	"resolution\x12B\n" +
-	"\fresolve_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\vresolveTime\"\xa0\x01\n" +
+	"\fresolve_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\vresolveTimeJ\x06\b\xe8\a\x10\xe9\a\"\xa0\x01\n" +
 	"\x11ListAlertsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x121\n" +
 	"\x14include_acknowledged\x18\x02 \x01(\bR\x13includeAcknowledged\x12\x1b\n" +

@@ -543,7 +543,7 @@ var File_reeve_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x17reeve/v1/workflow.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x03\n" +
+	"\x17reeve/v1/workflow.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x03\n" +
 	"\bWorkflow\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -554,7 +554,7 @@ const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\x0fdefault_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0edefaultTimeout\x12@\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"createTime\x12c\n" +
-	"!default_schedule_to_start_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x1ddefaultScheduleToStartTimeout\"\x9f\x05\n" +
+	"!default_schedule_to_start_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x1ddefaultScheduleToStartTimeoutJ\x06\b\xe8\a\x10\xe9\a\"\x9f\x05\n" +
 	"\bStepSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1d\n" +

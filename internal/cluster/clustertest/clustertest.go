@@ -5,6 +5,8 @@ package clustertest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,14 +60,89 @@ var (
 	buildOut  []byte
 )
 
-// Main runs the tests and removes the reeve binary built for them. Call it
-// from TestMain: os.Exit(clustertest.Main(m)).
+// Main runs the tests and removes the reeve binaries built for them. Call
+// it from TestMain: os.Exit(clustertest.Main(m)).
 func Main(m *testing.M) int {
 	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
+	for _, dir := range []string{buildDir, releasedDir} {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
 	}
 	return code
+}
+
+var (
+	releasedOnce sync.Once
+	releasedDir  string
+	releasedPath string
+	releasedErr  error
+	releasedGone bool // git or the commit is missing: skip (see Released)
+)
+
+// ReleasedCommit returns the commit of the last release: the first line of
+// the file RELEASED at the repository's root that is not a comment.
+func ReleasedCommit() (string, error) {
+	b, err := os.ReadFile(filepath.Join(root(), "RELEASED"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			return line, nil
+		}
+	}
+	return "", errors.New("RELEASED names no commit")
+}
+
+// Released builds the reeve command of the last release (ReleasedCommit),
+// from the repository's git history (git archive), once per test binary,
+// and returns its path; Main removes it. It runs only where Reeve does
+// (REEVE_CLUSTER_TESTS=1). Without git or the commit (a shallow clone) the
+// test is skipped, unless REEVE_REQUIRE_BINARIES=1: then it fails, as it
+// does when the release does not build.
+func Released(t testing.TB) string {
+	t.Helper()
+	if os.Getenv("REEVE_CLUSTER_TESTS") != "1" {
+		t.Skip("starts a real cluster: set REEVE_CLUSTER_TESTS=1 (make test-cluster)")
+	}
+	releasedOnce.Do(func() {
+		commit, err := ReleasedCommit()
+		if err != nil {
+			releasedErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "reeve-released-")
+		if err != nil {
+			releasedErr = err
+			return
+		}
+		releasedDir = dir
+		src := filepath.Join(dir, "src")
+		if err := os.Mkdir(src, 0o755); err != nil {
+			releasedErr = err
+			return
+		}
+		archive := exec.Command("sh", "-c", `git archive --format=tar "$1" | tar -x -C "$2"`, "sh", commit, src)
+		archive.Dir = root()
+		if out, err := archive.CombinedOutput(); err != nil {
+			releasedErr, releasedGone = fmt.Errorf("git archive %s: %v\n%s", commit, err, out), true
+			return
+		}
+		releasedPath = filepath.Join(dir, "reeve")
+		build := exec.Command("go", "build", "-o", releasedPath, "./cmd/reeve")
+		build.Dir = src
+		if out, err := build.CombinedOutput(); err != nil {
+			releasedErr = fmt.Errorf("go build ./cmd/reeve of %s: %v\n%s", commit, err, out)
+		}
+	})
+	if releasedErr != nil {
+		if !releasedGone || os.Getenv("REEVE_REQUIRE_BINARIES") == "1" {
+			t.Fatalf("the released reeve: %v", releasedErr)
+		}
+		t.Skipf("the released reeve: %v", releasedErr)
+	}
+	return releasedPath
 }
 
 // Reeve builds the reeve command once per test binary and returns its path;

@@ -6,6 +6,15 @@
 
 // Package reeve.store.v1 holds the values Reeve keeps in etcd. They are not
 // part of the public API; see docs/architecture.md for the key layout.
+//
+// Every value the store keeps says the version of its format in field
+// 1000, record_version: here a field of each message, in the public
+// messages stored as they are (reeve.v1.Workflow, reeve.v1.Alert) a number
+// they reserve. 0 (absent, as in every record written before the field
+// existed) means version 1. A Reeve never rewrites a record of a version
+// newer than it knows (docs/architecture.md, "Record and layout versions").
+// The same number in every message lets a reader find a value's version
+// without knowing its type.
 
 package storev1
 
@@ -36,7 +45,10 @@ type TaskRecord struct {
 	// W3C trace context (traceparent, tracestate) of the span that submitted
 	// the task: every span of the task joins this trace, also after a
 	// scheduler restart. Empty when the task was submitted without tracing.
-	TraceContext  map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The version of this record's format; 0 (absent) means 1. See the
+	// package comment.
+	RecordVersion uint32 `protobuf:"varint,1000,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -92,6 +104,13 @@ func (x *TaskRecord) GetTraceContext() map[string]string {
 	return nil
 }
 
+func (x *TaskRecord) GetRecordVersion() uint32 {
+	if x != nil {
+		return x.RecordVersion
+	}
+	return 0
+}
+
 // ReadyEntry is the value of a ready-queue key: a step that may be dispatched.
 type ReadyEntry struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -103,7 +122,10 @@ type ReadyEntry struct {
 	// Not dispatched before this time (backoff); unset means now.
 	NotBefore *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	// True when the step to run is the compensation of the named step.
-	Compensation  bool `protobuf:"varint,7,opt,name=compensation,proto3" json:"compensation,omitempty"`
+	Compensation bool `protobuf:"varint,7,opt,name=compensation,proto3" json:"compensation,omitempty"`
+	// The version of this entry's format; 0 (absent) means 1. See the package
+	// comment.
+	RecordVersion uint32 `protobuf:"varint,1000,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -187,6 +209,13 @@ func (x *ReadyEntry) GetCompensation() bool {
 	return false
 }
 
+func (x *ReadyEntry) GetRecordVersion() uint32 {
+	if x != nil {
+		return x.RecordVersion
+	}
+	return 0
+}
+
 // AgentRecord is the value of an agent key, kept while the agent is connected.
 type AgentRecord struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
@@ -197,8 +226,11 @@ type AgentRecord struct {
 	SchedulerId        string                 `protobuf:"bytes,5,opt,name=scheduler_id,json=schedulerId,proto3" json:"scheduler_id,omitempty"`
 	SessionId          string                 `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	ConnectTime        *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=connect_time,json=connectTime,proto3" json:"connect_time,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The version of this record's format; 0 (absent) means 1. See the
+	// package comment.
+	RecordVersion uint32 `protobuf:"varint,1000,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AgentRecord) Reset() {
@@ -280,19 +312,27 @@ func (x *AgentRecord) GetConnectTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AgentRecord) GetRecordVersion() uint32 {
+	if x != nil {
+		return x.RecordVersion
+	}
+	return 0
+}
+
 var File_reeve_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1areeve/store/v1/store.proto\x12\x0ereeve.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\xeb\x01\n" +
+	"\x1areeve/store/v1/store.proto\x12\x0ereeve.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\x93\x02\n" +
 	"\n" +
 	"TaskRecord\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12%\n" +
 	"\x0erequest_digest\x18\x02 \x01(\fR\rrequestDigest\x12Q\n" +
-	"\rtrace_context\x18\x03 \x03(\v2,.reeve.store.v1.TaskRecord.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\x03 \x03(\v2,.reeve.store.v1.TaskRecord.TraceContextEntryR\ftraceContext\x12&\n" +
+	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersion\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\x02\n" +
 	"\n" +
 	"ReadyEntry\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
@@ -302,7 +342,8 @@ const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\x05R\aattempt\x129\n" +
 	"\n" +
 	"not_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\"\n" +
-	"\fcompensation\x18\a \x01(\bR\fcompensation\"\x98\x02\n" +
+	"\fcompensation\x18\a \x01(\bR\fcompensation\x12&\n" +
+	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersion\"\xc0\x02\n" +
 	"\vAgentRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x1d\n" +
@@ -312,7 +353,8 @@ const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\fscheduler_id\x18\x05 \x01(\tR\vschedulerId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x06 \x01(\tR\tsessionId\x12=\n" +
-	"\fconnect_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTimeB@Z>github.com/reeve-org/reeve/internal/gen/reeve/store/v1;storev1b\x06proto3"
+	"\fconnect_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTime\x12&\n" +
+	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersionB@Z>github.com/reeve-org/reeve/internal/gen/reeve/store/v1;storev1b\x06proto3"
 
 var (
 	file_reeve_store_v1_store_proto_rawDescOnce sync.Once
