@@ -69,8 +69,8 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 		return nil, statusErr(err)
 	}
 	if err := s.shed.allow(req.GetNamespace(), wf); err != nil {
-		// Idempotency wins over shedding, as far as this scheduler knows
-		// the task without asking etcd (overload.go).
+		// Idempotency wins over shedding (overload.go), as far as this
+		// scheduler knows the task without asking etcd (knownSubmission).
 		if t := s.knownSubmission(req, digest, generated); t != nil {
 			return &reevev1.SubmitTaskResponse{Task: t}, nil
 		}
@@ -167,6 +167,22 @@ func (s *Server) sameSubmission(ctx context.Context, req *reevev1.SubmitTaskRequ
 	}
 	rec, err := s.getTask(ctx, req.GetNamespace(), req.GetTaskId())
 	if err != nil || string(rec.GetRequestDigest()) != string(digest) {
+		return nil
+	}
+	return rec.GetTask()
+}
+
+// knownSubmission returns the task a refused submission already created
+// when this scheduler's record cache has it (same client-chosen id, same
+// request digest), or nil. It reads no etcd, so that a refusal stays cheap:
+// a task created through another scheduler, or already ended, is not
+// found, and the client's retry after the RetryInfo delay gets it.
+func (s *Server) knownSubmission(req *reevev1.SubmitTaskRequest, digest []byte, generated bool) *reevev1.Task {
+	if generated {
+		return nil
+	}
+	rec, ok := s.store.CachedTask(req.GetNamespace(), req.GetTaskId())
+	if !ok || string(rec.GetRequestDigest()) != string(digest) {
 		return nil
 	}
 	return rec.GetTask()
