@@ -12,11 +12,6 @@ import (
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
-const (
-	defaultPageSize = 100
-	maxPageSize     = 1000
-)
-
 // GetTask implements SchedulerService.
 func (s *Server) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*reevev1.GetTaskResponse, error) {
 	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())
@@ -127,19 +122,4 @@ func taskKey(ns, id string) (string, error) {
 		return "", err
 	}
 	return workflow.Namespace(ns), nil
-}
-
-// page validates the paging arguments of a list of kind whose filters'
-// fingerprint is filters, and returns the page size and the key the page
-// starts after ("" for the first page).
-func page(kind pageKind, filters string, size int32, token string) (int, string, error) {
-	n, err := pageSize(size)
-	if err != nil || token == "" {
-		return n, "", err
-	}
-	f, err := decodePageToken(token, kind, filters, 1)
-	if err != nil {
-		return 0, "", err
-	}
-	return n, f[0], nil
 }
