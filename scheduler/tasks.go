@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/auth"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -122,4 +123,13 @@ func taskKey(ns, id string) (string, error) {
 		return "", err
 	}
 	return workflow.Namespace(ns), nil
+}
+
+// actorOf is what a task's history records for a caller's action: role, and
+// with authorization on, the caller's identity ("client/cert:billing").
+func actorOf(ctx context.Context, role string) string {
+	if p := auth.FromContext(ctx); p != nil {
+		return role + "/" + p.Name
+	}
+	return role
 }
