@@ -74,6 +74,29 @@ func assignment(t *reevev1.Task, st *reevev1.Step) *reevev1.StepAssignment {
 	return a
 }
 
+// claimed records a claim of st for agentID, committed in rec just now: its
+// span and metrics, and its wait for shedding.
+func (s *Server) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *reevev1.StepAssignment, agentID string) {
+	now := s.opts.clock.Now()
+	s.tel.claimed(rec, st, a, s.opts.id, agentID, now)
+	t := rec.GetTask()
+	s.shed.dispatched(t.GetNamespace(), taskstate.ExecutionType(t, st), dueAt(st, now), now)
+}
+
+// dueAt is when st's current attempt became due: its ready time, or the end
+// of its backoff when later; now when the record has no ready time or it
+// lies ahead (another scheduler's clock).
+func dueAt(st *reevev1.Step, now time.Time) time.Time {
+	due := st.GetReadyTime().AsTime()
+	if nb := st.GetNotBefore(); nb != nil && nb.AsTime().After(due) {
+		due = nb.AsTime()
+	}
+	if st.GetReadyTime() == nil || due.After(now) {
+		due = now
+	}
+	return due
+}
+
 // expireNow moves the complete-by of an attempt whose agent missed its
 // heartbeat to now: the supervisor then recovers it like any expired attempt.
 func (s *Server) expireNow(ref *reevev1.StepRef, details *structpb.Value) {

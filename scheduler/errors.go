@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
@@ -225,3 +227,87 @@ func hasRetryInfo(st *status.Status) bool {
 }
 
 func statusErr(err error) error { return toStatus(err).Err() }
+
+// The getters of the requests that name a task, step or attempt.
+type (
+	namespaced interface{ GetNamespace() string }
+	tasked     interface{ GetTaskId() string }
+	stepped    interface{ GetStep() string }
+	attempted  interface{ GetAttempt() int32 }
+)
+
+// fieldPrefix is the field path a message starts with ("page_size: ...").
+var fieldPrefix = regexp.MustCompile(`^([a-z_][a-z0-9_]*(\[[0-9]+\])?(\.[a-z_][a-z0-9_]*(\[[0-9]+\])?)*): `)
+
+// withRequest completes st with what req names: a reason when st has no
+// ErrorInfo, the namespace, task, step and attempt as metadata, and, for an
+// INVALID_ARGUMENT without one, a BadRequest naming the field its message
+// starts with.
+func withRequest(st *status.Status, req any) *status.Status {
+	if st.Code() == codes.OK {
+		return st
+	}
+	meta := map[string]string{}
+	if r, ok := req.(namespaced); ok {
+		meta[MetaNamespace] = workflow.Namespace(r.GetNamespace())
+	}
+	if r, ok := req.(tasked); ok && r.GetTaskId() != "" {
+		meta[MetaTaskID] = r.GetTaskId()
+	}
+	if r, ok := req.(stepped); ok && r.GetStep() != "" {
+		meta[MetaStep] = r.GetStep()
+	}
+	if r, ok := req.(attempted); ok && r.GetAttempt() != 0 {
+		meta[MetaAttempt] = strconv.Itoa(int(r.GetAttempt()))
+	}
+	st = withErrorInfo(st, ReasonOf(st.Code()), meta)
+	if st.Code() != codes.InvalidArgument {
+		return st
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.BadRequest); ok {
+			return st
+		}
+	}
+	m := fieldPrefix.FindStringSubmatch(st.Message())
+	if m == nil {
+		return st
+	}
+	return withDetail(st, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+		{Field: m[1], Description: st.Message()[len(m[0]):], Reason: ReasonInvalidField},
+	}})
+}
+
+// errorUnary and errorStream complete every error status a call returns
+// with withRequest: ServerOptions installs them outermost, so refusals of
+// the interceptors after them (authorization) get a reason too.
+func errorUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	if err != nil {
+		err = withRequest(toStatus(err), req).Err()
+	}
+	return resp, err
+}
+
+func errorStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	fs := &firstMsgStream{ServerStream: ss}
+	if err := h(srv, fs); err != nil {
+		return withRequest(toStatus(err), fs.first).Err()
+	}
+	return nil
+}
+
+// firstMsgStream remembers the first message the handler received: a
+// server-streaming call's request.
+type firstMsgStream struct {
+	grpc.ServerStream
+	first any
+}
+
+func (s *firstMsgStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil && s.first == nil {
+		s.first = m
+	}
+	return err
+}

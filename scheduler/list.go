@@ -174,20 +174,6 @@ func basicView(t *reevev1.Task) {
 	}
 }
 
-// pageSize validates a page size: 0 means the default, more than the
-// maximum is lowered to it (AIP-158).
-func pageSize(size int32) (int, error) {
-	switch {
-	case size < 0:
-		return 0, &workflow.FieldError{Field: "page_size", Reason: "must not be negative"}
-	case size > maxPageSize:
-		return maxPageSize, nil
-	case size == 0:
-		return defaultPageSize, nil
-	}
-	return int(size), nil
-}
-
 // A ListTasks page token (pagetoken.go) holds where the previous page
 // ended (create time in unix ns, task id) and a fingerprint of the filters
 // it was issued for.

@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
-	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/telemetry"
 )
 
@@ -323,45 +321,6 @@ func (ov *overload) allow(ns string, wf *reevev1.Workflow) error {
 	return &refusal{code: codes.ResourceExhausted, reason: ReasonOverloaded, retry: retry,
 		msg: fmt.Sprintf("overloaded: %s %s (target %s), so %.0f%% of new tasks are refused for now; retry after %s",
 			what, roundWait(delay), target, 100*(1-admit), retry)}
-}
-
-// claimed records a claim of st for agentID, committed in rec just now: its
-// span and metrics, and its wait for shedding.
-func (s *Server) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *reevev1.StepAssignment, agentID string) {
-	now := s.opts.clock.Now()
-	s.tel.claimed(rec, st, a, s.opts.id, agentID, now)
-	t := rec.GetTask()
-	s.shed.dispatched(t.GetNamespace(), taskstate.ExecutionType(t, st), dueAt(st, now), now)
-}
-
-// dueAt is when st's current attempt became due: its ready time, or the end
-// of its backoff when later; now when the record has no ready time or it
-// lies ahead (another scheduler's clock).
-func dueAt(st *reevev1.Step, now time.Time) time.Time {
-	due := st.GetReadyTime().AsTime()
-	if nb := st.GetNotBefore(); nb != nil && nb.AsTime().After(due) {
-		due = nb.AsTime()
-	}
-	if st.GetReadyTime() == nil || due.After(now) {
-		due = now
-	}
-	return due
-}
-
-// knownSubmission returns the task a refused submission already created
-// when this scheduler's record cache has it (same client-chosen id, same
-// request digest), or nil. It reads no etcd, so that a refusal stays cheap:
-// a task created through another scheduler, or already ended, is not
-// found, and the client's retry after the RetryInfo delay gets it.
-func (s *Server) knownSubmission(req *reevev1.SubmitTaskRequest, digest []byte, generated bool) *reevev1.Task {
-	if generated {
-		return nil
-	}
-	rec, ok := s.store.CachedTask(req.GetNamespace(), req.GetTaskId())
-	if !ok || string(rec.GetRequestDigest()) != string(digest) {
-		return nil
-	}
-	return rec.GetTask()
 }
 
 // roundWait rounds a wait for a message: to the millisecond, or to 10µs

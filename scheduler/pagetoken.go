@@ -101,3 +101,38 @@ func mask(b []byte, seed uint64) {
 		b[i] ^= byte(x)
 	}
 }
+
+// A list's page size when page_size is 0, and the most a page holds.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// pageSize validates a page size: 0 means the default, more than the
+// maximum is lowered to it (AIP-158).
+func pageSize(size int32) (int, error) {
+	switch {
+	case size < 0:
+		return 0, &workflow.FieldError{Field: "page_size", Reason: "must not be negative"}
+	case size > maxPageSize:
+		return maxPageSize, nil
+	case size == 0:
+		return defaultPageSize, nil
+	}
+	return int(size), nil
+}
+
+// page validates the paging arguments of a list of kind whose filters'
+// fingerprint is filters, and returns the page size and the key the page
+// starts after ("" for the first page).
+func page(kind pageKind, filters string, size int32, token string) (int, string, error) {
+	n, err := pageSize(size)
+	if err != nil || token == "" {
+		return n, "", err
+	}
+	f, err := decodePageToken(token, kind, filters, 1)
+	if err != nil {
+		return 0, "", err
+	}
+	return n, f[0], nil
+}

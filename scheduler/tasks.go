@@ -6,15 +6,11 @@ import (
 	"fmt"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/auth"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
-)
-
-const (
-	defaultPageSize = 100
-	maxPageSize     = 1000
 )
 
 // GetTask implements SchedulerService.
@@ -129,17 +125,11 @@ func taskKey(ns, id string) (string, error) {
 	return workflow.Namespace(ns), nil
 }
 
-// page validates the paging arguments of a list of kind whose filters'
-// fingerprint is filters, and returns the page size and the key the page
-// starts after ("" for the first page).
-func page(kind pageKind, filters string, size int32, token string) (int, string, error) {
-	n, err := pageSize(size)
-	if err != nil || token == "" {
-		return n, "", err
+// actorOf is what a task's history records for a caller's action: role, and
+// with authorization on, the caller's identity ("client/cert:billing").
+func actorOf(ctx context.Context, role string) string {
+	if p := auth.FromContext(ctx); p != nil {
+		return role + "/" + p.Name
 	}
-	f, err := decodePageToken(token, kind, filters, 1)
-	if err != nil {
-		return 0, "", err
-	}
-	return n, f[0], nil
+	return role
 }
