@@ -30,7 +30,7 @@ import (
 //	meta/created-index                          empty: every task written before the created
 //	                                            indexes existed has them (see BackfillCreatedIndexes)
 //	meta/layout-version                         the version of this layout, decimal ("1"; see
-//	                                            layout.go); absent in an etcd written before it existed
+//	                                            layoutversion.go); absent in an etcd written before it existed
 //	alerts/<ns>/<alert-id>                      reeve.v1.Alert, written with the record when a task fails
 //	beating/<ns>/<agent-id>/<task-id>/<step>/<attempt>
 //	                                            empty: dispatched executions with a heartbeat timeout, by agent
