@@ -182,10 +182,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 		// The first scheduler writes task records compressed, the others
 		// plain: every task is read and advanced by schedulers of both
-		// settings, as during the rollout of --record-compression
-		// (docs/operations.md), and the chaos suite checks it under faults.
+		// settings, as in a cluster where some turned --record-compression
+		// off (docs/operations.md), and the chaos suite checks it under
+		// faults.
 		if i == 0 {
-			args = append(args, "--record-compression")
+			args = append(args, "--record-compression=true")
+		} else {
+			args = append(args, "--record-compression=false")
 		}
 		if cfg.ArchiveDSN != "" {
 			grace := cfg.ArchiveGrace

@@ -154,19 +154,19 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		}
 	}
 	for _, v := range victims {
-		// The state key of the layout before issue 15 too: a task an older
-		// scheduler wrote last may still have one.
-		del := map[string]bool{s.k.task(v.ns, v.id): true, string(v.ended.Key): true, s.k.legacyStates() + v.ns + "/" + v.state + "/" + v.id: true}
-		readyAll := s.k.ready(v.ns, v.id, "")
+		// Exactly the keys the record implies (indexes are derived: no
+		// other key of the task exists), each delete an etcd operation of
+		// its own. A leftover ended key without a record may have ready
+		// keys left behind: those go in one range delete.
+		del := map[string]bool{s.k.task(v.ns, v.id): true, string(v.ended.Key): true}
+		v.ops = nil
 		if v.rec != nil {
 			for key := range s.k.indexKeys(v.rec.Record) {
-				if !strings.HasPrefix(key, readyAll) {
-					del[key] = true
-				}
+				del[key] = true
 			}
+		} else {
+			v.ops = append(v.ops, clientv3.OpDelete(s.k.ready(v.ns, v.id, ""), clientv3.WithPrefix()))
 		}
-		// All of the task's ready keys in one range delete.
-		v.ops = []clientv3.Op{clientv3.OpDelete(readyAll, clientv3.WithPrefix())}
 		for _, key := range slices.Sorted(maps.Keys(del)) {
 			v.ops = append(v.ops, clientv3.OpDelete(key))
 		}
