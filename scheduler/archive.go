@@ -14,6 +14,7 @@ import (
 	"github.com/reeve-org/reeve/internal/archive"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
@@ -26,9 +27,10 @@ import (
 //     window in which operators retry or compensate it, then moves the
 //     same way;
 //   - reads (GetTask, WatchTask, ListTasks, CountTasks, SubmitTask's
-//     idempotency) look in etcd first and then in the archive. A task is
-//     written to the archive before it leaves etcd, so one that a read did
-//     not find in etcd is in the archive by the time the read looks there.
+//     idempotency) look in etcd first and then in the archive, through
+//     s.tasks (internal/taskread). A task is written to the archive before
+//     it leaves etcd, so one that a read did not find in etcd is in the
+//     archive by the time the read looks there.
 //
 // Without an archive, terminal tasks are deleted after the retention.
 
@@ -145,59 +147,22 @@ func archiveTask(rec *storev1.TaskRecord) (archive.Task, error) {
 	}, nil
 }
 
-// archivedRecord returns the record of an archived task, or a not-found
-// error as the store's when there is no archive or it does not hold the
+// archivedRecord returns the record of an archived task, or notFound (the
+// store's not-found error) when there is no archive or it does not hold the
 // task.
 func (s *Server) archivedRecord(ctx context.Context, ns, id string, notFound error) (*storev1.TaskRecord, error) {
-	if s.opts.archive == nil {
+	rec, err := s.tasks.Archived(ctx, ns, id)
+	if errors.Is(err, taskread.ErrNotArchived) {
 		return nil, notFound
 	}
-	at, err := s.opts.archive.Get(ctx, ns, id)
-	if errors.Is(err, archive.ErrNotFound) {
-		return nil, notFound
-	}
-	if err != nil {
-		return nil, archiveErr(err)
-	}
-	rec := &storev1.TaskRecord{}
-	if err := proto.Unmarshal(at.Record, rec); err != nil {
-		return nil, archiveErr(err)
-	}
-	return rec, nil
+	return rec, err
 }
 
 // getTask returns a task's record from etcd or, when it is not there, from
 // the archive.
 func (s *Server) getTask(ctx context.Context, ns, id string) (*storev1.TaskRecord, error) {
-	rec, _, err := s.findTask(ctx, ns, id)
+	rec, _, err := s.tasks.Get(ctx, ns, id)
 	return rec, err
-}
-
-// findTask is getTask that also says whether the record came from the
-// archive.
-func (s *Server) findTask(ctx context.Context, ns, id string) (rec *storev1.TaskRecord, archived bool, err error) {
-	v, err := s.store.GetTask(ctx, ns, id)
-	if store.IsNotFound(err) {
-		rec, err = s.archivedRecord(ctx, ns, id, err)
-		return rec, err == nil, err
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	return v.Record, false, nil
-}
-
-// errArchive marks an archive that could not answer.
-type errArchive struct{ err error }
-
-func (e errArchive) Error() string { return "archive unavailable: " + e.err.Error() }
-func (e errArchive) Unwrap() error { return e.err }
-
-func archiveErr(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return errArchive{err}
 }
 
 // notInEtcd is the error of an action on a task etcd does not hold:
@@ -247,12 +212,12 @@ var errNotArchived = errors.New("not in the archive")
 // deduplication window; otherwise the archive's error stands.
 func (s *Server) archiveUnavailable(ctx context.Context, ns, id string, rev int64, err error) error {
 	if s.dedup == nil || ctx.Err() != nil {
-		return archiveErr(err)
+		return err
 	}
 	moved, werr := s.dedup.moved(ctx, ns, id, rev)
 	if werr != nil || moved {
 		s.tel.windowAnswer(ctx, false)
-		return archiveErr(err)
+		return err
 	}
 	s.tel.windowAnswer(ctx, true)
 	return nil

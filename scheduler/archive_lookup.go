@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reeve-org/reeve/internal/archive"
+	"github.com/reeve-org/reeve/internal/taskread"
 )
 
 // archiveLookups answers "is this task archived?" for SubmitTask's
@@ -20,7 +20,7 @@ import (
 // archiveDownFor: while the archive is unavailable each submission costs
 // no wait for it (SubmitTask then asks the deduplication window, dedup.go).
 type archiveLookups struct {
-	a    archive.Archive
+	r    *taskread.Reader
 	reqs chan *archiveLookup
 	now  func() time.Time
 
@@ -48,8 +48,8 @@ const archiveLookupTimeout = 10 * time.Second
 // archiveDownFor is how long queries fail at once after one failed.
 const archiveDownFor = time.Second
 
-func newArchiveLookups(ctx context.Context, a archive.Archive, now func() time.Time) *archiveLookups {
-	l := &archiveLookups{a: a, reqs: make(chan *archiveLookup, maxArchiveLookups), now: now}
+func newArchiveLookups(ctx context.Context, r *taskread.Reader, now func() time.Time) *archiveLookups {
+	l := &archiveLookups{r: r, reqs: make(chan *archiveLookup, maxArchiveLookups), now: now}
 	go l.run(ctx)
 	return l
 }
@@ -110,7 +110,7 @@ func (l *archiveLookups) answer(ctx context.Context, batch []*archiveLookup) {
 			ids[i] = req.id
 		}
 		qctx, cancel := context.WithTimeout(ctx, archiveLookupTimeout)
-		has, err := l.a.Has(qctx, ns, ids)
+		has, err := l.r.InArchive(qctx, ns, ids)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			l.mu.Lock()

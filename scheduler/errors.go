@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
@@ -159,7 +160,7 @@ func classify(err error) (codes.Code, string, string) {
 		return codes.ResourceExhausted, ReasonOverloaded, "scheduler overloaded, new tasks are refused for now; retry with backoff (" + err.Error() + ")"
 	case errors.Is(err, store.ErrUnavailable):
 		return codes.Unavailable, ReasonStoreUnavailable, err.Error()
-	case errors.As(err, new(errArchive)):
+	case errors.As(err, new(*taskread.ArchiveError)):
 		return codes.Unavailable, ReasonArchiveUnavailable, err.Error()
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled, ReasonCanceled, err.Error()

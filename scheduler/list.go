@@ -39,11 +39,7 @@ func (s *Server) ListTasks(ctx context.Context, req *reevev1.ListTasksRequest) (
 	// Trim applies it to archived rows.
 	q.Basic = view == reevev1.TaskView_TASK_VIEW_BASIC
 	q.Trim = trimmer(view)
-	page, err := s.store.QueryTasks(ctx, q)
-	var archived []string
-	if err == nil && s.opts.archive != nil {
-		page, archived, err = s.withArchived(ctx, q, view == reevev1.TaskView_TASK_VIEW_FULL, page)
-	}
+	page, archived, err := s.tasks.List(ctx, q, view == reevev1.TaskView_TASK_VIEW_FULL)
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -211,19 +207,10 @@ func (s *Server) CountTasks(ctx context.Context, req *reevev1.CountTasksRequest)
 		}
 	}
 	ns := workflow.Namespace(req.GetNamespace())
-	counts, rev, err := s.store.CountTasksByState(ctx, ns, req.GetWorkflow())
+	// A task moving to the archive is counted twice for that moment.
+	counts, rev, err := s.tasks.Count(ctx, ns, req.GetWorkflow())
 	if err != nil {
 		return nil, statusErr(err)
-	}
-	if s.opts.archive != nil {
-		// A task moving to the archive is counted twice for that moment.
-		archived, err := s.opts.archive.Count(ctx, ns, req.GetWorkflow())
-		if err != nil {
-			return nil, statusErr(archiveErr(err))
-		}
-		for st, n := range archived {
-			counts[st] += n
-		}
 	}
 	resp := &reevev1.CountTasksResponse{ByState: make(map[string]int64, len(counts)), Revision: rev}
 	for _, st := range slices.Sorted(maps.Keys(counts)) {

@@ -27,6 +27,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/telemetry"
 )
 
@@ -58,6 +59,8 @@ type Server struct {
 	// archiveCaughtUp is the grace cutoff (unix ns) of the last archive pass
 	// that reached the end of the tasks due (archive.go).
 	archiveCaughtUp atomic.Int64
+	// tasks reads tasks from etcd and then the archive (internal/taskread).
+	tasks *taskread.Reader
 	// lookups batches SubmitTask's archive checks; nil without an archive.
 	lookups *archiveLookups
 	// dedup answers them while the archive is unavailable; nil without an
@@ -98,9 +101,10 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		cancelBase:         cancel,
 		work:               newWorkGroup(),
 	}
+	s.tasks = taskread.New(s.store, o.archive)
 	if o.archive != nil {
 		// Real time: a test's fake clock must not keep the archive "down".
-		s.lookups = newArchiveLookups(base, o.archive, time.Now)
+		s.lookups = newArchiveLookups(base, s.tasks, time.Now)
 		if o.archiveDedupWindow > 0 {
 			s.dedup = newDedupWindow(o.archiveDedupWindow, o.clock.Now)
 		}

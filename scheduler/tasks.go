@@ -19,7 +19,7 @@ func (s *Server) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*ree
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	rec, archived, err := s.findTask(ctx, ns, req.GetTaskId())
+	rec, archived, err := s.tasks.Get(ctx, ns, req.GetTaskId())
 	if err != nil {
 		return nil, statusErr(err)
 	}

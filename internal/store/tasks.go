@@ -82,6 +82,33 @@ func (s *Store) TaskExists(ctx context.Context, ns, id string) (exists bool, rev
 	return resp.Count > 0, resp.Header.Revision, nil
 }
 
+// TasksExist returns which of the given ids of namespace ns etcd holds
+// (count-only reads, linearizable, up to 100 ids per transaction): the map
+// holds those only, each true.
+func (s *Store) TasksExist(ctx context.Context, ns string, ids []string) (map[string]bool, error) {
+	batch := min(100, s.maxTxnOps)
+	exist := map[string]bool{}
+	for start := 0; start < len(ids); start += batch {
+		part := ids[start:min(start+batch, len(ids))]
+		gets := make([]clientv3.Op, len(part))
+		for i, id := range part {
+			gets[i] = clientv3.OpGet(s.k.task(ns, id), clientv3.WithCountOnly())
+		}
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.c.Txn(octx).Then(gets...).Commit()
+		cancel()
+		if err != nil {
+			return nil, etcdErr(ctx, "get tasks", err)
+		}
+		for i, id := range part {
+			if resp.Responses[i].GetResponseRange().GetCount() > 0 {
+				exist[id] = true
+			}
+		}
+	}
+	return exist, nil
+}
+
 // UpdateTask applies fn to a copy of the task and writes the result, with
 // the index changes it implies, in one transaction guarded by the record's
 // mod revision and by fences (e.g. a supervisor's leadership). When another

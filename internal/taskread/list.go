@@ -1,4 +1,4 @@
-package scheduler
+package taskread
 
 import (
 	"context"
@@ -11,17 +11,29 @@ import (
 	"github.com/reeve-org/reeve/internal/store"
 )
 
-// withArchived merges into page, the etcd page of q, the archived tasks of
-// the same stretch of the list: one page across both stores, newest first,
-// and the ids of the page's tasks that came from the archive.
+// List returns a page of q across both stores, newest first, and the ids
+// of the page's tasks that came from the archive. full reads archived tasks
+// whole (their records), otherwise in basic view (their summaries);
+// q.Trim applies to them too.
 //
-// etcd is read first (page), the archive second: a task moves to the
-// archive before it leaves etcd, so a task of the stretch is in at least one
-// of the two reads; one in both (moving) is listed once, as etcd has it.
+// etcd is read first (store.QueryTasks), the archive second: a task moves to
+// the archive before it leaves etcd, so a task of the stretch is in at least
+// one of the two reads; one in both (moving) is listed once, as etcd has it.
 // Where the etcd page stopped early (its byte or scan budget), the merged
 // page stops there too, so that the next page, which starts after the last
 // task listed, skips no etcd task.
-func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool, page store.TaskPage) (store.TaskPage, []string, error) {
+func (r *Reader) List(ctx context.Context, q store.TaskQuery, full bool) (store.TaskPage, []string, error) {
+	page, err := r.st.QueryTasks(ctx, q)
+	if err != nil || r.a == nil {
+		return page, nil, err
+	}
+	return r.withArchived(ctx, q, full, page)
+}
+
+// withArchived merges into page, the etcd page of q, the archived tasks of
+// the same stretch of the list: one page across both stores, newest first,
+// and the ids of the page's tasks that came from the archive.
+func (r *Reader) withArchived(ctx context.Context, q store.TaskQuery, full bool, page store.TaskPage) (store.TaskPage, []string, error) {
 	aq := archive.Query{
 		Namespace: q.Namespace, State: q.State, Workflow: q.Workflow,
 		CreatedAfter: q.CreatedAfter, CreatedBefore: q.CreatedBefore, IDPrefix: q.IDPrefix,
@@ -30,13 +42,13 @@ func (s *Server) withArchived(ctx context.Context, q store.TaskQuery, full bool,
 	if q.After != nil {
 		aq.After = &archive.Position{Created: q.After.Created, ID: q.After.ID}
 	}
-	rows, err := s.opts.archive.List(ctx, aq)
+	rows, err := r.a.List(ctx, aq)
 	if err != nil {
 		return store.TaskPage{}, nil, archiveErr(err)
 	}
 	archived := make([]*reevev1.Task, 0, len(rows))
-	for _, r := range rows {
-		t, err := archivedListTask(r, full)
+	for _, row := range rows {
+		t, err := archivedListTask(row, full)
 		if err != nil {
 			return store.TaskPage{}, nil, archiveErr(err)
 		}
