@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reeve-org/reeve/internal/archive"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/scheduler"
 )
 
@@ -65,6 +67,19 @@ func (f *archiveFlags) open(ctx context.Context, log *slog.Logger) (opts []sched
 	log.Info("archive of finished tasks", "dsn", archive.Redact(f.dsn), "grace", f.grace, "retention", f.retention, "dedup_window", f.dedupWindow)
 	return []scheduler.Option{scheduler.WithArchive(a, f.grace), scheduler.WithArchiveRetention(f.retention), scheduler.WithArchiveDedupWindow(f.dedupWindow)},
 		func() { _ = a.Close() }, nil
+}
+
+// reader returns a reader of st's tasks and of the archive the flags name
+// (none for "" or none), and a close of the archive it opened.
+func (f *archiveFlags) reader(ctx context.Context, st *store.Store) (tasks *taskread.Reader, closeArchive func(), err error) {
+	if f.dsn == "" || f.dsn == archiveOff {
+		return taskread.New(st, nil), func() {}, nil
+	}
+	a, err := archive.Open(ctx, f.dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--archive-dsn %s: %w", archive.Redact(f.dsn), err)
+	}
+	return taskread.New(st, a), func() { _ = a.Close() }, nil
 }
 
 // devArchiveDSN is reeve dev's default archive: a SQLite file in its data

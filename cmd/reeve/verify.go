@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/reeve-org/reeve/internal/archive"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/verify"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
@@ -68,14 +68,13 @@ docs/archive.md and docs/operations.md ("Upgrades and rollbacks").`,
 					return err
 				}
 			}
-			if arc.dsn != "" && arc.dsn != archiveOff {
-				a, err := archive.Open(ctx, arc.dsn)
-				if err != nil {
-					return fmt.Errorf("--archive-dsn %s: %w", archive.Redact(arc.dsn), err)
-				}
-				defer a.Close()
-				opts.Archive = a
+			st := store.New(cli, store.WithPrefix(prefix), store.WithRecordCache(0))
+			tasks, closeArchive, err := arc.reader(ctx, st)
+			if err != nil {
+				return err
 			}
+			defer closeArchive()
+			opts.Tasks = tasks
 			rep, err := verify.Check(ctx, cli, opts)
 			if err != nil {
 				return err

@@ -10,9 +10,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/cluster"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
@@ -197,17 +198,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, subErr
 	}
 
-	var arc archive.Archive
-	if cfg.ArchiveDSN != "" {
-		if arc, err = archive.Open(ctx, cfg.ArchiveDSN); err != nil {
-			stopRun()
-			<-sampleDone
-			<-pagerDone
-			return nil, fmt.Errorf("chaos: open the archive: %w", err)
-		}
-		defer arc.Close()
+	// The checks read every task from etcd or, when it moved, the archive.
+	tasks, err := taskread.Open(ctx, store.New(cli, store.WithRecordCache(0)), cfg.ArchiveDSN)
+	if err != nil {
+		stopRun()
+		<-sampleDone
+		<-pagerDone
+		return nil, fmt.Errorf("chaos: open the archive: %w", err)
 	}
-	drained, drainErr := waitDrained(ctx, cli, arc, cfg.Tasks, cfg.DrainTimeout)
+	defer tasks.Close()
+	drained, drainErr := waitDrained(ctx, tasks, cfg.Tasks, cfg.DrainTimeout)
 	rep.DrainAfterLastFault = seconds(drained.Sub(lastFault))
 	if drainErr != nil {
 		rep.violate("drain", "", drainErr.Error())
@@ -221,11 +221,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	logf("chaos: drained %.1fs after the last fault; checking", rep.DrainAfterLastFault)
 
 	// Check while etcd is up; agents write each side effect with one write(2).
-	if err := check(ctx, cli, arc, cfg, plan, pager, rep); err != nil {
+	if err := check(ctx, cli, tasks, cfg, plan, pager, rep); err != nil {
 		return nil, err
 	}
 	// And the store's own invariants, as `reeve verify` checks them.
-	if err := verifyStore(ctx, cli, arc, plan, rep); err != nil {
+	if err := verifyStore(ctx, cli, tasks, plan, rep); err != nil {
 		return nil, err
 	}
 	// And, in production's configuration, that the role checks refused no

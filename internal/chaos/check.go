@@ -16,10 +16,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/chaos/workload"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/verify"
 )
@@ -31,7 +31,7 @@ var layout = store.NewLayout(store.DefaultPrefix)
 // check reads every task and the side-effect logs and records violations
 // and counts in rep. The wide tasks' histories come from pager when they
 // outgrew their records. It returns an error only if it cannot read.
-func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg Config, plan []plannedTask, pager *historyPager, rep *Report) error {
+func check(ctx context.Context, cli *clientv3.Client, tasksRd *taskread.Reader, cfg Config, plan []plannedTask, pager *historyPager, rep *Report) error {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	resp, err := cli.Get(rctx, layout.Tasks("default"), clientv3.WithPrefix())
@@ -48,21 +48,17 @@ func check(ctx context.Context, cli *clientv3.Client, arc archive.Archive, cfg C
 	}
 	// Tasks that moved to the archive: read after etcd, as a task is
 	// archived before it leaves etcd.
-	if arc != nil {
+	if tasksRd.HasArchive() {
 		for _, pt := range plan {
 			if pt.ID == "" || tasks[pt.ID] != nil {
 				continue
 			}
-			at, err := arc.Get(rctx, "default", pt.ID)
-			if errors.Is(err, archive.ErrNotFound) {
+			rec, err := tasksRd.Archived(rctx, "default", pt.ID)
+			if errors.Is(err, taskread.ErrNotArchived) {
 				continue
 			}
 			if err != nil {
 				return fmt.Errorf("chaos: read the archive: %w", err)
-			}
-			var rec storev1.TaskRecord
-			if err := proto.Unmarshal(at.Record, &rec); err != nil {
-				return fmt.Errorf("chaos: archived task %s: %w", pt.ID, err)
 			}
 			tasks[pt.ID] = rec.GetTask()
 			rep.Archived++
@@ -379,13 +375,13 @@ func checkSideEffects(dir string, tasks map[string]*reevev1.Task, rep *Report) e
 // verifyStore adds every store invariant violation `reeve verify` finds
 // (orphan or disagreeing index keys, terminal tasks with live keys, tasks
 // nothing will move) as a violation of invariant "store: <kind>".
-func verifyStore(ctx context.Context, cli *clientv3.Client, arc archive.Archive, plan []plannedTask, rep *Report) error {
-	opts := verify.Options{}
-	if arc != nil {
+func verifyStore(ctx context.Context, cli *clientv3.Client, tasks *taskread.Reader, plan []plannedTask, rep *Report) error {
+	opts := verify.Options{Tasks: tasks}
+	if tasks.HasArchive() {
 		// Every task of the plan must be in etcd or the archive, and none
 		// may linger in etcd much past its move (grace 2 s; FAILED ones stay
 		// for the retention).
-		opts.Archive, opts.ArchiveGrace, opts.Retention, opts.Slack = arc, 2*time.Second, 72*time.Hour, time.Minute
+		opts.ArchiveGrace, opts.Retention, opts.Slack = 2*time.Second, 72*time.Hour, time.Minute
 		for _, pt := range plan {
 			if pt.ID != "" {
 				opts.Expect = append(opts.Expect, verify.TaskRef{Namespace: "default", ID: pt.ID})

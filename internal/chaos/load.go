@@ -11,16 +11,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/dial"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
@@ -279,43 +278,25 @@ func operatorAct(ctx context.Context, after time.Duration, what string, act func
 	}
 }
 
-// waitDrained polls the state index (and then the archive, when there is
-// one: tasks that ended and moved there) until n tasks are terminal and none
-// is pending, running or compensating, or timeout passes. It returns when.
-func waitDrained(ctx context.Context, cli *clientv3.Client, arc archive.Archive, n int, timeout time.Duration) (time.Time, error) {
+// waitDrained polls the tasks' counts (etcd's state index and then the
+// archive, when there is one: tasks that ended and moved there) until n
+// tasks are terminal and none is pending, running or compensating, or
+// timeout passes. It returns when.
+func waitDrained(ctx context.Context, tasks *taskread.Reader, n int, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	var live, ended int64
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		live, ended = 0, 0
-		ok := true
-		for _, st := range []reevev1.TaskState{reevev1.TaskState_TASK_STATE_PENDING, reevev1.TaskState_TASK_STATE_RUNNING, reevev1.TaskState_TASK_STATE_COMPENSATING} {
-			cnt, err := countPrefix(ctx, cli, layout.CreatedState("default", st))
-			if err != nil {
-				ok = false
-				break
-			}
-			live += cnt
-		}
-		if ok {
-			for _, st := range []reevev1.TaskState{reevev1.TaskState_TASK_STATE_SUCCEEDED, reevev1.TaskState_TASK_STATE_FAILED, reevev1.TaskState_TASK_STATE_COMPENSATED, reevev1.TaskState_TASK_STATE_CANCELED} {
-				cnt, err := countPrefix(ctx, cli, layout.CreatedState("default", st))
-				if err != nil {
-					ok = false
-					break
-				}
+		counts, _, err := tasks.Count(ctx, "default", "")
+		for st, cnt := range counts {
+			switch {
+			case taskstate.TerminalTask(st):
 				ended += cnt
+			case st == reevev1.TaskState_TASK_STATE_PENDING || st == reevev1.TaskState_TASK_STATE_RUNNING || st == reevev1.TaskState_TASK_STATE_COMPENSATING:
+				live += cnt
 			}
 		}
-		if ok && arc != nil {
-			counts, err := arc.Count(ctx, "default", "")
-			ok = err == nil
-			for st, cnt := range counts {
-				if taskstate.TerminalTask(st) {
-					ended += cnt
-				}
-			}
-		}
-		if ok && live == 0 && ended >= int64(n) {
+		if err == nil && live == 0 && ended >= int64(n) {
 			return time.Now(), nil
 		}
 		select {
@@ -324,14 +305,4 @@ func waitDrained(ctx context.Context, cli *clientv3.Client, arc archive.Archive,
 		}
 	}
 	return time.Now(), fmt.Errorf("not drained after %v: %d tasks still live, %d of %d ended", timeout, live, ended, n)
-}
-
-func countPrefix(ctx context.Context, cli *clientv3.Client, prefix string) (int64, error) {
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	resp, err := cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return 0, err
-	}
-	return resp.Count, nil
 }

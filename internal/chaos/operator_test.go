@@ -15,6 +15,8 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/etcdtest"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
@@ -101,7 +103,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	if err != nil || n != len(plan) {
 		t.Fatalf("submitted %d of %d: %v", n, len(plan), err)
 	}
-	if _, err := waitDrained(ctx, cli, nil, len(plan), time.Minute); err != nil {
+	if _, err := waitDrained(ctx, taskread.New(store.New(cli), nil), len(plan), time.Minute); err != nil {
 		for _, pt := range plan {
 			if tk, gerr := getTask(ctx, c, pt.ID); gerr == nil && !taskstate.TerminalTask(tk.GetState()) {
 				h := tk.GetHistory()
@@ -119,7 +121,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	<-pagerDone
 	rep := &Report{}
 	ops.report(rep)
-	if err := check(ctx, cli, nil, cfg, plan, pager, rep); err != nil {
+	if err := check(ctx, cli, taskread.New(store.New(cli), nil), cfg, plan, pager, rep); err != nil {
 		t.Fatal(err)
 	}
 	if !rep.OK() {

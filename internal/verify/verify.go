@@ -18,9 +18,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/archive"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
@@ -115,9 +115,11 @@ type Options struct {
 	// MaxViolations bounds the violations listed; default 10,000.
 	MaxViolations int
 
-	// Archive, when set, is the schedulers' archive of finished tasks
-	// (their --archive-dsn): ended tasks must have moved there.
-	Archive archive.Archive
+	// Tasks reads tasks from etcd and the schedulers' archive of finished
+	// tasks (their --archive-dsn); its store must be the one under Prefix.
+	// When it has an archive (taskread.Reader.HasArchive), ended tasks must
+	// have moved there. Default: a reader of etcd alone.
+	Tasks *taskread.Reader
 	// ArchiveGrace and Retention are the schedulers' --archive-grace and
 	// --retention (how long FAILED tasks stay); Slack is how much later
 	// than that a move counts as not happening (default 10m). Now is the
@@ -126,7 +128,8 @@ type Options struct {
 	Now                            func() time.Time
 	// Expect names tasks that must exist, in etcd or in the archive
 	// (e.g. every id a load generator's submissions were acknowledged):
-	// namespace and id.
+	// namespace and id. They are looked up after the scan, at etcd's
+	// latest revision and then in the archive (taskread.Reader.Lost).
 	Expect []TaskRef
 }
 
@@ -155,6 +158,9 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 		opts.Now = time.Now
 	}
 	ck := &checker{c: c, st: store.New(c, store.WithPrefix(opts.Prefix), store.WithRecordCache(0)), opts: opts, rep: &Report{}}
+	if ck.opts.Tasks == nil {
+		ck.opts.Tasks = taskread.New(ck.st, nil)
+	}
 	layout, ok, err := ck.st.LayoutVersion(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
@@ -346,7 +352,7 @@ func (ck *checker) checkMoves(t *reevev1.Task) {
 // checkArchived reports an ended task still in etcd long after it should
 // have moved to the archive.
 func (ck *checker) checkArchived(t *reevev1.Task) {
-	if ck.opts.Archive == nil || !taskstate.TerminalTask(t.GetState()) || t.GetEndTime() == nil {
+	if !ck.opts.Tasks.HasArchive() || !taskstate.TerminalTask(t.GetState()) || t.GetEndTime() == nil {
 		return
 	}
 	stay := ck.opts.ArchiveGrace
@@ -360,39 +366,20 @@ func (ck *checker) checkArchived(t *reevev1.Task) {
 	}
 }
 
-// checkExpected reports every task of opts.Expect found neither in etcd (at
-// the check's revision) nor, after that, in the archive.
+// checkExpected reports every task of opts.Expect found neither in etcd
+// nor, after that, in the archive: the reader's lost check, per namespace.
 func (ck *checker) checkExpected(ctx context.Context) error {
-	const batch = 100
-	for start := 0; start < len(ck.opts.Expect); start += batch {
-		part := ck.opts.Expect[start:min(start+batch, len(ck.opts.Expect))]
-		gets := make([]clientv3.Op, len(part))
-		for i, r := range part {
-			gets[i] = clientv3.OpGet(ck.opts.Prefix+"tasks/"+r.Namespace+"/"+r.ID, clientv3.WithRev(ck.rev), clientv3.WithCountOnly())
-		}
-		resp, err := ck.c.Txn(ctx).Then(gets...).Commit()
+	byNS := map[string][]string{}
+	for _, r := range ck.opts.Expect {
+		byNS[r.Namespace] = append(byNS[r.Namespace], r.ID)
+	}
+	for _, ns := range slices.Sorted(maps.Keys(byNS)) {
+		lost, err := ck.opts.Tasks.Lost(ctx, ns, byNS[ns])
 		if err != nil {
 			return fmt.Errorf("verify: read expected tasks: %w", err)
 		}
-		missing := map[string][]string{} // by namespace
-		for i, r := range part {
-			if resp.Responses[i].GetResponseRange().GetCount() == 0 {
-				missing[r.Namespace] = append(missing[r.Namespace], r.ID)
-			}
-		}
-		for _, ns := range slices.Sorted(maps.Keys(missing)) {
-			ids := missing[ns]
-			has := map[string]bool{}
-			if ck.opts.Archive != nil {
-				if has, err = ck.opts.Archive.Has(ctx, ns, ids); err != nil {
-					return fmt.Errorf("verify: read the archive: %w", err)
-				}
-			}
-			for _, id := range ids {
-				if !has[id] {
-					ck.add(Violation{Kind: KindLost, Namespace: ns, TaskID: id, Detail: "expected, and neither in etcd nor in the archive"})
-				}
-			}
+		for _, id := range lost {
+			ck.add(Violation{Kind: KindLost, Namespace: ns, TaskID: id, Detail: "expected, and neither in etcd nor in the archive"})
 		}
 	}
 	return nil

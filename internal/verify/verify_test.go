@@ -20,6 +20,7 @@ import (
 	"github.com/reeve-org/reeve/internal/etcdtest"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/verify"
 )
@@ -205,7 +206,7 @@ func TestArchiveViolations(t *testing.T) {
 	if err := a.Put(ctx(t), []archive.Task{{Namespace: "default", ID: "ok-99", State: reevev1.TaskState_TASK_STATE_SUCCEEDED, CreateTime: t0, EndTime: t0}}); err != nil {
 		t.Fatal(err)
 	}
-	opts := verify.Options{Archive: a, ArchiveGrace: time.Minute, Retention: time.Hour, Slack: time.Minute,
+	opts := verify.Options{Tasks: taskread.New(s, a), ArchiveGrace: time.Minute, Retention: time.Hour, Slack: time.Minute,
 		Expect: []verify.TaskRef{{"default", "ok-00"}, {"default", "ok-99"}, {"default", "gone-1"}}}
 
 	opts.Now = func() time.Time { return t0.Add(90 * time.Second) } // within grace + slack
