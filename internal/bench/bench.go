@@ -9,9 +9,10 @@
 // (dispatch latency), latency.go reads queue waits and computes
 // percentiles, space.go samples etcd's database size and NOSPACE alarm,
 // etcdmetrics.go counts etcd's writes, proc.go CPU and memory, windows.go
-// latencies by completion time, archive.go the archive and the lost
-// check; embedded.go and remote.go are the two targets, recovery.go the
-// recovery measurement; config.go and report.go hold Config and Report.
+// latencies by completion time, archive.go the archive's figures and the
+// lost check (internal/taskread); embedded.go and remote.go are the two
+// targets, recovery.go the recovery measurement; config.go and report.go
+// hold Config (and open its archive) and Report.
 package bench
 
 import (
@@ -24,9 +25,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 )
 
 // target is the schedulers to load, and how to observe their etcd.
@@ -92,7 +93,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	watching := make(chan error, 1)
-	go func() { watching <- followEnded(watchCtx, st, arch, rev, done) }()
+	tasks := taskread.New(st, arch)
+	go func() { watching <- followEnded(watchCtx, st, tasks, rev, done) }()
 
 	startIndex, err := tg.applied(ctx)
 	if err != nil {
@@ -102,11 +104,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	var arch0 archive.Stats
-	if arch != nil {
-		if arch0, err = arch.Stats(ctx); err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
+	arch0, err := tasks.ArchiveStats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	cpu0 := cpuSeconds()
 	db := &dbSampler{size: tg.dbSize}
@@ -196,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.QueueWaitP50Ms, _, rep.QueueWaitP99Ms, _ = percentiles(qw)
 	rep.DispatchP50Ms, _, rep.DispatchP99Ms, _ = percentiles(dispatchLat.all())
 	rep.AgentsStopped, rep.AgentError = agentErrs.report()
-	if err := reportArchive(ctx, cfg, tg, arch, arch0, counts, rep); err != nil {
+	if err := reportArchive(ctx, cfg, tg, tasks, arch0, counts, rep); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	rep.ArchiveDSN = dsnLabel

@@ -1,14 +1,17 @@
 package bench
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/dial"
+	"github.com/reeve-org/reeve/internal/pgserver"
 )
 
 // Config describes one run. Zero values take the documented defaults.
@@ -171,4 +174,50 @@ func (c *Config) defaults() error {
 		return errors.New("a running target needs both an address and etcd endpoints (or use embedded mode)")
 	}
 	return nil
+}
+
+// ArchivePG is the Config.ArchiveDSN that starts a throwaway PostgreSQL
+// server for the run (internal/pgserver: initdb and pg_ctl in a temporary
+// directory, as the user postgres when root), removed at the end. Followed
+// by ?PARAMS, the parameters are added to the server's DSN
+// (pg?pool_max_conns=32).
+const ArchivePG = "pg"
+
+// throwawayPG tells whether dsn is ArchivePG, alone or followed by
+// ?PARAMS for the connection (pg?pool_max_conns=32), and returns PARAMS.
+func throwawayPG(dsn string) (params string, ok bool) {
+	if dsn == ArchivePG {
+		return "", true
+	}
+	return strings.CutPrefix(dsn, ArchivePG+"?")
+}
+
+// openArchive opens the archive dsn names (nil and a no-op close when dsn
+// is empty); ArchivePG first starts a throwaway server. label is the DSN
+// without passwords, for the report.
+func openArchive(ctx context.Context, dsn string) (a archive.Archive, label string, closeAll func(), err error) {
+	if dsn == "" {
+		return nil, "", func() {}, nil
+	}
+	stopPG := func() {}
+	label = archive.Redact(dsn)
+	if params, ok := throwawayPG(dsn); ok {
+		srv, err := pgserver.Launch()
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("start a throwaway PostgreSQL server for the archive: %w", err)
+		}
+		dsn, stopPG = srv.DSN("postgres"), srv.Close
+		if params != "" {
+			dsn += "&" + params
+		}
+		label = "pg: " + dsn
+	}
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	a, err = archive.Open(octx, dsn)
+	if err != nil {
+		stopPG()
+		return nil, "", nil, fmt.Errorf("archive %s: %w", label, err)
+	}
+	return a, label, func() { _ = a.Close(); stopPG() }, nil
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/archive"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
@@ -19,9 +19,9 @@ import (
 // every task still waited for, so that no completion is missed; those found
 // that way count as completed when found.
 //
-// With an archive (arch not nil), a task etcd no longer holds is looked up
-// there: it ended and moved.
-func followEnded(ctx context.Context, st *store.Store, arch archive.Archive, rev int64, done *completions) error {
+// Each is looked up through tasks: with an archive, a task etcd no longer
+// holds is looked up there (it ended and moved).
+func followEnded(ctx context.Context, st *store.Store, tasks *taskread.Reader, rev int64, done *completions) error {
 	for {
 		_ = st.WatchEnded(ctx, rev, done.finish)
 		select {
@@ -35,17 +35,11 @@ func followEnded(ctx context.Context, st *store.Store, arch archive.Archive, rev
 		}
 		rev = cur
 		for _, id := range done.waitingIDs() {
-			v, err := st.GetTask(ctx, "default", id)
-			if store.IsNotFound(err) && arch != nil {
-				if at, err := arch.Get(ctx, "default", id); err == nil {
-					done.finish("default", id, at.State.String())
-				}
-				continue
-			}
+			rec, _, err := tasks.Get(ctx, "default", id)
 			if err != nil {
 				continue
 			}
-			if state := v.Record.GetTask().GetState(); taskstate.TerminalTask(state) {
+			if state := rec.GetTask().GetState(); taskstate.TerminalTask(state) {
 				done.finish("default", id, state.String())
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/reeve-org/reeve/internal/etcdtest"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
 	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
@@ -46,7 +47,7 @@ func TestFollowEndedSurvivesCompaction(t *testing.T) {
 	ch := done.expect("t1")
 	fctx, stop := context.WithCancel(ctx)
 	followed := make(chan error, 1)
-	go func() { followed <- followEnded(fctx, st, nil, start, done) }()
+	go func() { followed <- followEnded(fctx, st, taskread.New(st, nil), start, done) }()
 	select {
 	case <-ch:
 	case <-ctx.Done():

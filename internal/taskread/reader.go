@@ -157,10 +157,13 @@ func (r *Reader) Count(ctx context.Context, ns, wf string) (map[reevev1.TaskStat
 	return counts, rev, nil
 }
 
+// Stats is what an archive holds (archive.Stats).
+type Stats = archive.Stats
+
 // ArchiveStats reports the archive's size; zero without an archive.
-func (r *Reader) ArchiveStats(ctx context.Context) (archive.Stats, error) {
+func (r *Reader) ArchiveStats(ctx context.Context) (Stats, error) {
 	if r.a == nil {
-		return archive.Stats{}, nil
+		return Stats{}, nil
 	}
 	st, err := r.a.Stats(ctx)
 	return st, archiveErr(err)
