@@ -196,15 +196,12 @@ func (s *Server) archivedSubmission(ctx context.Context, req *reevev1.SubmitTask
 	if !archived {
 		return nil, nil
 	}
-	rec, err := s.archivedRecord(ctx, ns, id, errNotArchived)
-	if errors.Is(err, errNotArchived) {
+	rec, err := s.tasks.Archived(ctx, ns, id)
+	if errors.Is(err, taskread.ErrNotArchived) {
 		return nil, nil // dropped by the archive's retention since
 	}
 	return rec, err
 }
-
-// errNotArchived: the archive does not hold the task.
-var errNotArchived = errors.New("not in the archive")
 
 // archiveUnavailable decides a submission with a chosen id that etcd did
 // not hold at revision rev while the archive could not be asked (err): it
