@@ -243,7 +243,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	fo.register(f)
 	etcdSec.register(cmd, g.getenv)
 	prof.register(cmd)
-	gcf.register(cmd, g.getenv, 400, true)
+	gcf.register(cmd, g.getenv, 400, false)
 	return cmd
 }
 

@@ -65,7 +65,7 @@ func (f *perfFlags) register(cmd *cobra.Command, getenv func(string) string, def
 		defCompress = v
 	}
 	cmd.Flags().BoolVar(&f.compress, "record-compression", defCompress,
-		"write task records compressed (zstd with a built-in dictionary: about a third of their size, less written to etcd per task); =false while a Reeve older than the flag reads this etcd (env REEVE_RECORD_COMPRESSION)")
+		"write task records compressed (zstd with a built-in dictionary: about a third of their size, less written to etcd per task); every process reading this etcd must run a Reeve that reads them, this one or later (env REEVE_RECORD_COMPRESSION)")
 }
 
 // schedulerOptions are the scheduler options the flags set.

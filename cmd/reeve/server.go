@@ -363,7 +363,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 	tel.register(cmd)
 	prof.register(cmd)
 	hf.register(cmd)
-	gcf.register(cmd, g.getenv, 100, true)
+	gcf.register(cmd, g.getenv, 100, false)
 	return cmd
 }
 

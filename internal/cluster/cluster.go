@@ -182,9 +182,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 		// The first scheduler writes task records compressed, the others
 		// plain: every task is read and advanced by schedulers of both
-		// settings, as in a cluster where some turned --record-compression
-		// off (docs/operations.md), and the chaos suite checks it under
-		// faults.
+		// settings, as during the rollout of --record-compression
+		// (docs/operations.md), and the chaos suite checks it under faults.
+		// Both explicit, whatever the default.
 		if i == 0 {
 			args = append(args, "--record-compression=true")
 		} else {
