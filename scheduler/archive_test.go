@@ -323,14 +323,8 @@ func putArchived(t *testing.T, a archive.Archive, task *reevev1.Task) {
 // With the archive down, ended tasks stay in etcd (nothing lost, reads of
 // live tasks unaffected); once it is back they move.
 func TestArchiveOutageKeepsTasksInEtcd(t *testing.T) {
-	srv := pgtest.StartServer(t)
-	env := testenv.New(t)
-	a := openArchive(t, srv.DSN("postgres"))
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	s := env.StartScheduler("", archiving(a, scheduler.WithMeterProvider(mp))...)
-	c := s.Client(t)
+	o := startPGArchiving(t)
+	srv, env, a, reader, c := o.srv, o.env, o.a, o.reader, o.c
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 
@@ -353,6 +347,26 @@ func TestArchiveOutageKeepsTasksInEtcd(t *testing.T) {
 	}
 	srv.Start(t)
 	waitArchived(t, env, a, "o-000")
+}
+
+// pgArchiving is a scheduler archiving to a PostgreSQL server a test may
+// stop and start, with a reader of its metrics.
+type pgArchiving struct {
+	srv    *pgtest.Server
+	env    *testenv.Env
+	a      archive.Archive
+	reader *sdkmetric.ManualReader
+	c      reevev1.SchedulerServiceClient
+}
+
+func startPGArchiving(t *testing.T) pgArchiving {
+	t.Helper()
+	o := pgArchiving{srv: pgtest.StartServer(t), env: testenv.New(t), reader: sdkmetric.NewManualReader()}
+	o.a = openArchive(t, o.srv.DSN("postgres"))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(o.reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	o.c = o.env.StartScheduler("", archiving(o.a, scheduler.WithMeterProvider(mp))...).Client(t)
+	return o
 }
 
 // With an archive, an alert goes after the retention even when its task was

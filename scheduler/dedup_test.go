@@ -7,13 +7,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/pgtest"
-	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/scheduler"
 )
 
@@ -25,14 +22,8 @@ import (
 // Once the archive is back, the resubmission gets the archived task. With
 // the window off, every chosen id waits for the archive, as before it.
 func TestArchiveOutageDedupWindow(t *testing.T) {
-	srv := pgtest.StartServer(t)
-	env := testenv.New(t)
-	a := openArchive(t, srv.DSN("postgres"))
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	s1 := env.StartScheduler("", archiving(a, scheduler.WithMeterProvider(mp))...)
-	c1 := s1.Client(t)
+	o := startPGArchiving(t)
+	srv, env, a, reader, c1 := o.srv, o.env, o.a, o.reader, o.c
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 

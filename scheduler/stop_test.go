@@ -53,31 +53,8 @@ func TestGracefulStopStrandsNoClaim(t *testing.T) {
 		}
 	}()
 
-	var submitted atomic.Int64
-	ids := make(chan string, tasks)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for submitted.Add(1) <= tasks {
-				ctx, cancel := context.WithTimeout(context.Background(), wait)
-				resp, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "x"))})
-				cancel()
-				if err != nil {
-					t.Errorf("submit: %v", err)
-					return
-				}
-				ids <- resp.GetTask().GetId()
-			}
-		})
-	}
 	// Stop s1 while claims are in flight.
-	deadline := time.Now().Add(wait)
-	for submitted.Load() < tasks/3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	s1.Stop()
-	wg.Wait()
-	close(ids)
+	ids := submitDuring(t, c, tasks, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "x"))}, func() { s1.Stop() })
 	agent.Close()
 	<-readerDone
 
@@ -160,34 +137,14 @@ func TestGracefulStopUnderLoadStrandsNoClaim(t *testing.T) {
 	s2 := env.StartScheduler(s2Addr)
 	c := s2.Client(t)
 
-	var submitted atomic.Int64
-	ids := make(chan string, tasks)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for submitted.Add(1) <= tasks {
-				ctx, cancel := context.WithTimeout(context.Background(), wait)
-				resp, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(&reevev1.StepSpec{Name: "a", Type: "x", Timeout: durationpb.New(10 * time.Minute)})})
-				cancel()
-				if err != nil {
-					t.Errorf("submit: %v", err)
-					return
-				}
-				ids <- resp.GetTask().GetId()
-			}
-		})
-	}
-	deadline := time.Now().Add(wait)
-	for submitted.Load() < tasks/3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	began := time.Now()
-	s1.Stop()
-	s1Serving.Store(false)
-	t.Logf("s1 stopped in %s", time.Since(began))
-	stopSpin()
-	wg.Wait()
-	close(ids)
+	var began time.Time
+	ids := submitDuring(t, c, tasks, &reevev1.SubmitTaskRequest{Workflow: inline(&reevev1.StepSpec{Name: "a", Type: "x", Timeout: durationpb.New(10 * time.Minute)})}, func() {
+		began = time.Now()
+		s1.Stop()
+		s1Serving.Store(false)
+		t.Logf("s1 stopped in %s", time.Since(began))
+		stopSpin()
+	})
 	t.Logf("all submitted %s after the stop began", time.Since(began))
 	if onS1.Load() == 0 {
 		t.Fatal("the agents ran nothing from s1 before it stopped: the test proves nothing")
@@ -197,7 +154,7 @@ func TestGracefulStopUnderLoadStrandsNoClaim(t *testing.T) {
 	// A stranded step stays RUNNING for its 10 minutes: its task does not
 	// end in time.
 	stranded := 0
-	deadline = time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute)
 	for id := range ids {
 		got := getTask(t, c, id)
 		for !taskstate.TerminalTask(got.GetState()) && time.Now().Before(deadline) {
@@ -235,4 +192,36 @@ func waitAgents(t *testing.T, c reevev1.SchedulerServiceClient, n int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// submitDuring submits n copies of req from 8 goroutines, calls stop once a
+// third of them were sent (with the rest still flowing), and returns the
+// ids of the tasks created, once every submission returned.
+func submitDuring(t *testing.T, c reevev1.SchedulerServiceClient, n int, req *reevev1.SubmitTaskRequest, stop func()) <-chan string {
+	t.Helper()
+	var submitted atomic.Int64
+	ids := make(chan string, n)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for submitted.Add(1) <= int64(n) {
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				resp, err := c.SubmitTask(ctx, req)
+				cancel()
+				if err != nil {
+					t.Errorf("submit: %v", err)
+					return
+				}
+				ids <- resp.GetTask().GetId()
+			}
+		})
+	}
+	deadline := time.Now().Add(wait)
+	for submitted.Load() < int64(n/3) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+	close(ids)
+	return ids
 }

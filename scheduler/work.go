@@ -37,22 +37,15 @@ func newWorkGroup() *workGroup {
 
 // goOptional runs f in a goroutine the shutdown waits for, unless the
 // shutdown began: then f does not run and goOptional reports false.
-func (w *workGroup) goOptional(f func()) bool {
-	if !w.add(false) {
-		return false
-	}
-	go func() {
-		defer w.finish()
-		f()
-	}()
-	return true
-}
+func (w *workGroup) goOptional(f func()) bool { return w.start(false, f) }
 
 // goObligation runs f in a goroutine the shutdown waits for, unless the
 // shutdown's wait is over: then f does not run and goObligation reports
 // false.
-func (w *workGroup) goObligation(f func()) bool {
-	if !w.add(true) {
+func (w *workGroup) goObligation(f func()) bool { return w.start(true, f) }
+
+func (w *workGroup) start(obligation bool, f func()) bool {
+	if !w.add(obligation) {
 		return false
 	}
 	go func() {

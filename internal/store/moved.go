@@ -113,23 +113,9 @@ type MovedFollower struct {
 // follows new ones, until ctx ends. It lists again (since() is asked again)
 // when the watch breaks.
 func (s *Store) WatchMoved(ctx context.Context, since func() time.Time, f MovedFollower) error {
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-retry.C:
-		}
-		rev, err := s.listMoved(ctx, since(), f)
-		if err == nil {
-			err = s.followMoved(ctx, rev, f)
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		retry.Reset(500 * time.Millisecond)
-	}
+	return listAndFollow(ctx,
+		func() (int64, error) { return s.listMoved(ctx, since(), f) },
+		func(rev int64) error { return s.followMoved(ctx, rev, f) })
 }
 
 func (s *Store) listMoved(ctx context.Context, since time.Time, f MovedFollower) (int64, error) {

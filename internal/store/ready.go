@@ -29,6 +29,15 @@ type ReadyEvent struct {
 // Reset event. It returns ctx's error.
 func (s *Store) WatchReady(ctx context.Context, events chan<- ReadyEvent) error {
 	prefix := s.k.readyPrefix()
+	return listAndFollow(ctx,
+		func() (int64, error) { return s.listReady(ctx, prefix, events) },
+		func(rev int64) error { return s.followReady(ctx, prefix, rev, events) })
+}
+
+// listAndFollow runs list, then follow from the revision list read at,
+// again and again (500 ms apart) until ctx ends: a watch that breaks (etcd
+// down, compaction) starts over with a fresh list. It returns ctx's error.
+func listAndFollow(ctx context.Context, list func() (int64, error), follow func(rev int64) error) error {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
@@ -37,9 +46,9 @@ func (s *Store) WatchReady(ctx context.Context, events chan<- ReadyEvent) error 
 			return ctx.Err()
 		case <-retry.C:
 		}
-		rev, err := s.listReady(ctx, prefix, events)
+		rev, err := list()
 		if err == nil {
-			err = s.followReady(ctx, prefix, rev, events)
+			_ = follow(rev)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
