@@ -77,7 +77,7 @@ type queueHead struct {
 }
 
 // ListAgents implements SchedulerService.
-func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest) (*reevev1.ListAgentsResponse, error) {
+func (svc *schedulerService) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest) (*reevev1.ListAgentsResponse, error) {
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, statusErr(err)
 	}
@@ -86,11 +86,11 @@ func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest)
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	recs, more, err := s.store.ListAgents(ctx, ns, after, size)
+	recs, more, err := svc.eng.store.ListAgents(ctx, ns, after, size)
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	local := s.disp.loads()
+	local := svc.eng.disp.loads()
 	resp := &reevev1.ListAgentsResponse{}
 	if more {
 		resp.NextPageToken = encodePageToken(pageAgents, ns, recs[len(recs)-1].Record.GetAgentId())
@@ -102,7 +102,7 @@ func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest)
 			AgentId: r.GetAgentId(), Namespace: r.GetNamespace(), StepTypes: r.GetStepTypes(),
 			MaxConcurrentSteps: r.GetMaxConcurrentSteps(), ConnectedSince: r.GetConnectTime(), SchedulerId: r.GetSchedulerId(),
 		}
-		if l, ok := local[r.GetSessionId()]; ok && r.GetSchedulerId() == s.opts.id {
+		if l, ok := local[r.GetSessionId()]; ok && r.GetSchedulerId() == svc.eng.opts.id {
 			info.InFlight = l.inFlight
 		} else if a.LoadOK {
 			info.InFlight = a.Load.InFlight
@@ -114,7 +114,7 @@ func (s *Server) ListAgents(ctx context.Context, req *reevev1.ListAgentsRequest)
 		}
 	}
 	if after == "" { // queues come with the first page
-		resp.Queues = s.queues(ctx, ns, queues)
+		resp.Queues = svc.eng.queues(ctx, ns, queues)
 	}
 	slices.SortFunc(resp.Agents, func(a, b *reevev1.AgentInfo) int { return strings.Compare(a.GetAgentId(), b.GetAgentId()) })
 	return resp, nil

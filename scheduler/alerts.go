@@ -9,7 +9,7 @@ import (
 )
 
 // ListAlerts implements SupervisorService.
-func (s *Server) ListAlerts(ctx context.Context, req *reevev1.ListAlertsRequest) (*reevev1.ListAlertsResponse, error) {
+func (svc *supervisorService) ListAlerts(ctx context.Context, req *reevev1.ListAlertsRequest) (*reevev1.ListAlertsResponse, error) {
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, statusErr(err)
 	}
@@ -19,7 +19,7 @@ func (s *Server) ListAlerts(ctx context.Context, req *reevev1.ListAlertsRequest)
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	alerts, more, err := s.store.ListAlerts(ctx, ns, req.GetIncludeAcknowledged(), after, size)
+	alerts, more, err := svc.eng.store.ListAlerts(ctx, ns, req.GetIncludeAcknowledged(), after, size)
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -31,11 +31,11 @@ func (s *Server) ListAlerts(ctx context.Context, req *reevev1.ListAlertsRequest)
 }
 
 // WatchAlerts implements SupervisorService.
-func (s *Server) WatchAlerts(req *reevev1.WatchAlertsRequest, stream reevev1.SupervisorService_WatchAlertsServer) error {
+func (svc *supervisorService) WatchAlerts(req *reevev1.WatchAlertsRequest, stream reevev1.SupervisorService_WatchAlertsServer) error {
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return statusErr(err)
 	}
-	err := s.store.WatchAlerts(stream.Context(), workflow.Namespace(req.GetNamespace()), func(a *reevev1.Alert) error {
+	err := svc.eng.store.WatchAlerts(stream.Context(), workflow.Namespace(req.GetNamespace()), func(a *reevev1.Alert) error {
 		return stream.Send(&reevev1.WatchAlertsResponse{Alert: a})
 	})
 	if stream.Context().Err() != nil {
@@ -45,7 +45,7 @@ func (s *Server) WatchAlerts(req *reevev1.WatchAlertsRequest, stream reevev1.Sup
 }
 
 // AckAlert implements SupervisorService.
-func (s *Server) AckAlert(ctx context.Context, req *reevev1.AckAlertRequest) (*reevev1.AckAlertResponse, error) {
+func (svc *supervisorService) AckAlert(ctx context.Context, req *reevev1.AckAlertRequest) (*reevev1.AckAlertResponse, error) {
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, statusErr(err)
 	}
@@ -59,7 +59,7 @@ func (s *Server) AckAlert(ctx context.Context, req *reevev1.AckAlertRequest) (*r
 	if by == "" {
 		by = actorOf(ctx, "operator")
 	}
-	a, err := s.store.AckAlert(ctx, workflow.Namespace(req.GetNamespace()), req.GetAlertId(), by, s.opts.clock.Now())
+	a, err := svc.eng.store.AckAlert(ctx, workflow.Namespace(req.GetNamespace()), req.GetAlertId(), by, svc.eng.opts.clock.Now())
 	if err != nil {
 		return nil, statusErr(err)
 	}

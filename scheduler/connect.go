@@ -25,8 +25,8 @@ import (
 
 // Connect serves one agent stream: a receive loop (this goroutine) and one
 // send loop, the only caller of stream.Send. See docs/agent-protocol.md.
-func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
-	first, err := s.awaitRegister(stream)
+func (svc *agentService) Connect(stream reevev1.AgentService_ConnectServer) error {
+	first, err := svc.eng.awaitRegister(stream)
 	if err != nil {
 		return err
 	}
@@ -38,19 +38,19 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 		return statusErr(err)
 	}
 	reg.Namespace = workflow.Namespace(reg.GetNamespace())
-	conn := newAgentConn(uuid.NewString(), reg, s.opts.sendQueueBytes)
-	log := s.log.With("agent_id", conn.agentID, "session_id", conn.sessionID)
+	conn := newAgentConn(uuid.NewString(), reg, svc.eng.opts.sendQueueBytes)
+	log := svc.eng.log.With("agent_id", conn.agentID, "session_id", conn.sessionID)
 
-	if err := s.adoptRunning(stream.Context(), conn, reg.GetRunning()); err != nil {
+	if err := svc.eng.adoptRunning(stream.Context(), conn, reg.GetRunning()); err != nil {
 		// Without knowing which of its attempts are current, the agent's
 		// free capacity is unknown: assignments beyond it would be dropped
 		// by the agent and wait for their complete-by. It reconnects.
 		return statusErr(err)
 	}
-	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: s.registered(conn.sessionID)}})
-	s.tel.seeNamespace(conn.ns)
-	s.disp.addAgent(conn)
-	rev := s.publishAgent(stream.Context(), conn)
+	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: svc.eng.registered(conn.sessionID)}})
+	svc.eng.tel.seeNamespace(conn.ns)
+	svc.eng.disp.addAgent(conn)
+	rev := svc.eng.publishAgent(stream.Context(), conn)
 	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max,
 		"protocol_version", reg.GetProtocolVersion(), "sdk", reg.GetSdk().GetName(), "sdk_version", reg.GetSdk().GetVersion())
 
@@ -62,17 +62,17 @@ func (s *Server) Connect(stream reevev1.AgentService_ConnectServer) error {
 		unsent, err = sendLoop(stream, conn)
 		sendErr <- err
 	})
-	err = s.recvLoop(stream, conn)
+	err = svc.eng.recvLoop(stream, conn)
 
 	// Before the agent's record goes (orphaned records the disconnect).
-	s.orphaned(conn, s.disp.removeAgent(conn))
+	svc.eng.orphaned(conn, svc.eng.disp.removeAgent(conn))
 	wg.Wait()
-	s.disp.takeBackUnsent(conn, unsent)
+	svc.eng.disp.takeBackUnsent(conn, unsent)
 	// By session, not by rev alone: when the stream connected before the
 	// scheduler had a lease (rev 0), republishAgents wrote the record later.
 	{
-		cctx, cancel := context.WithTimeout(s.base, 2*time.Second)
-		if derr := s.store.DeleteAgentSession(cctx, conn.ns, conn.agentID, conn.sessionID); derr != nil {
+		cctx, cancel := context.WithTimeout(svc.eng.base, 2*time.Second)
+		if derr := svc.eng.store.DeleteAgentSession(cctx, conn.ns, conn.agentID, conn.sessionID); derr != nil {
 			log.Debug("remove agent record", "err", derr, "rev", rev)
 		}
 		cancel()

@@ -24,22 +24,22 @@ import (
 const listWait = time.Second
 
 // ListTasks implements SchedulerService.
-func (s *Server) ListTasks(ctx context.Context, req *reevev1.ListTasksRequest) (*reevev1.ListTasksResponse, error) {
+func (svc *schedulerService) ListTasks(ctx context.Context, req *reevev1.ListTasksRequest) (*reevev1.ListTasksResponse, error) {
 	q, view, err := taskQuery(req)
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	release, err := s.acquireList(ctx)
+	release, err := svc.eng.acquireList(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	q.MaxBytes = s.opts.listBytes
+	q.MaxBytes = svc.eng.opts.listBytes
 	// The basic view is decoded as such from etcd (store.TaskQuery.Basic);
 	// Trim applies it to archived rows.
 	q.Basic = view == reevev1.TaskView_TASK_VIEW_BASIC
 	q.Trim = trimmer(view)
-	page, archived, err := s.tasks.List(ctx, q, view == reevev1.TaskView_TASK_VIEW_FULL)
+	page, archived, err := svc.eng.tasks.List(ctx, q, view == reevev1.TaskView_TASK_VIEW_FULL)
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -197,7 +197,7 @@ func decodeListToken(req *reevev1.ListTasksRequest, tok string) (store.ListPosit
 }
 
 // CountTasks implements SchedulerService.
-func (s *Server) CountTasks(ctx context.Context, req *reevev1.CountTasksRequest) (*reevev1.CountTasksResponse, error) {
+func (svc *schedulerService) CountTasks(ctx context.Context, req *reevev1.CountTasksRequest) (*reevev1.CountTasksResponse, error) {
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, statusErr(err)
 	}
@@ -208,7 +208,7 @@ func (s *Server) CountTasks(ctx context.Context, req *reevev1.CountTasksRequest)
 	}
 	ns := workflow.Namespace(req.GetNamespace())
 	// A task moving to the archive is counted twice for that moment.
-	counts, rev, err := s.tasks.Count(ctx, ns, req.GetWorkflow())
+	counts, rev, err := svc.eng.tasks.Count(ctx, ns, req.GetWorkflow())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -232,7 +232,7 @@ var errSlowWatcher = errors.New("watch: client too slow")
 
 // WatchTasks implements SchedulerService. A reading goroutine follows etcd
 // and fills a bounded buffer; this goroutine alone sends.
-func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.SchedulerService_WatchTasksServer) error {
+func (svc *schedulerService) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.SchedulerService_WatchTasksServer) error {
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return statusErr(err)
 	}
@@ -260,7 +260,7 @@ func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.Sched
 	)
 	go func() {
 		defer close(events)
-		watchErr <- s.store.WatchTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetStartRevision(), view == reevev1.TaskView_TASK_VIEW_BASIC, func(ev store.TaskEvent) error {
+		watchErr <- svc.eng.store.WatchTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetStartRevision(), view == reevev1.TaskView_TASK_VIEW_BASIC, func(ev store.TaskEvent) error {
 			var m *reevev1.WatchTasksResponse
 			if ev.Task == nil {
 				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Reset_{Reset_: &reevev1.WatchReset{Revision: ev.Revision}}}
@@ -268,13 +268,13 @@ func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.Sched
 				if trim != nil && !ev.Deleted {
 					trim(ev.Task)
 				}
-				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Changed{Changed: &reevev1.TaskChanged{Task: ev.Task, Deleted: ev.Deleted, Archived: ev.Deleted && s.opts.archive != nil, Revision: ev.Revision}}}
+				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Changed{Changed: &reevev1.TaskChanged{Task: ev.Task, Deleted: ev.Deleted, Archived: ev.Deleted && svc.eng.opts.archive != nil, Revision: ev.Revision}}}
 			}
 			// A change larger than the budget is still sent when it is
 			// the only one held.
 			size := int64(proto.Size(m))
 			b := buffered.Add(size)
-			if b > size && b > s.opts.watchBytes {
+			if b > size && b > svc.eng.opts.watchBytes {
 				return errSlowWatcher
 			}
 			select {
@@ -300,7 +300,7 @@ func (s *Server) WatchTasks(req *reevev1.WatchTasksRequest, stream reevev1.Sched
 	err = <-watchErr
 	switch {
 	case errors.Is(err, errSlowWatcher):
-		return statusErr(refuse(codes.ResourceExhausted, ReasonSlowReader, "start_revision: the client read changes slower than they happened (%d changes or %d bytes buffered); watch again from revision %d", watchBuffer, s.opts.watchBytes, sent))
+		return statusErr(refuse(codes.ResourceExhausted, ReasonSlowReader, "start_revision: the client read changes slower than they happened (%d changes or %d bytes buffered); watch again from revision %d", watchBuffer, svc.eng.opts.watchBytes, sent))
 	case stream.Context().Err() != nil:
 		return nil
 	}

@@ -22,14 +22,14 @@ const MaxRecoveryDecisions = 1000
 // decision's transaction; each decision is an UpdateTask of its own, so the
 // store's group commit puts many of them in one etcd transaction, and one
 // decision's refusal does not affect the others.
-func (s *Server) RecoverSteps(ctx context.Context, req *reevev1.RecoverStepsRequest) (*reevev1.RecoverStepsResponse, error) {
+func (svc *supervisorService) RecoverSteps(ctx context.Context, req *reevev1.RecoverStepsRequest) (*reevev1.RecoverStepsResponse, error) {
 	if req.GetFence() == nil {
 		return nil, statusErr(&workflow.FieldError{Field: "fence", Reason: "required: RecoverSteps is for the supervisor leader"})
 	}
 	if n := len(req.GetDecisions()); n > MaxRecoveryDecisions {
 		return nil, statusErr(&workflow.FieldError{Field: "decisions", Reason: fmt.Sprintf("%d decisions, at most %d per request", n, MaxRecoveryDecisions)})
 	}
-	actor, fences, err := s.fence(req.GetFence())
+	actor, fences, err := svc.eng.fence(req.GetFence())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -48,7 +48,7 @@ func (s *Server) RecoverSteps(ctx context.Context, req *reevev1.RecoverStepsRequ
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = s.applyDecision(ctx, ns, d, actor, fences)
+			out[i] = svc.eng.applyDecision(ctx, ns, d, actor, fences)
 		}()
 	}
 	wg.Wait()

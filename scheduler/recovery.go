@@ -229,12 +229,12 @@ func operatorOnce(t *reevev1.Task, requestID string, act func() error) error {
 }
 
 // RetryStep implements SupervisorService.
-func (s *Server) RetryStep(ctx context.Context, req *reevev1.RetryStepRequest) (*reevev1.RetryStepResponse, error) {
+func (svc *supervisorService) RetryStep(ctx context.Context, req *reevev1.RetryStepRequest) (*reevev1.RetryStepResponse, error) {
 	delay := req.GetDelay().AsDuration()
 	if err := req.GetDelay().CheckValid(); req.GetDelay() != nil && (err != nil || delay < 0 || delay > workflow.MaxTimeout) {
 		return nil, statusErr(&workflow.FieldError{Field: "delay", Reason: fmt.Sprintf("must be within [0, %v]", workflow.MaxTimeout)})
 	}
-	t, err := s.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_RETRY, req.GetDelay(), true, func(t *reevev1.Task, actor string, now time.Time) error {
+	t, err := svc.eng.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_RETRY, req.GetDelay(), true, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.RetryFailed(t, req.GetStep(), req.GetAttempt(), req.GetReason(), actor, now)
 	})
 	if err != nil {
@@ -244,8 +244,8 @@ func (s *Server) RetryStep(ctx context.Context, req *reevev1.RetryStepRequest) (
 }
 
 // CompensateTask implements SupervisorService.
-func (s *Server) CompensateTask(ctx context.Context, req *reevev1.CompensateTaskRequest) (*reevev1.CompensateTaskResponse, error) {
-	t, err := s.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
+func (svc *supervisorService) CompensateTask(ctx context.Context, req *reevev1.CompensateTaskRequest) (*reevev1.CompensateTaskResponse, error) {
+	t, err := svc.eng.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.Compensate(t, req.GetReason(), actor, now)
 	})
 	if err != nil {
@@ -255,8 +255,8 @@ func (s *Server) CompensateTask(ctx context.Context, req *reevev1.CompensateTask
 }
 
 // FailTask implements SupervisorService.
-func (s *Server) FailTask(ctx context.Context, req *reevev1.FailTaskRequest) (*reevev1.FailTaskResponse, error) {
-	t, err := s.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
+func (svc *supervisorService) FailTask(ctx context.Context, req *reevev1.FailTaskRequest) (*reevev1.FailTaskResponse, error) {
+	t, err := svc.eng.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.FailTask(t, req.GetReason(), actor, now)
 	})
 	if err != nil {

@@ -31,12 +31,14 @@ import (
 	"github.com/reeve-org/reeve/internal/telemetry"
 )
 
-// Server implements reeve.v1.SchedulerService, reeve.v1.AgentService and
-// reeve.v1.SupervisorService.
+// Server is the scheduler's engine. Its gRPC services (reeve.v1's
+// SchedulerService, AgentService and SupervisorService) are types of their
+// own over it (services.go); Register registers them.
 type Server struct {
-	reevev1.UnimplementedSchedulerServiceServer
-	reevev1.UnimplementedAgentServiceServer
-	reevev1.UnimplementedSupervisorServiceServer
+	// The gRPC services over this engine (services.go), built once in New.
+	scheduler  *schedulerService
+	agent      *agentService
+	supervisor *supervisorService
 
 	opts  options
 	store *store.Store
@@ -120,6 +122,9 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	s.space = &spaceGuard{s: s}
 	s.shed = newOverload(o, s.log, o.meter.Meter(telemetry.ScopeName+"/scheduler"))
 	s.lists = make(chan struct{}, max(o.maxLists, 1))
+	s.scheduler = &schedulerService{eng: s}
+	s.agent = &agentService{eng: s}
+	s.supervisor = &supervisorService{eng: s}
 	return s
 }
 
@@ -170,19 +175,18 @@ func ServerOptionsWith(l GRPCLimits) []grpc.ServerOption {
 	)
 }
 
-// The three services a Server implements.
-var (
-	_ reevev1.SchedulerServiceServer  = (*Server)(nil)
-	_ reevev1.AgentServiceServer      = (*Server)(nil)
-	_ reevev1.SupervisorServiceServer = (*Server)(nil)
-)
-
 // Register registers the scheduler's services on g.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
-	reevev1.RegisterSchedulerServiceServer(g, s)
-	reevev1.RegisterAgentServiceServer(g, s)
-	reevev1.RegisterSupervisorServiceServer(g, s)
+	reevev1.RegisterSchedulerServiceServer(g, s.scheduler)
+	reevev1.RegisterAgentServiceServer(g, s.agent)
+	reevev1.RegisterSupervisorServiceServer(g, s.supervisor)
 }
+
+// SchedulerService returns the reeve.v1.SchedulerService that Register
+// registers, for calls in the same process that bypass gRPC: no
+// interceptor runs (no authorization, and errors lack the details that
+// ServerOptions' interceptors add).
+func (s *Server) SchedulerService() reevev1.SchedulerServiceServer { return s.scheduler }
 
 // Run checks etcd's layout version (CheckLayout; a newer one is returned
 // at once as the error), dispatches work until ctx ends, then shuts down

@@ -27,11 +27,11 @@ import (
 // the create, claimed for an idle agent here when there is one (claim.go).
 
 // SubmitTask implements SchedulerService.
-func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.SubmitTaskResponse, error) {
-	if err := s.adm.allowSubmit(ctx); err != nil {
+func (svc *schedulerService) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.SubmitTaskResponse, error) {
+	if err := svc.eng.adm.allowSubmit(ctx); err != nil {
 		return nil, statusErr(err)
 	}
-	if err := s.space.allow(); err != nil {
+	if err := svc.eng.space.allow(); err != nil {
 		return nil, statusErr(err)
 	}
 	if err := workflow.ValidateSubmit(req); err != nil {
@@ -39,10 +39,10 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	}
 	req = proto.Clone(req).(*reevev1.SubmitTaskRequest)
 	req.Namespace = workflow.Namespace(req.GetNamespace())
-	if err := s.adm.allowActive(ctx, req.GetNamespace()); err != nil {
+	if err := svc.eng.adm.allowActive(ctx, req.GetNamespace()); err != nil {
 		// Idempotency wins over the limit: a retried submission of a task
 		// that exists gets it back.
-		if t := s.sameSubmission(ctx, req); t != nil {
+		if t := svc.eng.sameSubmission(ctx, req); t != nil {
 			return &reevev1.SubmitTaskResponse{Task: t}, nil
 		}
 		return nil, statusErr(err)
@@ -55,7 +55,7 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 		}
 		req.TaskId = id.String()
 	}
-	wf, latest, err := s.resolveWorkflow(ctx, req)
+	wf, latest, err := svc.eng.resolveWorkflow(ctx, req)
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -63,18 +63,18 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	if err := s.shed.allow(req.GetNamespace(), wf); err != nil {
+	if err := svc.eng.shed.allow(req.GetNamespace(), wf); err != nil {
 		// Idempotency wins over shedding (overload.go), as far as this
 		// scheduler knows the task without asking etcd (knownSubmission).
-		if t := s.knownSubmission(req, digest, generated); t != nil {
+		if t := svc.eng.knownSubmission(req, digest, generated); t != nil {
 			return &reevev1.SubmitTaskResponse{Task: t}, nil
 		}
 		return nil, statusErr(err)
 	}
-	ctx, span := s.tel.startSubmit(ctx, req)
+	ctx, span := svc.eng.tel.startSubmit(ctx, req)
 	defer span.End()
 	if !generated {
-		if rec, err := s.archivedSubmission(ctx, req); err != nil || rec != nil {
+		if rec, err := svc.eng.archivedSubmission(ctx, req); err != nil || rec != nil {
 			if err != nil {
 				return nil, statusErr(err)
 			}
@@ -84,17 +84,17 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 			return &reevev1.SubmitTaskResponse{Task: rec.GetTask()}, nil
 		}
 	}
-	existing, created, err := s.createTask(ctx, req, wf, digest, latest)
+	existing, created, err := svc.eng.createTask(ctx, req, wf, digest, latest)
 	if errors.Is(err, store.ErrStaleWorkflow) {
 		// The cached latest version is not the latest any more (registered
 		// through another scheduler): create the task on the version a
 		// linearizable read returns. That read is the submission's
 		// linearization point, so no compare is needed this time.
 		ref := req.GetWorkflowRef()
-		if wf, err = s.store.LatestWorkflowForSubmit(ctx, req.GetNamespace(), ref.GetName()); err != nil {
+		if wf, err = svc.eng.store.LatestWorkflowForSubmit(ctx, req.GetNamespace(), ref.GetName()); err != nil {
 			return nil, statusErr(err)
 		}
-		existing, created, err = s.createTask(ctx, req, wf, digest, false)
+		existing, created, err = svc.eng.createTask(ctx, req, wf, digest, false)
 	}
 	if err != nil {
 		return nil, statusErr(err)
@@ -103,9 +103,9 @@ func (s *Server) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest)
 		return nil, statusErr(refuse(codes.AlreadyExists, ReasonTaskAlreadyExists, "task_id: task %q already exists with a different request", req.GetTaskId()))
 	}
 	if created {
-		s.adm.created(req.GetNamespace())
-		s.tel.submittedOne(ctx, req.GetNamespace())
-		s.log.InfoContext(ctx, "task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
+		svc.eng.adm.created(req.GetNamespace())
+		svc.eng.tel.submittedOne(ctx, req.GetNamespace())
+		svc.eng.log.InfoContext(ctx, "task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
 	}
 	return &reevev1.SubmitTaskResponse{Task: existing.GetTask(), Created: created}, nil
 }

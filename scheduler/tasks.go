@@ -14,12 +14,12 @@ import (
 )
 
 // GetTask implements SchedulerService.
-func (s *Server) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*reevev1.GetTaskResponse, error) {
+func (svc *schedulerService) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*reevev1.GetTaskResponse, error) {
 	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	rec, archived, err := s.tasks.Get(ctx, ns, req.GetTaskId())
+	rec, archived, err := svc.eng.tasks.Get(ctx, ns, req.GetTaskId())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -27,7 +27,7 @@ func (s *Server) GetTask(ctx context.Context, req *reevev1.GetTaskRequest) (*ree
 }
 
 // WatchTask implements SchedulerService.
-func (s *Server) WatchTask(req *reevev1.WatchTaskRequest, stream reevev1.SchedulerService_WatchTaskServer) error {
+func (svc *schedulerService) WatchTask(req *reevev1.WatchTaskRequest, stream reevev1.SchedulerService_WatchTaskServer) error {
 	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())
 	if err != nil {
 		return statusErr(err)
@@ -52,12 +52,12 @@ func (s *Server) WatchTask(req *reevev1.WatchTaskRequest, stream reevev1.Schedul
 			newest <- t
 			return taskstate.TerminalTask(t.GetState())
 		}
-		err := s.store.WatchTask(ctx, ns, req.GetTaskId(), put)
+		err := svc.eng.store.WatchTask(ctx, ns, req.GetTaskId(), put)
 		if store.IsNotFound(err) {
 			// Not in etcd, or it left etcd while watched: an archived
 			// task's final state ends the stream.
 			var rec *storev1.TaskRecord
-			if rec, err = s.archivedRecord(ctx, ns, req.GetTaskId(), err); err == nil {
+			if rec, err = svc.eng.archivedRecord(ctx, ns, req.GetTaskId(), err); err == nil {
 				put(rec.GetTask())
 			}
 		}
@@ -75,7 +75,7 @@ func (s *Server) WatchTask(req *reevev1.WatchTaskRequest, stream reevev1.Schedul
 }
 
 // CancelTask implements SchedulerService.
-func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest) (*reevev1.CancelTaskResponse, error) {
+func (svc *schedulerService) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest) (*reevev1.CancelTaskResponse, error) {
 	ns, err := taskKey(req.GetNamespace(), req.GetTaskId())
 	if err != nil {
 		return nil, statusErr(err)
@@ -87,8 +87,8 @@ func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest)
 	if reason == "" {
 		reason = "canceled by client"
 	}
-	before, after, err := s.store.UpdateTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.Cancel(t, reason, actorOf(ctx, "client"), s.opts.clock.Now())
+	before, after, err := svc.eng.store.UpdateTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) error {
+		return taskstate.Cancel(t, reason, actorOf(ctx, "client"), svc.eng.opts.clock.Now())
 	})
 	if errors.Is(err, taskstate.ErrTerminal) {
 		return &reevev1.CancelTaskResponse{Task: before.GetTask()}, nil
@@ -96,7 +96,7 @@ func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest)
 	if store.IsNotFound(err) {
 		// An archived task ended: canceling it changes nothing, as for a
 		// terminal task in etcd.
-		rec, err := s.archivedRecord(ctx, ns, req.GetTaskId(), err)
+		rec, err := svc.eng.archivedRecord(ctx, ns, req.GetTaskId(), err)
 		if err != nil {
 			return nil, statusErr(err)
 		}
@@ -105,8 +105,8 @@ func (s *Server) CancelTask(ctx context.Context, req *reevev1.CancelTaskRequest)
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	s.tel.ended1(before.GetTask(), after.GetTask())
-	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "task canceled")
+	svc.eng.tel.ended1(before.GetTask(), after.GetTask())
+	svc.eng.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "task canceled")
 	return &reevev1.CancelTaskResponse{Task: after.GetTask()}, nil
 }
 

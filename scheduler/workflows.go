@@ -12,7 +12,7 @@ import (
 )
 
 // RegisterWorkflow implements SchedulerService.
-func (s *Server) RegisterWorkflow(ctx context.Context, req *reevev1.RegisterWorkflowRequest) (*reevev1.RegisterWorkflowResponse, error) {
+func (svc *schedulerService) RegisterWorkflow(ctx context.Context, req *reevev1.RegisterWorkflowRequest) (*reevev1.RegisterWorkflowResponse, error) {
 	if req.GetWorkflow() == nil {
 		return nil, statusErr(&workflow.FieldError{Field: "workflow", Reason: "required"})
 	}
@@ -22,16 +22,16 @@ func (s *Server) RegisterWorkflow(ctx context.Context, req *reevev1.RegisterWork
 	if err := workflow.ValidateWorkflow("workflow", req.GetWorkflow(), true); err != nil {
 		return nil, statusErr(err)
 	}
-	if err := s.store.CheckWorkflowOps("workflow", req.GetWorkflow()); err != nil {
+	if err := svc.eng.store.CheckWorkflowOps("workflow", req.GetWorkflow()); err != nil {
 		return nil, statusErr(err)
 	}
 	w := proto.Clone(req.GetWorkflow()).(*reevev1.Workflow)
 	w.Namespace = workflow.Namespace(w.GetNamespace())
-	w.CreateTime = timestamppb.New(s.opts.clock.Now())
+	w.CreateTime = timestamppb.New(svc.eng.opts.clock.Now())
 	if proto.Size(w) > workflow.MaxWorkflowBytes {
 		return nil, statusErr(&workflow.FieldError{Field: "workflow", Reason: fmt.Sprintf("definition is %d bytes encoded, more than %d", proto.Size(w), workflow.MaxWorkflowBytes)})
 	}
-	stored, created, err := s.store.PutWorkflow(ctx, w, workflow.Fingerprint)
+	stored, created, err := svc.eng.store.PutWorkflow(ctx, w, workflow.Fingerprint)
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -39,7 +39,7 @@ func (s *Server) RegisterWorkflow(ctx context.Context, req *reevev1.RegisterWork
 }
 
 // GetWorkflow implements SchedulerService.
-func (s *Server) GetWorkflow(ctx context.Context, req *reevev1.GetWorkflowRequest) (*reevev1.GetWorkflowResponse, error) {
+func (svc *schedulerService) GetWorkflow(ctx context.Context, req *reevev1.GetWorkflowRequest) (*reevev1.GetWorkflowResponse, error) {
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, statusErr(err)
 	}
@@ -49,7 +49,7 @@ func (s *Server) GetWorkflow(ctx context.Context, req *reevev1.GetWorkflowReques
 	if req.GetVersion() < 0 {
 		return nil, statusErr(&workflow.FieldError{Field: "version", Reason: "must not be negative"})
 	}
-	w, err := s.store.GetWorkflow(ctx, workflow.Namespace(req.GetNamespace()), req.GetName(), req.GetVersion())
+	w, err := svc.eng.store.GetWorkflow(ctx, workflow.Namespace(req.GetNamespace()), req.GetName(), req.GetVersion())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -57,7 +57,7 @@ func (s *Server) GetWorkflow(ctx context.Context, req *reevev1.GetWorkflowReques
 }
 
 // ListWorkflows implements SchedulerService.
-func (s *Server) ListWorkflows(ctx context.Context, req *reevev1.ListWorkflowsRequest) (*reevev1.ListWorkflowsResponse, error) {
+func (svc *schedulerService) ListWorkflows(ctx context.Context, req *reevev1.ListWorkflowsRequest) (*reevev1.ListWorkflowsResponse, error) {
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return nil, statusErr(err)
 	}
@@ -69,7 +69,7 @@ func (s *Server) ListWorkflows(ctx context.Context, req *reevev1.ListWorkflowsRe
 	if after != "" && workflow.ValidateName("page_token", after) != nil {
 		return nil, statusErr(&workflow.FieldError{Field: "page_token", Reason: "not a page token; pass the next_page_token of a previous response"})
 	}
-	wfs, more, err := s.store.ListWorkflows(ctx, ns, after, size)
+	wfs, more, err := svc.eng.store.ListWorkflows(ctx, ns, after, size)
 	if err != nil {
 		return nil, statusErr(err)
 	}

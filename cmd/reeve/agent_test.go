@@ -28,7 +28,7 @@ func TestAgentSkipsAWorkflowRefusedForGood(t *testing.T) {
 		t.Fatalf("registration took %v: it retried the refused workflow", took)
 	}
 	for _, w := range workload.Workflows() {
-		_, err := s.GetWorkflow(ctx, &reevev1.GetWorkflowRequest{Name: w.GetName()})
+		_, err := s.SchedulerService().GetWorkflow(ctx, &reevev1.GetWorkflowRequest{Name: w.GetName()})
 		if wide := w.GetName() == workload.WorkflowWide; (err == nil) == wide {
 			t.Errorf("workflow %s: registered %v, want %v", w.GetName(), err == nil, !wide)
 		}

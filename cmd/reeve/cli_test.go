@@ -24,7 +24,7 @@ func demoEnv(t *testing.T) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, w := range demo.Workflows() {
-		if _, err := s.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
+		if _, err := s.SchedulerService().RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -93,7 +93,7 @@ func TestClientCommandsUseTLSAndRoles(t *testing.T) {
 	// reeve agent with the agent certificate: its workflow registration is
 	// refused (admin only), so an admin registers them; it serves them.
 	for _, w := range demo.Workflows() {
-		if _, err := s.RegisterWorkflow(context.Background(), &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
+		if _, err := s.SchedulerService().RegisterWorkflow(context.Background(), &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -238,7 +238,7 @@ func startSupervisor(ctx context.Context, log *slog.Logger, cli *clientv3.Client
 // scheduler until ctx ends.
 func startDemo(ctx context.Context, log *slog.Logger, srv *scheduler.Server, addr string, opts ...agentsdk.Option) error {
 	for _, w := range demo.Workflows() {
-		if _, err := srv.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
+		if _, err := srv.SchedulerService().RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
 			return fmt.Errorf("register demo workflow %s: %w", w.GetName(), err)
 		}
 	}

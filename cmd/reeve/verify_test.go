@@ -18,7 +18,7 @@ func TestVerifyExitCodeAndJSON(t *testing.T) {
 	s := env.StartScheduler("")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := s.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{
+	if _, err := s.SchedulerService().SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{
 		Name: "v", Steps: []*reevev1.StepSpec{{Name: "a", Type: "t"}}}}}); err != nil {
 		t.Fatal(err)
 	}

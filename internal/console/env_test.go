@@ -85,7 +85,7 @@ func newEnvWith(t *testing.T, schedOpts []scheduler.Option, opts ...console.Opti
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
 	for _, w := range demo.Workflows() {
-		if _, err := s.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
+		if _, err := s.SchedulerService().RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w}); err != nil {
 			t.Fatal(err)
 		}
 	}
