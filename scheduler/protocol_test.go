@@ -7,7 +7,6 @@ import (
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -33,21 +32,7 @@ func futureRequest() *reevev1.ConnectRequest {
 // attributes.
 func counterSum(t *testing.T, reader *sdkmetric.ManualReader, name string) int64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
-				for _, dp := range sum.DataPoints {
-					n += dp.Value
-				}
-			}
-		}
-	}
-	return n
+	return testenv.CounterSum(t, reader, name, nil)
 }
 
 // A message kind from a newer agent (and an empty message) is ignored and

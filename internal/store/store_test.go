@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,19 +160,7 @@ func TestWatchReadyListsThenFollows(t *testing.T) {
 	if _, _, err := s.CreateTask(ctx(t), record("t1")); err != nil {
 		t.Fatal(err)
 	}
-	events := make(chan store.ReadyEvent, 16)
-	wctx, cancel := context.WithCancel(ctx(t))
-	done := make(chan error, 1)
-	go func() { done <- s.WatchReady(wctx, events) }()
-	next := func() store.ReadyEvent {
-		select {
-		case ev := <-events:
-			return ev
-		case <-time.After(10 * time.Second):
-			t.Fatal("no ready event")
-			return store.ReadyEvent{}
-		}
-	}
+	next, stop := watchReady(t, s)
 	if ev := next(); !ev.Reset {
 		t.Fatalf("first event %v, want a reset", ev)
 	}
@@ -184,10 +173,37 @@ func TestWatchReadyListsThenFollows(t *testing.T) {
 	if ev := next(); ev.Entry.GetTaskId() != "t2" {
 		t.Fatalf("followed %v, want t2", ev.Entry)
 	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("WatchReady returned %v", err)
 	}
+}
+
+// watchReady runs WatchReady until stop, which returns its error; next
+// returns its next event, failing the test after 10 s without one.
+func watchReady(t *testing.T, s *store.Store) (next func() store.ReadyEvent, stop func() error) {
+	t.Helper()
+	events := make(chan store.ReadyEvent, 16)
+	wctx, cancel := context.WithCancel(ctx(t))
+	done := make(chan error, 1)
+	go func() { done <- s.WatchReady(wctx, events) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	next = func() store.ReadyEvent {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no ready event")
+			return store.ReadyEvent{}
+		}
+	}
+	return next, stop
 }
 
 func TestSweepEndedRemovesOnlyOldTerminalTasks(t *testing.T) {

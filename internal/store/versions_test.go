@@ -9,8 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -19,6 +19,7 @@ import (
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/testenv"
 )
 
 // An etcd without a layout version gets this Reeve's, written once; one
@@ -91,25 +92,10 @@ func meterOf(reader *sdkmetric.ManualReader, t *testing.T) *sdkmetric.MeterProvi
 // unknownCount returns reeve.records.unknown_version of one kind.
 func unknownCount(t *testing.T, reader *sdkmetric.ManualReader, kind string) int64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if !ok || m.Name != "reeve.records.unknown_version" {
-				continue
-			}
-			for _, dp := range sum.DataPoints {
-				if v, _ := dp.Attributes.Value("reeve.record.kind"); v.AsString() == kind {
-					n += dp.Value
-				}
-			}
-		}
-	}
-	return n
+	return testenv.CounterSum(t, reader, "reeve.records.unknown_version", func(a attribute.Set) bool {
+		v, _ := a.Value("reeve.record.kind")
+		return v.AsString() == kind
+	})
 }
 
 // makeVersion2 rewrites the value of key as a newer Reeve would write it:
@@ -288,20 +274,7 @@ func TestWatchReadyDropsAnEntryOfAnUnknownVersion(t *testing.T) {
 	if _, _, err := s.CreateTask(ctx(t), record("t1")); err != nil {
 		t.Fatal(err)
 	}
-	events := make(chan store.ReadyEvent, 16)
-	wctx, cancel := context.WithCancel(ctx(t))
-	done := make(chan error, 1)
-	go func() { done <- s.WatchReady(wctx, events) }()
-	defer func() { cancel(); <-done }()
-	next := func() store.ReadyEvent {
-		select {
-		case ev := <-events:
-			return ev
-		case <-time.After(10 * time.Second):
-			t.Fatal("no ready event")
-			return store.ReadyEvent{}
-		}
-	}
+	next, _ := watchReady(t, s)
 	if ev := next(); !ev.Reset {
 		t.Fatalf("first event %v, want a reset", ev)
 	}
