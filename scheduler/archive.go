@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -15,7 +14,6 @@ import (
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskread"
-	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 // Finished tasks move from etcd to the archive (WithArchive; docs/archive.md):
@@ -145,34 +143,6 @@ func archiveTask(rec *storev1.TaskRecord) (archive.Task, error) {
 		Summary:    summary,
 		Record:     full,
 	}, nil
-}
-
-// archivedRecord returns the record of an archived task, or notFound (the
-// store's not-found error) when there is no archive or it does not hold the
-// task.
-func (s *Server) archivedRecord(ctx context.Context, ns, id string, notFound error) (*storev1.TaskRecord, error) {
-	rec, err := s.tasks.Archived(ctx, ns, id)
-	if errors.Is(err, taskread.ErrNotArchived) {
-		return nil, notFound
-	}
-	return rec, err
-}
-
-// getTask returns a task's record from etcd or, when it is not there, from
-// the archive.
-func (s *Server) getTask(ctx context.Context, ns, id string) (*storev1.TaskRecord, error) {
-	rec, _, err := s.tasks.Get(ctx, ns, id)
-	return rec, err
-}
-
-// notInEtcd is the error of an action on a task etcd does not hold:
-// TASK_TERMINAL when the archive holds it (it ended and moved there), the
-// store's not-found error otherwise.
-func (s *Server) notInEtcd(ctx context.Context, ns, id string, notFound error) error {
-	if _, err := s.archivedRecord(ctx, ns, id, notFound); err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: task %q ended and was moved to the archive", taskstate.ErrTerminal, id)
 }
 
 // archivedSubmission returns the archived record of the task a submission

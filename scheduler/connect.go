@@ -235,7 +235,7 @@ func (s *Server) adoptOne(ctx context.Context, agentID string, ref *reevev1.Step
 	if spec.GetHeartbeatTimeout() == nil && spec.GetReassignAfterDisconnect() == nil {
 		return st.GetCompleteBy().AsTime(), nil, true, nil
 	}
-	by, err = s.restoreDeadline(ctx, ref, agentID)
+	by, err = s.eng.restoreDeadline(ctx, ref, agentID)
 	if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
 		return time.Time{}, nil, false, nil // expired or recovered meanwhile
 	}

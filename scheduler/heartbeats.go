@@ -230,17 +230,18 @@ func (s *Server) persistBeats(agentID string, beats []*beat) {
 			ctx, cancel := context.WithTimeout(s.base, 30*time.Second)
 			defer cancel()
 			ref := b.ref
-			_, _, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
-				if s.disp.watches(agentID, ref) {
-					return taskstate.ErrStale // the agent is back on this scheduler
-				}
-				if err := taskstate.ShortenOnDisconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, b.lostAt(end),
-					"scheduler/"+s.opts.id, s.opts.clock.Now()); err != nil {
-					return err
-				}
-				keepDetails(t, ref, b.details)
-				return nil
-			})
+			_, err := s.eng.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(),
+				change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+					if s.disp.watches(agentID, ref) {
+						return effects{}, taskstate.ErrStale // the agent is back on this scheduler
+					}
+					if err := taskstate.ShortenOnDisconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, b.lostAt(end),
+						"scheduler/"+s.opts.id, now); err != nil {
+						return effects{}, err
+					}
+					keepDetails(t, ref, b.details)
+					return effects{}, nil
+				}})
 			if err != nil && !errors.Is(err, taskstate.ErrStale) && !errors.Is(err, context.Canceled) {
 				s.log.Warn("move complete-by to the heartbeat deadline after the agent's stream ended",
 					"task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "err", err)
@@ -253,14 +254,15 @@ func (s *Server) persistBeats(agentID string, beats []*beat) {
 // (taskstate.RestoreOnReconnect: one write, which also tells a scheduler
 // that saw the old stream end not to recover it), and returns the
 // complete-by in force.
-func (s *Server) restoreDeadline(ctx context.Context, ref *reevev1.StepRef, agentID string) (time.Time, error) {
-	_, after, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.RestoreOnReconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, "scheduler/"+s.opts.id, s.opts.clock.Now())
-	})
+func (e *engine) restoreDeadline(ctx context.Context, ref *reevev1.StepRef, agentID string) (time.Time, error) {
+	w, err := e.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(),
+		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+			return effects{}, taskstate.RestoreOnReconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, "scheduler/"+e.id, now)
+		}})
 	if err != nil {
 		return time.Time{}, err
 	}
-	return taskstate.FindStep(after.GetTask(), ref.GetStep()).GetCompleteBy().AsTime(), nil
+	return taskstate.FindStep(w.after.GetTask(), ref.GetStep()).GetCompleteBy().AsTime(), nil
 }
 
 // beat is the in-memory liveness of one attempt whose step sets a

@@ -104,7 +104,7 @@ type decideFunc func(t *reevev1.Task, now time.Time) (*reevev1.RecoveryDecision,
 // here.
 func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
 	fences []clientv3.Cmp, decide decideFunc) *reevev1.RecoveryOutcome {
-	t, err := s.recoverTask(ctx, ref, traceCtx, actor, fences, decided(ref, actor, decide))
+	t, err := s.eng.recoverTask(ctx, ref, traceCtx, actor, fences, decided(ref, actor, decide))
 	if err != nil {
 		return &reevev1.RecoveryOutcome{Status: withRequest(toStatus(err), ref).Proto()}
 	}

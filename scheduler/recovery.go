@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -78,61 +77,40 @@ func (s *Server) fence(f *reevev1.Fence) (actor string, fences []clientv3.Cmp, e
 type recoverFunc func(t *reevev1.Task, now time.Time, claim *writeClaim) (action string, err error)
 
 // recoverTask recovers the execution ref in one task write, compared
-// against fences: apply changes the fresh record. Then the task's end is
-// counted, the holders of revoked executions told to stop, and an attempt
-// claimed in the write handed to its agent. traceCtx is the parent span's
+// against fences: apply changes the fresh record. The engine then counts the
+// task's end, tells the holders of revoked executions to stop and hands an
+// attempt claimed in the write to its agent. traceCtx is the parent span's
 // context, if any (else the caller's). It returns the task as written.
-func (s *Server) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
+func (e *engine) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
 	fences []clientv3.Cmp, apply recoverFunc) (_ *reevev1.Task, err error) {
 	ns, id, step, attempt := ref.GetNamespace(), ref.GetTaskId(), ref.GetStep(), ref.GetAttempt()
 	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), traceCtx)); sc.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
-	_, span := s.tel.tracer.Start(ctx, telemetry.SpanRecoveryApply, trace.WithAttributes(
+	_, span := e.tel.tracer.Start(ctx, telemetry.SpanRecoveryApply, trace.WithAttributes(
 		telemetry.KeyNamespace.String(ns), telemetry.KeyTaskID.String(id), telemetry.KeyStep.String(step),
 		telemetry.KeyAttempt.Int(int(attempt))))
-	var action string // of the write's last run before UpdateTask returned
+	w, err := e.update(ctx, taskWrite{ns: ns, id: id, fences: fences, claim: "direct dispatch of a retry",
+		change: func(t *reevev1.Task, now time.Time, claim *writeClaim) (effects, error) {
+			action, err := apply(t, now, claim)
+			return effects{action: action, revoke: "step recovered by " + actor}, err
+		}})
 	defer func() {
-		span.SetAttributes(telemetry.KeyAction.String(action))
+		span.SetAttributes(telemetry.KeyAction.String(w.action))
 		if done := (*alreadyApplied)(nil); err != nil && !errors.As(err, &done) {
 			span.SetStatus(otelcodes.Error, toStatus(err).Message())
 		}
 		span.End()
 	}()
-	// The store may run the transition again after UpdateTask returned
-	// (its caller's context ended while the write was queued): such a run
-	// reports nothing.
-	var (
-		mu       sync.Mutex
-		returned bool
-		last     string
-	)
-	claim := &writeClaim{d: s.disp}
-	before, after, err := s.store.UpdateTask(ctx, ns, id, func(t *reevev1.Task) error {
-		a, err := apply(t, s.opts.clock.Now(), claim)
-		mu.Lock()
-		if !returned {
-			last = a
-		}
-		mu.Unlock()
-		return err
-	}, fences...)
-	mu.Lock()
-	returned, action = true, last
-	mu.Unlock()
-	next := claim.settle(err, err == nil, "direct dispatch of a retry")
 	if store.IsNotFound(err) {
-		err = s.notInEtcd(ctx, ns, id, err)
+		err = e.notInEtcd(ctx, ns, id, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	s.tel.ended1(before.GetTask(), after.GetTask())
-	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
-	s.deliverClaim(after, next)
-	s.log.InfoContext(ctx, "recovery applied", "task_id", id, "step", step, "attempt", attempt,
-		"actor", actor, "action", action, "task_state", after.GetTask().GetState())
-	return after.GetTask(), nil
+	e.log.InfoContext(ctx, "recovery applied", "task_id", id, "step", step, "attempt", attempt,
+		"actor", actor, "action", w.action, "task_state", w.after.GetTask().GetState())
+	return w.after.GetTask(), nil
 }
 
 // recoveryRequest is what the three single-action recovery RPCs have in
@@ -179,12 +157,12 @@ func (s *Server) recover(ctx context.Context, req recoveryRequest, action reevev
 	}
 	ref := &reevev1.StepRef{Namespace: ns, TaskId: req.GetTaskId(), Step: req.GetStep(), Attempt: req.GetAttempt()}
 	if fenced {
-		return s.recoverTask(ctx, ref, nil, actor, fences, decided(ref, actor, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
+		return s.eng.recoverTask(ctx, ref, nil, actor, fences, decided(ref, actor, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
 			return d, nil
 		}))
 	}
 	actor = actorOf(ctx, actor)
-	t, err := s.recoverTask(ctx, ref, nil, actor, nil, func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
+	t, err := s.eng.recoverTask(ctx, ref, nil, actor, nil, func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
 		return "operator", claim.without(func() error {
 			return operatorOnce(t, req.GetRequestId(), func() error { return operator(t, actor, now) })
 		})

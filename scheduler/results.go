@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
@@ -28,9 +27,12 @@ const MaxTaskRecordBytes = store.MaxRecordBytes
 // unavailable, when the attempt's complete-by is not known here.
 const resultRetryWindow = 30 * time.Second
 
-// handleResult applies a result from conn's agent and returns the ack. It is
-// fenced by (task, step, attempt, agent): a result for any other execution
-// changes nothing and is answered FAILED_PRECONDITION.
+// handleResult applies a result from conn's agent in one task write
+// (engine.update), claiming the next due step in the same write when it
+// can (claim.go), and returns the ack. The write is retried while etcd is
+// unavailable, until resultDeadline. It is fenced by (task, step, attempt,
+// agent): a result for any other execution changes nothing and is answered
+// FAILED_PRECONDITION.
 func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1.ResultAck {
 	ref := res.GetRef()
 	ack := &reevev1.ResultAck{Ref: ref}
@@ -85,8 +87,14 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		return taskstate.Complete(t, ref, conn.agentID, res.GetOutput(), now)
 	}
 
-	beforeRec, afterRec, next, err := s.recordResult(s.resultDeadline(conn, ref), ref, record)
-	before, after := beforeRec.GetTask(), afterRec.GetTask()
+	deadline := s.resultDeadline(conn, ref)
+	ctx, cancel := context.WithDeadline(s.base, deadline)
+	_, err := s.eng.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(), claim: "claim with a result", until: deadline,
+		change: func(t *reevev1.Task, now time.Time, claim *writeClaim) (effects, error) {
+			err := claim.run(t, "", now, func() error { return record(t, now) })
+			return effects{result: res, resultAgent: conn.agentID, revoke: "task " + t.GetState().String()}, err
+		}})
+	cancel()
 	s.disp.releaseRef(conn.agentID, ref)
 	if err != nil {
 		if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
@@ -99,57 +107,8 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		s.logs.log(log(), slog.LevelWarn, "record result: "+errKind(err), "record result", "err", err)
 		return reject(err)
 	}
-	s.tel.resulted(beforeRec, afterRec, ref, res, conn.agentID, s.opts.clock.Now())
-	s.disp.revoke(taskstate.Revoked(before, after, ref), "task "+after.GetState().String())
-	s.deliverClaim(afterRec, next)
 	ack.Accepted = true
 	return ack
-}
-
-// recordResult applies record (a result's transition) to the task, claiming
-// the next due step in the same write when it can (claim.go), and
-// retries without the claim while etcd is unavailable, until deadline
-// (updateUntil). The claim is made on the result's first write only. It
-// returns the claim to deliver once the result's consequences are done.
-func (s *Server) recordResult(deadline time.Time, ref *reevev1.StepRef, record func(*reevev1.Task, time.Time) error) (before, after *storev1.TaskRecord, next *writeClaim, err error) {
-	claim := &writeClaim{d: s.disp}
-	ctx, cancel := context.WithDeadline(s.base, deadline)
-	before, after, err = s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
-		now := s.opts.clock.Now()
-		return claim.run(t, "", now, func() error { return record(t, now) })
-	})
-	cancel()
-	next = claim.settle(err, err == nil, "claim with a result")
-	if err != nil && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict)) && s.store.Client().Ctx().Err() == nil {
-		before, after, err = s.updateUntil(deadline, ref, func(t *reevev1.Task) error { return record(t, s.opts.clock.Now()) })
-	}
-	return before, after, next, err
-}
-
-// updateUntil retries an update while etcd is unavailable, until deadline:
-// a result that arrived in time is not lost to a short etcd outage.
-func (s *Server) updateUntil(deadline time.Time, ref *reevev1.StepRef, fn func(*reevev1.Task) error) (before, after *storev1.TaskRecord, err error) {
-	ctx, cancel := context.WithDeadline(s.base, deadline)
-	defer cancel()
-	wait := 100 * time.Millisecond
-	for {
-		b, a, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), fn)
-		if err == nil {
-			return b, a, nil
-		}
-		if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrConflict) {
-			return nil, nil, err
-		}
-		if s.store.Client().Ctx().Err() != nil {
-			return nil, nil, err // the etcd client was closed: this process is going away
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
 }
 
 // resultDeadline is how long recording a result is retried while etcd is

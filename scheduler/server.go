@@ -35,6 +35,8 @@ import (
 // SchedulerService, AgentService and SupervisorService) are types of their
 // own over it (services.go); Register registers them.
 type Server struct {
+	// eng writes tasks (engine.go).
+	eng *engine
 	// The gRPC services over this engine (services.go), built once in New.
 	scheduler  *schedulerService
 	agent      *agentService
@@ -112,15 +114,20 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		}
 	}
 	s.logs = newLogLimiter(o.clock, 10*time.Second)
-	s.disp = newDispatcher(dispatchDeps{
-		id: o.id, clock: o.clock, log: s.log, logs: s.logs, store: s.store,
-		ackTimeout: o.ackTimeout, claimConcurrency: o.claimConcurrency,
-		claimEntry: s.claim, takeBackNow: s.takeBack, expireNow: s.expireNow, work: s.work,
-	})
 	s.tel = newInstruments(s)
 	s.adm = newAdmission(s)
 	s.space = &spaceGuard{s: s}
 	s.shed = newOverload(o, s.log, o.meter.Meter(telemetry.ScopeName+"/scheduler"))
+	s.eng = &engine{
+		id: o.id, clock: o.clock, log: s.log, logs: s.logs, store: s.store, tasks: s.tasks, tel: s.tel, shed: s.shed,
+		base: base, dispatchOnSubmit: o.dispatchOnSubmit, created: s.adm.created,
+	}
+	s.disp = newDispatcher(dispatchDeps{
+		id: o.id, clock: o.clock, log: s.log, logs: s.logs, store: s.store,
+		ackTimeout: o.ackTimeout, claimConcurrency: o.claimConcurrency,
+		claimEntry: s.eng.claim, takeBackNow: s.eng.takeBack, expireNow: s.eng.expireNow, work: s.work,
+	})
+	s.eng.disp = s.disp
 	s.lists = make(chan struct{}, max(o.maxLists, 1))
 	s.scheduler = &schedulerService{eng: s}
 	s.agent = &agentService{eng: s}

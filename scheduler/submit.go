@@ -102,18 +102,13 @@ func (svc *schedulerService) SubmitTask(ctx context.Context, req *reevev1.Submit
 	if !created && string(existing.GetRequestDigest()) != string(digest) {
 		return nil, statusErr(refuse(codes.AlreadyExists, ReasonTaskAlreadyExists, "task_id: task %q already exists with a different request", req.GetTaskId()))
 	}
-	if created {
-		svc.eng.adm.created(req.GetNamespace())
-		svc.eng.tel.submittedOne(ctx, req.GetNamespace())
-		svc.eng.log.InfoContext(ctx, "task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
-	}
 	return &reevev1.SubmitTaskResponse{Task: existing.GetTask(), Created: created}, nil
 }
 
 // createTask creates the task of a submission running wf (which it keeps
-// in the record), claimed on submit when an agent here has room. ofLatest:
-// wf is the cached latest version, to be checked in the create's
-// transaction (store.CreateTaskOfLatest).
+// in the record), claimed on submit when an agent here has room
+// (engine.create). ofLatest: wf is the cached latest version, to be checked
+// in the create's transaction (store.CreateTaskOfLatest).
 func (s *Server) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest, wf *reevev1.Workflow, digest []byte, ofLatest bool) (existing *storev1.TaskRecord, created bool, err error) {
 	if d := s.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
 		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
@@ -123,31 +118,7 @@ func (s *Server) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest,
 		RequestDigest: digest,
 		TraceContext:  telemetry.Inject(ctx),
 	}
-	// With an agent idle here, the task is created with its first step
-	// already claimed: one write instead of two
-	// (WithDispatchOnSubmit; claim.go).
-	var claim *writeClaim
-	if s.opts.dispatchOnSubmit {
-		claim = &writeClaim{d: s.disp}
-		_ = claim.run(rec.GetTask(), "", s.opts.clock.Now(), nil)
-	}
-	began := s.opts.clock.Now()
-	if ofLatest {
-		existing, created, err = s.store.CreateTaskOfLatest(ctx, rec)
-	} else {
-		existing, created, err = s.store.CreateTask(ctx, rec)
-	}
-	if err == nil || errors.Is(err, store.ErrStaleWorkflow) {
-		// A wait for etcd; a write refused at once (the store's queue
-		// full, out of space) or cut short by the caller is none.
-		s.shed.wrote(s.opts.clock.Since(began))
-	}
-	if claim != nil {
-		// Created: the agent gets the step. The id was taken: the existing
-		// task is the answer, and the reservation is released.
-		s.deliverClaim(rec, claim.settle(err, created, "claim on submit"))
-	}
-	return existing, created, err
+	return s.eng.create(ctx, rec, ofLatest)
 }
 
 // sameSubmission returns the task req already created (same client-chosen
@@ -160,7 +131,7 @@ func (s *Server) sameSubmission(ctx context.Context, req *reevev1.SubmitTaskRequ
 	if err != nil {
 		return nil
 	}
-	rec, err := s.getTask(ctx, req.GetNamespace(), req.GetTaskId())
+	rec, err := s.eng.getTask(ctx, req.GetNamespace(), req.GetTaskId())
 	if err != nil || string(rec.GetRequestDigest()) != string(digest) {
 		return nil
 	}

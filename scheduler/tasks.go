@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/auth"
@@ -57,7 +58,7 @@ func (svc *schedulerService) WatchTask(req *reevev1.WatchTaskRequest, stream ree
 			// Not in etcd, or it left etcd while watched: an archived
 			// task's final state ends the stream.
 			var rec *storev1.TaskRecord
-			if rec, err = svc.eng.archivedRecord(ctx, ns, req.GetTaskId(), err); err == nil {
+			if rec, err = svc.eng.eng.archivedRecord(ctx, ns, req.GetTaskId(), err); err == nil {
 				put(rec.GetTask())
 			}
 		}
@@ -87,16 +88,17 @@ func (svc *schedulerService) CancelTask(ctx context.Context, req *reevev1.Cancel
 	if reason == "" {
 		reason = "canceled by client"
 	}
-	before, after, err := svc.eng.store.UpdateTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.Cancel(t, reason, actorOf(ctx, "client"), svc.eng.opts.clock.Now())
-	})
+	w, err := svc.eng.eng.update(ctx, taskWrite{ns: ns, id: req.GetTaskId(),
+		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+			return effects{revoke: "task canceled"}, taskstate.Cancel(t, reason, actorOf(ctx, "client"), now)
+		}})
 	if errors.Is(err, taskstate.ErrTerminal) {
-		return &reevev1.CancelTaskResponse{Task: before.GetTask()}, nil
+		return &reevev1.CancelTaskResponse{Task: w.before.GetTask()}, nil
 	}
 	if store.IsNotFound(err) {
 		// An archived task ended: canceling it changes nothing, as for a
 		// terminal task in etcd.
-		rec, err := svc.eng.archivedRecord(ctx, ns, req.GetTaskId(), err)
+		rec, err := svc.eng.eng.archivedRecord(ctx, ns, req.GetTaskId(), err)
 		if err != nil {
 			return nil, statusErr(err)
 		}
@@ -105,9 +107,7 @@ func (svc *schedulerService) CancelTask(ctx context.Context, req *reevev1.Cancel
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	svc.eng.tel.ended1(before.GetTask(), after.GetTask())
-	svc.eng.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "task canceled")
-	return &reevev1.CancelTaskResponse{Task: after.GetTask()}, nil
+	return &reevev1.CancelTaskResponse{Task: w.after.GetTask()}, nil
 }
 
 // taskKey validates a (namespace, task id) pair naming an existing task and
