@@ -55,12 +55,12 @@ func validateRecovery(ns, taskID, step string, attempt int32, reason string, fen
 
 // fence turns a supervisor's fence into the compare that must hold in the
 // transaction: its election key still exists with the revision it won at.
-func (s *Server) fence(f *reevev1.Fence) (actor string, fences []clientv3.Cmp, err error) {
+func (svc *supervisorService) fence(f *reevev1.Fence) (actor string, fences []clientv3.Cmp, err error) {
 	if f == nil {
 		return "operator", nil, nil
 	}
-	if !strings.HasPrefix(f.GetElectionKey(), s.store.ElectionPrefix()+"/") {
-		return "", nil, &workflow.FieldError{Field: "fence.election_key", Reason: fmt.Sprintf("not a key of the supervisor election %q", s.store.ElectionPrefix())}
+	if !strings.HasPrefix(f.GetElectionKey(), svc.store.ElectionPrefix()+"/") {
+		return "", nil, &workflow.FieldError{Field: "fence.election_key", Reason: fmt.Sprintf("not a key of the supervisor election %q", svc.store.ElectionPrefix())}
 	}
 	if f.GetRevision() < 1 {
 		return "", nil, &workflow.FieldError{Field: "fence.revision", Reason: "must be positive"}
@@ -131,7 +131,7 @@ type recoveryRequest interface {
 // is an operator's action on the task as it is (operator; stepRequired: the
 // request must name a step), recorded with the caller's identity when
 // authorization is on.
-func (s *Server) recover(ctx context.Context, req recoveryRequest, action reevev1.RecoveryAction, delay *durationpb.Duration, stepRequired bool,
+func (svc *supervisorService) recover(ctx context.Context, req recoveryRequest, action reevev1.RecoveryAction, delay *durationpb.Duration, stepRequired bool,
 	operator func(t *reevev1.Task, actor string, now time.Time) error) (*reevev1.Task, error) {
 	fenced := req.GetFence() != nil
 	var d *reevev1.RecoveryDecision
@@ -151,18 +151,18 @@ func (s *Server) recover(ctx context.Context, req recoveryRequest, action reevev
 	if err != nil {
 		return nil, err
 	}
-	actor, fences, err := s.fence(req.GetFence())
+	actor, fences, err := svc.fence(req.GetFence())
 	if err != nil {
 		return nil, err
 	}
 	ref := &reevev1.StepRef{Namespace: ns, TaskId: req.GetTaskId(), Step: req.GetStep(), Attempt: req.GetAttempt()}
 	if fenced {
-		return s.eng.recoverTask(ctx, ref, nil, actor, fences, decided(ref, actor, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
+		return svc.eng.recoverTask(ctx, ref, nil, actor, fences, decided(ref, actor, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
 			return d, nil
 		}))
 	}
 	actor = actorOf(ctx, actor)
-	t, err := s.eng.recoverTask(ctx, ref, nil, actor, nil, func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
+	t, err := svc.eng.recoverTask(ctx, ref, nil, actor, nil, func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
 		return "operator", claim.without(func() error {
 			return operatorOnce(t, req.GetRequestId(), func() error { return operator(t, actor, now) })
 		})
@@ -212,7 +212,7 @@ func (svc *supervisorService) RetryStep(ctx context.Context, req *reevev1.RetryS
 	if err := req.GetDelay().CheckValid(); req.GetDelay() != nil && (err != nil || delay < 0 || delay > workflow.MaxTimeout) {
 		return nil, statusErr(&workflow.FieldError{Field: "delay", Reason: fmt.Sprintf("must be within [0, %v]", workflow.MaxTimeout)})
 	}
-	t, err := svc.eng.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_RETRY, req.GetDelay(), true, func(t *reevev1.Task, actor string, now time.Time) error {
+	t, err := svc.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_RETRY, req.GetDelay(), true, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.RetryFailed(t, req.GetStep(), req.GetAttempt(), req.GetReason(), actor, now)
 	})
 	if err != nil {
@@ -223,7 +223,7 @@ func (svc *supervisorService) RetryStep(ctx context.Context, req *reevev1.RetryS
 
 // CompensateTask implements SupervisorService.
 func (svc *supervisorService) CompensateTask(ctx context.Context, req *reevev1.CompensateTaskRequest) (*reevev1.CompensateTaskResponse, error) {
-	t, err := svc.eng.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
+	t, err := svc.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.Compensate(t, req.GetReason(), actor, now)
 	})
 	if err != nil {
@@ -234,7 +234,7 @@ func (svc *supervisorService) CompensateTask(ctx context.Context, req *reevev1.C
 
 // FailTask implements SupervisorService.
 func (svc *supervisorService) FailTask(ctx context.Context, req *reevev1.FailTaskRequest) (*reevev1.FailTaskResponse, error) {
-	t, err := svc.eng.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
+	t, err := svc.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.FailTask(t, req.GetReason(), actor, now)
 	})
 	if err != nil {

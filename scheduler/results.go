@@ -33,7 +33,7 @@ const resultRetryWindow = 30 * time.Second
 // unavailable, until resultDeadline. It is fenced by (task, step, attempt,
 // agent): a result for any other execution changes nothing and is answered
 // FAILED_PRECONDITION.
-func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1.ResultAck {
+func (a *agents) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1.ResultAck {
 	ref := res.GetRef()
 	ack := &reevev1.ResultAck{Ref: ref}
 	reject := func(err error) *reevev1.ResultAck {
@@ -43,7 +43,7 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	if n := proto.Size(res.GetOutput()); n > workflow.MaxOutputBytes && workflow.ValidateStepRef("result.ref", ref) == nil {
 		// Refused on its own, and the step fails for good: the same output
 		// would be too large on every attempt.
-		failed := s.handleResult(conn, &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{
+		failed := a.handleResult(conn, &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{
 			Code: "output_too_large", NonRetryable: true,
 			Message: fmt.Sprintf("output of %d bytes is over the %d-byte limit", n, workflow.MaxOutputBytes),
 		}}})
@@ -62,11 +62,11 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	// allocations (and, for the JSON and text handlers, their encoding) per
 	// result.
 	log := func() *slog.Logger {
-		return s.log.With("task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
+		return a.log.With("task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
 	}
 
 	// Read before the write: releaseRef forgets them.
-	details := s.disp.heartbeatDetails(conn, ref)
+	details := a.disp.heartbeatDetails(conn, ref)
 	record := func(t *reevev1.Task, now time.Time) error {
 		if err := checkNotLate(t, ref, conn.agentID, now); err != nil {
 			return err
@@ -87,15 +87,15 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		return taskstate.Complete(t, ref, conn.agentID, res.GetOutput(), now)
 	}
 
-	deadline := s.resultDeadline(conn, ref)
-	ctx, cancel := context.WithDeadline(s.base, deadline)
-	_, err := s.eng.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(), claim: "claim with a result", until: deadline,
+	deadline := a.resultDeadline(conn, ref)
+	ctx, cancel := context.WithDeadline(a.base, deadline)
+	_, err := a.eng.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(), claim: "claim with a result", until: deadline,
 		change: func(t *reevev1.Task, now time.Time, claim *writeClaim) (effects, error) {
 			err := claim.run(t, "", now, func() error { return record(t, now) })
 			return effects{result: res, resultAgent: conn.agentID, revoke: "task " + t.GetState().String()}, err
 		}})
 	cancel()
-	s.disp.releaseRef(conn.agentID, ref)
+	a.disp.releaseRef(conn.agentID, ref)
 	if err != nil {
 		if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
 			log().Info("stale result refused", "err", err)
@@ -104,7 +104,7 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 			}
 			return reject(err)
 		}
-		s.logs.log(log(), slog.LevelWarn, "record result: "+errKind(err), "record result", "err", err)
+		a.logs.log(log(), slog.LevelWarn, "record result: "+errKind(err), "record result", "err", err)
 		return reject(err)
 	}
 	ack.Accepted = true
@@ -115,8 +115,8 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 // unavailable: until the attempt's complete-by when this scheduler
 // dispatched it, else for a fixed window; never less than a few seconds, so
 // that a late result is still judged (and refused).
-func (s *Server) resultDeadline(conn *agentConn, ref *reevev1.StepRef) time.Time {
-	by, ok := s.disp.runningUntil(conn, ref)
+func (a *agents) resultDeadline(conn *agentConn, ref *reevev1.StepRef) time.Time {
+	by, ok := a.disp.runningUntil(conn, ref)
 	now := time.Now()
 	if !ok {
 		return now.Add(resultRetryWindow)

@@ -20,7 +20,7 @@ func (svc *schedulerService) GetTask(ctx context.Context, req *reevev1.GetTaskRe
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	rec, archived, err := svc.eng.tasks.Get(ctx, ns, req.GetTaskId())
+	rec, archived, err := svc.tasks.Get(ctx, ns, req.GetTaskId())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -53,12 +53,12 @@ func (svc *schedulerService) WatchTask(req *reevev1.WatchTaskRequest, stream ree
 			newest <- t
 			return taskstate.TerminalTask(t.GetState())
 		}
-		err := svc.eng.store.WatchTask(ctx, ns, req.GetTaskId(), put)
+		err := svc.store.WatchTask(ctx, ns, req.GetTaskId(), put)
 		if store.IsNotFound(err) {
 			// Not in etcd, or it left etcd while watched: an archived
 			// task's final state ends the stream.
 			var rec *storev1.TaskRecord
-			if rec, err = svc.eng.eng.archivedRecord(ctx, ns, req.GetTaskId(), err); err == nil {
+			if rec, err = svc.eng.archivedRecord(ctx, ns, req.GetTaskId(), err); err == nil {
 				put(rec.GetTask())
 			}
 		}
@@ -88,7 +88,7 @@ func (svc *schedulerService) CancelTask(ctx context.Context, req *reevev1.Cancel
 	if reason == "" {
 		reason = "canceled by client"
 	}
-	w, err := svc.eng.eng.update(ctx, taskWrite{ns: ns, id: req.GetTaskId(),
+	w, err := svc.eng.update(ctx, taskWrite{ns: ns, id: req.GetTaskId(),
 		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
 			return effects{revoke: "task canceled"}, taskstate.Cancel(t, reason, actorOf(ctx, "client"), now)
 		}})
@@ -98,7 +98,7 @@ func (svc *schedulerService) CancelTask(ctx context.Context, req *reevev1.Cancel
 	if store.IsNotFound(err) {
 		// An archived task ended: canceling it changes nothing, as for a
 		// terminal task in etcd.
-		rec, err := svc.eng.eng.archivedRecord(ctx, ns, req.GetTaskId(), err)
+		rec, err := svc.eng.archivedRecord(ctx, ns, req.GetTaskId(), err)
 		if err != nil {
 			return nil, statusErr(err)
 		}
