@@ -9,6 +9,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // A step that fails for good escalates as it says; when it says nothing, a
@@ -154,7 +155,15 @@ func TestExpiryNamesTheAgentAndItsDisconnect(t *testing.T) {
 	if err := taskstate.FailExpired(task, "charge", ref.GetAttempt(), "", "supervisor/s1", t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`step "charge" exhausted its 1 attempt: last error deadline_exceeded: no result before complete-by `, " from agent a, whose stream ended"} {
+	// The deadline in force was the disconnect's (t0+1s), not the
+	// complete-by the attempt was dispatched with (t0 + the default
+	// timeout): the message gives both, each for what it is (issue 37).
+	disconnectBy := t0.Add(time.Second).UTC().Format(time.RFC3339Nano)
+	completeBy := t0.Add(workflow.EffectiveTimeout(wf, wf.GetSteps()[0])).UTC().Format(time.RFC3339Nano)
+	for _, want := range []string{
+		`step "charge" exhausted its 1 attempt: last error deadline_exceeded: no result from agent a, whose stream ended: it did not reconnect with the attempt before ` + disconnectBy,
+		"; the attempt's complete-by was " + completeBy,
+	} {
 		if !strings.Contains(task.GetReason(), want) {
 			t.Errorf("reason %q, want it to contain %q", task.GetReason(), want)
 		}

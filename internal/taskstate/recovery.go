@@ -125,7 +125,12 @@ func expired(t *reevev1.Task, name string, attempt int32, actor string, now time
 	if agent := s.GetLockedByAgent(); agent != "" {
 		msg += " from agent " + agent
 		if disconnected(t, name, attempt) {
-			msg += ", whose stream ended"
+			// The deadline in force is the disconnect's (ShortenOnDisconnect),
+			// not the complete-by the attempt was dispatched with.
+			msg = fmt.Sprintf("no result from agent %s, whose stream ended: it did not reconnect with the attempt before %s (its last heartbeat plus heartbeat_timeout, or the disconnect plus reassign_after_disconnect)", agent, by)
+			if orig, ok := dispatchedCompleteBy(t, s); ok && orig.After(deadline) {
+				msg += "; the attempt's complete-by was " + orig.UTC().Format(time.RFC3339Nano)
+			}
 		}
 	}
 	release(s)
