@@ -46,6 +46,7 @@ type agents struct {
 
 	unregistered atomic.Int64  // streams waiting for their Register
 	expiries     chan struct{} // one slot per recovery of a dropped agent's execution in flight
+	left         leftAttempts  // attempts of ended streams, for the agent's next Register (forgotten.go)
 }
 
 // Connect implements AgentService: it serves one agent stream.
@@ -80,6 +81,7 @@ func (a *agents) serve(stream reevev1.AgentService_ConnectServer) error {
 	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: a.registered(conn.sessionID)}})
 	a.tel.seeNamespace(conn.ns)
 	a.disp.addAgent(conn)
+	a.forgotten(conn)
 	rev := a.publishAgent(stream.Context(), conn)
 	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max,
 		"protocol_version", reg.GetProtocolVersion(), "sdk", reg.GetSdk().GetName(), "sdk_version", reg.GetSdk().GetVersion())
@@ -95,7 +97,9 @@ func (a *agents) serve(stream reevev1.AgentService_ConnectServer) error {
 	err = a.recvLoop(stream, conn)
 
 	// Before the agent's record goes (orphaned records the disconnect).
-	a.orphaned(conn, a.disp.removeAgent(conn))
+	beats, left, newer := a.disp.removeAgent(conn)
+	a.orphaned(conn, beats)
+	a.ended(conn, left, newer)
 	wg.Wait()
 	a.disp.takeBackUnsent(conn, unsent)
 	// By session, not by rev alone: when the stream connected before the
@@ -306,6 +310,7 @@ func (a *agents) publishAgent(ctx context.Context, conn *agentConn) int64 {
 // agentConn is one registered agent stream. Its counters are guarded by the
 // dispatcher's lock.
 type agentConn struct {
+	seq       uint64 // order of registration among this scheduler's streams (addAgent)
 	sessionID string
 	agentID   string
 	ns        string

@@ -68,6 +68,30 @@ func RestoreOnReconnect(t *reevev1.Task, name string, attempt int32, agent, acto
 	return nil
 }
 
+// ExpireForgotten moves the complete-by of an execution to now because its
+// agent connected again without it in Register.running, which lists every
+// execution the agent still runs or holds a result for: the agent no longer
+// runs it, and the supervisor recovers it as any expired execution. It
+// refuses with ErrStale when the execution is no longer agent's (task
+// terminal, step not dispatched, another attempt or agent); it changes
+// nothing when the complete-by already passed.
+func ExpireForgotten(t *reevev1.Task, name string, attempt int32, agent, actor string, now time.Time) error {
+	s := FindStep(t, name)
+	if s == nil {
+		return ErrUnknownStep
+	}
+	if TerminalTask(t.GetState()) || !Dispatched(s) || s.GetAttempt() != attempt || s.GetLockedByAgent() != agent {
+		return ErrStale
+	}
+	if !now.Before(s.GetCompleteBy().AsTime()) {
+		return nil
+	}
+	s.CompleteBy = timestamppb.New(now)
+	addHistory(t, now, "step.agent_forgot", name, attempt, actor,
+		fmt.Sprintf("agent %s connected again without this attempt in Register.running: it no longer runs it; complete-by moved to now", agent))
+	return nil
+}
+
 // dispatchedCompleteBy is the complete-by the current execution of s was
 // dispatched with: its dispatch time, from the history, plus its timeout;
 // false when the dispatch event was dropped from a long history.
