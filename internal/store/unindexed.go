@@ -139,22 +139,26 @@ func (s *Store) scanEnded(ctx context.Context, from time.Time, rev int64, maxSca
 	}
 	end := prefixEnd(s.k.endedPrefix())
 	for scanned := 0; ; {
+		limit := min(endedScanChunk, maxScan+1-scanned)
 		octx, cancel := s.opCtx(ctx)
-		resp, err := s.c.Get(octx, start, clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(endedScanChunk))
+		resp, err := s.c.Get(octx, start, clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(int64(limit)))
 		cancel()
 		if err != nil {
 			return etcdErr(ctx, "scan ended tasks", err)
 		}
+		if scanned += len(resp.Kvs); scanned > maxScan {
+			since := ""
+			if !from.IsZero() {
+				since = " since " + from.UTC().Format(time.RFC3339)
+			}
+			return fmt.Errorf("%w: more than %d ended tasks%s wait to move to the archive or are FAILED; list a state other than SUCCEEDED, COMPENSATED or CANCELED, or narrow by created_after",
+				ErrEndedBacklog, maxScan, since)
+		}
 		for _, kv := range resp.Kvs {
 			fn(string(kv.Key), string(kv.Value))
 		}
-		scanned += len(resp.Kvs)
 		if !resp.More || len(resp.Kvs) == 0 {
 			return nil
-		}
-		if scanned >= maxScan {
-			return fmt.Errorf("%w: more than %d ended tasks since %s wait to move to the archive; list a state other than SUCCEEDED, COMPENSATED or CANCELED, or narrow by created_after",
-				ErrEndedBacklog, maxScan, from.UTC().Format(time.RFC3339))
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
