@@ -36,8 +36,16 @@ import (
 
 // WithArchive keeps finished tasks in a: they move there grace after they
 // end (FAILED ones after the retention). Default: no archive.
+//
+// With an archive, a task that ends SUCCEEDED, COMPENSATED, or CANCELED with
+// nothing left to undo keeps in etcd only its record and ended key until it
+// moves (store.WithEndedUnindexed): lists and counts find it through the
+// task reader.
 func WithArchive(a archive.Archive, grace time.Duration) Option {
-	return func(o *options) { o.archive, o.archiveGrace = a, grace }
+	return func(o *options) {
+		o.archive, o.archiveGrace = a, grace
+		o.storeOpts = append(o.storeOpts, store.WithEndedUnindexed(a != nil))
+	}
 }
 
 // WithArchiveRetention sets how long the archive keeps a task after it

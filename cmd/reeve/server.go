@@ -326,6 +326,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 				return err
 			}
 			defer closeArchive()
+			gcf.compressWithArchive(cmd, len(arcOpts) > 0)
 			opts := append(append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...), gcf.schedulerOptions()...)
 			opts = append(append(opts, degOpts...), arcOpts...)
 			if id != "" {

@@ -80,10 +80,10 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		next = string(resp.Kvs[n-1].Key) + "\x00"
 	}
 	type victim struct {
-		ns, id, state string
-		ended         *mvccpb.KeyValue
-		rec           *Versioned
-		ops           []clientv3.Op
+		ns, id string
+		ended  *mvccpb.KeyValue
+		rec    *Versioned
+		ops    []clientv3.Op
 	}
 	var victims []*victim
 	for _, kv := range resp.Kvs {
@@ -91,10 +91,10 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		if len(parts) != 3 {
 			continue
 		}
-		if sw.Skip != nil && sw.Skip(reevev1.TaskState(reevev1.TaskState_value[string(kv.Value)])) {
+		if sw.Skip != nil && sw.Skip(endedState(string(kv.Value))) {
 			continue
 		}
-		victims = append(victims, &victim{ns: parts[1], id: parts[2], state: string(kv.Value), ended: kv})
+		victims = append(victims, &victim{ns: parts[1], id: parts[2], ended: kv})
 	}
 	// Read the records, at most sweepBatch per transaction.
 	for start := 0; start < len(victims); start += sweepBatch {
@@ -296,7 +296,7 @@ func (s *Store) WatchEnded(ctx context.Context, rev int64, fn func(ns, id, state
 			}
 			parts := strings.Split(strings.TrimPrefix(string(ev.Kv.Key), prefix), "/")
 			if len(parts) == 3 {
-				fn(parts[1], parts[2], string(ev.Kv.Value))
+				fn(parts[1], parts[2], endedState(string(ev.Kv.Value)).String())
 			}
 		}
 	}

@@ -46,6 +46,18 @@ type TaskRecord struct {
 	// the task: every span of the task joins this trace, also after a
 	// scheduler restart. Empty when the task was submitted without tracing.
 	TraceContext map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Set by the write that ended the task when its scheduler keeps finished
+	// tasks in an archive and the task ended with nothing an operator could
+	// act on (SUCCEEDED, COMPENSATED, or CANCELED with no forward success left
+	// to undo): its created-state and created-wf-state keys were deleted at
+	// its end, and its ended key's value also says its create time and
+	// workflow, so lists and counts find it there until it moves to the
+	// archive (docs/architecture.md, "Ended tasks with an archive"). Honoured
+	// only while the task is terminal; the store's index keys are a function
+	// of the record, this field included. Additive: a Reeve that does not know
+	// it derives the created keys, which the record does not have, and only
+	// ever deletes them (harmless). Record version 1.
+	EndedUnindexed bool `protobuf:"varint,4,opt,name=ended_unindexed,json=endedUnindexed,proto3" json:"ended_unindexed,omitempty"`
 	// The version of this record's format; 0 (absent) means 1. See the
 	// package comment.
 	RecordVersion uint32 `protobuf:"varint,1000,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
@@ -102,6 +114,13 @@ func (x *TaskRecord) GetTraceContext() map[string]string {
 		return x.TraceContext
 	}
 	return nil
+}
+
+func (x *TaskRecord) GetEndedUnindexed() bool {
+	if x != nil {
+		return x.EndedUnindexed
+	}
+	return false
 }
 
 func (x *TaskRecord) GetRecordVersion() uint32 {
@@ -323,12 +342,13 @@ var File_reeve_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1areeve/store/v1/store.proto\x12\x0ereeve.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\x93\x02\n" +
+	"\x1areeve/store/v1/store.proto\x12\x0ereeve.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\xbc\x02\n" +
 	"\n" +
 	"TaskRecord\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12%\n" +
 	"\x0erequest_digest\x18\x02 \x01(\fR\rrequestDigest\x12Q\n" +
-	"\rtrace_context\x18\x03 \x03(\v2,.reeve.store.v1.TaskRecord.TraceContextEntryR\ftraceContext\x12&\n" +
+	"\rtrace_context\x18\x03 \x03(\v2,.reeve.store.v1.TaskRecord.TraceContextEntryR\ftraceContext\x12'\n" +
+	"\x0fended_unindexed\x18\x04 \x01(\bR\x0eendedUnindexed\x12&\n" +
 	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersion\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
