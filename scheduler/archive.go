@@ -174,7 +174,7 @@ const sweepRescanEvery = 10
 func (m *mover) archiveTasks(ctx context.Context) {
 	var lastDrop time.Time
 	m.sweepEvery(ctx, m.opts.archiveInterval, "archive ended tasks; they stay in etcd until the archive takes them", func() store.Sweep {
-		return store.Sweep{Before: m.opts.clock.Now().Add(-m.opts.archiveGrace), Skip: isFailed, Keep: m.keepInArchive}
+		return store.Sweep{Before: m.opts.clock.Now().Add(-m.opts.archiveGrace), Skip: staysForRetention, Keep: m.keepInArchive}
 	}, func() {
 		now := m.opts.clock.Now()
 		if m.opts.archiveRetention <= 0 || now.Sub(lastDrop) < archiveDropEvery {
@@ -192,7 +192,13 @@ func (m *mover) archiveTasks(ctx context.Context) {
 	}, func(cutoff time.Time) { m.caughtUp.Store(cutoff.UnixNano()) })
 }
 
-func isFailed(st reevev1.TaskState) bool { return st == reevev1.TaskState_TASK_STATE_FAILED }
+// staysForRetention tells the tasks an operator may still act on, which
+// stay in etcd for the retention instead of the grace: FAILED ones, and
+// CANCELED ones that still hold work to undo (they ended indexed:
+// taskstate.LeftToUndo, store.WithEndedUnindexed).
+func staysForRetention(st reevev1.TaskState, indexed bool) bool {
+	return st == reevev1.TaskState_TASK_STATE_FAILED || (st == reevev1.TaskState_TASK_STATE_CANCELED && indexed)
+}
 
 // keepInArchive writes records to the archive; it returns once they are
 // durable there.

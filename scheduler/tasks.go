@@ -90,9 +90,10 @@ func (svc *schedulerService) CancelTask(ctx context.Context, req *reevev1.Cancel
 	}
 	w, err := svc.eng.update(ctx, taskWrite{ns: ns, id: req.GetTaskId(),
 		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
-			return effects{revoke: "task canceled"}, taskstate.Cancel(t, reason, actorOf(ctx, "client"), now)
+			return effects{revoke: "task canceled"}, taskstate.Cancel(t, reason, actorOf(ctx, "client"), !req.GetNoCompensate(), now)
 		}})
-	if errors.Is(err, taskstate.ErrTerminal) {
+	if errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUndoing) {
+		// Ended, or already being undone: the cancel changes nothing.
 		return &reevev1.CancelTaskResponse{Task: w.before.GetTask()}, nil
 	}
 	if store.IsNotFound(err) {

@@ -318,9 +318,19 @@ func printTaskLine(w io.Writer, t *reevev1.Task) error {
 
 func newTaskCancelCmd(g *globals) *cobra.Command {
 	var reason string
+	var noCompensate bool
 	cmd := &cobra.Command{
-		Use:   "cancel ID [--reason TEXT]",
-		Short: "Cancel a task: running steps are told to stop, pending ones never start",
+		Use:   "cancel ID [--reason TEXT] [--no-compensate]",
+		Short: "Cancel a task: running steps are told to stop, pending ones never start, succeeded ones are undone",
+		Long: `Cancel a task. Running steps are told to stop and pending ones never start.
+Steps that succeeded and declare a compensation are undone, in reverse order,
+and the task ends COMPENSATED (FAILED with an alert when an undo cannot be
+done); with nothing to undo it ends CANCELED. A task that is already
+compensating finishes its undo.
+
+With --no-compensate the task ends CANCELED at once and nothing is undone;
+'reeve task compensate ID' undoes it later, while it stays in etcd for the
+retention.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, closeConn, err := g.dial()
@@ -330,7 +340,7 @@ func newTaskCancelCmd(g *globals) *cobra.Command {
 			defer closeConn()
 			ctx, cancel := g.requestCtx(cmd.Context())
 			defer cancel()
-			resp, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason})
+			resp, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason, NoCompensate: noCompensate})
 			if err != nil {
 				return err
 			}
@@ -338,5 +348,6 @@ func newTaskCancelCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
+	cmd.Flags().BoolVar(&noCompensate, "no-compensate", false, "end the task CANCELED at once without undoing its succeeded steps")
 	return cmd
 }

@@ -51,7 +51,7 @@ func TestReaderListsUnindexedTasksAcrossTheMove(t *testing.T) {
 				task.GetSteps()[0].State = reevev1.StepState_STEP_STATE_SUCCEEDED
 				task.State, task.EndTime = reevev1.TaskState_TASK_STATE_SUCCEEDED, timestamppb.New(end)
 			case reevev1.TaskState_TASK_STATE_CANCELED:
-				return taskstate.Cancel(task, "", "test", end)
+				return taskstate.Cancel(task, "", "test", false, end)
 			case reevev1.TaskState_TASK_STATE_FAILED:
 				return taskstate.FailTask(task, "", "test", end)
 			}

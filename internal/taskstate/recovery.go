@@ -380,6 +380,16 @@ func retryNow(t *reevev1.Task, s *reevev1.Step, reason, actor string, now time.T
 // running or failed (not one whose compensation failed: retry that step
 // instead). Compensations canceled when the task failed run again.
 func Compensate(t *reevev1.Task, reason, actor string, now time.Time) error {
+	if t.GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
+		// Canceled without undoing (CancelTask's no_compensate): what it
+		// left done can still be undone.
+		if !LeftToUndo(t) {
+			return &StateError{Msg: fmt.Sprintf("task %s is CANCELED with nothing left to undo: compensate_task changes nothing", t.GetId()), Terminal: true}
+		}
+		t.EndTime = nil
+		startCompensation(t, orReason(reason, "compensation of a canceled task requested by an operator"), actor, now)
+		return nil
+	}
 	if err := needsTask(t, "compensate_task", CompensateAccepts); err != nil {
 		return err
 	}
