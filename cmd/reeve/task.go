@@ -331,7 +331,7 @@ compensating finishes its undo.
 With --no-compensate the task ends CANCELED at once and nothing is undone;
 'reeve task compensate ID' undoes it later, while it stays in etcd for the
 retention.`,
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, closeConn, err := g.dial()
 			if err != nil {

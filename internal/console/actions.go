@@ -27,8 +27,8 @@ const maxBulkExamined = 10 * maxBulk
 var actionTitles = map[string]string{
 	"cancel":           "Cancel task",
 	"cancel-keep-done": "Cancel without undoing",
-	"retry":      "Retry failed step",
-	"compensate": "Compensate task",
+	"retry":            "Retry failed step",
+	"compensate":       "Compensate task",
 }
 
 type confirmData struct {
