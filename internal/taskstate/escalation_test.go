@@ -169,3 +169,44 @@ func TestExpiryNamesTheAgentAndItsDisconnect(t *testing.T) {
 		}
 	}
 }
+
+// An agent that cannot read its input (bad_input) fails the task with an
+// alert instead of compensating the saga, so that once the agent is fixed
+// an operator retries the step and the saga goes on; a step that sets its
+// escalation explicitly gets it (issue 37).
+func TestBadInputFailsForAnOperatorInsteadOfCompensating(t *testing.T) {
+	badInput := &reevev1.StepError{Code: taskstate.CodeBadInput, Message: "json: cannot unmarshal string into int", NonRetryable: true}
+	for _, explicit := range []bool{false, true} {
+		wf := orders()
+		if explicit {
+			wf.GetSteps()[1].Escalation = reevev1.Escalation_ESCALATION_COMPENSATE
+		} else {
+			wf.GetSteps()[1].Escalation = reevev1.Escalation_ESCALATION_UNSPECIFIED // the saga's default: compensate
+		}
+		task := taskstate.New("default", "t", wf, nil, t0)
+		if err := taskstate.Complete(task, run(t, task, "reserve", t0), "a", nil, t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := taskstate.Fail(task, run(t, task, "charge", t0), "a", badInput, t0); err != nil {
+			t.Fatal(err)
+		}
+		if explicit {
+			if task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATING {
+				t.Fatalf("explicit compensate: task %v, want COMPENSATING", task.GetState())
+			}
+			continue
+		}
+		if task.GetState() != reevev1.TaskState_TASK_STATE_FAILED || !strings.Contains(task.GetReason(), "fix the agent or the input, then retry the step") {
+			t.Fatalf("task %v, reason %q; want FAILED saying how to go on", task.GetState(), task.GetReason())
+		}
+		if err := taskstate.RetryFailed(task, "charge", 0, "agent fixed", "operator", t0); err != nil {
+			t.Fatalf("retry after the fix: %v", err)
+		}
+		if err := taskstate.Complete(task, run(t, task, "charge", t0), "a", nil, t0); err != nil {
+			t.Fatal(err)
+		}
+		if st := taskstate.FindStep(task, "charge"); st.GetState() != reevev1.StepState_STEP_STATE_SUCCEEDED {
+			t.Fatalf("charge %v after the retry, want SUCCEEDED", st.GetState())
+		}
+	}
+}

@@ -193,6 +193,9 @@ func EscalationReason(t *reevev1.Task, s *reevev1.Step) string {
 		last = "no error recorded"
 	}
 	if !workflow.Retryable(policy, s.GetLastError()) {
+		if s.GetLastError().GetCode() == CodeBadInput && !Compensating(s) {
+			return what + " failed permanently: " + last + " (the agent could not read its input: fix the agent or the input, then retry the step)"
+		}
 		return what + " failed permanently: " + last
 	}
 	attempts := "attempts"

@@ -65,6 +65,11 @@ const (
 	// CodeScheduleToStart: a queued attempt was not claimed by any agent
 	// before its schedule-to-start deadline.
 	CodeScheduleToStart = "schedule_to_start_timeout"
+	// CodeBadInput: the agent could not read the step's input (the Go
+	// SDK's typed handlers report it when the input does not decode into
+	// the handler's type). It is a defect of the agent or of the submitted
+	// input, not a business refusal; see NextAttempt.
+	CodeBadInput = "bad_input"
 )
 
 // ExpiryCode is the error code an expiry of the step's current execution
