@@ -18,6 +18,9 @@ const (
 	exitOK    = 0
 	exitError = 1 // an RPC or runtime error
 	exitUsage = 2 // bad flags or arguments
+	// exitTaskNotSucceeded: task submit --wait saw the task end FAILED,
+	// COMPENSATED or CANCELED.
+	exitTaskNotSucceeded = 3
 )
 
 // usageError is a mistake in the command line.

@@ -56,7 +56,7 @@ func TestSecureDevRecoversAndUndoesTheDemos(t *testing.T) {
 
 	// demo.compensate: shipping fails for good; charge and reserve are undone.
 	code, out, errOut = reeveEnv(t, admin, "task", "submit", "--workflow", "demo.compensate", "--wait", "-o", "json")
-	if code != 0 || !strings.Contains(out, `"TASK_STATE_COMPENSATED"`) || strings.Count(out, `"STEP_STATE_COMPENSATED"`) != 2 {
+	if code != 3 || !strings.Contains(out, `"TASK_STATE_COMPENSATED"`) || strings.Count(out, `"STEP_STATE_COMPENSATED"`) != 2 {
 		t.Fatalf("demo.compensate: exit %d, want a COMPENSATED task with two compensated steps: %s %s", code, out, errOut)
 	}
 
@@ -66,7 +66,7 @@ func TestSecureDevRecoversAndUndoesTheDemos(t *testing.T) {
 	if err := os.WriteFile(wf, []byte(def), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := reeveEnv(t, admin, "task", "submit", "-f", wf, "--id", "fragile-1", "--wait"); code != 0 || !strings.Contains(out, "STATE:      FAILED") {
+	if code, out, errOut := reeveEnv(t, admin, "task", "submit", "-f", wf, "--id", "fragile-1", "--wait"); code != 3 || !strings.Contains(out, "STATE:      FAILED") {
 		t.Fatalf("fragile: exit %d: %s %s", code, out, errOut)
 	}
 	code, out, errOut = reeveEnv(t, admin, "alerts", "list", "-o", "json")
