@@ -193,10 +193,10 @@ func devSecurity(cmd *cobra.Command, g *globals, srv *serverSecurity, dataDir st
 	}
 	return devSec{
 		consoleToken: consoleToken,
-		dir:        dir,
-		etcdTLS:    &etcdserver.ClientTLS{CertFile: path("server.pem"), KeyFile: path("server-key.pem"), TrustedCAFile: path("ca.pem")},
-		supervisor: dial.Config{CA: path("ca.pem"), Cert: path("supervisor.pem"), Key: path("supervisor-key.pem"), ServerName: "localhost"},
-		agentOpts:  []agentsdk.Option{agentsdk.WithTLS(agentCfg)},
+		dir:          dir,
+		etcdTLS:      &etcdserver.ClientTLS{CertFile: path("server.pem"), KeyFile: path("server-key.pem"), TrustedCAFile: path("ca.pem")},
+		supervisor:   dial.Config{CA: path("ca.pem"), Cert: path("supervisor.pem"), Key: path("supervisor-key.pem"), ServerName: "localhost"},
+		agentOpts:    []agentsdk.Option{agentsdk.WithTLS(agentCfg)},
 	}, nil
 }
 
