@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/google/uuid"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
@@ -40,6 +42,28 @@ func (r *Run) Fail(ctx context.Context, reason string) (*reevev1.Task, error) {
 	resp, err := r.c.operator.FailTask(ctx, &reevev1.FailTaskRequest{Namespace: r.namespace, TaskId: r.id, Reason: reason})
 	if err != nil {
 		return nil, fmt.Errorf("client: fail task %s: %w", r.id, err)
+	}
+	return resp.GetTask(), nil
+}
+
+// Pause stops dispatching the task's steps until Resume: running steps go
+// on and report, steps that become ready wait, their schedule-to-start
+// timers stop. Pausing a paused task changes nothing. Needs the admin role
+// of the namespace when authorization is on.
+func (r *Run) Pause(ctx context.Context, reason string) (*reevev1.Task, error) {
+	resp, err := r.c.operator.PauseTask(ctx, &reevev1.PauseTaskRequest{Namespace: r.namespace, TaskId: r.id, Reason: reason, RequestId: uuid.NewString()})
+	if err != nil {
+		return nil, fmt.Errorf("client: pause task %s: %w", r.id, err)
+	}
+	return resp.GetTask(), nil
+}
+
+// Resume dispatches a paused task's ready steps again. Resuming a task that
+// is not paused changes nothing.
+func (r *Run) Resume(ctx context.Context, reason string) (*reevev1.Task, error) {
+	resp, err := r.c.operator.ResumeTask(ctx, &reevev1.ResumeTaskRequest{Namespace: r.namespace, TaskId: r.id, Reason: reason, RequestId: uuid.NewString()})
+	if err != nil {
+		return nil, fmt.Errorf("client: resume task %s: %w", r.id, err)
 	}
 	return resp.GetTask(), nil
 }

@@ -200,13 +200,13 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 		st = taskstate.FindStep(t, step)
 	} else {
 		for _, cand := range t.GetSteps() {
-			if taskstate.Queued(cand) {
+			if taskstate.Dispatchable(t, cand) {
 				st = cand
 				break
 			}
 		}
 	}
-	if st == nil || !taskstate.Queued(st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
+	if st == nil || !taskstate.Dispatchable(t, st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
 		return nil
 	}
 	k := queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)}

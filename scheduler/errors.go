@@ -138,6 +138,8 @@ func classify(err error) (codes.Code, string, string) {
 		return codes.FailedPrecondition, ReasonStepNotFound, err.Error()
 	case errors.Is(err, taskstate.ErrNotQueued):
 		return codes.FailedPrecondition, ReasonStepNotQueued, err.Error()
+	case errors.Is(err, taskstate.ErrPaused):
+		return codes.FailedPrecondition, ReasonTaskPaused, err.Error()
 	case errors.Is(err, taskstate.ErrNotDue):
 		return codes.FailedPrecondition, ReasonStepNotDue, err.Error()
 	case errors.Is(err, taskstate.ErrNotExpired):

@@ -253,3 +253,53 @@ func TestCompensationWaitsForTransitiveDependents(t *testing.T) {
 		t.Fatalf("task %v, want COMPENSATED", task.GetState())
 	}
 }
+
+// A paused task dispatches nothing (issue 37): the running step's result is
+// recorded, the next step waits with no ready and no deadline key (so no
+// scheduler claims it and no schedule-to-start timer runs); resumed, it is
+// dispatched, after the resume in its history.
+func TestPauseHoldsDispatchUntilResume(t *testing.T) {
+	o := newOperatorEnv(t)
+	submit(t, o.c, &reevev1.SubmitTaskRequest{TaskId: "t-1", Workflow: ordersFlow()})
+	reserve := o.next(t, "reserve", false)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for range 2 { // a second pause answers with the task as it is
+		resp, err := o.sup.PauseTask(ctx, &reevev1.PauseTaskRequest{TaskId: "t-1", Reason: "supplier outage"})
+		if err != nil || !resp.GetTask().GetPaused() || resp.GetTask().GetState() != reevev1.TaskState_TASK_STATE_RUNNING {
+			t.Fatalf("pause: %v, %v; want RUNNING and paused", resp.GetTask(), err)
+		}
+	}
+	if ack := o.agent.Succeed(reserve, nil); !ack.GetAccepted() {
+		t.Fatalf("the running step's result while paused refused: %v", ack)
+	}
+	if st := stepOf(o.get(t), "charge"); st.GetState() != reevev1.StepState_STEP_STATE_PENDING || st.GetReadyTime() == nil {
+		t.Fatalf("charge %v, want queued", st)
+	}
+	for k := range testenv.DataKeys(t, o.env.Etcd.Client()) {
+		if strings.HasPrefix(k, "/reeve/ready/") || strings.HasPrefix(k, "/reeve/deadlines/") {
+			t.Fatalf("a paused task has %s: it could be dispatched or expired", k)
+		}
+	}
+	if _, err := o.sup.ResumeTask(ctx, &reevev1.ResumeTaskRequest{TaskId: "t-1"}); err != nil {
+		t.Fatal(err)
+	}
+	charge := o.next(t, "charge", false)
+	var resumed, dispatched int
+	for i, e := range o.get(t).GetHistory() {
+		switch {
+		case e.GetKind() == "task.resumed":
+			resumed = i
+		case e.GetKind() == "step.dispatched" && e.GetStep() == "charge":
+			dispatched = i
+		}
+	}
+	if resumed == 0 || dispatched < resumed {
+		t.Fatalf("charge dispatched at history event %d, the resume at %d: want after the resume", dispatched, resumed)
+	}
+	o.agent.Succeed(charge, nil)
+	o.succeed(t, "ship", false)
+	if task := testenv.WaitTask(t, o.c, "", "t-1", wait); task.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task %v, want SUCCEEDED", task.GetState())
+	}
+}

@@ -29,6 +29,7 @@ const (
 	ReasonTaskTerminal      = "TASK_TERMINAL"       // the task already ended
 	ReasonStepNotFound      = "STEP_NOT_FOUND"      // the task has no step of that name
 	ReasonStepNotQueued     = "STEP_NOT_QUEUED"     // the step is not waiting for an agent
+	ReasonTaskPaused        = "TASK_PAUSED"         // the task is paused: its steps are not dispatched
 	ReasonStepNotDue        = "STEP_NOT_DUE"        // the step is backing off
 	ReasonNotExpired        = "NOT_EXPIRED"         // the named execution's deadline has not passed
 	ReasonStepNotFailed     = "STEP_NOT_FAILED"     // retry_step on a step that is not FAILED

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +64,50 @@ func newTaskCompensateCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return g.printTask(cmd.OutOrStdout(), resp.GetTask())
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
+	cmd.Flags().StringVar(&requestID, "request-id", "", requestIDUsage)
+	return cmd
+}
+
+func newTaskPauseCmd(g *globals) *cobra.Command {
+	return newPauseResumeCmd(g, "pause", "Pause a task: none of its steps is dispatched until it is resumed; running steps go on",
+		func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error) {
+			resp, err := c.PauseTask(ctx, &reevev1.PauseTaskRequest{Namespace: g.namespace, TaskId: id, Reason: reason, RequestId: requestID})
+			return resp.GetTask(), err
+		})
+}
+
+func newTaskResumeCmd(g *globals) *cobra.Command {
+	return newPauseResumeCmd(g, "resume", "Resume a paused task: its ready steps are dispatched again",
+		func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error) {
+			resp, err := c.ResumeTask(ctx, &reevev1.ResumeTaskRequest{Namespace: g.namespace, TaskId: id, Reason: reason, RequestId: requestID})
+			return resp.GetTask(), err
+		})
+}
+
+// newPauseResumeCmd is `task pause` or `task resume` (use), which call.
+func newPauseResumeCmd(g *globals, use, short string,
+	call func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error)) *cobra.Command {
+	var reason, requestID string
+	cmd := &cobra.Command{
+		Use:   use + " ID [--reason TEXT]",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeConn, err := g.dialOperator()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			t, err := call(ctx, c, args[0], reason, orNewRequestID(requestID))
+			if err != nil {
+				return err
+			}
+			return g.printTask(cmd.OutOrStdout(), t)
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")

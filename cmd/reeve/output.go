@@ -83,7 +83,11 @@ func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
 	fmt.Fprintf(tw, "ID:\t%s\n", t.GetId())
 	fmt.Fprintf(tw, "NAMESPACE:\t%s\n", t.GetNamespace())
 	fmt.Fprintf(tw, "WORKFLOW:\t%s\n", workflowName(t.GetWorkflow()))
-	fmt.Fprintf(tw, "STATE:\t%s\n", shortState(t.GetState(), "TASK_STATE_"))
+	state := shortState(t.GetState(), "TASK_STATE_")
+	if t.GetPaused() {
+		state += " (paused: no step is dispatched until 'reeve task resume')"
+	}
+	fmt.Fprintf(tw, "STATE:\t%s\n", state)
 	fmt.Fprintf(tw, "CREATED:\t%s\n", ts(t.GetCreateTime()))
 	fmt.Fprintf(tw, "ENDED:\t%s\n", ts(t.GetEndTime()))
 	fmt.Fprintf(tw, "REASON:\t%s\n", orDash(t.GetReason()))
@@ -142,6 +146,8 @@ func connectedAgents(resp *reevev1.ListAgentsResponse) map[string]bool {
 // and schedule-to-start deadline.
 func waitingFor(t *reevev1.Task, s *reevev1.Step) string {
 	switch {
+	case taskstate.Queued(s) && t.GetPaused():
+		return "the task to be resumed (paused)"
 	case taskstate.Queued(s):
 		w := "agent of type " + taskstate.ExecutionType(t, s)
 		if nb := s.GetNotBefore(); nb != nil && nb.AsTime().After(s.GetReadyTime().AsTime()) {
@@ -161,7 +167,11 @@ func printTaskList(w io.Writer, tasks []*reevev1.Task, next string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tWORKFLOW\tSTATE\tCREATED\tENDED")
 	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetId(), workflowName(t.GetWorkflow()), shortState(t.GetState(), "TASK_STATE_"), ts(t.GetCreateTime()), ts(t.GetEndTime()))
+		state := shortState(t.GetState(), "TASK_STATE_")
+		if t.GetPaused() {
+			state += " (paused)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetId(), workflowName(t.GetWorkflow()), state, ts(t.GetCreateTime()), ts(t.GetEndTime()))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

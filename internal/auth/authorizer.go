@@ -105,6 +105,8 @@ var rules = map[string]rule{
 	reevev1.SupervisorService_CompensateTask_FullMethodName:          {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_FailTask_FullMethodName:                {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_RecoverSteps_FullMethodName:            {roles: []Role{RoleSupervisor, RoleAdmin}, check: recoverSteps},
+	reevev1.SupervisorService_PauseTask_FullMethodName:               {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.SupervisorService_ResumeTask_FullMethodName:              {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SupervisorService_ListAlerts_FullMethodName:              {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SupervisorService_WatchAlerts_FullMethodName:             {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SupervisorService_AckAlert_FullMethodName:                {roles: adminRoles, check: namespaceOf(RoleAdmin)},

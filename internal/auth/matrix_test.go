@@ -43,6 +43,8 @@ var grantedTo = map[string][]auth.Role{
 	reevev1.SupervisorService_CompensateTask_FullMethodName: {auth.RoleSupervisor, auth.RoleAdmin},
 	reevev1.SupervisorService_FailTask_FullMethodName:       {auth.RoleSupervisor, auth.RoleAdmin},
 	reevev1.SupervisorService_RecoverSteps_FullMethodName:   {auth.RoleSupervisor, auth.RoleAdmin},
+	reevev1.SupervisorService_PauseTask_FullMethodName:      {auth.RoleAdmin},
+	reevev1.SupervisorService_ResumeTask_FullMethodName:     {auth.RoleAdmin},
 	reevev1.SupervisorService_ListAlerts_FullMethodName:     {auth.RoleAdmin},
 	reevev1.SupervisorService_WatchAlerts_FullMethodName:    {auth.RoleAdmin},
 	reevev1.SupervisorService_AckAlert_FullMethodName:       {auth.RoleAdmin},

@@ -60,7 +60,9 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 		dst = append(dst, indexKey{k.ended(t.GetEndTime().AsTime(), ns, id), val})
 	}
 	for _, s := range t.GetSteps() {
-		if taskstate.Queued(s) {
+		// A paused task's queued steps wait outside the ready queue, with no
+		// schedule-to-start deadline (taskstate/pause.go).
+		if taskstate.Dispatchable(t, s) {
 			entry := &storev1.ReadyEntry{
 				Namespace:    ns,
 				TaskId:       id,
@@ -86,7 +88,7 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 		// Every execution someone must act on by a time has one deadline
 		// key: a dispatched one at its complete-by, a queued one with a
 		// schedule-to-start timeout at its schedule-to-start deadline.
-		if at, ok := taskstate.Deadline(s); ok {
+		if at, ok := taskstate.Deadline(s); ok && (taskstate.Dispatched(s) || !t.GetPaused()) {
 			dst = append(dst, indexKey{k.deadline(at, ns, id, s.GetName(), s.GetAttempt()), ""})
 		}
 	}

@@ -243,10 +243,14 @@ func (m *model) claim() (string, error) {
 	if err := m.beforeDispatch(s.GetName(), comp); err != nil {
 		return what, err
 	}
-	if err := taskstate.Claim(m.task, s.GetName(), s.GetAttempt(), "s1", agent, m.now); err != nil {
-		if errors.Is(err, taskstate.ErrNotDue) {
-			return what, nil
-		}
+	paused := m.task.GetPaused()
+	err := taskstate.Claim(m.task, s.GetName(), s.GetAttempt(), "s1", agent, m.now)
+	switch {
+	case err == nil && paused:
+		return what, violation("a step of a paused task was claimed")
+	case errors.Is(err, taskstate.ErrNotDue), paused && errors.Is(err, taskstate.ErrPaused):
+		return what, nil
+	case err != nil:
 		return what, violation("claim of a queued step failed: %v", err)
 	}
 	m.sent = append(m.sent, execution{step: s.GetName(), attempt: s.GetAttempt(), agent: agent, compensation: comp})
@@ -426,7 +430,12 @@ func (m *model) supervise() (string, error) {
 }
 
 func (m *model) operator() (string, error) {
-	switch m.r.IntN(4) {
+	switch m.r.IntN(5) {
+	case 4:
+		if m.task.GetPaused() {
+			return "operator resume", taskstate.Resume(m.task, "", "operator", m.now)
+		}
+		return "operator pause", taskstate.Pause(m.task, "", "operator", m.now)
 	case 0:
 		undo := m.r.IntN(2) == 0
 		return fmt.Sprintf("operator cancel (undo %v)", undo), taskstate.Cancel(m.task, "", "operator", undo, m.now)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -38,6 +39,10 @@ func taskIn(t *testing.T, state string) *reevev1.Task {
 	case "CANCELED": // without undoing: reserve is left to undo
 		succeed("reserve")
 		ok(taskstate.Cancel(task, "", "client", false, t0))
+		return task
+	case "PAUSED": // RUNNING, paused
+		succeed("reserve")
+		ok(taskstate.Pause(task, "", "operator", t0))
 		return task
 	case "CANCELED_CLEAN": // nothing had run: nothing to undo
 		ok(taskstate.Cancel(task, "", "client", true, t0))
@@ -71,6 +76,8 @@ func TestOperatorActionsAcceptOnlyTheirStates(t *testing.T) {
 	do := map[string]func(*reevev1.Task) error{
 		"cancel":      func(task *reevev1.Task) error { return taskstate.Cancel(task, "", "operator", false, t0) },
 		"cancel undo": func(task *reevev1.Task) error { return taskstate.Cancel(task, "", "operator", true, t0) },
+		"pause":       func(task *reevev1.Task) error { return taskstate.Pause(task, "", "operator", t0) },
+		"resume":      func(task *reevev1.Task) error { return taskstate.Resume(task, "", "operator", t0) },
 		"fail":        func(task *reevev1.Task) error { return taskstate.FailTask(task, "", "operator", t0) },
 		"compensate":  func(task *reevev1.Task) error { return taskstate.Compensate(task, "", "operator", t0) },
 		"retry ship":  func(task *reevev1.Task) error { return taskstate.RetryFailed(task, "ship", 0, "", "operator", t0) },
@@ -112,6 +119,20 @@ func TestOperatorActionsAcceptOnlyTheirStates(t *testing.T) {
 		{"SUCCEEDED", "retry ship", "task t-1 is SUCCEEDED: retry_step needs the task FAILED"},
 		{"SUCCEEDED", "compensate", "task t-1 is SUCCEEDED: compensate_task needs"},
 		{"SUCCEEDED", "cancel undo", "task is terminal"},
+		{"PENDING", "pause", ""},
+		{"RUNNING", "pause", ""},
+		{"COMPENSATING", "pause", ""},
+		{"FAILED", "pause", "task t-1 is FAILED: pause_task needs the task PENDING, RUNNING or COMPENSATING"},
+		{"COMPENSATED", "pause", "task t-1 is COMPENSATED: pause_task needs"},
+		{"CANCELED", "pause", "task t-1 is CANCELED: pause_task needs"},
+		{"SUCCEEDED", "pause", "task t-1 is SUCCEEDED: pause_task needs"},
+		{"PAUSED", "pause", "nothing to change"},
+		{"PAUSED", "resume", ""},
+		{"PAUSED", "cancel", ""},
+		{"PAUSED", "fail", ""},
+		{"PAUSED", "compensate", ""},
+		{"RUNNING", "resume", "nothing to change"},
+		{"FAILED", "resume", "nothing to change"},
 		{"FAILED_FORWARD", "retry ship", `step "ship" of task t-1 is SKIPPED: retry_step needs the step FAILED`},
 	}
 	for _, tc := range cases {
@@ -128,8 +149,8 @@ func TestOperatorActionsAcceptOnlyTheirStates(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want a refusal containing %q", err, tc.want)
 			}
-			if !errors.Is(err, taskstate.ErrWrongState) && !errors.Is(err, taskstate.ErrTerminal) && !errors.Is(err, taskstate.ErrUndoing) {
-				t.Fatalf("%v is neither ErrWrongState, ErrTerminal nor ErrUndoing", err)
+			if !errors.Is(err, taskstate.ErrWrongState) && !errors.Is(err, taskstate.ErrTerminal) && !errors.Is(err, taskstate.ErrUndoing) && !errors.Is(err, taskstate.ErrNoChange) {
+				t.Fatalf("%v is neither ErrWrongState, ErrTerminal, ErrUndoing nor ErrNoChange", err)
 			}
 			if !proto.Equal(before, task) {
 				t.Fatal("a refused action changed the task")
@@ -305,5 +326,42 @@ func TestCancelUndoesWhatSucceeded(t *testing.T) {
 		if undoNow && !strings.HasPrefix(task.GetReason(), "canceled: customer changed their mind") {
 			t.Fatalf("reason %q, want it to say the task was canceled and why", task.GetReason())
 		}
+	}
+}
+
+// A paused task dispatches nothing: its queued step cannot be claimed,
+// while the running step's result is recorded and the step after it waits
+// queued; resuming queues it again with a fresh ready time and its full
+// schedule-to-start timeout. Ending the task clears the pause.
+func TestPausedTaskDispatchesNothingUntilResumed(t *testing.T) {
+	wf := orders()
+	wf.DefaultScheduleToStartTimeout = durationpb.New(time.Minute)
+	task := taskstate.New("default", "t-1", wf, nil, t0)
+	reserve := run(t, task, "reserve", t0)
+	if err := taskstate.Pause(task, "maintenance", "operator", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := taskstate.Complete(task, reserve, "a", nil, t0.Add(time.Second)); err != nil {
+		t.Fatalf("the running step's result while paused: %v", err)
+	}
+	charge := taskstate.FindStep(task, "charge")
+	if !taskstate.Queued(charge) || taskstate.Dispatchable(task, charge) {
+		t.Fatalf("charge queued %v dispatchable %v; want queued, not dispatchable", taskstate.Queued(charge), taskstate.Dispatchable(task, charge))
+	}
+	if err := taskstate.Claim(task, "charge", charge.GetAttempt(), "s1", "a", t0.Add(time.Second)); !errors.Is(err, taskstate.ErrPaused) {
+		t.Fatalf("claim while paused: %v, want ErrPaused", err)
+	}
+	resumeAt := t0.Add(time.Hour)
+	if err := taskstate.Resume(task, "", "operator", resumeAt); err != nil {
+		t.Fatal(err)
+	}
+	if !taskstate.Dispatchable(task, charge) || !charge.GetReadyTime().AsTime().Equal(resumeAt) || !charge.GetScheduleToStartDeadline().AsTime().Equal(resumeAt.Add(time.Minute)) {
+		t.Fatalf("after resume: ready %v, schedule-to-start %v; want %v and a minute later", charge.GetReadyTime().AsTime(), charge.GetScheduleToStartDeadline().AsTime(), resumeAt)
+	}
+	if err := taskstate.Pause(task, "", "operator", resumeAt); err != nil {
+		t.Fatal(err)
+	}
+	if err := taskstate.FailTask(task, "", "operator", resumeAt); err != nil || task.GetPaused() {
+		t.Fatalf("fail of a paused task: %v, paused %v; want FAILED, not paused", err, task.GetPaused())
 	}
 }

@@ -398,6 +398,7 @@ func Compensate(t *reevev1.Task, reason, actor string, now time.Time) error {
 	if err := needsTask(t, "compensate_task", CompensateAccepts); err != nil {
 		return err
 	}
+	t.Paused = false // the undo asked for runs at once
 	if t.GetState() == reevev1.TaskState_TASK_STATE_FAILED {
 		for _, s := range t.GetSteps() {
 			if s.GetCompensation() && s.GetState() == reevev1.StepState_STEP_STATE_FAILED {

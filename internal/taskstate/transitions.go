@@ -78,6 +78,9 @@ func Claim(t *reevev1.Task, name string, attempt int32, schedulerID, agentID str
 	if !Queued(s) || s.GetAttempt() != attempt {
 		return ErrNotQueued
 	}
+	if t.GetPaused() {
+		return ErrPaused
+	}
 	if nb := s.GetNotBefore(); nb != nil && now.Before(nb.AsTime()) {
 		return ErrNotDue
 	}
@@ -163,6 +166,7 @@ func Cancel(t *reevev1.Task, reason, actor string, undo bool, now time.Time) err
 			return ErrUndoing
 		}
 		if LeftToUndo(t) {
+			t.Paused = false // the undo asked for runs at once
 			startCompensation(t, "canceled: "+reason, actor, now)
 			return nil
 		}
@@ -499,6 +503,7 @@ func reach(t *reevev1.Task, name string, next func(string) []string) []string {
 func endTask(t *reevev1.Task, state reevev1.TaskState, now time.Time) {
 	t.State = state
 	t.EndTime = timestamppb.New(now)
+	t.Paused = false
 }
 
 func addHistory(t *reevev1.Task, now time.Time, kind, step string, attempt int32, actor, msg string) {
