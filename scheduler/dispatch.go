@@ -50,6 +50,7 @@ type dispatcher struct {
 	queues  map[queueKey]*list.List
 	delayed delayHeap
 	agents  agentSet
+	seq     uint64 // the last agentConn.seq given
 }
 
 // dispatchDeps is what a dispatcher needs from its scheduler. Every field

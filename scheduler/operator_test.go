@@ -174,21 +174,67 @@ func TestCompensateAfterFailTaskInterruptedTheUndo(t *testing.T) {
 	o.noLiveKeys(t)
 }
 
-// RetryStep of the failed step of a task canceled while compensating is
-// refused: a CANCELED task stays canceled.
-func TestRetryStepDoesNotReviveACanceledTask(t *testing.T) {
+// A cancel of a task that is compensating leaves the undo to finish; with
+// no_compensate it stops the undo and the task ends CANCELED, which
+// RetryStep does not revive, and which CompensateTask finishes undoing
+// later: charge's interrupted refund runs again, then reserve's release.
+func TestCancelWhileCompensating(t *testing.T) {
 	o := newOperatorEnv(t)
 	o.compensating(t, ordersFlow(), "reserve", "charge")
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	if _, err := o.c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "t-1"}); err != nil {
-		t.Fatal(err)
+	resp, err := o.c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "t-1"})
+	if err != nil || resp.GetTask().GetState() != reevev1.TaskState_TASK_STATE_COMPENSATING {
+		t.Fatalf("cancel of a compensating task: %v, %v; want it left COMPENSATING", resp.GetTask().GetState(), err)
+	}
+	resp, err = o.c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "t-1", NoCompensate: true})
+	if err != nil || resp.GetTask().GetState() != reevev1.TaskState_TASK_STATE_CANCELED {
+		t.Fatalf("cancel without compensating: %v, %v; want CANCELED", resp.GetTask().GetState(), err)
 	}
 	o.refused(t, "task t-1 is CANCELED: retry_step needs the task FAILED", o.retry("ship"))
-	o.refused(t, "task t-1 is CANCELED: compensate_task needs", func(ctx context.Context) error {
-		_, err := o.sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{TaskId: "t-1"})
-		return err
-	})
+	if _, err := o.sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{TaskId: "t-1"}); err != nil {
+		t.Fatalf("compensate the canceled task: %v", err)
+	}
+	o.succeed(t, "charge", true)
+	o.succeed(t, "reserve", true)
+	if task := testenv.WaitTask(t, o.c, "", "t-1", wait); task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED {
+		t.Fatalf("task %v, want COMPENSATED", task.GetState())
+	}
+	o.noLiveKeys(t)
+}
+
+// Cancel undoes a saga (issue 37): with reserve and charge done and ship
+// running, the ship attempt is told to stop, charge is refunded, then
+// reserve released, and the task ends COMPENSATED with the cancel's reason.
+// A task with nothing done ends CANCELED at once.
+func TestCancelUndoesTheSaga(t *testing.T) {
+	o := newOperatorEnv(t)
+	submit(t, o.c, &reevev1.SubmitTaskRequest{TaskId: "t-1", Workflow: ordersFlow()})
+	o.succeed(t, "reserve", false)
+	o.succeed(t, "charge", false)
+	shipping := o.next(t, "ship", false)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := o.c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "t-1", Reason: "customer changed their mind"})
+	if err != nil || resp.GetTask().GetState() != reevev1.TaskState_TASK_STATE_COMPENSATING {
+		t.Fatalf("cancel: %v, %v; want COMPENSATING", resp.GetTask().GetState(), err)
+	}
+	if m := o.agent.Next(wait); m.GetCancel().GetRef().GetStep() != shipping.GetStep() {
+		t.Fatalf("got %v, want a CancelStep for the running ship attempt", m)
+	}
+	o.succeed(t, "charge", true)
+	o.succeed(t, "reserve", true)
+	task := testenv.WaitTask(t, o.c, "", "t-1", wait)
+	if task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED || !strings.Contains(task.GetReason(), "canceled: customer changed their mind") {
+		t.Fatalf("task %v, reason %q; want COMPENSATED, canceled", task.GetState(), task.GetReason())
+	}
+	o.noLiveKeys(t)
+
+	submit(t, o.c, &reevev1.SubmitTaskRequest{TaskId: "t-2", Workflow: ordersFlow()})
+	resp, err = o.c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "t-2"})
+	if err != nil || resp.GetTask().GetState() != reevev1.TaskState_TASK_STATE_CANCELED {
+		t.Fatalf("cancel of a task with nothing done: %v, %v; want CANCELED", resp.GetTask().GetState(), err)
+	}
 }
 
 // Defect 3: with reserve → notify (no compensation) → charge → ship, the

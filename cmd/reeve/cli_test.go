@@ -92,15 +92,19 @@ func TestContractSubmitWaitJSON(t *testing.T) {
 
 func TestCompensationDemoShowsUndoneSteps(t *testing.T) {
 	addr := demoEnv(t)
-	code, out, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.compensate", "--id", "comp-1", "--wait", "-o", "json")
+	code, out, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.compensate", "--id", "comp-1", "--wait", "--exit-code=false", "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if !strings.Contains(out, `"TASK_STATE_COMPENSATED"`) || strings.Count(out, `"STEP_STATE_COMPENSATED"`) != 2 {
 		t.Fatalf("want a COMPENSATED task with two compensated steps:\n%s", out)
 	}
-	if code, _, _ := reeve(t, addr, "task", "submit", "--workflow", "demo.compensate", "--id", "comp-2", "--wait", "--exit-code"); code != 3 {
-		t.Fatalf("--exit-code on a compensated task: exit %d, want 3", code)
+	// --wait exits 3 for a task that did not succeed, with or without
+	// --exit-code (the default).
+	for _, args := range [][]string{{"--id", "comp-2", "--wait", "--exit-code"}, {"--id", "comp-3", "--wait"}} {
+		if code, _, _ := reeve(t, addr, append([]string{"task", "submit", "--workflow", "demo.compensate"}, args...)...); code != 3 {
+			t.Fatalf("submit %v of a compensated task: exit %d, want 3", args, code)
+		}
 	}
 }
 
@@ -224,7 +228,7 @@ func TestOperatorAlertsAndRetry(t *testing.T) {
 	if err := os.WriteFile(wf, []byte(def), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := reeve(t, addr, "task", "submit", "-f", wf, "--id", "fr-1", "--wait"); code != 0 || !strings.Contains(out, "STATE:      FAILED") {
+	if code, out, errOut := reeve(t, addr, "task", "submit", "-f", wf, "--id", "fr-1", "--wait"); code != 3 || !strings.Contains(out, "STATE:      FAILED") {
 		t.Fatalf("exit %d: %s %s", code, out, errOut)
 	}
 	code, out, _ := reeve(t, addr, "alerts", "list", "-o", "json")

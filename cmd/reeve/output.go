@@ -14,6 +14,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // printJSON prints the protojson of m, indented.
@@ -93,8 +94,9 @@ func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tTYPE\tSTATE\tATTEMPT\tFAILURES\tCOMPLETE-BY\tAGENT\tWAITING-FOR\tERROR")
 	for _, s := range t.GetSteps() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), s.GetType(), shortState(s.GetState(), "STEP_STATE_"),
-			s.GetAttempt(), s.GetFailureCount(), ts(s.GetCompleteBy()), stepAgent(s, connected), waitingFor(t, s), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
+		typ, attempt := execution(t, s)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), typ, shortState(s.GetState(), "STEP_STATE_"),
+			attempt, s.GetFailureCount(), ts(s.GetCompleteBy()), stepAgent(s, connected), waitingFor(t, s), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -189,9 +191,44 @@ func printWorkflow(w io.Writer, wf *reevev1.Workflow) error {
 			timeout = s.GetTimeout().AsDuration().String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.GetName(), s.GetType(), orDash(strings.Join(s.GetDependsOn(), ",")), timeout,
-			orDash(s.GetCompensation().GetType()), shortState(s.GetEscalation(), "ESCALATION_"))
+			orDash(s.GetCompensation().GetType()), escalation(wf, s))
 	}
 	return tw.Flush()
+}
+
+// execution returns the type and attempt shown for step s: once its
+// compensation started (COMPENSATING, COMPENSATED, or FAILED undoing it),
+// the compensation's type marked "(compensation)" and the compensation's
+// own attempt, counted from 1 (the step's attempt goes on from its forward
+// attempts); otherwise the step's type and attempt.
+func execution(t *reevev1.Task, s *reevev1.Step) (string, int32) {
+	if !s.GetCompensation() {
+		return s.GetType(), s.GetAttempt()
+	}
+	typ := s.GetType()
+	if c := taskstate.Spec(t, s.GetName()).GetCompensation().GetType(); c != "" {
+		typ = c
+	}
+	typ += " (compensation)"
+	h := t.GetHistory()
+	for i := len(h) - 1; i >= 0; i-- { // the latest start of its compensation
+		if e := h[i]; e.GetKind() == "compensation.ready" && e.GetStep() == s.GetName() && e.GetAttempt() > 0 && e.GetAttempt() <= s.GetAttempt() {
+			return typ, s.GetAttempt() - e.GetAttempt() + 1
+		}
+	}
+	// Its start is no longer in the history (older events dropped): its
+	// failures so far, plus the execution now.
+	return typ, s.GetFailureCount() + 1
+}
+
+// escalation is what step s does when it fails for good: its escalation,
+// or the default it gets (workflow.EffectiveEscalation) marked so.
+func escalation(wf *reevev1.Workflow, s *reevev1.StepSpec) string {
+	e := shortState(workflow.EffectiveEscalation(wf, s), "ESCALATION_")
+	if s.GetEscalation() == reevev1.Escalation_ESCALATION_UNSPECIFIED {
+		return e + " (default)"
+	}
+	return e
 }
 
 func printWorkflowList(w io.Writer, wfs []*reevev1.Workflow) error {

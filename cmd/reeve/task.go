@@ -28,12 +28,13 @@ func newTaskSubmitCmd(g *globals) *cobra.Command {
 		wait, exitCode            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "submit (--workflow NAME [--version N] | -f FILE) [--input JSON] [--id ID] [--wait]",
+		Use:   "submit (--workflow NAME [--version N] | -f FILE) [--input JSON] [--id ID] [--wait [--exit-code=false]]",
 		Short: "Submit a task running a registered workflow or an inline definition",
 		Long: `submit starts a task. With --id the submission is idempotent: submitting the
 same request again returns the existing task. With --wait it follows the task
-and prints it once it reached a terminal state; the exit code is 0 whatever
-that state is (read "state"), unless --exit-code is given.`,
+and prints it once it reached a terminal state; the exit code is 0 when it
+SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
+0 whatever the state with --exit-code=false (read "state").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := &reevev1.SubmitTaskRequest{Namespace: g.namespace, TaskId: id}
@@ -52,7 +53,7 @@ that state is (read "state"), unless --exit-code is given.`,
 				}
 				req.Workflow = &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: w}
 			}
-			if exitCode && !wait {
+			if cmd.Flags().Changed("exit-code") && !wait {
 				return usagef("--exit-code goes with --wait")
 			}
 			in, err := parseInput(input)
@@ -80,8 +81,8 @@ that state is (read "state"), unless --exit-code is given.`,
 			if err := g.printTask(cmd.OutOrStdout(), task); err != nil {
 				return err
 			}
-			if exitCode && task.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
-				return exitCodeError{code: 3}
+			if wait && exitCode && task.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+				return exitCodeError{code: exitTaskNotSucceeded}
 			}
 			return nil
 		},
@@ -93,7 +94,7 @@ that state is (read "state"), unless --exit-code is given.`,
 	f.StringVar(&input, "input", "", "task input as JSON")
 	f.StringVar(&id, "id", "", "task id, for idempotent submission (default: generated)")
 	f.BoolVar(&wait, "wait", false, "wait until the task is terminal and print it")
-	f.BoolVar(&exitCode, "exit-code", false, "with --wait, exit 3 unless the task SUCCEEDED")
+	f.BoolVar(&exitCode, "exit-code", true, "with --wait, exit 3 unless the task SUCCEEDED (--exit-code=false: exit 0 whatever its end)")
 	return cmd
 }
 
@@ -318,10 +319,20 @@ func printTaskLine(w io.Writer, t *reevev1.Task) error {
 
 func newTaskCancelCmd(g *globals) *cobra.Command {
 	var reason string
+	var noCompensate bool
 	cmd := &cobra.Command{
-		Use:   "cancel ID [--reason TEXT]",
-		Short: "Cancel a task: running steps are told to stop, pending ones never start",
-		Args:  cobra.ExactArgs(1),
+		Use:   "cancel ID [--reason TEXT] [--no-compensate]",
+		Short: "Cancel a task: running steps are told to stop, pending ones never start, succeeded ones are undone",
+		Long: `Cancel a task. Running steps are told to stop and pending ones never start.
+Steps that succeeded and declare a compensation are undone, in reverse order,
+and the task ends COMPENSATED (FAILED with an alert when an undo cannot be
+done); with nothing to undo it ends CANCELED. A task that is already
+compensating finishes its undo.
+
+With --no-compensate the task ends CANCELED at once and nothing is undone;
+'reeve task compensate ID' undoes it later, while it stays in etcd for the
+retention.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, closeConn, err := g.dial()
 			if err != nil {
@@ -330,7 +341,7 @@ func newTaskCancelCmd(g *globals) *cobra.Command {
 			defer closeConn()
 			ctx, cancel := g.requestCtx(cmd.Context())
 			defer cancel()
-			resp, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason})
+			resp, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason, NoCompensate: noCompensate})
 			if err != nil {
 				return err
 			}
@@ -338,5 +349,6 @@ func newTaskCancelCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
+	cmd.Flags().BoolVar(&noCompensate, "no-compensate", false, "end the task CANCELED at once without undoing its succeeded steps")
 	return cmd
 }

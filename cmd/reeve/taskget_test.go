@@ -65,3 +65,34 @@ func TestTaskGetMarksAStepWhoseAgentDisconnected(t *testing.T) {
 		t.Fatalf("disconnected agent: row %q, want RUNNING held by worker-1 (disconnected)", row)
 	}
 }
+
+// A compensated step shows its compensation's type and the compensation's
+// own attempt, not its forward type and the step's attempt counter; a
+// workflow's step without an escalation shows the default it gets.
+func TestTaskGetShowsACompensationAsSuch(t *testing.T) {
+	addr := demoEnv(t)
+	if code, _, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.compensate", "--id", "undo-1", "--wait"); code != exitTaskNotSucceeded {
+		t.Fatalf("submit: exit %d, want %d: %s", code, exitTaskNotSucceeded, errOut)
+	}
+	code, out, errOut := reeve(t, addr, "task", "get", "undo-1")
+	if code != 0 {
+		t.Fatalf("task get: exit %d: %s", code, errOut)
+	}
+	rows := map[string][]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			rows[f[0]] = f
+		}
+	}
+	for step, typ := range map[string]string{"reserve": "inventory.release", "charge": "payments.refund"} {
+		want := []string{step, typ, "(compensation)", "COMPENSATED", "1"}
+		if got := rows[step]; len(got) < len(want) || strings.Join(got[:len(want)], " ") != strings.Join(want, " ") {
+			t.Errorf("row of %s: %q, want it to start %q\n%s", step, got, want, out)
+		}
+	}
+
+	code, out, errOut = reeve(t, addr, "workflow", "get", "demo.compensate")
+	if code != 0 || strings.Contains(out, "UNSPECIFIED") || !strings.Contains(out, "COMPENSATE (default)") {
+		t.Fatalf("workflow get: exit %d, want COMPENSATE (default) for steps without an escalation, never UNSPECIFIED:\n%s%s", code, out, errOut)
+	}
+}

@@ -89,6 +89,7 @@ var explanations = map[string]string{
 	"step.unacknowledged":            "the agent never acknowledged the assignment: queued again",
 	"step.agent_disconnected":        "the agent's stream ended while it held the attempt",
 	"step.agent_reconnected":         "the agent came back and still holds the attempt",
+	"step.agent_forgot":              "the agent came back without the attempt: it no longer runs it",
 	"step.retried_by_operator":       "an operator retried the failed step",
 	"task.compensating":              "undoing the succeeded steps, in reverse order",
 	"compensation.succeeded":         "this step is undone",

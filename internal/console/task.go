@@ -156,7 +156,8 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, archive
 	// the scheduler refuses them (a FAILED task moves there after the
 	// retention).
 	actionable := !archived && (!d.Terminal || t.GetState() == reevev1.TaskState_TASK_STATE_FAILED)
-	d.CanCompen = actionable
+	// A task canceled without undoing can still be undone (compensate).
+	d.CanCompen = actionable || (!archived && t.GetState() == reevev1.TaskState_TASK_STATE_CANCELED && taskstate.LeftToUndo(t))
 	var connected map[string]bool
 	if slices.ContainsFunc(t.GetSteps(), taskstate.Dispatched) {
 		connected = s.connectedAgents(r, ss, t.GetNamespace())

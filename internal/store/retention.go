@@ -30,9 +30,12 @@ type Sweep struct {
 	Before time.Time
 	// Limit is the most ended keys examined.
 	Limit int
-	// Skip, when set, leaves the tasks whose state it returns true for
-	// (their keys are examined, and the cursor passes them).
-	Skip func(reevev1.TaskState) bool
+	// Skip, when set, leaves the tasks it returns true for, told from their
+	// ended key alone: the task's state, and whether it ended with its
+	// created index keys (indexed: a FAILED task, a CANCELED one with work
+	// left to undo, or any task without WithEndedUnindexed). Their keys are
+	// examined, and the cursor passes them.
+	Skip func(state reevev1.TaskState, indexed bool) bool
 	// Keep, when set, is given the records of the tasks about to be
 	// deleted, before any is deleted; when it returns an error nothing is
 	// deleted and SweepEnded returns that error. The archive writes them.
@@ -91,7 +94,7 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		if len(parts) != 3 {
 			continue
 		}
-		if sw.Skip != nil && sw.Skip(endedState(string(kv.Value))) {
+		if sw.Skip != nil && sw.Skip(endedState(string(kv.Value)), !strings.Contains(string(kv.Value), "/")) {
 			continue
 		}
 		victims = append(victims, &victim{ns: parts[1], id: parts[2], ended: kv})

@@ -47,11 +47,13 @@ var endings = map[string]func(*reevev1.Task, time.Time) error{
 		return nil
 	},
 	"canceled": func(t *reevev1.Task, now time.Time) error {
-		return taskstate.Cancel(t, "", "test", now)
+		return taskstate.Cancel(t, "", "test", false, now)
 	},
 	"canceled-after-a-success": func(t *reevev1.Task, now time.Time) error {
+		// A succeeded step that declares a compensation: work left to undo.
+		t.GetWorkflow().GetSteps()[0].Compensation = &reevev1.CompensationSpec{Type: "undo"}
 		t.GetSteps()[0].State = reevev1.StepState_STEP_STATE_SUCCEEDED
-		return taskstate.Cancel(t, "", "test", now)
+		return taskstate.Cancel(t, "", "test", false, now)
 	},
 	"failed": func(t *reevev1.Task, now time.Time) error {
 		return taskstate.FailTask(t, "", "test", now)
@@ -225,7 +227,7 @@ func TestEndedUnindexedStateForWatchersAndSkip(t *testing.T) {
 		t.Fatalf("WatchEnded reported %v, want %v", got, want)
 	}
 	var skipped []reevev1.TaskState
-	n, _, _, err := on.SweepEnded(ctx(t), store.Sweep{Before: t0.Add(time.Minute), Limit: 100, Skip: func(st reevev1.TaskState) bool {
+	n, _, _, err := on.SweepEnded(ctx(t), store.Sweep{Before: t0.Add(time.Minute), Limit: 100, Skip: func(st reevev1.TaskState, _ bool) bool {
 		skipped = append(skipped, st)
 		return st == reevev1.TaskState_TASK_STATE_FAILED
 	}})

@@ -52,7 +52,7 @@ func TestReaderListsUnindexedTasksAcrossTheMove(t *testing.T) {
 				task.GetSteps()[0].State = reevev1.StepState_STEP_STATE_SUCCEEDED
 				task.State, task.EndTime = reevev1.TaskState_TASK_STATE_SUCCEEDED, timestamppb.New(end)
 			case reevev1.TaskState_TASK_STATE_CANCELED:
-				return taskstate.Cancel(task, "", "test", end)
+				return taskstate.Cancel(task, "", "test", false, end)
 			case reevev1.TaskState_TASK_STATE_FAILED:
 				return taskstate.FailTask(task, "", "test", end)
 			}
@@ -182,7 +182,7 @@ func TestReaderEndedBacklogIsAnArchiveError(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, _, err := st.UpdateTask(ctx(t), "default", rec.GetTask().GetId(), func(task *reevev1.Task) error {
-			return taskstate.Cancel(task, "", "test", t0.Add(time.Second))
+			return taskstate.Cancel(task, "", "test", false, t0.Add(time.Second))
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -199,7 +199,10 @@ func (m *model) event() error {
 		what, err = m.operator()
 	}
 	m.logf("%s -> %v (task %s)", what, err, taskstate.StateName(m.task.GetState()))
-	if final := before.GetState(); final != reevev1.TaskState_TASK_STATE_FAILED && taskstate.TerminalTask(final) && m.task.GetState() != final {
+	// Only a FAILED task, or a CANCELED one with work left to undo
+	// (compensate_task), comes back.
+	if final := before.GetState(); final != reevev1.TaskState_TASK_STATE_FAILED && taskstate.TerminalTask(final) && m.task.GetState() != final &&
+		!(final == reevev1.TaskState_TASK_STATE_CANCELED && taskstate.LeftToUndo(before) && m.task.GetState() == reevev1.TaskState_TASK_STATE_COMPENSATING) {
 		return violation("%s revived a %s task: it is %s", what, taskstate.StateName(final), taskstate.StateName(m.task.GetState()))
 	}
 	if errors.Is(err, errViolation) {
@@ -425,7 +428,8 @@ func (m *model) supervise() (string, error) {
 func (m *model) operator() (string, error) {
 	switch m.r.IntN(4) {
 	case 0:
-		return "operator cancel", taskstate.Cancel(m.task, "", "operator", m.now)
+		undo := m.r.IntN(2) == 0
+		return fmt.Sprintf("operator cancel (undo %v)", undo), taskstate.Cancel(m.task, "", "operator", undo, m.now)
 	case 1:
 		return "operator fail", taskstate.FailTask(m.task, "", "operator", m.now)
 	case 2:

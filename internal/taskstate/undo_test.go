@@ -37,7 +37,7 @@ func TestLeftToUndo(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			task := taskstate.New("default", "t", orders(), nil, t0)
 			c.run(t, task)
-			if err := taskstate.Cancel(task, "", "test", t0); err != nil {
+			if err := taskstate.Cancel(task, "", "test", false, t0); err != nil {
 				t.Fatal(err)
 			}
 			if got := taskstate.LeftToUndo(task); got != c.want {

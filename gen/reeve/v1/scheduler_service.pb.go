@@ -1446,7 +1446,15 @@ type CancelTaskRequest struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	TaskId    string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// Recorded in the task's history; at most 1 KiB.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// By default a task holding work to undo (a succeeded step that declares a
+	// compensation) is compensated: its succeeded steps are undone in reverse
+	// order and it ends COMPENSATED (FAILED with an alert when an undo
+	// cannot be done); a task already COMPENSATING is left to finish. Set, the
+	// task ends CANCELED at once without undoing anything; its done work can
+	// be compensated later (CompensateTask) while it stays in etcd for the
+	// retention.
+	NoCompensate  bool `protobuf:"varint,4,opt,name=no_compensate,json=noCompensate,proto3" json:"no_compensate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1500,6 +1508,13 @@ func (x *CancelTaskRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *CancelTaskRequest) GetNoCompensate() bool {
+	if x != nil {
+		return x.NoCompensate
+	}
+	return false
 }
 
 type CancelTaskResponse struct {
@@ -1963,11 +1978,12 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\"7\n" +
 	"\x11WatchTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"g\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\x8c\x01\n" +
 	"\x11CancelTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"8\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12#\n" +
+	"\rno_compensate\x18\x04 \x01(\bR\fnoCompensate\"8\n" +
 	"\x12CancelTaskResponse\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"N\n" +
 	"\x17RegisterWorkflowRequest\x123\n" +
