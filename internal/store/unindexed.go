@@ -52,9 +52,10 @@ const (
 	// endedScanChunk is how many ended keys one read of such a scan returns.
 	endedScanChunk = 4096
 	// endedSkew is how much earlier than a task's create time its end time
-	// may be read, for the clocks of the schedulers that created and ended
-	// it: a page looks that much further back in the ended index.
-	endedSkew = time.Minute
+	// may be, for the clocks of the schedulers that created and ended it
+	// (NTP keeps them milliseconds apart): a page reads that much more of
+	// the ended index. Each second of it is a second of tasks that ended.
+	endedSkew = 2 * time.Second
 )
 
 // ErrEndedBacklog means a list or count of tasks that ended unindexed would
@@ -129,36 +130,35 @@ func (k keys) parseUnindexed(key, val string) (e unindexedEntry, ok bool) {
 		state: reevev1.TaskState(reevev1.TaskState_value[st]), suffix: a + "/" + parts[2]}, true
 }
 
-// scanEnded calls fn for every ended key from end time `from` on (the
-// start of the index when zero) at revision rev, reading endedScanChunk
-// keys at a time; it returns ErrEndedBacklog past maxScan keys.
-func (s *Store) scanEnded(ctx context.Context, from time.Time, rev int64, maxScan int, fn func(key, val string)) error {
-	start := s.k.endedPrefix()
+// scanEnded calls fn for every ended key with an end time in [from, to)
+// (zero from: the start of the index; zero to: its end) at revision rev,
+// reading endedScanChunk keys at a time, and returns how many it read; it
+// returns ErrEndedBacklog past maxScan keys.
+func (s *Store) scanEnded(ctx context.Context, from, to time.Time, rev int64, maxScan int, fn func(key, val string)) (int, error) {
+	start, end := s.k.endedPrefix(), prefixEnd(s.k.endedPrefix())
 	if !from.IsZero() {
 		start = string(appendTime([]byte(start), from.UnixNano()))
 	}
-	end := prefixEnd(s.k.endedPrefix())
-	for scanned := 0; ; {
-		limit := min(endedScanChunk, maxScan+1-scanned)
+	if !to.IsZero() {
+		end = string(appendTime([]byte(s.k.endedPrefix()), to.UnixNano()))
+	}
+	scanned := 0
+	for {
+		limit := max(1, min(endedScanChunk, maxScan+1-scanned))
 		octx, cancel := s.opCtx(ctx)
 		resp, err := s.c.Get(octx, start, clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(int64(limit)))
 		cancel()
 		if err != nil {
-			return etcdErr(ctx, "scan ended tasks", err)
+			return scanned, etcdErr(ctx, "scan ended tasks", err)
 		}
 		if scanned += len(resp.Kvs); scanned > maxScan {
-			since := ""
-			if !from.IsZero() {
-				since = " since " + from.UTC().Format(time.RFC3339)
-			}
-			return fmt.Errorf("%w: more than %d ended tasks%s wait to move to the archive or are FAILED; list a state other than SUCCEEDED, COMPENSATED or CANCELED, or narrow by created_after",
-				ErrEndedBacklog, maxScan, since)
+			return scanned, ErrEndedBacklog
 		}
 		for _, kv := range resp.Kvs {
 			fn(string(kv.Key), string(kv.Value))
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return nil
+			return scanned, nil
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
@@ -171,15 +171,24 @@ func (s *Store) scanEnded(ctx context.Context, from time.Time, rev int64, maxSca
 // retention), up to DefaultListEndedScan keys, else ErrEndedBacklog.
 func (s *Store) CountEndedUnindexed(ctx context.Context, ns, wf string, rev int64) (map[reevev1.TaskState]int64, error) {
 	counts := map[reevev1.TaskState]int64{}
-	err := s.scanEnded(ctx, time.Time{}, rev, DefaultListEndedScan, func(key, val string) {
+	_, err := s.scanEnded(ctx, time.Time{}, time.Time{}, rev, DefaultListEndedScan, func(key, val string) {
 		if e, ok := s.k.parseUnindexed(key, val); ok && e.ns == ns && (wf == "" || e.workflow == wf) {
 			counts[e.state]++
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("count tasks: %w", err)
+		return nil, fmt.Errorf("count tasks: %w", backlogErr(err, DefaultListEndedScan))
 	}
 	return counts, nil
+}
+
+// backlogErr says what an ErrEndedBacklog of a scan of budget keys means.
+func backlogErr(err error, budget int) error {
+	if !errors.Is(err, ErrEndedBacklog) {
+		return err
+	}
+	return fmt.Errorf("%w: more than %d ended tasks wait in etcd to move to the archive, or are FAILED; list a state other than SUCCEEDED, COMPENSATED or CANCELED, or narrow by created_after",
+		err, budget)
 }
 
 // withUnindexed merges into page, QueryTasks' page of q from the created
@@ -189,12 +198,17 @@ func (s *Store) CountEndedUnindexed(ctx context.Context, ns, wf string, rev int6
 //
 // Only the stretch up to where page stopped (page.Next) is merged: the
 // tasks listed there were created at or after page.Next's create time, so
-// ended at or after it (less endedSkew), and the ended index is read from
-// there on. The first page of a busy namespace reads a few seconds of it;
-// a list of the unindexed states alone, or a page far back in a sparse
-// list, reads all of it (the grace window's tasks, and FAILED ones of the
-// retention), up to q.MaxEndedScan keys. Of the matches, the q.Limit first
-// in list order are kept, so a page's memory stays bounded.
+// ended at or after it (less endedSkew, for the schedulers' clocks). The
+// ended index is read backwards in windows of end time, from now: the
+// last second, then each window 16 times wider, down to that bound. A
+// window's tasks that were created after its start (less endedSkew) are
+// all known once it is read, so the reading stops as soon as those and the
+// page's own tasks of that stretch fill the page: the first page of a busy
+// namespace reads the last seconds of the index. A list of the unindexed
+// states alone, or a page far back in the list, reads more of it (the
+// grace window's tasks, and FAILED ones of the retention), up to
+// q.MaxEndedScan keys. Of the matches, the q.Limit first in list order are
+// kept, so a page's memory stays bounded.
 func (s *Store) withUnindexed(ctx context.Context, q TaskQuery, page TaskPage) (TaskPage, error) {
 	maxScan := q.MaxEndedScan
 	if maxScan <= 0 {
@@ -228,15 +242,21 @@ func (s *Store) withUnindexed(ctx context.Context, q TaskQuery, page TaskPage) (
 	}
 	var (
 		cands []unindexedEntry
-		more  bool // matches beyond the q.Limit first
+		// horizon, when set, is the last place of the list (a suffix)
+		// up to which the ended index was read whole: matches after it
+		// were not kept, or not read.
+		horizon string
 	)
 	keep := func() {
 		slices.SortFunc(cands, func(a, b unindexedEntry) int { return strings.Compare(a.suffix, b.suffix) })
 		if len(cands) > q.Limit {
-			cands, more = cands[:q.Limit], true
+			cands = cands[:q.Limit]
+			if h := cands[q.Limit-1].suffix; horizon == "" || h < horizon {
+				horizon = h
+			}
 		}
 	}
-	err := s.scanEnded(ctx, low, page.Revision, maxScan, func(key, val string) {
+	match := func(key, val string) {
 		e, ok := s.k.parseUnindexed(key, val)
 		if !ok || e.ns != q.Namespace || (state != "" && e.state.String() != state) || (q.Workflow != "" && e.workflow != q.Workflow) ||
 			!strings.HasPrefix(e.id, q.IDPrefix) || e.suffix < from || (to != "" && e.suffix >= to) || (cut != "" && e.suffix > cut) {
@@ -246,12 +266,55 @@ func (s *Store) withUnindexed(ctx context.Context, q TaskQuery, page TaskPage) (
 		if len(cands) >= 2*q.Limit+endedScanChunk {
 			keep()
 		}
-	})
-	if err != nil {
-		return TaskPage{}, fmt.Errorf("list tasks: %w", err)
+	}
+	now := time.Now()
+	var upper time.Time // the end of the next window; zero: the end of the index
+	for width, scanned := time.Second, 0; ; width *= 16 {
+		lo, last := now.Add(-width), false
+		if !lo.After(low) || width > 100*365*24*time.Hour {
+			lo, last = low, true
+		}
+		n, err := s.scanEnded(ctx, lo, upper, page.Revision, maxScan-scanned, match)
+		if err != nil {
+			return TaskPage{}, fmt.Errorf("list tasks: %w", backlogErr(err, maxScan))
+		}
+		if scanned += n; last {
+			break
+		}
+		// Enough when the stretch known whole (created at or after
+		// lo + endedSkew: suffixes before bound) fills the page.
+		bound, known := age(lo.Add(endedSkew))+"0", 0
+		for _, t := range page.Tasks {
+			if suffixOf(t) < bound {
+				known++
+			}
+		}
+		for _, e := range cands {
+			if e.suffix < bound {
+				known++
+			}
+		}
+		if known >= q.Limit {
+			// The page's q.Limit first places are known: the rest waits
+			// for the next page.
+			keep()
+			var places []string
+			for _, t := range page.Tasks {
+				places = append(places, suffixOf(t))
+			}
+			for _, e := range cands {
+				places = append(places, e.suffix)
+			}
+			slices.Sort(places)
+			if h := places[q.Limit-1]; horizon == "" || h < horizon {
+				horizon = h
+			}
+			break
+		}
+		upper = lo
 	}
 	keep()
-	if len(cands) == 0 {
+	if len(cands) == 0 && horizon == "" {
 		return page, nil
 	}
 	maxBytes := q.MaxBytes
@@ -297,6 +360,14 @@ func (s *Store) withUnindexed(ctx context.Context, q TaskQuery, page TaskPage) (
 	}
 	out := TaskPage{Revision: page.Revision}
 	live := page.Tasks
+	if horizon != "" {
+		// Cands are before it; tasks of the page after it wait for the
+		// next page, as the matches after it do.
+		cands = slices.DeleteFunc(cands, func(e unindexedEntry) bool { return e.suffix > horizon })
+		for len(live) > 0 && suffixOf(live[len(live)-1]) > horizon {
+			live = live[:len(live)-1]
+		}
+	}
 	size, i, j := 0, 0, 0
 	for len(out.Tasks) < q.Limit && (i < len(live) || j < len(cands)) {
 		var t *reevev1.Task
@@ -324,13 +395,12 @@ func (s *Store) withUnindexed(ctx context.Context, q TaskQuery, page TaskPage) (
 	switch {
 	case i < len(live) || j < len(cands):
 		out.Next = prevOf(out.Tasks[len(out.Tasks)-1]) // full by count
-	case more:
-		// Matches after the last candidate kept were not read: the next
-		// page starts after it (before page.Next, which cut them).
-		last := cands[len(cands)-1]
-		p, err := parseCreated(last.suffix)
+	case horizon != "":
+		// Every match up to the horizon is listed (or had no record):
+		// the next page starts after it.
+		p, err := parseCreated(horizon)
 		if err != nil {
-			return TaskPage{}, fmt.Errorf("store: ended key of task %q: %w", last.id, err)
+			return TaskPage{}, fmt.Errorf("store: list position %q: %w", horizon, err)
 		}
 		out.Next = &p
 	default:

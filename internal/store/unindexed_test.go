@@ -245,7 +245,8 @@ func TestEndedUnindexedStateForWatchersAndSkip(t *testing.T) {
 // that ended unindexed (SUCCEEDED, COMPENSATED, CANCELED with nothing to
 // undo), tasks that ended with their created keys (FAILED, CANCELED after a
 // success) and live ones, in two namespaces; some ended a little before
-// their create time (schedulers' clocks apart); and the counts by state,
+// their create time (schedulers' clocks apart), some long after it, just
+// now; and the counts by state,
 // of the created indexes and the ended index at one revision, are the
 // model's.
 func TestQueryTasksUnindexedMatchesAModel(t *testing.T) {
@@ -290,6 +291,9 @@ func TestQueryTasksUnindexedMatchesAModel(t *testing.T) {
 		}
 		if k.ending != "" {
 			ended := created.Add(time.Duration(rng.Int64N(int64(5*time.Second))) - 500*time.Millisecond)
+			if rng.IntN(3) == 0 && created.Before(now) {
+				ended = now.Add(-time.Duration(rng.Int64N(int64(2 * time.Second)))) // long-running: ended just now
+			}
 			if _, _, err := on.UpdateTask(ctx(t), ns, m.id, func(task *reevev1.Task) error { return endings[k.ending](task, ended) }); err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package taskread_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -163,3 +164,40 @@ func TestReaderListsUnindexedTasksAcrossTheMove(t *testing.T) {
 }
 
 var errKeptOnly = fmt.Errorf("kept in the archive only")
+
+// A list that would read more of the ended index than its budget (the
+// archive far behind) fails as when the archive cannot answer, never with
+// tasks left out; a list of a state that keeps its created keys answers.
+func TestReaderEndedBacklogIsAnArchiveError(t *testing.T) {
+	st := store.New(etcdtest.New(t).Client(), store.WithEndedUnindexed(true))
+	a, err := archive.Open(ctx(t), "sqlite:"+filepath.Join(t.TempDir(), "archive.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	r := taskread.New(st, a)
+	for i := range 3 {
+		rec := record(fmt.Sprintf("t%d", i), i, reevev1.TaskState_TASK_STATE_RUNNING)
+		if _, _, err := st.CreateTask(ctx(t), rec); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.UpdateTask(ctx(t), "default", rec.GetTask().GetId(), func(task *reevev1.Task) error {
+			return taskstate.Cancel(task, "", "test", false, t0.Add(time.Second))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := store.TaskQuery{Namespace: "default", Limit: 10, MaxEndedScan: 2}
+	var ae *taskread.ArchiveError
+	if _, _, err := r.List(ctx(t), q, false); !errors.As(err, &ae) || !errors.Is(err, store.ErrEndedBacklog) {
+		t.Fatalf("List over the ended budget: %v, want an *ArchiveError (ErrEndedBacklog)", err)
+	}
+	q.State = reevev1.TaskState_TASK_STATE_RUNNING
+	if page, _, err := r.List(ctx(t), q, false); err != nil || len(page.Tasks) != 0 {
+		t.Fatalf("List of RUNNING tasks: %d, %v; want none, no error", len(page.Tasks), err)
+	}
+	q.State, q.MaxEndedScan = 0, 0
+	if page, _, err := r.List(ctx(t), q, false); err != nil || len(page.Tasks) != 3 {
+		t.Fatalf("List with the default budget: %d, %v; want 3", len(page.Tasks), err)
+	}
+}
