@@ -16,6 +16,7 @@ import (
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskread"
+	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 // Finished tasks move from etcd to the archive (WithArchive; docs/archive.md):
@@ -174,7 +175,7 @@ const sweepRescanEvery = 10
 func (m *mover) archiveTasks(ctx context.Context) {
 	var lastDrop time.Time
 	m.sweepEvery(ctx, m.opts.archiveInterval, "archive ended tasks; they stay in etcd until the archive takes them", func() store.Sweep {
-		return store.Sweep{Before: m.opts.clock.Now().Add(-m.opts.archiveGrace), Skip: staysForRetention, Keep: m.keepInArchive}
+		return store.Sweep{Before: m.opts.clock.Now().Add(-m.opts.archiveGrace), Skip: isFailed, Stay: leftToUndo, Keep: m.keepInArchive}
 	}, func() {
 		now := m.opts.clock.Now()
 		if m.opts.archiveRetention <= 0 || now.Sub(lastDrop) < archiveDropEvery {
@@ -192,12 +193,14 @@ func (m *mover) archiveTasks(ctx context.Context) {
 	}, func(cutoff time.Time) { m.caughtUp.Store(cutoff.UnixNano()) })
 }
 
-// staysForRetention tells the tasks an operator may still act on, which
-// stay in etcd for the retention instead of the grace: FAILED ones, and
-// CANCELED ones that still hold work to undo (they ended indexed:
-// taskstate.LeftToUndo, store.WithEndedUnindexed).
-func staysForRetention(st reevev1.TaskState, indexed bool) bool {
-	return st == reevev1.TaskState_TASK_STATE_FAILED || (st == reevev1.TaskState_TASK_STATE_CANCELED && indexed)
+// isFailed and leftToUndo tell the tasks an operator may still act on,
+// which stay in etcd for the retention instead of the grace: FAILED ones
+// (told from the ended key), and CANCELED ones that still hold work to undo
+// (from the record: taskstate.LeftToUndo).
+func isFailed(st reevev1.TaskState) bool { return st == reevev1.TaskState_TASK_STATE_FAILED }
+
+func leftToUndo(t *reevev1.Task) bool {
+	return t.GetState() == reevev1.TaskState_TASK_STATE_CANCELED && taskstate.LeftToUndo(t)
 }
 
 // keepInArchive writes records to the archive; it returns once they are

@@ -30,12 +30,14 @@ type Sweep struct {
 	Before time.Time
 	// Limit is the most ended keys examined.
 	Limit int
-	// Skip, when set, leaves the tasks it returns true for, told from their
-	// ended key alone: the task's state, and whether it ended with its
-	// created index keys (indexed: a FAILED task, a CANCELED one with work
-	// left to undo, or any task without WithEndedUnindexed). Their keys are
-	// examined, and the cursor passes them.
-	Skip func(state reevev1.TaskState, indexed bool) bool
+	// Skip, when set, leaves the tasks whose state it returns true for,
+	// told from their ended key alone (their records are not read). Their
+	// keys are examined, and the cursor passes them.
+	Skip func(reevev1.TaskState) bool
+	// Stay, when set, leaves the tasks whose record it returns true for:
+	// Skip for what the state alone does not tell (the records of the
+	// tasks Skip let through are read anyway).
+	Stay func(*reevev1.Task) bool
 	// Keep, when set, is given the records of the tasks about to be
 	// deleted, before any is deleted; when it returns an error nothing is
 	// deleted and SweepEnded returns that error. The archive writes them.
@@ -94,7 +96,7 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		if len(parts) != 3 {
 			continue
 		}
-		if sw.Skip != nil && sw.Skip(endedState(string(kv.Value)), !strings.Contains(string(kv.Value), "/")) {
+		if sw.Skip != nil && sw.Skip(endedState(string(kv.Value))) {
 			continue
 		}
 		victims = append(victims, &victim{ns: parts[1], id: parts[2], ended: kv})
@@ -134,6 +136,15 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		known = append(known, v)
 	}
 	victims = known
+	if sw.Stay != nil {
+		left := victims[:0]
+		for _, v := range victims {
+			if v.rec == nil || !sw.Stay(v.rec.Record.GetTask()) {
+				left = append(left, v)
+			}
+		}
+		victims = left
+	}
 	if sw.Keep != nil {
 		// A record that is not terminal (an inconsistency: its ended
 		// key should have gone with its revival) is neither kept nor

@@ -227,7 +227,7 @@ func TestEndedUnindexedStateForWatchersAndSkip(t *testing.T) {
 		t.Fatalf("WatchEnded reported %v, want %v", got, want)
 	}
 	var skipped []reevev1.TaskState
-	n, _, _, err := on.SweepEnded(ctx(t), store.Sweep{Before: t0.Add(time.Minute), Limit: 100, Skip: func(st reevev1.TaskState, _ bool) bool {
+	n, _, _, err := on.SweepEnded(ctx(t), store.Sweep{Before: t0.Add(time.Minute), Limit: 100, Skip: func(st reevev1.TaskState) bool {
 		skipped = append(skipped, st)
 		return st == reevev1.TaskState_TASK_STATE_FAILED
 	}})
