@@ -67,3 +67,18 @@ func (r *Run) Resume(ctx context.Context, reason string) (*reevev1.Task, error) 
 	}
 	return resp.GetTask(), nil
 }
+
+// Rerun runs the task, FAILED, COMPENSATED or SUCCEEDED, again from step
+// from, as a new task linked to this one: the steps that succeeded and were
+// not undone, other than from and the steps downstream of it, keep their
+// outputs. It returns the new task's Run (the same one when a retry after a
+// lost answer repeats the call: its id is chosen here). Needs the admin
+// role of the namespace when authorization is on.
+func (r *Run) Rerun(ctx context.Context, from, reason string) (*Run, error) {
+	id := uuid.NewString()
+	resp, err := r.c.scheduler.RerunTask(ctx, &reevev1.RerunTaskRequest{Namespace: r.namespace, TaskId: r.id, FromStep: from, NewTaskId: id, Reason: reason})
+	if err != nil {
+		return nil, fmt.Errorf("client: rerun task %s from %s: %w", r.id, from, err)
+	}
+	return &Run{c: r.c, namespace: r.namespace, id: resp.GetTask().GetId(), created: resp.GetCreated()}, nil
+}

@@ -303,3 +303,56 @@ func TestPauseHoldsDispatchUntilResume(t *testing.T) {
 		t.Fatalf("task %v, want SUCCEEDED", task.GetState())
 	}
 }
+
+// RerunTask runs a FAILED task again from its failed step as a new task
+// (issue 37): the steps before it keep their outputs and are not run again,
+// the old task stays as it was, a retry with the same id returns the same
+// task, and a task that is still running is refused.
+func TestRerunFromTheFailedStep(t *testing.T) {
+	o := newOperatorEnv(t)
+	flow := ordersFlow()
+	ship := flow.InlineWorkflow.GetSteps()[2]
+	ship.Escalation = reevev1.Escalation_ESCALATION_FAIL
+	submit(t, o.c, &reevev1.SubmitTaskRequest{TaskId: "t-1", Workflow: flow})
+	if ack := o.agent.Succeed(o.next(t, "reserve", false), map[string]any{"hold": "h-7"}); !ack.GetAccepted() {
+		t.Fatal(ack)
+	}
+	o.succeed(t, "charge", false)
+	if ack := o.agent.Fail(o.next(t, "ship", false), &reevev1.StepError{Code: "bad_address", NonRetryable: true}); !ack.GetAccepted() {
+		t.Fatal(ack)
+	}
+	if old := testenv.WaitTask(t, o.c, "", "t-1", wait); old.GetState() != reevev1.TaskState_TASK_STATE_FAILED {
+		t.Fatalf("old task %v, want FAILED", old.GetState())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	req := &reevev1.RerunTaskRequest{TaskId: "t-1", FromStep: "ship", NewTaskId: "t-1-again", Reason: "address fixed"}
+	resp, err := o.c.RerunTask(ctx, req)
+	if err != nil || !resp.GetCreated() || resp.GetTask().GetRerunOf() != "t-1" {
+		t.Fatalf("rerun: %v, %v; want a new task rerun_of t-1", resp, err)
+	}
+	if again, err := o.c.RerunTask(ctx, req); err != nil || again.GetCreated() || again.GetTask().GetId() != "t-1-again" {
+		t.Fatalf("the same rerun again: %v, %v; want the same task, not created", again, err)
+	}
+	as := o.agent.NextAssignment(wait)
+	if as.GetRef().GetTaskId() != "t-1-again" || as.GetRef().GetStep() != "ship" {
+		t.Fatalf("assigned %v, want ship of the new task (reserve and charge kept)", as.GetRef())
+	}
+	if got := as.GetDependencyOutputs()["charge"]; got == nil {
+		t.Fatalf("ship's assignment lacks charge's kept output: %v", as.GetDependencyOutputs())
+	}
+	o.agent.Succeed(as.GetRef(), nil)
+	task := testenv.WaitTask(t, o.c, "", "t-1-again", wait)
+	if task.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || stepOf(task, "reserve").GetOutput().GetStructValue().GetFields()["hold"].GetStringValue() != "h-7" {
+		t.Fatalf("new task %v, reserve output %v; want SUCCEEDED with reserve's output kept", task.GetState(), stepOf(task, "reserve").GetOutput())
+	}
+	if old := o.get(t); old.GetState() != reevev1.TaskState_TASK_STATE_FAILED {
+		t.Fatalf("old task %v after the rerun, want it left FAILED", old.GetState())
+	}
+
+	submit(t, o.c, &reevev1.SubmitTaskRequest{TaskId: "t-2", Workflow: flow})
+	if _, err := o.c.RerunTask(ctx, &reevev1.RerunTaskRequest{TaskId: "t-2", FromStep: "reserve"}); status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(status.Convert(err).Message(), "rerun_task needs the task FAILED, COMPENSATED or SUCCEEDED") {
+		t.Fatalf("rerun of a running task: %v, want FAILED_PRECONDITION naming the states", err)
+	}
+}

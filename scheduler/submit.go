@@ -192,6 +192,11 @@ func requestDigest(req *reevev1.SubmitTaskRequest) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return digestOf(b), nil
+}
+
+// digestOf is the SHA-256 of an encoded request.
+func digestOf(b []byte) []byte {
 	sum := sha256.Sum256(b)
-	return sum[:], nil
+	return sum[:]
 }

@@ -115,6 +115,49 @@ func newPauseResumeCmd(g *globals, use, short string,
 	return cmd
 }
 
+func newTaskRerunCmd(g *globals) *cobra.Command {
+	var from, input, id, reason string
+	cmd := &cobra.Command{
+		Use:   "rerun ID --from STEP [--input JSON] [--id NEW_ID]",
+		Short: "Run a FAILED, COMPENSATED or SUCCEEDED task again from a step, as a new task",
+		Long: `Run a FAILED, COMPENSATED or SUCCEEDED task again from a step, as a new
+task linked to the old one (its rerun_of). The steps that succeeded and were
+not undone, other than STEP and the steps downstream of it, keep their
+outputs; every other step runs again. The old task is left as it is. It
+prints the new task, as 'task submit' does (-o json for JSON). --input
+replaces the task's input; --id chooses the new task's id (default: a new
+UUID, so that a retry after a lost answer returns the same task).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from == "" {
+				return usagef("--from STEP is required")
+			}
+			in, err := parseInput(input)
+			if err != nil {
+				return err
+			}
+			c, closeConn, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			resp, err := c.RerunTask(ctx, &reevev1.RerunTaskRequest{Namespace: g.namespace, TaskId: args[0], FromStep: from,
+				Input: in, NewTaskId: orNewRequestID(id), Reason: reason})
+			if err != nil {
+				return err
+			}
+			return g.printTask(cmd.OutOrStdout(), resp.GetTask())
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "the step to run again, with every step downstream of it")
+	cmd.Flags().StringVar(&input, "input", "", "the new task's input as JSON (default: the old task's)")
+	cmd.Flags().StringVar(&id, "id", "", "the new task's id (default: a new UUID)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the new task's history")
+	return cmd
+}
+
 const requestIDUsage = "recorded on the action's history events: running the command again with the same id after a lost answer prints the task instead of acting again (default: a new UUID)"
 
 // orNewRequestID returns id, or a new UUID when id is empty.

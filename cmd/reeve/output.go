@@ -88,6 +88,9 @@ func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
 		state += " (paused: no step is dispatched until 'reeve task resume')"
 	}
 	fmt.Fprintf(tw, "STATE:\t%s\n", state)
+	if t.GetRerunOf() != "" {
+		fmt.Fprintf(tw, "RERUN OF:\t%s\n", t.GetRerunOf())
+	}
 	fmt.Fprintf(tw, "CREATED:\t%s\n", ts(t.GetCreateTime()))
 	fmt.Fprintf(tw, "ENDED:\t%s\n", ts(t.GetEndTime()))
 	fmt.Fprintf(tw, "REASON:\t%s\n", orDash(t.GetReason()))

@@ -101,6 +101,7 @@ var rules = map[string]rule{
 	reevev1.SchedulerService_GetWorkflow_FullMethodName:              {roles: clientRoles, check: namespaceOf(RoleClient)},
 	reevev1.SchedulerService_ListWorkflows_FullMethodName:            {roles: clientRoles, check: namespaceOf(RoleClient)},
 	reevev1.SchedulerService_RegisterWorkflow_FullMethodName:         {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.SchedulerService_RerunTask_FullMethodName:                {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SupervisorService_RetryStep_FullMethodName:               {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_CompensateTask_FullMethodName:          {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_FailTask_FullMethodName:                {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},

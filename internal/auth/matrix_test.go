@@ -35,6 +35,7 @@ var grantedTo = map[string][]auth.Role{
 	reevev1.SchedulerService_WatchTask_FullMethodName:        {auth.RoleClient, auth.RoleAdmin},
 	reevev1.SchedulerService_CancelTask_FullMethodName:       {auth.RoleClient, auth.RoleAdmin},
 	reevev1.SchedulerService_RegisterWorkflow_FullMethodName: {auth.RoleAdmin},
+	reevev1.SchedulerService_RerunTask_FullMethodName:        {auth.RoleAdmin},
 	reevev1.SchedulerService_GetWorkflow_FullMethodName:      {auth.RoleClient, auth.RoleAdmin},
 	reevev1.SchedulerService_ListWorkflows_FullMethodName:    {auth.RoleClient, auth.RoleAdmin},
 	reevev1.SchedulerService_ListAgents_FullMethodName:       {auth.RoleClient, auth.RoleAdmin},

@@ -89,6 +89,7 @@ var explanations = map[string]string{
 	"step.unacknowledged":            "the agent never acknowledged the assignment: queued again",
 	"step.agent_disconnected":        "the agent's stream ended while it held the attempt",
 	"step.agent_reconnected":         "the agent came back and still holds the attempt",
+	"task.rerun":                     "this task runs an earlier one again from a step",
 	"task.paused":                    "an operator paused the task: no step is dispatched until it is resumed",
 	"task.resumed":                   "an operator resumed the task: its ready steps are dispatched again",
 	"step.agent_forgot":              "the agent came back without the attempt: it no longer runs it",

@@ -196,7 +196,10 @@ type Task struct {
 	// Paused by an operator (PauseTask): none of its steps is dispatched
 	// until ResumeTask; attempts already running go on and report. Cleared
 	// when the task ends. A paused task is written in record version 2.
-	Paused        bool `protobuf:"varint,20,opt,name=paused,proto3" json:"paused,omitempty"`
+	Paused bool `protobuf:"varint,20,opt,name=paused,proto3" json:"paused,omitempty"`
+	// The task this one runs again (RerunTask), in the same namespace; empty
+	// for a submitted task.
+	RerunOf       string `protobuf:"bytes,21,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,6 +323,13 @@ func (x *Task) GetPaused() bool {
 		return x.Paused
 	}
 	return false
+}
+
+func (x *Task) GetRerunOf() string {
+	if x != nil {
+		return x.RerunOf
+	}
+	return ""
 }
 
 // Step is the state record of one step of a task, as the pattern names it:
@@ -735,7 +745,7 @@ var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\x9f\x04\n" +
+	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\xba\x04\n" +
 	"\x04Task\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12.\n" +
@@ -752,7 +762,8 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	" \x01(\tR\x06reason\x120\n" +
 	"\ahistory\x18\v \x03(\v2\x16.reeve.v1.HistoryEventR\ahistory\x12'\n" +
 	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\x12\x16\n" +
-	"\x06paused\x18\x14 \x01(\bR\x06paused\"\x9d\a\n" +
+	"\x06paused\x18\x14 \x01(\bR\x06paused\x12\x19\n" +
+	"\brerun_of\x18\x15 \x01(\tR\arerunOf\"\x9d\a\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
