@@ -176,6 +176,7 @@ var notFoundKeys = map[string]string{store.KindTask: MetaTaskID, store.KindWorkf
 
 var notFoundReasons = map[string]string{
 	store.KindTask:     ReasonTaskNotFound,
+	store.KindBatch:    ReasonBatchNotFound,
 	store.KindWorkflow: ReasonWorkflowNotFound,
 	store.KindAlert:    ReasonAlertNotFound,
 }

@@ -39,11 +39,12 @@ type Server struct {
 	tel   *instruments
 
 	// The parts, each owning the loops Run starts for it:
-	eng    *engine     // task writes (engine.go)
-	disp   *dispatcher // the ready queue and the claims (dispatch.go)
-	agents *agents     // agent streams (connect.go)
-	adm    *admission  // limits on submissions and lists (admission.go)
-	mover  *mover      // deletes or archives finished tasks (archive.go)
+	eng    *engine      // task writes (engine.go)
+	disp   *dispatcher  // the ready queue and the claims (dispatch.go)
+	agents *agents      // agent streams (connect.go)
+	adm    *admission   // limits on submissions and lists (admission.go)
+	mover  *mover       // deletes or archives finished tasks (archive.go)
+	batch  *batchRunner // runs batch jobs (batches.go)
 	// dedup answers archive lookups while the archive is unavailable
 	// (dedup.go); nil without an archive or with WithArchiveDedupWindow(0).
 	dedup *dedupWindow
@@ -52,6 +53,7 @@ type Server struct {
 	scheduler  *schedulerService
 	agent      *agentService
 	supervisor *supervisorService
+	batches    *batchService
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -121,6 +123,9 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	}
 	s.agent = &agentService{agents: s.agents}
 	s.supervisor = &supervisorService{opts: &s.opts, log: s.log, eng: s.eng, store: s.store}
+	s.batches = &batchService{opts: &s.opts, store: s.store}
+	s.batch = &batchRunner{opts: &s.opts, store: s.store, tasks: tasks, log: s.log, lease: s.currentLease,
+		scheduler: s.scheduler, supervisor: s.supervisor, running: map[string]bool{}}
 	return s
 }
 
@@ -176,6 +181,7 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	reevev1.RegisterSchedulerServiceServer(g, s.scheduler)
 	reevev1.RegisterAgentServiceServer(g, s.agent)
 	reevev1.RegisterSupervisorServiceServer(g, s.supervisor)
+	reevev1.RegisterBatchServiceServer(g, s.batches)
 }
 
 // SchedulerService returns the reeve.v1.SchedulerService that Register
@@ -212,6 +218,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stop()
 	wg.Go(func() { s.keepSession(runCtx) })
 	wg.Go(func() { s.mover.run(runCtx) })
+	wg.Go(func() { s.batch.run(runCtx) })
 	if s.dedup != nil {
 		wg.Go(func() {
 			s.dedup.run(runCtx, s.store, s.opts.sweepInterval, func(msg string, err error) { s.log.Warn(msg, "err", err) })
