@@ -199,4 +199,6 @@ func (s *Store) decodeBatch(val []byte, rev int64, key string) (*Batch, error) {
 }
 
 // IsBatchRunning reports whether a job still runs.
-func IsBatchRunning(j *reevev1.BatchJob) bool { return j.GetState() == reevev1.BatchState_BATCH_STATE_RUNNING }
+func IsBatchRunning(j *reevev1.BatchJob) bool {
+	return j.GetState() == reevev1.BatchState_BATCH_STATE_RUNNING
+}
