@@ -45,6 +45,8 @@ import (
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
 //	moved/<move-time:%020d>/<random>            fingerprints of tasks moved to the archive, for the
 //	                                            deduplication window (moved.go)
+//	batches/<ns>/<id>                           BatchRecord: a batch job and where its run is (batches.go)
+//	batch-owner/<ns>/<id>                       empty: the scheduler running the job, under its lease
 //	supervisor/election/...                     concurrency.Election of the supervisors
 //
 // A task's state is in two keys (created-state, created-wf-state), moved on
