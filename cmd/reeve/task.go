@@ -69,6 +69,9 @@ SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
 			ctx, cancel := g.requestCtx(cmd.Context())
 			resp, err := c.SubmitTask(ctx, req)
 			cancel()
+			if err != nil && file != "" {
+				return fileRefusal(err, file, "inline_workflow")
+			}
 			if err != nil {
 				return err
 			}

@@ -47,7 +47,7 @@ func newWorkflowRegisterCmd(g *globals) *cobra.Command {
 			defer cancel()
 			resp, err := c.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w})
 			if err != nil {
-				return err
+				return fileRefusal(err, file, "workflow")
 			}
 			return g.printWorkflow(cmd, resp.GetWorkflow())
 		},
