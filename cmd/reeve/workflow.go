@@ -49,7 +49,15 @@ func newWorkflowRegisterCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fileRefusal(err, file, "workflow")
 			}
-			return g.printWorkflow(cmd, resp.GetWorkflow())
+			if err := g.printWorkflow(cmd, resp.GetWorkflow()); err != nil {
+				return err
+			}
+			// Best effort: a step type no agent serves now is worth a
+			// warning, not a failure (its agents may start later).
+			if agents, err := listAgents(ctx, c, resp.GetWorkflow().GetNamespace()); err == nil {
+				warnUnserved(cmd.ErrOrStderr(), resp.GetWorkflow(), agents)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "workflow definition (.json or .yaml, protojson of reeve.v1.Workflow)")

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -93,4 +94,29 @@ func JSONName(s string) string {
 		}
 	}
 	return b.String() + suffix
+}
+
+// maxServedListed bounds the step types NoAgentServes lists.
+const maxServedListed = 5
+
+// NoAgentServes says that no connected agent of a namespace serves step
+// type typ, and what they serve instead (served: every type the namespace's
+// agents registered): the nearest type when typ looks like a typo of one
+// ("no agent serves onboard.create_billing_customer; agents serve
+// onboard.create_billing_customr"), else the served types (at most 5, then
+// how many more), or that no agent is connected.
+func NoAgentServes(typ string, served []string) string {
+	msg := "no agent serves " + typ + "; "
+	if c, ok := Closest(typ, served); ok {
+		return msg + "agents serve " + c
+	}
+	if len(served) == 0 {
+		return msg + "no agent of its namespace is connected"
+	}
+	list := slices.Sorted(slices.Values(served))
+	list = slices.Compact(list)
+	if len(list) > maxServedListed {
+		return msg + fmt.Sprintf("agents serve %s and %d more", strings.Join(list[:maxServedListed], ", "), len(list)-maxServedListed)
+	}
+	return msg + "agents serve " + strings.Join(list, ", ")
 }

@@ -339,3 +339,22 @@ func TestClosestSuggestsATypoOnly(t *testing.T) {
 		t.Errorf("FilePath of a path outside a workflow: %q, want it unchanged", got)
 	}
 }
+
+func TestNoAgentServesSuggestsTheNearestType(t *testing.T) {
+	cases := []struct {
+		typ    string
+		served []string
+		want   string
+	}{
+		{"onboard.create_billing_customer", []string{"onboard.create_account", "onboard.create_billing_customr", "onboard.send_welcome"},
+			"no agent serves onboard.create_billing_customer; agents serve onboard.create_billing_customr"},
+		{"pay.charge", []string{"ship.send", "inventory.reserve", "ship.send"}, "no agent serves pay.charge; agents serve inventory.reserve, ship.send"},
+		{"pay.charge", []string{"a1", "a2", "a3", "a4", "a5", "a6", "a7"}, "no agent serves pay.charge; agents serve a1, a2, a3, a4, a5 and 2 more"},
+		{"pay.charge", nil, "no agent serves pay.charge; no agent of its namespace is connected"},
+	}
+	for _, tc := range cases {
+		if got := workflow.NoAgentServes(tc.typ, tc.served); got != tc.want {
+			t.Errorf("NoAgentServes(%q, %v) = %q, want %q", tc.typ, tc.served, got, tc.want)
+		}
+	}
+}
