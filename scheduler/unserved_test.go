@@ -16,8 +16,8 @@ import (
 type warnRecords chan map[string]string
 
 func (w warnRecords) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (w warnRecords) WithAttrs([]slog.Attr) slog.Handler          { return w }
-func (w warnRecords) WithGroup(string) slog.Handler               { return w }
+func (w warnRecords) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w warnRecords) WithGroup(string) slog.Handler                { return w }
 func (w warnRecords) Handle(_ context.Context, r slog.Record) error {
 	m := map[string]string{"msg": r.Message}
 	r.Attrs(func(a slog.Attr) bool {
