@@ -227,6 +227,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { s.disp.run(runCtx) })
 	wg.Go(func() { s.adm.space.watch(runCtx) })
 	wg.Go(func() { s.agents.publishLoads(runCtx) })
+	wg.Go(func() { s.agents.warnUnserved(runCtx) })
 	wg.Go(func() { backfillIndexes(runCtx, s.store, s.log, s.opts.clock) })
 	<-ctx.Done()
 	s.stopTimers()

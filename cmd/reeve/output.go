@@ -74,11 +74,13 @@ func workflowName(w *reevev1.Workflow) string {
 }
 
 // printTask prints a task as an operator reads it: header, steps, history.
-// connected is the set of the namespace's connected agents, by id: a
-// dispatched step whose agent is not in it is marked "(disconnected)" (its
-// execution is recovered at its complete-by, or sooner with a heartbeat
-// timeout or reassign_after_disconnect). nil: not known, no mark.
-func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
+// agents are the namespace's connected agents: a dispatched step whose
+// agent is not among them is marked "(disconnected)" (its execution is
+// recovered at its complete-by, or sooner with a heartbeat timeout or
+// reassign_after_disconnect), and a queued step whose type none of them
+// serves waits for "no agent serves TYPE; agents serve ...". nil: not
+// known, no mark.
+func printTask(w io.Writer, t *reevev1.Task, agents *namespaceAgents) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "ID:\t%s\n", t.GetId())
 	fmt.Fprintf(tw, "NAMESPACE:\t%s\n", t.GetNamespace())
@@ -103,7 +105,7 @@ func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
 	for _, s := range t.GetSteps() {
 		typ, attempt := execution(t, s)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), typ, shortState(s.GetState(), "STEP_STATE_"),
-			attempt, s.GetFailureCount(), ts(s.GetCompleteBy()), stepAgent(s, connected), waitingFor(t, s), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
+			attempt, s.GetFailureCount(), ts(s.GetCompleteBy()), stepAgent(s, agents), waitingFor(t, s, agents), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -126,38 +128,32 @@ func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
 
 // stepAgent is the agent holding the step, marked when it is known to be
 // disconnected (see printTask).
-func stepAgent(s *reevev1.Step, connected map[string]bool) string {
+func stepAgent(s *reevev1.Step, agents *namespaceAgents) string {
 	a := s.GetLockedByAgent()
-	if connected != nil && a != "" && taskstate.Dispatched(s) && !connected[a] {
+	if taskstate.Dispatched(s) && agents.disconnected(a) {
 		return a + " (disconnected)"
 	}
 	return orDash(a)
 }
 
-// connectedAgents is the set of the agents connected to the cluster in the
-// namespace, by id, from ListAgents.
-func connectedAgents(resp *reevev1.ListAgentsResponse) map[string]bool {
-	ids := make(map[string]bool, len(resp.GetAgents()))
-	for _, a := range resp.GetAgents() {
-		ids[a.GetAgentId()] = true
-	}
-	return ids
-}
-
 // waitingFor says what a step that has not started waits for: its
-// dependencies, or (queued) an agent of its execution type, with its backoff
-// and schedule-to-start deadline.
-func waitingFor(t *reevev1.Task, s *reevev1.Step) string {
+// dependencies, or (queued) an agent of its execution type — "no agent
+// serves TYPE; ..." when agents says none does — with its backoff and
+// schedule-to-start deadline.
+func waitingFor(t *reevev1.Task, s *reevev1.Step, agents *namespaceAgents) string {
 	switch {
 	case taskstate.Queued(s) && t.GetPaused():
 		return "the task to be resumed (paused)"
 	case taskstate.Queued(s):
-		w := "agent of type " + taskstate.ExecutionType(t, s)
+		w, sep := "agent of type "+taskstate.ExecutionType(t, s), ", "
+		if u := agents.unserved(t, s); u != "" {
+			w, sep = u, "; "
+		}
 		if nb := s.GetNotBefore(); nb != nil && nb.AsTime().After(s.GetReadyTime().AsTime()) {
-			w += ", not before " + ts(nb)
+			w += sep + "not before " + ts(nb)
 		}
 		if d := s.GetScheduleToStartDeadline(); d != nil {
-			w += ", supervisor acts at " + ts(d)
+			w += sep + "supervisor acts at " + ts(d)
 		}
 		return w
 	case s.GetState() == reevev1.StepState_STEP_STATE_PENDING && s.GetReadyTime() == nil:

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 func newTaskCmd(g *globals) *cobra.Command {
@@ -69,6 +67,9 @@ SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
 			ctx, cancel := g.requestCtx(cmd.Context())
 			resp, err := c.SubmitTask(ctx, req)
 			cancel()
+			if err != nil && file != "" {
+				return fileRefusal(err, file, "inline_workflow")
+			}
 			if err != nil {
 				return err
 			}
@@ -78,7 +79,10 @@ SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
 					return err
 				}
 			}
-			if err := g.printTask(cmd.OutOrStdout(), task); err != nil {
+			// A step no agent serves says so from the start.
+			pctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			if err := g.printTaskMarked(pctx, c, cmd.OutOrStdout(), task); err != nil {
 				return err
 			}
 			if wait && exitCode && task.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
@@ -127,13 +131,24 @@ func (g *globals) printTask(w io.Writer, t *reevev1.Task) error {
 	return g.printTaskAgents(w, t, nil)
 }
 
-// printTaskAgents prints t, marking the steps whose agent is not among
-// connected (printTask).
-func (g *globals) printTaskAgents(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
+// printTaskAgents prints t, marking its steps from the namespace's agents
+// (printTask).
+func (g *globals) printTaskAgents(w io.Writer, t *reevev1.Task, agents *namespaceAgents) error {
 	if g.output == "json" {
 		return printJSON(w, t)
 	}
-	return printTask(w, t, connected)
+	return printTask(w, t, agents)
+}
+
+// printTaskMarked prints t as printTaskAgents does, with the agents of its
+// namespace read first when the table marks something from them (best
+// effort: without them, no step is marked).
+func (g *globals) printTaskMarked(ctx context.Context, c reevev1.SchedulerServiceClient, w io.Writer, t *reevev1.Task) error {
+	var agents *namespaceAgents
+	if g.output != "json" && needsAgents(t) {
+		agents, _ = listAgents(ctx, c, t.GetNamespace())
+	}
+	return g.printTaskAgents(w, t, agents)
 }
 
 func newTaskGetCmd(g *globals) *cobra.Command {
@@ -153,15 +168,7 @@ func newTaskGetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t := resp.GetTask()
-			var connected map[string]bool
-			if g.output != "json" && slices.ContainsFunc(t.GetSteps(), taskstate.Dispatched) {
-				// Best effort: without the list, no step is marked.
-				if agents, err := c.ListAgents(ctx, &reevev1.ListAgentsRequest{Namespace: t.GetNamespace()}); err == nil {
-					connected = connectedAgents(agents)
-				}
-			}
-			return g.printTaskAgents(cmd.OutOrStdout(), t, connected)
+			return g.printTaskMarked(ctx, c, cmd.OutOrStdout(), resp.GetTask())
 		},
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,9 @@ func TestTaskGetMarksAStepWhoseAgentDisconnected(t *testing.T) {
 	}
 	agent := testenv.ConnectRaw(t, s.Addr, &reevev1.Register{AgentId: "worker-1", StepTypes: []string{"slow.work"}, MaxConcurrentSteps: 1})
 	agent.NextAssignment(20 * time.Second)
+	// The scheduler records the agent in etcd (what ListAgents reads) just
+	// after it may dispatch to it.
+	waitAgentListed(t, s.Addr, "worker-1")
 
 	agentCell := func() string {
 		t.Helper()
@@ -94,5 +99,60 @@ func TestTaskGetShowsACompensationAsSuch(t *testing.T) {
 	code, out, errOut = reeve(t, addr, "workflow", "get", "demo.compensate")
 	if code != 0 || strings.Contains(out, "UNSPECIFIED") || !strings.Contains(out, "COMPENSATE (default)") {
 		t.Fatalf("workflow get: exit %d, want COMPENSATE (default) for steps without an escalation, never UNSPECIFIED:\n%s%s", code, out, errOut)
+	}
+}
+
+// A step whose type no connected agent serves says so from the start, with
+// the nearest type agents serve: in task get, and as a warning of workflow
+// register (which still succeeds).
+func TestStepNoAgentServesIsNamed(t *testing.T) {
+	s := testenv.New(t).StartScheduler("")
+	agent := testenv.ConnectRaw(t, s.Addr, &reevev1.Register{AgentId: "onboarder", MaxConcurrentSteps: 4,
+		StepTypes: []string{"onboard.create_account", "onboard.create_billing_customr", "onboard.send_welcome"}})
+	waitAgentListed(t, s.Addr, "onboarder")
+	file := filepath.Join(t.TempDir(), "onboard.yaml")
+	if err := os.WriteFile(file, []byte(`name: onboard
+steps:
+  - {name: create_account, type: onboard.create_account, timeout: 1m}
+  - {name: create_billing, type: onboard.create_billing_customer, dependsOn: [create_account], timeout: 1m}
+  - {name: send_welcome, type: onboard.send_welcome, dependsOn: [create_billing], timeout: 1m}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const want = "no agent serves onboard.create_billing_customer; agents serve onboard.create_billing_customr"
+	code, _, errOut := reeve(t, s.Addr, "workflow", "register", "-f", file)
+	if code != 0 || !strings.Contains(errOut, `reeve: warning: step "create_billing": `+want) || strings.Contains(errOut, `"create_account"`) {
+		t.Fatalf("workflow register: exit %d, stderr %q; want exit 0 and a warning for create_billing only", code, errOut)
+	}
+	if code, _, errOut := reeve(t, s.Addr, "task", "submit", "--workflow", "onboard", "--id", "t-1"); code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, errOut)
+	}
+	first := agent.NextAssignment(20 * time.Second)
+	agent.Succeed(first.GetRef(), map[string]any{"account": "a-1"})
+	for i := 0; ; i++ {
+		code, out, errOut := reeve(t, s.Addr, "task", "get", "t-1")
+		if code != 0 {
+			t.Fatalf("task get: exit %d: %s", code, errOut)
+		}
+		if strings.Contains(out, want) {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("task get after 200 tries does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// waitAgentListed waits, bounded, until reeve agents list shows agent id.
+func waitAgentListed(t *testing.T, addr, id string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		code, out, _ := reeve(t, addr, "agents", "list")
+		if code == 0 && strings.Contains(out, id) {
+			return
+		}
+		if i == 200 {
+			t.Fatalf("agents list after 200 tries lacks %s:\n%s", id, out)
+		}
 	}
 }
