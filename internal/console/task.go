@@ -170,7 +170,7 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, archive
 		// not over, or of a FAILED task (which it resumes).
 		failed := st.GetState() == reevev1.StepState_STEP_STATE_FAILED
 		v := stepView{Step: st, StateName: shortEnum(st.GetState()), Retryable: failed && actionable}
-		if at, ok := taskstate.Deadline(st); ok && !d.Terminal {
+		if at, ok := taskstate.Deadline(st); ok && !d.Terminal && (taskstate.Dispatched(st) || !t.GetPaused()) {
 			dd := at.Sub(now)
 			v.Overdue = dd < 0
 			if v.Overdue {
