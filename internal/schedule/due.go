@@ -58,7 +58,7 @@ func (c *Calendar) Due(ns, name string, last, now time.Time, window time.Duratio
 			return p
 		}
 		fire := t.Add(c.Jitter(ns, name, t))
-		if fire.After(now) || len(p.Run) == max {
+		if fire.After(now) {
 			p.Next, p.Fire, p.HasNext = t, fire, true
 			return p
 		}
@@ -82,7 +82,17 @@ func (c *Calendar) Due(ns, name string, last, now time.Time, window time.Duratio
 			}
 			continue
 		}
+		if len(p.Run) == max {
+			p.Next, p.Fire, p.HasNext = t, fire, true
+			return p
+		}
 		p.Run = append(p.Run, t)
 		p.Last, after = t, t
 	}
+}
+
+// Passed summarizes the nominal times after last that came by now (their
+// firing time is at or before now): those a paused schedule let pass.
+func (c *Calendar) Passed(ns, name string, last, now time.Time) Missed {
+	return c.Due(ns, name, last, now, -time.Nanosecond, 0).Missed
 }

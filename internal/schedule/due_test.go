@@ -145,3 +145,12 @@ func TestTaskIDs(t *testing.T) {
 		t.Fatal("a malformed id parsed")
 	}
 }
+
+func TestPassedCountsWhatAPauseLetPass(t *testing.T) {
+	c := compile(t, schedule.Spec{Every: time.Minute})
+	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	m := c.Passed("ns", "s", t0, t0.Add(5*time.Minute))
+	if m.Count != 5 || !m.First.Equal(t0.Add(time.Minute)) || !m.Last.Equal(t0.Add(5*time.Minute)) {
+		t.Fatalf("passed %+v, want 10:01-10:05 (5)", m)
+	}
+}

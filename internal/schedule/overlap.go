@@ -106,4 +106,5 @@ const (
 	SkipReasonOverlap    = "overlap: the previous run was still running (policy skip)"
 	SkipReasonBufferFull = "overlap: the buffer was full"
 	SkipReasonCatchUp    = "missed: older than the catch-up window when the firer saw it"
+	SkipReasonPaused     = "paused"
 )

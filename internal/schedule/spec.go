@@ -107,7 +107,7 @@ func Compile(prefix string, s Spec) (*Calendar, error) {
 	if s.Zone != "" {
 		loc, err := time.LoadLocation(s.Zone)
 		if err != nil || s.Zone == "Local" {
-			return nil, fieldErr(f("zone"), "%q is not an IANA time zone name", s.Zone)
+			return nil, fieldErr(f("time_zone"), "%q is not an IANA time zone name", s.Zone)
 		}
 		c.loc = loc
 	}

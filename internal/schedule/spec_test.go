@@ -147,8 +147,8 @@ func TestCompileNamesTheBadField(t *testing.T) {
 		{"interval of fractions", schedule.Spec{Every: 1500 * time.Millisecond}, "spec.every"},
 		{"offset as long as the interval", schedule.Spec{Every: time.Minute, Offset: time.Minute}, "spec.offset"},
 		{"negative offset", schedule.Spec{Every: time.Minute, Offset: -time.Second}, "spec.offset"},
-		{"zone", schedule.Spec{Every: time.Minute, Zone: "Mars/Olympus"}, "spec.zone"},
-		{"Local is not a zone", schedule.Spec{Every: time.Minute, Zone: "Local"}, "spec.zone"},
+		{"zone", schedule.Spec{Every: time.Minute, Zone: "Mars/Olympus"}, "spec.time_zone"},
+		{"Local is not a zone", schedule.Spec{Every: time.Minute, Zone: "Local"}, "spec.time_zone"},
 		{"end before start", schedule.Spec{Every: time.Minute, Start: time.Unix(100, 0), End: time.Unix(50, 0)}, "spec.end_time"},
 		{"jitter", schedule.Spec{Every: time.Minute, Jitter: -time.Second}, "spec.jitter"},
 	} {
