@@ -180,6 +180,7 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	reevev1.RegisterSchedulerServiceServer(g, s.scheduler)
 	reevev1.RegisterAgentServiceServer(g, s.agent)
 	reevev1.RegisterSupervisorServiceServer(g, s.supervisor)
+	reevev1.RegisterScheduleServiceServer(g, s.ScheduleService())
 }
 
 // SchedulerService returns the reeve.v1.SchedulerService that Register

@@ -44,6 +44,9 @@ import (
 //	moved/<move-time:%020d>/<random>            fingerprints of tasks moved to the archive, for the
 //	                                            deduplication window (moved.go)
 //	supervisor/election/...                     concurrency.Election of the supervisors
+//	schedules/<ns>/<name>                       reeve.v1.Schedule (schedules.go)
+//	schedule-due/<fire-time:%020d>/<ns>/<name>  empty: when the firer next looks at a schedule (unix ns),
+//	                                            written with its record; none while paused
 //
 // A task's state is in two keys (created-state, created-wf-state), moved on
 // every state change. A listing without a state merges the ranges of every
