@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -49,19 +50,32 @@ func (svc *supervisorService) FireSchedules(ctx context.Context, req *reevev1.Fi
 			return nil, statusErr(err)
 		}
 	}
-	fence := store.FenceCmp(req.GetFence().GetElectionKey(), req.GetFence().GetRevision())
-	resp := &reevev1.FireSchedulesResponse{Outcomes: make([]*reevev1.FireOutcome, len(req.GetSchedules()))}
-	for i, r := range req.GetSchedules() {
-		o, err := svc.eng.fireSchedule(ctx, workflow.Namespace(r.GetNamespace()), r.GetName(), fence)
-		if err != nil {
-			o.Status = scheduleStatus(err).Proto()
-		} else {
-			o.Applied = true
-		}
-		resp.Outcomes[i] = o
+	_, fences, err := svc.eng.fence(req.GetFence())
+	if err != nil {
+		return nil, statusErr(err)
 	}
+	resp := &reevev1.FireSchedulesResponse{Outcomes: make([]*reevev1.FireOutcome, len(req.GetSchedules()))}
+	sem := make(chan struct{}, firesInFlight)
+	var wg sync.WaitGroup
+	for i, r := range req.GetSchedules() {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o, err := svc.eng.fireSchedule(ctx, workflow.Namespace(r.GetNamespace()), r.GetName(), fences[0])
+			if err != nil {
+				o.Status = scheduleStatus(err).Proto()
+			} else {
+				o.Applied = true
+			}
+			resp.Outcomes[i] = o
+		})
+	}
+	wg.Wait()
 	return resp, nil
 }
+
+// firesInFlight bounds the schedules one FireSchedules call fires at once.
+const firesInFlight = 32
 
 // fireSchedule fires one schedule at the clock's now (see above).
 func (s *Server) fireSchedule(ctx context.Context, ns, name string, fence clientv3.Cmp) (*reevev1.FireOutcome, error) {
