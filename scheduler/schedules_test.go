@@ -376,3 +376,30 @@ func TestScheduleFenceRefusesADeposedFirer(t *testing.T) {
 		t.Fatalf("tasks %v, want the one of 10:01 once", got)
 	}
 }
+
+// A limit of remaining runs: the schedule stops firing at 0; a trigger
+// still runs and does not count.
+func TestScheduleRemainingRuns(t *testing.T) {
+	e := newSchedEnv(t)
+	sc := everyMinute("s", reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_ALLOW_ALL)
+	sc.RemainingRuns = proto.Int64(2)
+	if got := e.create(t, sc); len(got.GetInfo().GetNextTimes()) != 2 {
+		t.Fatalf("next times %v, want the 2 remaining", got.GetInfo().GetNextTimes())
+	}
+	e.clock.Advance(time.Minute)
+	e.fire(t, "s")
+	e.clock.Advance(time.Minute)
+	e.fire(t, "s")
+	e.clock.Advance(time.Minute)
+	if o := e.fire(t, "s"); o.GetStarted() != 0 {
+		t.Fatalf("a schedule without runs left started %d", o.GetStarted())
+	}
+	got := e.get(t, "s")
+	if got.GetRemainingRuns() != 0 || got.GetInfo().GetNextFireTime() != nil || len(got.GetInfo().GetNextTimes()) != 0 || len(e.taskIDs(t, "sched-s-")) != 2 {
+		t.Fatalf("remaining %d, next fire %v, next times %v, tasks %v; want 0, none, none, 2",
+			got.GetRemainingRuns(), got.GetInfo().GetNextFireTime(), got.GetInfo().GetNextTimes(), e.taskIDs(t, "sched-s-"))
+	}
+	if resp, err := e.sc.TriggerSchedule(testCtx(t), &reevev1.TriggerScheduleRequest{Name: "s"}); err != nil || resp.GetTask() == nil || resp.GetSchedule().GetRemainingRuns() != 0 {
+		t.Fatalf("trigger with no runs left: %v %v", resp, err)
+	}
+}
