@@ -79,7 +79,11 @@ const firesInFlight = 32
 
 // fireSchedule fires one schedule at the clock's now (see above).
 func (s *Server) fireSchedule(ctx context.Context, ns, name string, fence clientv3.Cmp) (*reevev1.FireOutcome, error) {
-	var o *reevev1.FireOutcome
+	ctx, span := s.schedTel.startFire(ctx, ns, name)
+	var (
+		o     *reevev1.FireOutcome
+		skips map[string]int
+	)
 	_, err := s.store.UpdateSchedule(ctx, ns, name, fence, func(sc *reevev1.Schedule) error {
 		o = &reevev1.FireOutcome{}
 		now := s.opts.clock.Now()
@@ -90,6 +94,7 @@ func (s *Server) fireSchedule(ctx context.Context, ns, name string, fence client
 			return nil
 		}
 		f := s.newFiring(sc, now)
+		f.cal, skips = cal, f.skips
 		f.startBuffered(ctx)
 		var plan schedule.Plan
 		if f.err == nil {
@@ -97,6 +102,7 @@ func (s *Server) fireSchedule(ctx context.Context, ns, name string, fence client
 			if plan.Missed.Count > 0 {
 				addSkip(sc, plan.Missed, schedule.SkipReasonCatchUp, now)
 				o.Skipped += int32(plan.Missed.Count)
+				f.skips[schedule.SkipReasonCatchUp] += plan.Missed.Count
 			}
 			// Handled up to the plan's end, or, when the times stop early
 			// (an error, no run left), up to the last time handled.
@@ -127,6 +133,12 @@ func (s *Server) fireSchedule(ctx context.Context, ns, name string, fence client
 	if o == nil {
 		o = &reevev1.FireOutcome{}
 	}
+	if err == nil {
+		for reason, n := range skips {
+			s.schedTel.skippedSome(ctx, ns, reason, n)
+		}
+	}
+	endFire(span, o.GetStarted(), o.GetSkipped(), o.GetBuffered(), err)
 	return o, err
 }
 
@@ -171,6 +183,8 @@ func (s *Server) setNextFire(sc *reevev1.Schedule, cal *schedule.Calendar, now t
 type firing struct {
 	s       *Server
 	sc      *reevev1.Schedule
+	cal     *schedule.Calendar // for the jitter of a time's lateness; nil: none
+	skips   map[string]int     // times skipped by reason, for the metric once written
 	policy  schedule.Overlap
 	now     time.Time
 	running bool
@@ -181,7 +195,7 @@ type firing struct {
 }
 
 func (s *Server) newFiring(sc *reevev1.Schedule, now time.Time) *firing {
-	return &firing{s: s, sc: sc, policy: overlapOf(sc.GetPolicies().GetOverlap()), now: now}
+	return &firing{s: s, sc: sc, policy: overlapOf(sc.GetPolicies().GetOverlap()), now: now, skips: map[string]int{}}
 }
 
 // refresh drops the ended tasks from the active ones; running says
@@ -231,6 +245,7 @@ func (f *firing) offer(ctx context.Context, t time.Time, origin string) bool {
 		}
 		addSkip(f.sc, schedule.Missed{First: t, Last: t, Count: 1}, reason, f.now)
 		f.skipped++
+		f.skips[reason]++
 		return true
 	case schedule.ActionBuffer:
 		info.BufferedTimes = append(info.BufferedTimes, timestamppb.New(t))
@@ -288,6 +303,12 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 	case !resp.GetCreated():
 		f.existing++
 		running = !taskstate.TerminalTask(resp.GetTask().GetState())
+	default:
+		late := f.now.Sub(t)
+		if f.cal != nil {
+			late -= f.cal.Jitter(sc.GetNamespace(), sc.GetName(), t)
+		}
+		f.s.schedTel.startedOne(ctx, sc.GetNamespace(), origin, late)
 	}
 	f.started++
 	f.ids = append(f.ids, id)

@@ -216,8 +216,10 @@ func (s *Server) setPaused(ctx context.Context, ns, name string, paused bool, no
 	if len(note) > maxScheduleNote {
 		return nil, statusErr(&workflow.FieldError{Field: "note", Reason: fmt.Sprintf("longer than %d bytes", maxScheduleNote)})
 	}
+	passed := 0
 	sc, err := s.store.UpdateSchedule(ctx, ns, name, clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
 		now := s.opts.clock.Now()
+		passed = 0
 		sc.Info = infoOf(sc)
 		cal, err := scheduleCalendar("spec", sc.GetSpec())
 		if err != nil {
@@ -226,6 +228,7 @@ func (s *Server) setPaused(ctx context.Context, ns, name string, paused bool, no
 		if !paused && sc.GetPaused() {
 			if m := cal.Passed(ns, name, handledUntil(sc), now); m.Count > 0 {
 				addSkip(sc, m, schedule.SkipReasonPaused, now)
+				passed = m.Count
 			}
 			if handledUntil(sc).Before(now) {
 				sc.Info.HandledUntil = timestamppb.New(now)
@@ -237,6 +240,9 @@ func (s *Server) setPaused(ctx context.Context, ns, name string, paused bool, no
 	})
 	if err != nil {
 		return nil, scheduleStatus(err).Err()
+	}
+	if passed > 0 {
+		s.schedTel.skippedSome(ctx, ns, schedule.SkipReasonPaused, passed)
 	}
 	s.log.InfoContext(ctx, "schedule paused or resumed", "namespace", ns, "schedule", name, "paused", paused, "note", note)
 	return s.showSchedule(ctx, sc, false), nil
@@ -326,6 +332,7 @@ func (svc *scheduleService) BackfillSchedule(ctx context.Context, req *reevev1.B
 		times = append(times, t)
 	}
 	resp := &reevev1.BackfillScheduleResponse{}
+	var skips map[string]int
 	sc, err := svc.eng.store.UpdateSchedule(ctx, ns, req.GetName(), clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
 		now := svc.eng.opts.clock.Now()
 		sc.Info = infoOf(sc)
@@ -337,11 +344,15 @@ func (svc *scheduleService) BackfillSchedule(ctx context.Context, req *reevev1.B
 			}
 		}
 		resp.TaskIds, resp.Existing, resp.Buffered, resp.Skipped = f.ids, f.existing, f.buffered, f.skipped
+		skips = f.skips
 		svc.eng.setNextFire(sc, cal, now, false)
 		return nil
 	})
 	if err != nil {
 		return nil, scheduleStatus(err).Err()
+	}
+	for reason, n := range skips {
+		svc.eng.schedTel.skippedSome(ctx, ns, reason, n)
 	}
 	resp.Schedule = svc.eng.showSchedule(ctx, sc, false)
 	return resp, nil

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -31,11 +33,11 @@ type schedEnv struct {
 	fence *reevev1.Fence
 }
 
-func newSchedEnv(t *testing.T) *schedEnv {
+func newSchedEnv(t *testing.T, opts ...scheduler.Option) *schedEnv {
 	t.Helper()
 	env := testenv.New(t)
 	clock := clockwork.NewFakeClockAt(time.Now().Truncate(time.Minute))
-	s := env.StartScheduler("", scheduler.WithClock(clock))
+	s := env.StartScheduler("", append([]scheduler.Option{scheduler.WithClock(clock)}, opts...)...)
 	ctx := testCtx(t)
 	e := &schedEnv{env: env, clock: clock, c: s.Client(t), sc: reevev1.NewScheduleServiceClient(testenv.Dial(t, s.Addr)),
 		sup: reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))}
@@ -401,5 +403,28 @@ func TestScheduleRemainingRuns(t *testing.T) {
 	}
 	if resp, err := e.sc.TriggerSchedule(testCtx(t), &reevev1.TriggerScheduleRequest{Name: "s"}); err != nil || resp.GetTask() == nil || resp.GetSchedule().GetRemainingRuns() != 0 {
 		t.Fatalf("trigger with no runs left: %v %v", resp, err)
+	}
+}
+
+// The metrics of schedules count what a firing did: tasks started by
+// origin, times skipped by reason.
+func TestScheduleMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	e := newSchedEnv(t, scheduler.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	e.create(t, everyMinute("s", reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_ALLOW_ALL))
+	e.clock.Advance(5 * time.Minute)
+	e.fire(t, "s")
+	e.fire(t, "s") // nothing new: counted once
+	origin := func(o string) func(attribute.Set) bool {
+		return func(s attribute.Set) bool { v, _ := s.Value("reeve.schedule.origin"); return v.AsString() == o }
+	}
+	if n := testenv.CounterSum(t, reader, "reeve.schedules.fired", origin("scheduled")); n != 1 {
+		t.Errorf("fired (scheduled) %d, want 1", n)
+	}
+	if n := testenv.CounterSum(t, reader, "reeve.schedules.fired", origin("catch-up")); n != 1 {
+		t.Errorf("fired (catch-up) %d, want 1", n)
+	}
+	if n := testenv.CounterSum(t, reader, "reeve.schedules.skipped", func(attribute.Set) bool { return true }); n != 3 {
+		t.Errorf("skipped %d, want 3", n)
 	}
 }

@@ -80,6 +80,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	lease clientv3.LeaseID // current instance lease, 0 while etcd is unreachable
+
+	schedTel *scheduleInstruments // the schedules' metrics and spans (schedule_telemetry.go)
 }
 
 // New returns a scheduler using the etcd client c, which the caller keeps
@@ -118,6 +120,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		claimEntry: s.claim, takeBackNow: s.takeBack, expireNow: s.expireNow, work: s.work,
 	})
 	s.tel = newInstruments(s)
+	s.schedTel = newScheduleInstruments(o.meter, o.tracer)
 	s.adm = newAdmission(s)
 	s.space = &spaceGuard{s: s}
 	s.shed = newOverload(o, s.log, o.meter.Meter(telemetry.ScopeName+"/scheduler"))
