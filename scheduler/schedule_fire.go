@@ -203,6 +203,10 @@ func (s *Server) newFiring(sc *reevev1.Schedule, now time.Time) *firing {
 // counts as running.
 func (f *firing) refresh(ctx context.Context) {
 	info := f.sc.Info
+	if f.policy == schedule.OverlapAllowAll {
+		info.ActiveTaskIds, f.running = nil, false
+		return
+	}
 	keep := info.ActiveTaskIds[:0:0]
 	for _, id := range info.GetActiveTaskIds() {
 		resp, err := f.s.scheduler.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: f.sc.GetNamespace(), TaskId: id})
@@ -312,7 +316,7 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 	}
 	f.started++
 	f.ids = append(f.ids, id)
-	if running {
+	if running && f.policy != schedule.OverlapAllowAll { // allow_all looks at no run: none tracked
 		f.running = true
 		if !slices.Contains(sc.Info.ActiveTaskIds, id) {
 			sc.Info.ActiveTaskIds = append(sc.Info.ActiveTaskIds, id)

@@ -503,7 +503,7 @@ type ScheduleInfo struct {
 	// first.
 	BufferedTimes []*timestamppb.Timestamp `protobuf:"bytes,5,rep,name=buffered_times,json=bufferedTimes,proto3" json:"buffered_times,omitempty"`
 	// Ids of started tasks not yet seen ended (what the overlap policy
-	// looks at).
+	// looks at; none under allow_all, which looks at none).
 	ActiveTaskIds []string `protobuf:"bytes,6,rep,name=active_task_ids,json=activeTaskIds,proto3" json:"active_task_ids,omitempty"`
 	// When the firer looks at the schedule next; unset while nothing is due.
 	NextFireTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=next_fire_time,json=nextFireTime,proto3" json:"next_fire_time,omitempty"`
