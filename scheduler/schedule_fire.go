@@ -260,8 +260,12 @@ func (f *firing) offer(ctx context.Context, t time.Time, origin string) bool {
 		}
 		fallthrough
 	default:
+		skipped := f.skipped
 		if !f.start(ctx, t, schedule.TaskID(f.sc.GetName(), t), origin) {
 			return false
+		}
+		if f.skipped > skipped {
+			return true // refused for good: not a run
 		}
 	}
 	if counts && f.sc.RemainingRuns != nil {
@@ -301,6 +305,14 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 		// it ran; its state is read below.
 		f.existing++
 		running = false
+	case err != nil && !retryableSubmit(status.Code(err)):
+		// Refused for good (the workflow or its version is gone, the input
+		// no longer fits): the
+		// time is recorded as skipped with why, not retried every second.
+		addSkip(sc, schedule.Missed{First: t, Last: t, Count: 1}, "refused: "+status.Convert(err).Message(), f.now)
+		f.skipped++
+		f.skips["refused"]++
+		return true
 	case err != nil:
 		f.err = fmt.Errorf("submit task %s: %w", id, err)
 		return false
@@ -332,6 +344,17 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 		sc.Info.RunCount++
 	}
 	return true
+}
+
+// retryableSubmit reports whether a refused submission may succeed when
+// sent again soon: etcd or the scheduler unavailable or overloaded, a lost
+// race, a rate limit.
+func retryableSubmit(c codes.Code) bool {
+	switch c {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DeadlineExceeded, codes.Canceled, codes.Internal:
+		return true
+	}
+	return false
 }
 
 // addSkip records skipped times, newest first, merging them into the

@@ -277,6 +277,9 @@ func (svc *scheduleService) TriggerSchedule(ctx context.Context, req *reevev1.Tr
 		if !f.start(ctx, now, id, "trigger") {
 			return f.err
 		}
+		if f.skipped > 0 {
+			resp.Skipped, id = sc.Info.Skipped[0].GetReason(), ""
+		}
 		return nil
 	})
 	if err != nil {

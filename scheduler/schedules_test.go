@@ -3,10 +3,12 @@ package scheduler_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
@@ -17,6 +19,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/schedule"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/scheduler"
 )
@@ -426,5 +429,30 @@ func TestScheduleMetrics(t *testing.T) {
 	}
 	if n := testenv.CounterSum(t, reader, "reeve.schedules.skipped", func(attribute.Set) bool { return true }); n != 3 {
 		t.Errorf("skipped %d, want 3", n)
+	}
+}
+
+// A time whose submission is refused for good (here the workflow is gone:
+// the record was changed beside the API) is recorded as skipped with why,
+// and the schedule moves on instead of retrying it every second.
+func TestScheduleRefusedSubmissionIsSkipped(t *testing.T) {
+	e := newSchedEnv(t)
+	e.create(t, everyMinute("s", 0))
+	if _, err := store.New(e.env.Etcd.Client()).UpdateSchedule(testCtx(t), "default", "s", clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
+		sc.Action.Workflow.Name = "ghost"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	if o := e.fire(t, "s"); o.GetStarted() != 0 || o.GetSkipped() != 1 {
+		t.Fatalf("fire: started %d skipped %d, want 0 and 1", o.GetStarted(), o.GetSkipped())
+	}
+	got := e.get(t, "s")
+	if skip := got.GetInfo().GetSkipped(); len(skip) != 1 || !strings.HasPrefix(skip[0].GetReason(), "refused: ") || !strings.Contains(skip[0].GetReason(), "ghost") {
+		t.Fatalf("skipped %v, want the time refused naming the workflow", skip)
+	}
+	if next := got.GetInfo().GetNextFireTime().AsTime(); !next.Equal(e.clock.Now().Add(time.Minute)) {
+		t.Fatalf("next fire %v, want the next minute", next)
 	}
 }
