@@ -51,12 +51,9 @@ func (s *Supervisor) fireSchedules(ctx context.Context, fence *reevev1.Fence) {
 	}()
 	for ctx.Err() == nil {
 		now := s.opts.clock.Now()
-		fired, full, ok := s.firePass(ctx, fence, now)
+		fired, ok := s.firePass(ctx, fence, now)
 		if !ok {
 			return
-		}
-		if full {
-			continue // more is due than one page: read again at once
 		}
 		next := now.Add(s.opts.tick)
 		if at, has, _, err := s.store.NextScheduleDue(ctx); err == nil && has && at.Before(next) {
@@ -91,29 +88,22 @@ func (s *Supervisor) fireSchedules(ctx context.Context, fence *reevev1.Fence) {
 	}
 }
 
-// firePass fires one page of due schedules. fired: every due schedule
-// was fired and something was due (false also when nothing was due);
-// full: the page was full; ok false: deposed.
-func (s *Supervisor) firePass(ctx context.Context, fence *reevev1.Fence, now time.Time) (fired, full, ok bool) {
-	due, err := s.store.DueSchedules(ctx, now, s.opts.batch)
-	if err != nil {
-		s.log.Warn("read schedule due index", "err", err)
-		return false, false, true
-	}
-	if len(due) == 0 {
-		return true, false, true
-	}
-	full = len(due) == s.opts.batch
+// firePass fires every schedule due at now: it reads the due index page
+// by page (each after the last key of the one before, so pages are read
+// while the calls of earlier ones are in flight) and sends each page in
+// FireSchedules calls of up to schedulesPerCall, at most
+// fireCallsInFlight at once. fired: every due schedule was fired and
+// something was due (true when nothing was); ok false: deposed.
+func (s *Supervisor) firePass(ctx context.Context, fence *reevev1.Fence, now time.Time) (fired, ok bool) {
 	var (
 		wg               sync.WaitGroup
 		mu               sync.Mutex
 		failed, deposed  bool
 		started, skipped int32
+		total            int
 	)
 	sem := make(chan struct{}, fireCallsInFlight)
-	for len(due) > 0 {
-		chunk := due[:min(len(due), schedulesPerCall)]
-		due = due[len(chunk):]
+	send := func(chunk []store.DueSchedule) {
 		req := &reevev1.FireSchedulesRequest{Fence: fence}
 		for _, d := range chunk {
 			req.Schedules = append(req.Schedules, &reevev1.ScheduleRef{Namespace: d.Namespace, Name: d.Name})
@@ -156,12 +146,41 @@ func (s *Supervisor) firePass(ctx context.Context, fence *reevev1.Fence, now tim
 			}
 		})
 	}
+	after := ""
+	for ctx.Err() == nil {
+		mu.Lock()
+		stop := deposed
+		mu.Unlock()
+		if stop {
+			break
+		}
+		page, err := s.store.DueSchedules(ctx, after, now, s.opts.batch)
+		if err != nil {
+			s.log.Warn("read schedule due index", "err", err)
+			failed = true
+			break
+		}
+		n := len(page)
+		total += n
+		for len(page) > 0 {
+			chunk := page[:min(len(page), schedulesPerCall)]
+			page = page[len(chunk):]
+			after = chunk[len(chunk)-1].Key
+			send(chunk)
+		}
+		if n < s.opts.batch {
+			break // a short page: the due part is read
+		}
+	}
 	wg.Wait()
 	if deposed && !s.stillLeader(ctx, fence) {
 		s.log.Warn("deposed: stopping firing schedules")
-		return false, false, false
+		return false, false
 	}
-	return !failed && started+skipped > 0, full, true
+	if total == 0 {
+		return true, true
+	}
+	return !failed && started+skipped > 0, true
 }
 
 // watchScheduleDue reports every time added to the due index to w until

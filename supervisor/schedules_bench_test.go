@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,6 +31,8 @@ import (
 // production tick (5 s); allow_all, no agent (the tasks stay pending).
 //
 //	REEVE_BENCH_SCHEDULES=10000 go test ./supervisor/ -run TestScheduleFiringBench -v -timeout 15m
+//
+// REEVE_BENCH_IDLE_PROFILE=PATH writes a CPU profile of the idle window.
 func TestScheduleFiringBench(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("REEVE_BENCH_SCHEDULES"))
 	if n <= 0 {
@@ -76,9 +79,24 @@ func TestScheduleFiringBench(t *testing.T) {
 
 	// Nothing is due until first: the process's CPU over 20 s.
 	time.Sleep(time.Until(first.Add(-22 * time.Second)))
+	if path := os.Getenv("REEVE_BENCH_IDLE_PROFILE"); path != "" {
+		// A CPU profile of the idle window, to tell the firer's share:
+		// go tool pprof -top -focus 'supervisor.\(\*Supervisor\).(fireSchedules|watchScheduleDue)' PATH
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	cpu0, wall0 := cpuTime(t), time.Now()
 	time.Sleep(20 * time.Second)
 	idle := float64(cpuTime(t)-cpu0) / float64(time.Since(wall0))
+	if os.Getenv("REEVE_BENCH_IDLE_PROFILE") != "" {
+		pprof.StopCPUProfile()
+	}
 	t.Logf("idle: the process used %.2f%% of one core (etcd, scheduler and supervisor together)", idle*100)
 
 	// The first firing: wait until every schedule's task exists.

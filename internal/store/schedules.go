@@ -45,7 +45,7 @@ func (k keys) parseScheduleDue(key string) (DueSchedule, error) {
 	if err != nil {
 		return DueSchedule{}, fmt.Errorf("store: malformed schedule due key %q: %w", key, err)
 	}
-	return DueSchedule{At: time.Unix(0, nanos), Namespace: parts[1], Name: parts[2]}, nil
+	return DueSchedule{At: time.Unix(0, nanos), Namespace: parts[1], Name: parts[2], Key: key}, nil
 }
 
 // dueKeyOf returns the due key a schedule record implies, "" for none.
@@ -60,6 +60,8 @@ func (k keys) dueKeyOf(sc *reevev1.Schedule) string {
 type DueSchedule struct {
 	At              time.Time
 	Namespace, Name string
+	// Key is the index key, for DueSchedules' after.
+	Key string
 }
 
 func scheduleNotFound(ns, name string) error {
@@ -220,12 +222,20 @@ func (s *Store) DeleteSchedule(ctx context.Context, ns, name string) error {
 }
 
 // DueSchedules returns up to limit keys of the due index at or before now,
-// earliest first: the schedules to fire.
-func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]DueSchedule, error) {
+// earliest first, after the key after ("" from the first): the schedules
+// to fire, a page at a time.
+func (s *Store) DueSchedules(ctx context.Context, after string, now time.Time, limit int) ([]DueSchedule, error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
+	from := s.k.scheduleDuePrefix()
+	if after != "" {
+		from = after + "\x00"
+	}
 	end := fmt.Sprintf("%s%020d", s.k.scheduleDuePrefix(), now.UnixNano()+1)
-	resp, err := s.c.Get(octx, s.k.scheduleDuePrefix(), clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
+	if from >= end {
+		return nil, nil
+	}
+	resp, err := s.c.Get(octx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
 	if err != nil {
 		return nil, etcdErr(ctx, "due schedules", err)
 	}

@@ -34,7 +34,7 @@ func TestScheduleDueIndexFollowsTheRecords(t *testing.T) {
 		t.Fatalf("second create: %v, want ErrAlreadyExists", err)
 	}
 	due := func(at time.Time) []string {
-		ds, err := s.DueSchedules(ctx, at, 100)
+		ds, err := s.DueSchedules(ctx, "", at, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,6 +46,13 @@ func TestScheduleDueIndexFollowsTheRecords(t *testing.T) {
 	}
 	if got := due(t0.Add(time.Minute)); len(got) != 2 || got[0] != "a" || got[1] != "b" {
 		t.Fatalf("due at +1m: %v, want [a b]", got)
+	}
+	page, err := s.DueSchedules(ctx, "", t0.Add(time.Hour), 1)
+	if err != nil || len(page) != 1 || page[0].Name != "a" {
+		t.Fatalf("first page %v %v, want [a]", page, err)
+	}
+	if page, err = s.DueSchedules(ctx, page[0].Key, t0.Add(time.Hour), 5); err != nil || len(page) != 2 || page[0].Name != "b" {
+		t.Fatalf("page after a: %v %v, want [b c]", page, err)
 	}
 	// a moves 10 minutes on; c is paused (no due key).
 	if _, err := s.UpdateSchedule(ctx, "default", "a", clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
