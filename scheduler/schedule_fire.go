@@ -75,7 +75,7 @@ func (svc *supervisorService) FireSchedules(ctx context.Context, req *reevev1.Fi
 }
 
 // firesInFlight bounds the schedules one FireSchedules call fires at once.
-const firesInFlight = 32
+const firesInFlight = 64
 
 // fireSchedule fires one schedule at the clock's now (see above).
 func (s *Server) fireSchedule(ctx context.Context, ns, name string, fence clientv3.Cmp) (*reevev1.FireOutcome, error) {
