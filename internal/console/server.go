@@ -34,6 +34,8 @@ type Server struct {
 	mux      *http.ServeMux
 	// callTimeout bounds every unary gRPC call a page makes.
 	callTimeout time.Duration
+
+	schedules reevev1.ScheduleServiceClient // the schedules pages' API (schedules.go)
 }
 
 // Option configures a Server.
@@ -62,6 +64,7 @@ func New(cc grpc.ClientConnInterface, opts ...Option) (*Server, error) {
 	s := &Server{
 		sched:       reevev1.NewSchedulerServiceClient(cc),
 		sup:         reevev1.NewSupervisorServiceClient(cc),
+		schedules:   reevev1.NewScheduleServiceClient(cc),
 		log:         slog.Default(),
 		now:         time.Now,
 		callTimeout: 10 * time.Second,
@@ -120,6 +123,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /workflows", s.withSession(s.workflowsPage))
 	m.HandleFunc("GET /workflows/{name}", s.withSession(s.workflowPage))
 	m.HandleFunc("GET /agents", s.withSession(s.agentsPage))
+	m.HandleFunc("GET /schedules", s.withSession(s.schedulesPage))
+	m.HandleFunc("GET /schedules/{name}", s.withSession(s.schedulePage))
+	m.HandleFunc("POST /schedules/{name}/{action}", s.withSession(s.csrf(s.scheduleAction)))
 	m.HandleFunc("/", s.withSession(func(w http.ResponseWriter, r *http.Request, ss *session) {
 		s.renderError(w, r, ss, http.StatusNotFound, "Not found", "There is no page at "+r.URL.Path+".")
 	}))
