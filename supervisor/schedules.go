@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -35,9 +36,10 @@ const (
 )
 
 // fireSchedules fires due schedules until ctx ends or a refusal shows the
-// leader was deposed (it then returns; the leader's loop notices the lost
-// session on its own).
-func (s *Supervisor) fireSchedules(ctx context.Context, fence *reevev1.Fence) {
+// leader was deposed while its session lives on (its election key was
+// deleted): it then closes the session, so that the leader stops leading
+// and campaigns again, as a deposal found by a recovery does.
+func (s *Supervisor) fireSchedules(ctx context.Context, fence *reevev1.Fence, sess *concurrency.Session) {
 	w := newWaker()
 	watchDone := make(chan struct{})
 	wctx, cancel := context.WithCancel(ctx)
@@ -53,6 +55,7 @@ func (s *Supervisor) fireSchedules(ctx context.Context, fence *reevev1.Fence) {
 		now := s.opts.clock.Now()
 		fired, ok := s.firePass(ctx, fence, now)
 		if !ok {
+			_ = sess.Close()
 			return
 		}
 		next := now.Add(s.opts.tick)

@@ -160,7 +160,7 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 	firesDone := make(chan struct{})
 	go func() {
 		defer close(firesDone)
-		s.fireSchedules(wctx, fence) // schedules.go
+		s.fireSchedules(wctx, fence, sess) // schedules.go
 	}()
 	defer func() {
 		cancel()
