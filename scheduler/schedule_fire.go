@@ -54,14 +54,28 @@ func (svc *supervisorService) FireSchedules(ctx context.Context, req *reevev1.Fi
 	if err != nil {
 		return nil, statusErr(err)
 	}
+	// One read for the records of the whole call, not one per schedule.
+	refs := make([]store.ScheduleRef, len(req.GetSchedules()))
+	for i, r := range req.GetSchedules() {
+		refs[i] = store.ScheduleRef{Namespace: workflow.Namespace(r.GetNamespace()), Name: r.GetName()}
+	}
+	recs, revs, err := svc.eng.store.GetSchedules(ctx, refs)
+	if err != nil {
+		return nil, statusErr(err)
+	}
 	resp := &reevev1.FireSchedulesResponse{Outcomes: make([]*reevev1.FireOutcome, len(req.GetSchedules()))}
 	sem := make(chan struct{}, firesInFlight)
 	var wg sync.WaitGroup
-	for i, r := range req.GetSchedules() {
+	for i, r := range refs {
+		if recs[i] == nil {
+			resp.Outcomes[i] = &reevev1.FireOutcome{Status: scheduleStatus(&store.NotFoundError{
+				What: fmt.Sprintf("schedule %q in namespace %q", r.Name, r.Namespace), Kind: store.KindSchedule, Namespace: r.Namespace, Name: r.Name}).Proto()}
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			o, err := svc.eng.fireSchedule(ctx, workflow.Namespace(r.GetNamespace()), r.GetName(), fences[0])
+			o, err := svc.eng.fireSchedule(ctx, r.Namespace, r.Name, recs[i], revs[i], fences[0])
 			if err != nil {
 				o.Status = scheduleStatus(err).Proto()
 			} else {
@@ -77,14 +91,15 @@ func (svc *supervisorService) FireSchedules(ctx context.Context, req *reevev1.Fi
 // firesInFlight bounds the schedules one FireSchedules call fires at once.
 const firesInFlight = 64
 
-// fireSchedule fires one schedule at the clock's now (see above).
-func (s *Server) fireSchedule(ctx context.Context, ns, name string, fence clientv3.Cmp) (*reevev1.FireOutcome, error) {
+// fireSchedule fires one schedule at the clock's now (see above),
+// starting from its record cur read at revision rev.
+func (s *Server) fireSchedule(ctx context.Context, ns, name string, cur *reevev1.Schedule, rev int64, fence clientv3.Cmp) (*reevev1.FireOutcome, error) {
 	ctx, span := s.schedTel.startFire(ctx, ns, name)
 	var (
 		o     *reevev1.FireOutcome
 		skips map[string]int
 	)
-	_, err := s.store.UpdateSchedule(ctx, ns, name, fence, func(sc *reevev1.Schedule) error {
+	_, err := s.store.UpdateScheduleFrom(ctx, ns, name, cur, rev, fence, func(sc *reevev1.Schedule) error {
 		o = &reevev1.FireOutcome{}
 		now := s.opts.clock.Now()
 		sc.Info = infoOf(sc)

@@ -143,11 +143,21 @@ func (s *Store) ListSchedules(ctx context.Context, ns, after string, limit int) 
 // reads again and calls fn again (so fn must be safe to repeat), at most 20
 // times (ErrConflict). fn's error aborts the update and is returned.
 func (s *Store) UpdateSchedule(ctx context.Context, ns, name string, fence clientv3.Cmp, fn func(*reevev1.Schedule) error) (*reevev1.Schedule, error) {
+	return s.UpdateScheduleFrom(ctx, ns, name, nil, 0, fence, fn)
+}
+
+// UpdateScheduleFrom is UpdateSchedule starting from a record read before
+// (GetSchedules: cur at revision rev) instead of reading it first; nil cur
+// reads it. A record that changed since is read again, as after a lost
+// compare.
+func (s *Store) UpdateScheduleFrom(ctx context.Context, ns, name string, cur *reevev1.Schedule, rev int64, fence clientv3.Cmp, fn func(*reevev1.Schedule) error) (*reevev1.Schedule, error) {
 	key := s.k.schedule(ns, name)
 	for range maxUpdateRetries {
-		cur, rev, err := s.GetSchedule(ctx, ns, name)
-		if err != nil {
-			return nil, err
+		if cur == nil {
+			var err error
+			if cur, rev, err = s.GetSchedule(ctx, ns, name); err != nil {
+				return nil, err
+			}
 		}
 		next := proto.Clone(cur).(*reevev1.Schedule)
 		if err := fn(next); err != nil {
@@ -175,8 +185,46 @@ func (s *Store) UpdateSchedule(ctx context.Context, ns, name string, fence clien
 		if ok {
 			return next, nil
 		}
+		cur = nil
 	}
 	return nil, fmt.Errorf("update schedule %q: %w", name, ErrConflict)
+}
+
+// ScheduleRef names a schedule.
+type ScheduleRef struct{ Namespace, Name string }
+
+// GetSchedules reads many schedules in as few transactions as etcd's
+// operation limit allows (each transaction reads one revision):
+// each with its record's revision, nil (and 0) where it does
+// not exist. A record read here may be stale by the time it is written:
+// UpdateScheduleFrom's compare finds that out.
+func (s *Store) GetSchedules(ctx context.Context, refs []ScheduleRef) ([]*reevev1.Schedule, []int64, error) {
+	out, revs := make([]*reevev1.Schedule, len(refs)), make([]int64, len(refs))
+	for start := 0; start < len(refs); start += s.maxTxnOps {
+		chunk := refs[start:min(start+s.maxTxnOps, len(refs))]
+		gets := make([]clientv3.Op, len(chunk))
+		for i, r := range chunk {
+			gets[i] = clientv3.OpGet(s.k.schedule(r.Namespace, r.Name))
+		}
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.c.Txn(octx).Then(gets...).Commit()
+		cancel()
+		if err != nil {
+			return nil, nil, etcdErr(ctx, "get schedules", err)
+		}
+		for i, r := range resp.Responses {
+			kvs := r.GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				continue
+			}
+			sc := &reevev1.Schedule{}
+			if err := proto.Unmarshal(kvs[0].Value, sc); err != nil {
+				return nil, nil, fmt.Errorf("store: decode %s: %w", kvs[0].Key, err)
+			}
+			out[start+i], revs[start+i] = sc, kvs[0].ModRevision
+		}
+	}
+	return out, revs, nil
 }
 
 // guardedTxn commits ops if cmp holds and, inside it, fence (when set):

@@ -132,3 +132,31 @@ func TestListSchedulesPages(t *testing.T) {
 		t.Fatalf("second page %v more=%v err=%v", rest, more, err)
 	}
 }
+
+// GetSchedules reads many at once; an update from a record that changed
+// since it was read reads it again instead of overwriting the change.
+func TestGetSchedulesAndUpdateFromAStaleRead(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := ctx(t)
+	for _, name := range []string{"a", "b"} {
+		if err := s.CreateSchedule(ctx, sched(name, t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, revs, err := s.GetSchedules(ctx, []store.ScheduleRef{{Namespace: "default", Name: "a"}, {Namespace: "default", Name: "ghost"}, {Namespace: "default", Name: "b"}})
+	if err != nil || recs[0].GetName() != "a" || recs[1] != nil || revs[1] != 0 || recs[2].GetName() != "b" {
+		t.Fatalf("get schedules: %v %v %v", recs, revs, err)
+	}
+	if _, err := s.UpdateSchedule(ctx, "default", "a", clientv3.Cmp{}, func(sc *reevev1.Schedule) error { sc.Note = "changed"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	got, err := s.UpdateScheduleFrom(ctx, "default", "a", recs[0], revs[0], clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
+		calls++
+		sc.Info.RunCount++
+		return nil
+	})
+	if err != nil || calls != 2 || got.GetNote() != "changed" || got.GetInfo().GetRunCount() != 1 {
+		t.Fatalf("update from a stale read: %d calls, note %q, runs %d, %v; want 2 calls keeping the change", calls, got.GetNote(), got.GetInfo().GetRunCount(), err)
+	}
+}
