@@ -72,6 +72,8 @@ func scheduleNotFound(ns, name string) error {
 // (info.next_fire_time); ErrAlreadyExists when the name is taken.
 func (s *Store) CreateSchedule(ctx context.Context, sc *reevev1.Schedule) error {
 	key := s.k.schedule(sc.GetNamespace(), sc.GetName())
+	sc = proto.Clone(sc).(*reevev1.Schedule)
+	dropVersionField(sc) // what this Reeve writes is version 1
 	val, err := marshal(sc)
 	if err != nil {
 		return err
@@ -158,6 +160,10 @@ func (s *Store) UpdateScheduleFrom(ctx context.Context, ns, name string, cur *re
 			if cur, rev, err = s.GetSchedule(ctx, ns, name); err != nil {
 				return nil, err
 			}
+		}
+		if v := unknownFieldVersion(cur); !knownVersion(v) {
+			// A newer Reeve's schedule: not rewritten (versions.go).
+			return nil, s.unknownVersion("update schedule", &UnknownVersionError{Kind: KindSchedule, Namespace: ns, Name: name, Key: key, Version: v})
 		}
 		next := proto.Clone(cur).(*reevev1.Schedule)
 		if err := fn(next); err != nil {

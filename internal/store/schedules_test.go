@@ -7,6 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -158,5 +160,34 @@ func TestGetSchedulesAndUpdateFromAStaleRead(t *testing.T) {
 	})
 	if err != nil || calls != 2 || got.GetNote() != "changed" || got.GetInfo().GetRunCount() != 1 {
 		t.Fatalf("update from a stale read: %d calls, note %q, runs %d, %v; want 2 calls keeping the change", calls, got.GetNote(), got.GetInfo().GetRunCount(), err)
+	}
+}
+
+// A schedule written by a newer Reeve (record_version 2) is not rewritten;
+// a version a client sets on a new schedule is not stored.
+func TestScheduleOfANewerReeveIsNotRewritten(t *testing.T) {
+	s, c := newStore(t)
+	ctx := ctx(t)
+	withVersion := func(v uint64) *reevev1.Schedule {
+		sc := sched("a", t0)
+		sc.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 1000, protowire.VarintType), v))
+		return sc
+	}
+	if err := s.CreateSchedule(ctx, withVersion(2)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Get(ctx, "/reeve/schedules/default/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := store.VersionOf(resp.Kvs[0].Value); v != 1 {
+		t.Fatalf("a client's version was stored: %d", v)
+	}
+	val, _ := proto.Marshal(withVersion(2))
+	if _, err := c.Put(ctx, "/reeve/schedules/default/a", string(val)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateSchedule(ctx, "default", "a", clientv3.Cmp{}, func(sc *reevev1.Schedule) error { sc.Note = "x"; return nil }); !errors.Is(err, store.ErrUnknownVersion) {
+		t.Fatalf("update of a newer Reeve's schedule: %v, want ErrUnknownVersion", err)
 	}
 }

@@ -1724,7 +1724,7 @@ const file_reeve_v1_schedule_service_proto_rawDesc = "" +
 	"\x0ebuffered_times\x18\x05 \x03(\v2\x1a.google.protobuf.TimestampR\rbufferedTimes\x12&\n" +
 	"\x0factive_task_ids\x18\x06 \x03(\tR\ractiveTaskIds\x12@\n" +
 	"\x0enext_fire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\fnextFireTime\x12\x1b\n" +
-	"\trun_count\x18\b \x01(\x03R\brunCount\"\x8b\x04\n" +
+	"\trun_count\x18\b \x01(\x03R\brunCount\"\x93\x04\n" +
 	"\bSchedule\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\x04name\x18\x02 \x01(\tB\x03\xe0A\x02R\x04name\x12/\n" +
@@ -1740,7 +1740,7 @@ const file_reeve_v1_schedule_service_proto_rawDesc = "" +
 	"createTime\x12@\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"updateTimeB\x11\n" +
-	"\x0f_remaining_runs\"L\n" +
+	"\x0f_remaining_runsJ\x06\b\xe8\a\x10\xe9\a\"L\n" +
 	"\x15CreateScheduleRequest\x123\n" +
 	"\bschedule\x18\x01 \x01(\v2\x12.reeve.v1.ScheduleB\x03\xe0A\x02R\bschedule\"H\n" +
 	"\x16CreateScheduleResponse\x12.\n" +
