@@ -45,6 +45,9 @@ type Server struct {
 	adm    *admission   // limits on submissions and lists (admission.go)
 	mover  *mover       // deletes or archives finished tasks (archive.go)
 	batch  *batchRunner // runs batch jobs (batches.go)
+	// schedules fires schedules for the supervisor leader and serves
+	// ScheduleService (schedules.go, schedule_fire.go).
+	schedules *schedules
 	// dedup answers archive lookups while the archive is unavailable
 	// (dedup.go); nil without an archive or with WithArchiveDedupWindow(0).
 	dedup *dedupWindow
@@ -54,6 +57,7 @@ type Server struct {
 	agent      *agentService
 	supervisor *supervisorService
 	batches    *batchService
+	schedule   *scheduleService
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -66,6 +70,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	lease clientv3.LeaseID // current instance lease, 0 while etcd is unreachable
+
 }
 
 // New returns a scheduler using the etcd client c, which the caller keeps
@@ -122,8 +127,10 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		lookups: lookups, dedup: s.dedup,
 	}
 	s.agent = &agentService{agents: s.agents}
-	s.supervisor = &supervisorService{opts: &s.opts, log: s.log, eng: s.eng, store: s.store}
+	s.schedules = &schedules{opts: &s.opts, store: s.store, log: s.log, tel: newScheduleInstruments(o.meter, o.tracer), scheduler: s.scheduler}
+	s.supervisor = &supervisorService{opts: &s.opts, log: s.log, eng: s.eng, store: s.store, schedules: s.schedules}
 	s.batches = &batchService{opts: &s.opts, store: s.store}
+	s.schedule = &scheduleService{sch: s.schedules}
 	s.batch = &batchRunner{opts: &s.opts, store: s.store, tasks: tasks, log: s.log, lease: s.currentLease,
 		scheduler: s.scheduler, supervisor: s.supervisor, running: map[string]bool{}}
 	return s
@@ -182,6 +189,7 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	reevev1.RegisterAgentServiceServer(g, s.agent)
 	reevev1.RegisterSupervisorServiceServer(g, s.supervisor)
 	reevev1.RegisterBatchServiceServer(g, s.batches)
+	reevev1.RegisterScheduleServiceServer(g, s.schedule)
 }
 
 // SchedulerService returns the reeve.v1.SchedulerService that Register
@@ -189,6 +197,10 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // interceptor runs (no authorization, and errors lack the details that
 // ServerOptions' interceptors add).
 func (s *Server) SchedulerService() reevev1.SchedulerServiceServer { return s.scheduler }
+
+// ScheduleService returns the reeve.v1.ScheduleService that Register
+// registers, for calls in the same process (no interceptor runs).
+func (s *Server) ScheduleService() reevev1.ScheduleServiceServer { return s.schedule }
 
 // Run checks etcd's layout version (CheckLayout; a newer one is returned
 // at once as the error), dispatches work until ctx ends, then shuts down

@@ -62,4 +62,6 @@ type supervisorService struct {
 	log   *slog.Logger
 	eng   *engine
 	store *store.Store // alerts, the election's prefix
+	// schedules fires the schedules of FireSchedules (schedule_fire.go).
+	schedules *schedules
 }

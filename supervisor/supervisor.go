@@ -157,10 +157,16 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 		defer close(lostDone)
 		s.watchLostAgents(wctx, fence, from)
 	}()
+	firesDone := make(chan struct{})
+	go func() {
+		defer close(firesDone)
+		s.fireSchedules(wctx, fence, sess) // schedules.go
+	}()
 	defer func() {
 		cancel()
 		<-done
 		<-lostDone
+		<-firesDone
 	}()
 	s.backoff = map[string]entryBackoff{}
 	for {

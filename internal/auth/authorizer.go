@@ -115,6 +115,16 @@ var rules = map[string]rule{
 	reevev1.SupervisorService_ListAlerts_FullMethodName:              {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SupervisorService_WatchAlerts_FullMethodName:             {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SupervisorService_AckAlert_FullMethodName:                {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.SupervisorService_FireSchedules_FullMethodName:           {roles: []Role{RoleSupervisor, RoleAdmin}, check: fireSchedules},
+	reevev1.ScheduleService_CreateSchedule_FullMethodName:            {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.ScheduleService_UpdateSchedule_FullMethodName:            {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.ScheduleService_PauseSchedule_FullMethodName:             {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.ScheduleService_ResumeSchedule_FullMethodName:            {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.ScheduleService_TriggerSchedule_FullMethodName:           {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.ScheduleService_BackfillSchedule_FullMethodName:          {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.ScheduleService_DeleteSchedule_FullMethodName:            {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.ScheduleService_GetSchedule_FullMethodName:               {roles: clientRoles, check: namespaceOf(RoleClient)},
+	reevev1.ScheduleService_ListSchedules_FullMethodName:             {roles: clientRoles, check: namespaceOf(RoleClient)},
 	reevev1.AgentService_Connect_FullMethodName:                      {roles: []Role{RoleAgent}, check: agentRegister},
 	"/grpc.health.v1.Health/Check":                                   {open: true},
 	"/grpc.health.v1.Health/Watch":                                   {open: true},
@@ -151,6 +161,10 @@ func requestNamespace(req any) string {
 	switch r := req.(type) {
 	case *reevev1.RegisterWorkflowRequest:
 		return workflow.Namespace(r.GetWorkflow().GetNamespace())
+	case *reevev1.CreateScheduleRequest:
+		return workflow.Namespace(r.GetSchedule().GetNamespace())
+	case *reevev1.UpdateScheduleRequest:
+		return workflow.Namespace(r.GetSchedule().GetNamespace())
 	case interface{ GetNamespace() string }:
 		return workflow.Namespace(r.GetNamespace())
 	}
@@ -193,6 +207,19 @@ func recoverSteps(p *Principal, req any) error {
 		ns := workflow.Namespace(d.GetNamespace())
 		if !p.Allows(RoleSupervisor, ns) {
 			return status.Errorf(codes.PermissionDenied, "decisions[%d].namespace: %s may not recover tasks in namespace %q", i, p.Name, ns)
+		}
+	}
+	return nil
+}
+
+// fireSchedules: the caller must be a supervisor (an admin is one too) in
+// the namespace of every schedule it fires; the fence is the scheduler's
+// to check, in the transaction of each schedule's write.
+func fireSchedules(p *Principal, req any) error {
+	for i, r := range req.(*reevev1.FireSchedulesRequest).GetSchedules() {
+		ns := workflow.Namespace(r.GetNamespace())
+		if !p.Allows(RoleSupervisor, ns) {
+			return status.Errorf(codes.PermissionDenied, "schedules[%d].namespace: %s may not fire schedules in namespace %q", i, p.Name, ns)
 		}
 	}
 	return nil

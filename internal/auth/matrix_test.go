@@ -53,7 +53,18 @@ var grantedTo = map[string][]auth.Role{
 	reevev1.SupervisorService_ListAlerts_FullMethodName:     {auth.RoleAdmin},
 	reevev1.SupervisorService_WatchAlerts_FullMethodName:    {auth.RoleAdmin},
 	reevev1.SupervisorService_AckAlert_FullMethodName:       {auth.RoleAdmin},
+	reevev1.SupervisorService_FireSchedules_FullMethodName:  {auth.RoleSupervisor, auth.RoleAdmin},
 	reevev1.AgentService_Connect_FullMethodName:             {auth.RoleAgent},
+	// Schedules: changed by the namespace's admin, read by its clients.
+	reevev1.ScheduleService_CreateSchedule_FullMethodName:   {auth.RoleAdmin},
+	reevev1.ScheduleService_UpdateSchedule_FullMethodName:   {auth.RoleAdmin},
+	reevev1.ScheduleService_PauseSchedule_FullMethodName:    {auth.RoleAdmin},
+	reevev1.ScheduleService_ResumeSchedule_FullMethodName:   {auth.RoleAdmin},
+	reevev1.ScheduleService_TriggerSchedule_FullMethodName:  {auth.RoleAdmin},
+	reevev1.ScheduleService_BackfillSchedule_FullMethodName: {auth.RoleAdmin},
+	reevev1.ScheduleService_DeleteSchedule_FullMethodName:   {auth.RoleAdmin},
+	reevev1.ScheduleService_GetSchedule_FullMethodName:      {auth.RoleClient, auth.RoleAdmin},
+	reevev1.ScheduleService_ListSchedules_FullMethodName:    {auth.RoleClient, auth.RoleAdmin},
 }
 
 // admitted records the calls that passed the authorizer and reached their
@@ -144,6 +155,12 @@ func requestFor(t *testing.T, m protoreflect.MethodDescriptor, ns string) proto.
 		r.Workflow = &reevev1.Workflow{Namespace: ns, Name: "w", Steps: []*reevev1.StepSpec{{Name: "s", Type: "pay.charge", Timeout: durationpb.New(10 * time.Second)}}}
 	case *reevev1.ConnectRequest:
 		r.Msg = &reevev1.ConnectRequest_Register{Register: &reevev1.Register{Namespace: ns, AgentId: "a-1", StepTypes: []string{"pay.charge"}, MaxConcurrentSteps: 1}}
+	case *reevev1.CreateScheduleRequest:
+		r.Schedule = &reevev1.Schedule{Namespace: ns, Name: "s"}
+	case *reevev1.UpdateScheduleRequest:
+		r.Schedule = &reevev1.Schedule{Namespace: ns, Name: "s"}
+	case *reevev1.FireSchedulesRequest:
+		r.Schedules = []*reevev1.ScheduleRef{{Namespace: ns, Name: "s"}}
 	case *reevev1.RecoverStepsRequest:
 		r.Decisions = []*reevev1.RecoveryDecision{{Namespace: ns, TaskId: "t1", Step: "s", Attempt: 1, Action: reevev1.RecoveryAction_RECOVERY_ACTION_RETRY}}
 	}

@@ -72,8 +72,11 @@ func parseTemplates() (*template.Template, error) {
 			}
 			return strings.TrimPrefix(e.GetMessage(), e.GetCode()+": ")
 		},
-		"explain": func(kind string) string { return explanations[kind] },
-		"list3":   func() []string { return []string{"task", "step", "compensation"} },
+		"explain":  func(kind string) string { return explanations[kind] },
+		"list3":    func() []string { return []string{"task", "step", "compensation"} },
+		"spec":     specText,
+		"in":       func(now time.Time, t *timestamppb.Timestamp) string { return "in " + fmtDur(t.AsTime().Sub(now)) },
+		"policies": policiesText,
 	}).ParseFS(files, "templates/*.html")
 }
 

@@ -38,6 +38,8 @@ type Server struct {
 	// once is the one-time sign-in of WithOneTimeSignIn (nil: none).
 	once   *oneTimeSignIn
 	onceMu sync.Mutex
+
+	schedules reevev1.ScheduleServiceClient // the schedules pages' API (schedules.go)
 }
 
 // Option configures a Server.
@@ -66,6 +68,7 @@ func New(cc grpc.ClientConnInterface, opts ...Option) (*Server, error) {
 	s := &Server{
 		sched:       reevev1.NewSchedulerServiceClient(cc),
 		sup:         reevev1.NewSupervisorServiceClient(cc),
+		schedules:   reevev1.NewScheduleServiceClient(cc),
 		log:         slog.Default(),
 		now:         time.Now,
 		callTimeout: 10 * time.Second,
@@ -126,6 +129,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /workflows", s.withSession(s.workflowsPage))
 	m.HandleFunc("GET /workflows/{name}", s.withSession(s.workflowPage))
 	m.HandleFunc("GET /agents", s.withSession(s.agentsPage))
+	m.HandleFunc("GET /schedules", s.withSession(s.schedulesPage))
+	m.HandleFunc("GET /schedules/{name}", s.withSession(s.schedulePage))
+	m.HandleFunc("POST /schedules/{name}/{action}", s.withSession(s.csrf(s.scheduleAction)))
 	m.HandleFunc("/", s.withSession(func(w http.ResponseWriter, r *http.Request, ss *session) {
 		s.renderError(w, r, ss, http.StatusNotFound, "Not found", "There is no page at "+r.URL.Path+".")
 	}))

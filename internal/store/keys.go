@@ -48,6 +48,9 @@ import (
 //	batches/<ns>/<id>                           BatchRecord: a batch job and where its run is (batches.go)
 //	batch-owner/<ns>/<id>                       empty: the scheduler running the job, under its lease
 //	supervisor/election/...                     concurrency.Election of the supervisors
+//	schedules/<ns>/<name>                       reeve.v1.Schedule (schedules.go)
+//	schedule-due/<fire-time:%020d>/<ns>/<name>  empty: when the firer next looks at a schedule (unix ns),
+//	                                            written with its record; none while paused
 //
 // A task's state is in two keys (created-state, created-wf-state), moved on
 // every state change; with an archive, deleted when the task ends with

@@ -18,7 +18,7 @@ import (
 // format in field 1000, record_version (proto/reeve/store/v1/store.proto):
 // a field of the store's own messages (TaskRecord, ReadyEntry,
 // AgentRecord), and a number the public messages stored as they are
-// (reeve.v1.Workflow, reeve.v1.Alert) reserve. 0, or absent, as in every
+// (reeve.v1.Workflow, reeve.v1.Alert, reeve.v1.Schedule) reserve. 0, or absent, as in every
 // record written before versions existed, means version 1. This Reeve
 // writes version 1 (the field absent) and knows no other. A new field that
 // an older Reeve can ignore harmlessly (it keeps it when it rewrites the

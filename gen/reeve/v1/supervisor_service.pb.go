@@ -1538,6 +1538,237 @@ func (x *ResumeTaskResponse) GetTask() *Task {
 	return nil
 }
 
+// ScheduleRef names a schedule.
+type ScheduleRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleRef) Reset() {
+	*x = ScheduleRef{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleRef) ProtoMessage() {}
+
+func (x *ScheduleRef) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleRef.ProtoReflect.Descriptor instead.
+func (*ScheduleRef) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ScheduleRef) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ScheduleRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// FireSchedulesRequest is the supervisor leader's: the schedules the due
+// index says are due (SupervisorService.FireSchedules).
+type FireSchedulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fence         *Fence                 `protobuf:"bytes,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	Schedules     []*ScheduleRef         `protobuf:"bytes,2,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FireSchedulesRequest) Reset() {
+	*x = FireSchedulesRequest{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FireSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FireSchedulesRequest) ProtoMessage() {}
+
+func (x *FireSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FireSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*FireSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *FireSchedulesRequest) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
+func (x *FireSchedulesRequest) GetSchedules() []*ScheduleRef {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+// FireOutcome is what firing one schedule did.
+type FireOutcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule's state was written (under the fence).
+	Applied bool `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	// Tasks started (or found existing) and times skipped or buffered.
+	Started  int32 `protobuf:"varint,2,opt,name=started,proto3" json:"started,omitempty"`
+	Skipped  int32 `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Buffered int32 `protobuf:"varint,4,opt,name=buffered,proto3" json:"buffered,omitempty"`
+	// Why it was not applied (FAILED_PRECONDITION when fenced).
+	Status        *status.Status `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FireOutcome) Reset() {
+	*x = FireOutcome{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FireOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FireOutcome) ProtoMessage() {}
+
+func (x *FireOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FireOutcome.ProtoReflect.Descriptor instead.
+func (*FireOutcome) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *FireOutcome) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *FireOutcome) GetStarted() int32 {
+	if x != nil {
+		return x.Started
+	}
+	return 0
+}
+
+func (x *FireOutcome) GetSkipped() int32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *FireOutcome) GetBuffered() int32 {
+	if x != nil {
+		return x.Buffered
+	}
+	return 0
+}
+
+func (x *FireOutcome) GetStatus() *status.Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+type FireSchedulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Outcomes      []*FireOutcome         `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FireSchedulesResponse) Reset() {
+	*x = FireSchedulesResponse{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FireSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FireSchedulesResponse) ProtoMessage() {}
+
+func (x *FireSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FireSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*FireSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *FireSchedulesResponse) GetOutcomes() []*FireOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
 var File_reeve_v1_supervisor_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
@@ -1654,13 +1885,27 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"8\n" +
 	"\x12ResumeTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task*\xa6\x01\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"?\n" +
+	"\vScheduleRef\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"w\n" +
+	"\x14FireSchedulesRequest\x12*\n" +
+	"\x05fence\x18\x01 \x01(\v2\x0f.reeve.v1.FenceB\x03\xe0A\x02R\x05fence\x123\n" +
+	"\tschedules\x18\x02 \x03(\v2\x15.reeve.v1.ScheduleRefR\tschedules\"\xa3\x01\n" +
+	"\vFireOutcome\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\x12\x18\n" +
+	"\astarted\x18\x02 \x01(\x05R\astarted\x12\x18\n" +
+	"\askipped\x18\x03 \x01(\x05R\askipped\x12\x1a\n" +
+	"\bbuffered\x18\x04 \x01(\x05R\bbuffered\x12*\n" +
+	"\x06status\x18\x05 \x01(\v2\x12.google.rpc.StatusR\x06status\"J\n" +
+	"\x15FireSchedulesResponse\x121\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x15.reeve.v1.FireOutcomeR\boutcomes*\xa6\x01\n" +
 	"\x0eRecoveryAction\x12\x1f\n" +
 	"\x1bRECOVERY_ACTION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15RECOVERY_ACTION_RETRY\x10\x01\x12\x1e\n" +
 	"\x1aRECOVERY_ACTION_COMPENSATE\x10\x02\x12\x18\n" +
 	"\x14RECOVERY_ACTION_FAIL\x10\x03\x12\x1e\n" +
-	"\x1aRECOVERY_ACTION_AGENT_LOST\x10\x042\xa9\x05\n" +
+	"\x1aRECOVERY_ACTION_AGENT_LOST\x10\x042\xfb\x05\n" +
 	"\x11SupervisorService\x12D\n" +
 	"\tRetryStep\x12\x1a.reeve.v1.RetryStepRequest\x1a\x1b.reeve.v1.RetryStepResponse\x12S\n" +
 	"\x0eCompensateTask\x12\x1f.reeve.v1.CompensateTaskRequest\x1a .reeve.v1.CompensateTaskResponse\x12A\n" +
@@ -1672,7 +1917,8 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\n" +
 	"ListAlerts\x12\x1b.reeve.v1.ListAlertsRequest\x1a\x1c.reeve.v1.ListAlertsResponse\x12L\n" +
 	"\vWatchAlerts\x12\x1c.reeve.v1.WatchAlertsRequest\x1a\x1d.reeve.v1.WatchAlertsResponse0\x01\x12A\n" +
-	"\bAckAlert\x12\x19.reeve.v1.AckAlertRequest\x1a\x1a.reeve.v1.AckAlertResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
+	"\bAckAlert\x12\x19.reeve.v1.AckAlertRequest\x1a\x1a.reeve.v1.AckAlertResponse\x12P\n" +
+	"\rFireSchedules\x12\x1e.reeve.v1.FireSchedulesRequest\x1a\x1f.reeve.v1.FireSchedulesResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
 
 var (
 	file_reeve_v1_supervisor_service_proto_rawDescOnce sync.Once
@@ -1687,7 +1933,7 @@ func file_reeve_v1_supervisor_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_supervisor_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_supervisor_service_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_reeve_v1_supervisor_service_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_reeve_v1_supervisor_service_proto_goTypes = []any{
 	(RecoveryAction)(0),            // 0: reeve.v1.RecoveryAction
 	(*Fence)(nil),                  // 1: reeve.v1.Fence
@@ -1712,60 +1958,70 @@ var file_reeve_v1_supervisor_service_proto_goTypes = []any{
 	(*PauseTaskResponse)(nil),      // 20: reeve.v1.PauseTaskResponse
 	(*ResumeTaskRequest)(nil),      // 21: reeve.v1.ResumeTaskRequest
 	(*ResumeTaskResponse)(nil),     // 22: reeve.v1.ResumeTaskResponse
-	nil,                            // 23: reeve.v1.RecoveryDecision.TraceContextEntry
-	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
-	(*Task)(nil),                   // 25: reeve.v1.Task
-	(TaskState)(0),                 // 26: reeve.v1.TaskState
-	(*status.Status)(nil),          // 27: google.rpc.Status
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*ScheduleRef)(nil),            // 23: reeve.v1.ScheduleRef
+	(*FireSchedulesRequest)(nil),   // 24: reeve.v1.FireSchedulesRequest
+	(*FireOutcome)(nil),            // 25: reeve.v1.FireOutcome
+	(*FireSchedulesResponse)(nil),  // 26: reeve.v1.FireSchedulesResponse
+	nil,                            // 27: reeve.v1.RecoveryDecision.TraceContextEntry
+	(*durationpb.Duration)(nil),    // 28: google.protobuf.Duration
+	(*Task)(nil),                   // 29: reeve.v1.Task
+	(TaskState)(0),                 // 30: reeve.v1.TaskState
+	(*status.Status)(nil),          // 31: google.rpc.Status
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
 }
 var file_reeve_v1_supervisor_service_proto_depIdxs = []int32{
 	1,  // 0: reeve.v1.RetryStepRequest.fence:type_name -> reeve.v1.Fence
-	24, // 1: reeve.v1.RetryStepRequest.delay:type_name -> google.protobuf.Duration
-	25, // 2: reeve.v1.RetryStepResponse.task:type_name -> reeve.v1.Task
+	28, // 1: reeve.v1.RetryStepRequest.delay:type_name -> google.protobuf.Duration
+	29, // 2: reeve.v1.RetryStepResponse.task:type_name -> reeve.v1.Task
 	1,  // 3: reeve.v1.CompensateTaskRequest.fence:type_name -> reeve.v1.Fence
-	25, // 4: reeve.v1.CompensateTaskResponse.task:type_name -> reeve.v1.Task
+	29, // 4: reeve.v1.CompensateTaskResponse.task:type_name -> reeve.v1.Task
 	1,  // 5: reeve.v1.FailTaskRequest.fence:type_name -> reeve.v1.Fence
-	25, // 6: reeve.v1.FailTaskResponse.task:type_name -> reeve.v1.Task
+	29, // 6: reeve.v1.FailTaskResponse.task:type_name -> reeve.v1.Task
 	0,  // 7: reeve.v1.RecoveryDecision.action:type_name -> reeve.v1.RecoveryAction
-	24, // 8: reeve.v1.RecoveryDecision.delay:type_name -> google.protobuf.Duration
-	23, // 9: reeve.v1.RecoveryDecision.trace_context:type_name -> reeve.v1.RecoveryDecision.TraceContextEntry
+	28, // 8: reeve.v1.RecoveryDecision.delay:type_name -> google.protobuf.Duration
+	27, // 9: reeve.v1.RecoveryDecision.trace_context:type_name -> reeve.v1.RecoveryDecision.TraceContextEntry
 	1,  // 10: reeve.v1.RecoverStepsRequest.fence:type_name -> reeve.v1.Fence
 	8,  // 11: reeve.v1.RecoverStepsRequest.decisions:type_name -> reeve.v1.RecoveryDecision
-	26, // 12: reeve.v1.RecoveryOutcome.task_state:type_name -> reeve.v1.TaskState
-	27, // 13: reeve.v1.RecoveryOutcome.status:type_name -> google.rpc.Status
+	30, // 12: reeve.v1.RecoveryOutcome.task_state:type_name -> reeve.v1.TaskState
+	31, // 13: reeve.v1.RecoveryOutcome.status:type_name -> google.rpc.Status
 	10, // 14: reeve.v1.RecoverStepsResponse.outcomes:type_name -> reeve.v1.RecoveryOutcome
-	28, // 15: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
-	28, // 16: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
-	28, // 17: reeve.v1.Alert.resolve_time:type_name -> google.protobuf.Timestamp
+	32, // 15: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
+	32, // 16: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
+	32, // 17: reeve.v1.Alert.resolve_time:type_name -> google.protobuf.Timestamp
 	12, // 18: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
 	12, // 19: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
 	12, // 20: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
-	25, // 21: reeve.v1.PauseTaskResponse.task:type_name -> reeve.v1.Task
-	25, // 22: reeve.v1.ResumeTaskResponse.task:type_name -> reeve.v1.Task
-	2,  // 23: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
-	4,  // 24: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
-	6,  // 25: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
-	9,  // 26: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
-	19, // 27: reeve.v1.SupervisorService.PauseTask:input_type -> reeve.v1.PauseTaskRequest
-	21, // 28: reeve.v1.SupervisorService.ResumeTask:input_type -> reeve.v1.ResumeTaskRequest
-	13, // 29: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
-	15, // 30: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
-	17, // 31: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
-	3,  // 32: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
-	5,  // 33: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
-	7,  // 34: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
-	11, // 35: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
-	20, // 36: reeve.v1.SupervisorService.PauseTask:output_type -> reeve.v1.PauseTaskResponse
-	22, // 37: reeve.v1.SupervisorService.ResumeTask:output_type -> reeve.v1.ResumeTaskResponse
-	14, // 38: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
-	16, // 39: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
-	18, // 40: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
-	32, // [32:41] is the sub-list for method output_type
-	23, // [23:32] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	29, // 21: reeve.v1.PauseTaskResponse.task:type_name -> reeve.v1.Task
+	29, // 22: reeve.v1.ResumeTaskResponse.task:type_name -> reeve.v1.Task
+	1,  // 23: reeve.v1.FireSchedulesRequest.fence:type_name -> reeve.v1.Fence
+	23, // 24: reeve.v1.FireSchedulesRequest.schedules:type_name -> reeve.v1.ScheduleRef
+	31, // 25: reeve.v1.FireOutcome.status:type_name -> google.rpc.Status
+	25, // 26: reeve.v1.FireSchedulesResponse.outcomes:type_name -> reeve.v1.FireOutcome
+	2,  // 27: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
+	4,  // 28: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
+	6,  // 29: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
+	9,  // 30: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
+	19, // 31: reeve.v1.SupervisorService.PauseTask:input_type -> reeve.v1.PauseTaskRequest
+	21, // 32: reeve.v1.SupervisorService.ResumeTask:input_type -> reeve.v1.ResumeTaskRequest
+	13, // 33: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
+	15, // 34: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
+	17, // 35: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
+	24, // 36: reeve.v1.SupervisorService.FireSchedules:input_type -> reeve.v1.FireSchedulesRequest
+	3,  // 37: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
+	5,  // 38: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
+	7,  // 39: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
+	11, // 40: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
+	20, // 41: reeve.v1.SupervisorService.PauseTask:output_type -> reeve.v1.PauseTaskResponse
+	22, // 42: reeve.v1.SupervisorService.ResumeTask:output_type -> reeve.v1.ResumeTaskResponse
+	14, // 43: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
+	16, // 44: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
+	18, // 45: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
+	26, // 46: reeve.v1.SupervisorService.FireSchedules:output_type -> reeve.v1.FireSchedulesResponse
+	37, // [37:47] is the sub-list for method output_type
+	27, // [27:37] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_supervisor_service_proto_init() }
@@ -1780,7 +2036,7 @@ func file_reeve_v1_supervisor_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_supervisor_service_proto_rawDesc), len(file_reeve_v1_supervisor_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	SupervisorService_ListAlerts_FullMethodName     = "/reeve.v1.SupervisorService/ListAlerts"
 	SupervisorService_WatchAlerts_FullMethodName    = "/reeve.v1.SupervisorService/WatchAlerts"
 	SupervisorService_AckAlert_FullMethodName       = "/reeve.v1.SupervisorService/AckAlert"
+	SupervisorService_FireSchedules_FullMethodName  = "/reeve.v1.SupervisorService/FireSchedules"
 )
 
 // SupervisorServiceClient is the client API for SupervisorService service.
@@ -90,6 +91,12 @@ type SupervisorServiceClient interface {
 	WatchAlerts(ctx context.Context, in *WatchAlertsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAlertsResponse], error)
 	// AckAlert marks an alert as seen by an operator.
 	AckAlert(ctx context.Context, in *AckAlertRequest, opts ...grpc.CallOption) (*AckAlertResponse, error)
+	// FireSchedules fires the schedules the supervisor leader found due in
+	// the due index (docs/schedules.md): for each, the scheduler starts the
+	// tasks of its due nominal times (ids derived from schedule and time, so
+	// a time starts once however often it is fired) and writes the
+	// schedule's new state in a transaction that compares the fence.
+	FireSchedules(ctx context.Context, in *FireSchedulesRequest, opts ...grpc.CallOption) (*FireSchedulesResponse, error)
 }
 
 type supervisorServiceClient struct {
@@ -199,6 +206,16 @@ func (c *supervisorServiceClient) AckAlert(ctx context.Context, in *AckAlertRequ
 	return out, nil
 }
 
+func (c *supervisorServiceClient) FireSchedules(ctx context.Context, in *FireSchedulesRequest, opts ...grpc.CallOption) (*FireSchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FireSchedulesResponse)
+	err := c.cc.Invoke(ctx, SupervisorService_FireSchedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SupervisorServiceServer is the server API for SupervisorService service.
 // All implementations must embed UnimplementedSupervisorServiceServer
 // for forward compatibility.
@@ -259,6 +276,12 @@ type SupervisorServiceServer interface {
 	WatchAlerts(*WatchAlertsRequest, grpc.ServerStreamingServer[WatchAlertsResponse]) error
 	// AckAlert marks an alert as seen by an operator.
 	AckAlert(context.Context, *AckAlertRequest) (*AckAlertResponse, error)
+	// FireSchedules fires the schedules the supervisor leader found due in
+	// the due index (docs/schedules.md): for each, the scheduler starts the
+	// tasks of its due nominal times (ids derived from schedule and time, so
+	// a time starts once however often it is fired) and writes the
+	// schedule's new state in a transaction that compares the fence.
+	FireSchedules(context.Context, *FireSchedulesRequest) (*FireSchedulesResponse, error)
 	mustEmbedUnimplementedSupervisorServiceServer()
 }
 
@@ -295,6 +318,9 @@ func (UnimplementedSupervisorServiceServer) WatchAlerts(*WatchAlertsRequest, grp
 }
 func (UnimplementedSupervisorServiceServer) AckAlert(context.Context, *AckAlertRequest) (*AckAlertResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AckAlert not implemented")
+}
+func (UnimplementedSupervisorServiceServer) FireSchedules(context.Context, *FireSchedulesRequest) (*FireSchedulesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FireSchedules not implemented")
 }
 func (UnimplementedSupervisorServiceServer) mustEmbedUnimplementedSupervisorServiceServer() {}
 func (UnimplementedSupervisorServiceServer) testEmbeddedByValue()                           {}
@@ -472,6 +498,24 @@ func _SupervisorService_AckAlert_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SupervisorService_FireSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FireSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SupervisorServiceServer).FireSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SupervisorService_FireSchedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SupervisorServiceServer).FireSchedules(ctx, req.(*FireSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SupervisorService_ServiceDesc is the grpc.ServiceDesc for SupervisorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -510,6 +554,10 @@ var SupervisorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AckAlert",
 			Handler:    _SupervisorService_AckAlert_Handler,
+		},
+		{
+			MethodName: "FireSchedules",
+			Handler:    _SupervisorService_FireSchedules_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

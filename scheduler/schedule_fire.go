@@ -1,0 +1,401 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/schedule"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
+)
+
+// Firing a schedule (docs/schedules.md). The supervisor leader reads the
+// due index and calls FireSchedules with its fence; for each schedule the
+// scheduler reads the record, starts the tasks of the due nominal times
+// under the overlap policy (SubmitTask with the id schedule.TaskID derives
+// from schedule and time: a time submitted twice starts one task) and
+// writes the record, with its next due key, in a transaction that compares
+// the record's revision and the fence. A lost compare repeats the whole
+// firing; the submissions it repeats return the tasks that exist. So a
+// firer deposed mid-way, or two firers at once, start each time once.
+
+// MaxFireSchedules bounds the schedules of one FireSchedules request.
+const MaxFireSchedules = 1000
+
+// FireSchedules implements SupervisorService.
+func (svc *supervisorService) FireSchedules(ctx context.Context, req *reevev1.FireSchedulesRequest) (*reevev1.FireSchedulesResponse, error) {
+	if req.GetFence() == nil {
+		return nil, statusErr(&workflow.FieldError{Field: "fence", Reason: "required: FireSchedules is for the supervisor leader"})
+	}
+	if n := len(req.GetSchedules()); n > MaxFireSchedules {
+		return nil, statusErr(&workflow.FieldError{Field: "schedules", Reason: fmt.Sprintf("%d schedules, at most %d per request", n, MaxFireSchedules)})
+	}
+	for i, r := range req.GetSchedules() {
+		if err := workflow.ValidateNamespace(fmt.Sprintf("schedules[%d].namespace", i), r.GetNamespace()); err != nil {
+			return nil, statusErr(err)
+		}
+		if err := workflow.ValidateName(fmt.Sprintf("schedules[%d].name", i), r.GetName()); err != nil {
+			return nil, statusErr(err)
+		}
+	}
+	_, fences, err := svc.fence(req.GetFence())
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	// One read for the records of the whole call, not one per schedule.
+	refs := make([]store.ScheduleRef, len(req.GetSchedules()))
+	for i, r := range req.GetSchedules() {
+		refs[i] = store.ScheduleRef{Namespace: workflow.Namespace(r.GetNamespace()), Name: r.GetName()}
+	}
+	recs, revs, err := svc.store.GetSchedules(ctx, refs)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	resp := &reevev1.FireSchedulesResponse{Outcomes: make([]*reevev1.FireOutcome, len(req.GetSchedules()))}
+	sem := make(chan struct{}, firesInFlight)
+	var wg sync.WaitGroup
+	for i, r := range refs {
+		if recs[i] == nil {
+			resp.Outcomes[i] = &reevev1.FireOutcome{Status: scheduleStatus(&store.NotFoundError{
+				What: fmt.Sprintf("schedule %q in namespace %q", r.Name, r.Namespace), Kind: store.KindSchedule, Namespace: r.Namespace, Name: r.Name}).Proto()}
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o, err := svc.schedules.fireSchedule(ctx, r.Namespace, r.Name, recs[i], revs[i], fences[0])
+			if err != nil {
+				o.Status = scheduleStatus(err).Proto()
+			} else {
+				o.Applied = true
+			}
+			resp.Outcomes[i] = o
+		})
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+// firesInFlight bounds the schedules one FireSchedules call fires at once.
+const firesInFlight = 64
+
+// fireSchedule fires one schedule at the clock's now (see above),
+// starting from its record cur read at revision rev.
+func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *reevev1.Schedule, rev int64, fence clientv3.Cmp) (*reevev1.FireOutcome, error) {
+	ctx, span := sch.tel.startFire(ctx, ns, name)
+	var (
+		o     *reevev1.FireOutcome
+		skips map[string]int
+	)
+	_, err := sch.store.UpdateScheduleFrom(ctx, ns, name, cur, rev, fence, func(sc *reevev1.Schedule) error {
+		o = &reevev1.FireOutcome{}
+		now := sch.opts.clock.Now()
+		sc.Info = infoOf(sc)
+		cal, err := scheduleCalendar("spec", sc.GetSpec())
+		if err != nil || sc.GetPaused() {
+			sc.Info.NextFireTime = nil // a stored spec that does not compile fires no more
+			return nil
+		}
+		f := sch.newFiring(sc, now)
+		f.cal, skips = cal, f.skips
+		f.startBuffered(ctx)
+		var plan schedule.Plan
+		if f.err == nil {
+			plan = cal.Due(ns, name, handledUntil(sc), now, catchUpWindow(sc), maxTimesPerFire)
+			if plan.Missed.Count > 0 {
+				addSkip(sc, plan.Missed, schedule.SkipReasonCatchUp, now)
+				o.Skipped += int32(plan.Missed.Count)
+				f.skips[schedule.SkipReasonCatchUp] += plan.Missed.Count
+			}
+			// Handled up to the plan's end, or, when the times stop early
+			// (an error, no run left), up to the last time handled.
+			last := plan.Last
+			for _, t := range plan.Run {
+				if sc.RemainingRuns != nil && sc.GetRemainingRuns() <= 0 {
+					last = t.Add(-time.Second)
+					break
+				}
+				origin := "scheduled"
+				if now.Sub(t) > time.Second+cal.Jitter(ns, name, t) {
+					origin = "catch-up"
+				}
+				if !f.offer(ctx, t, origin) {
+					last = t.Add(-time.Second)
+					break
+				}
+			}
+			sc.Info.HandledUntil = timestamppb.New(last)
+		}
+		o.Started, o.Skipped, o.Buffered = o.Started+f.started, o.Skipped+f.skipped, o.Buffered+f.buffered
+		sch.setNextFire(sc, cal, now, f.err != nil)
+		if f.err != nil {
+			sch.log.WarnContext(ctx, "fire schedule", "namespace", ns, "schedule", name, "err", f.err)
+		}
+		return nil
+	})
+	if o == nil {
+		o = &reevev1.FireOutcome{}
+	}
+	if err == nil {
+		for reason, n := range skips {
+			sch.tel.skippedSome(ctx, ns, reason, n)
+		}
+	}
+	endFire(span, o.GetStarted(), o.GetSkipped(), o.GetBuffered(), err)
+	return o, err
+}
+
+// handledUntil is the time up to which a schedule's nominal times are
+// handled.
+func handledUntil(sc *reevev1.Schedule) time.Time { return sc.GetInfo().GetHandledUntil().AsTime() }
+
+// infoOf returns sc's info, created when missing.
+func infoOf(sc *reevev1.Schedule) *reevev1.ScheduleInfo {
+	if sc.GetInfo() == nil {
+		return &reevev1.ScheduleInfo{}
+	}
+	return sc.GetInfo()
+}
+
+// setNextFire sets when the firer looks at sc again: its next firing time,
+// sooner while times are buffered (to see the running task end) or after a
+// failed firing; never while paused or when no calendar run remains.
+func (sch *schedules) setNextFire(sc *reevev1.Schedule, cal *schedule.Calendar, now time.Time, failed bool) {
+	var next time.Time
+	if !sc.GetPaused() && (sc.RemainingRuns == nil || sc.GetRemainingRuns() > 0) {
+		if t, ok := cal.Next(handledUntil(sc)); ok {
+			next = t.Add(cal.Jitter(sc.GetNamespace(), sc.GetName(), t))
+		}
+	}
+	if soon := now.Add(bufferPoll); len(sc.GetInfo().GetBufferedTimes()) > 0 && (next.IsZero() || soon.Before(next)) {
+		next = soon
+	}
+	if soon := now.Add(fireRetry); failed && (next.IsZero() || soon.Before(next)) {
+		next = soon
+	}
+	if next.IsZero() {
+		sc.Info.NextFireTime = nil
+		return
+	}
+	sc.Info.NextFireTime = timestamppb.New(next)
+}
+
+// firing applies the overlap policy to the times offered to one schedule
+// in one pass, starting, buffering or skipping each; it stops at the first
+// error (err), leaving the rest for the next pass.
+type firing struct {
+	sch     *schedules
+	sc      *reevev1.Schedule
+	cal     *schedule.Calendar // for the jitter of a time's lateness; nil: none
+	skips   map[string]int     // times skipped by reason, for the metric once written
+	policy  schedule.Overlap
+	now     time.Time
+	running bool
+	err     error
+
+	started, skipped, buffered, existing int32
+	ids                                  []string
+}
+
+func (sch *schedules) newFiring(sc *reevev1.Schedule, now time.Time) *firing {
+	return &firing{sch: sch, sc: sc, policy: overlapOf(sc.GetPolicies().GetOverlap()), now: now, skips: map[string]int{}}
+}
+
+// refresh drops the ended tasks from the active ones; running says
+// whether one is left. A task that cannot be read (etcd, the archive)
+// counts as running.
+func (f *firing) refresh(ctx context.Context) {
+	info := f.sc.Info
+	if f.policy == schedule.OverlapAllowAll {
+		info.ActiveTaskIds, f.running = nil, false
+		return
+	}
+	keep := info.ActiveTaskIds[:0:0]
+	for _, id := range info.GetActiveTaskIds() {
+		resp, err := f.sch.scheduler.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: f.sc.GetNamespace(), TaskId: id})
+		switch {
+		case status.Code(err) == codes.NotFound:
+		case err != nil:
+			keep = append(keep, id)
+		case !taskstate.TerminalTask(resp.GetTask().GetState()):
+			keep = append(keep, id)
+		}
+	}
+	info.ActiveTaskIds = keep
+	f.running = len(keep) > 0
+}
+
+// startBuffered refreshes the active tasks and starts the oldest buffered
+// time when none is running (one per pass: it is then running).
+func (f *firing) startBuffered(ctx context.Context) {
+	f.refresh(ctx)
+	info := f.sc.Info
+	if f.running || len(info.GetBufferedTimes()) == 0 {
+		return
+	}
+	t := info.BufferedTimes[0].AsTime()
+	if f.start(ctx, t, schedule.TaskID(f.sc.GetName(), t), "buffered") {
+		info.BufferedTimes = info.BufferedTimes[1:]
+	}
+}
+
+// offer applies the policy to nominal time t; false when it failed (the
+// time is not handled).
+func (f *firing) offer(ctx context.Context, t time.Time, origin string) bool {
+	counts := origin == "scheduled" || origin == "catch-up"
+	info := f.sc.Info
+	switch f.policy.Decide(f.running, len(info.GetBufferedTimes())) {
+	case schedule.ActionSkip:
+		reason := schedule.SkipReasonOverlap
+		if len(info.GetBufferedTimes()) > 0 {
+			reason = schedule.SkipReasonBufferFull
+		}
+		addSkip(f.sc, schedule.Missed{First: t, Last: t, Count: 1}, reason, f.now)
+		f.skipped++
+		f.skips[reason]++
+		return true
+	case schedule.ActionBuffer:
+		info.BufferedTimes = append(info.BufferedTimes, timestamppb.New(t))
+		f.buffered++
+	case schedule.ActionCancelAndStart:
+		if !f.cancelActive(ctx) {
+			return false
+		}
+		fallthrough
+	default:
+		skipped := f.skipped
+		if !f.start(ctx, t, schedule.TaskID(f.sc.GetName(), t), origin) {
+			return false
+		}
+		if f.skipped > skipped {
+			return true // refused for good: not a run
+		}
+	}
+	if counts && f.sc.RemainingRuns != nil {
+		*f.sc.RemainingRuns--
+	}
+	return true
+}
+
+// cancelActive cancels the schedule's running tasks (cancel_other).
+func (f *firing) cancelActive(ctx context.Context) bool {
+	for _, id := range f.sc.Info.GetActiveTaskIds() {
+		_, err := f.sch.scheduler.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: f.sc.GetNamespace(), TaskId: id,
+			Reason: fmt.Sprintf("canceled by schedule %s (overlap policy cancel_other)", f.sc.GetName())})
+		if err != nil && status.Code(err) != codes.NotFound {
+			f.err = fmt.Errorf("cancel task %s: %w", id, err)
+			return false
+		}
+	}
+	f.sc.Info.ActiveTaskIds = nil
+	f.running = false
+	return true
+}
+
+// start submits the task of time t under id and records the run; false
+// when the submission failed. A task that exists (the time ran, or a
+// firing before this one started it) counts as started.
+func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool {
+	sc := f.sc
+	req := &reevev1.SubmitTaskRequest{Namespace: sc.GetNamespace(), TaskId: id,
+		Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: proto.Clone(sc.GetAction().GetWorkflow()).(*reevev1.WorkflowRef)},
+		Input:    scheduledInput(sc, t)}
+	resp, err := f.sch.scheduler.SubmitTask(ctx, req)
+	running := true
+	switch {
+	case status.Code(err) == codes.AlreadyExists:
+		// The time ran with another input (the schedule was updated since):
+		// it ran; its state is read below.
+		f.existing++
+		running = false
+	case err != nil && !retryableSubmit(status.Code(err)):
+		// Refused for good (the workflow or its version is gone, the input
+		// no longer fits): the
+		// time is recorded as skipped with why, not retried every second.
+		addSkip(sc, schedule.Missed{First: t, Last: t, Count: 1}, "refused: "+status.Convert(err).Message(), f.now)
+		f.skipped++
+		f.skips["refused"]++
+		return true
+	case err != nil:
+		f.err = fmt.Errorf("submit task %s: %w", id, err)
+		return false
+	case !resp.GetCreated():
+		f.existing++
+		running = !taskstate.TerminalTask(resp.GetTask().GetState())
+	default:
+		late := f.now.Sub(t)
+		if f.cal != nil {
+			late -= f.cal.Jitter(sc.GetNamespace(), sc.GetName(), t)
+		}
+		f.sch.tel.startedOne(ctx, sc.GetNamespace(), origin, late)
+	}
+	f.started++
+	f.ids = append(f.ids, id)
+	if running && f.policy != schedule.OverlapAllowAll { // allow_all looks at no run: none tracked
+		f.running = true
+		if !slices.Contains(sc.Info.ActiveTaskIds, id) {
+			sc.Info.ActiveTaskIds = append(sc.Info.ActiveTaskIds, id)
+			if n := len(sc.Info.ActiveTaskIds); n > maxActive {
+				sc.Info.ActiveTaskIds = sc.Info.ActiveTaskIds[n-maxActive:]
+			}
+		}
+	}
+	if !slices.ContainsFunc(sc.Info.GetRecentRuns(), func(r *reevev1.ScheduleRun) bool { return r.GetTaskId() == id }) {
+		run := &reevev1.ScheduleRun{NominalTime: timestamppb.New(t), StartTime: timestamppb.New(f.now), TaskId: id, Origin: origin}
+		sc.Info.RecentRuns = append([]*reevev1.ScheduleRun{run}, sc.Info.GetRecentRuns()...)
+		sc.Info.RecentRuns = sc.Info.RecentRuns[:min(len(sc.Info.RecentRuns), maxRecentRuns)]
+		sc.Info.RunCount++
+	}
+	return true
+}
+
+// retryableSubmit reports whether a refused submission may succeed when
+// sent again soon: etcd or the scheduler unavailable or overloaded, a lost
+// race, a rate limit.
+func retryableSubmit(c codes.Code) bool {
+	switch c {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DeadlineExceeded, codes.Canceled, codes.Internal:
+		return true
+	}
+	return false
+}
+
+// addSkip records skipped times, newest first, merging them into the
+// newest entry when it has the same reason.
+func addSkip(sc *reevev1.Schedule, m schedule.Missed, reason string, now time.Time) {
+	info := sc.Info
+	if len(info.Skipped) > 0 && info.Skipped[0].GetReason() == reason && info.Skipped[0].GetLastTime().AsTime().Before(m.First) {
+		e := info.Skipped[0]
+		e.LastTime, e.Count, e.More, e.RecordTime = timestamppb.New(m.Last), e.GetCount()+int32(m.Count), e.GetMore() || m.More, timestamppb.New(now)
+		return
+	}
+	e := &reevev1.ScheduleSkip{FirstTime: timestamppb.New(m.First), LastTime: timestamppb.New(m.Last), Count: int32(m.Count),
+		More: m.More, Reason: reason, RecordTime: timestamppb.New(now)}
+	info.Skipped = append([]*reevev1.ScheduleSkip{e}, info.GetSkipped()...)
+	info.Skipped = info.Skipped[:min(len(info.Skipped), maxSkipped)]
+}
+
+// scheduleStatus maps a schedule call's error to its status: the store's
+// not-found and already-exists of a schedule get the schedule reasons.
+func scheduleStatus(err error) *status.Status {
+	var nf *store.NotFoundError
+	switch {
+	case errors.As(err, &nf) && nf.Kind == store.KindSchedule:
+		return toStatus(refuse(codes.NotFound, ReasonScheduleNotFound, "%s", err.Error()))
+	case errors.Is(err, store.ErrAlreadyExists):
+		return toStatus(refuse(codes.AlreadyExists, ReasonScheduleAlreadyExists, "%s", err.Error()))
+	}
+	return toStatus(err)
+}

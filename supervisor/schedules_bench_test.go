@@ -1,0 +1,157 @@
+package supervisor_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/schedule"
+	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/supervisor"
+)
+
+// TestScheduleFiringBench measures issue 38's target: N schedules (env
+// REEVE_BENCH_SCHEDULES; the test is skipped without it) each firing every
+// minute, all first at the same minute: how late each time's task is
+// created after its nominal time (p50, p99, max, from the tasks' ids and
+// create times), and the CPU of the whole process (etcd, the scheduler
+// and the supervisor together: an upper bound on the firer's) during 20 s
+// in which nothing is due. One scheduler, one supervisor with the
+// production tick (5 s); allow_all, no agent (the tasks stay pending).
+//
+//	REEVE_BENCH_SCHEDULES=10000 go test ./supervisor/ -run TestScheduleFiringBench -v -timeout 15m
+//
+// REEVE_BENCH_IDLE_PROFILE=PATH writes a CPU profile of the idle window.
+func TestScheduleFiringBench(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("REEVE_BENCH_SCHEDULES"))
+	if n <= 0 {
+		t.Skip("set REEVE_BENCH_SCHEDULES to run the schedule firing benchmark")
+	}
+	env := testenv.New(t)
+	s := env.StartScheduler("")
+	c := s.Client(t)
+	sc := reevev1.NewScheduleServiceClient(testenv.Dial(t, s.Addr))
+	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
+	defer cancel()
+	if _, err := c.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: &reevev1.Workflow{Name: "job", Steps: []*reevev1.StepSpec{step("a", "t", time.Minute)}}}); err != nil {
+		t.Fatal(err)
+	}
+	env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(5*time.Second))
+
+	// Every schedule's first time is the same minute, after they all exist.
+	created := time.Now()
+	first := created.Truncate(time.Minute).Add(2 * time.Minute)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for i := range work {
+				_, err := sc.CreateSchedule(ctx, &reevev1.CreateScheduleRequest{Schedule: &reevev1.Schedule{Name: fmt.Sprintf("b-%05d", i),
+					Spec:     &reevev1.ScheduleSpec{Every: durationpb.New(time.Minute), StartTime: timestamppb.New(first)},
+					Action:   &reevev1.ScheduleAction{Workflow: &reevev1.WorkflowRef{Name: "job"}},
+					Policies: &reevev1.SchedulePolicies{Overlap: reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_ALLOW_ALL}}})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	t.Logf("%d schedules created in %v; first time %v", n, time.Since(created).Round(time.Millisecond), first.Format(time.TimeOnly))
+	if time.Now().After(first.Add(-25 * time.Second)) {
+		t.Fatalf("creating took too long: no idle window before %v", first)
+	}
+
+	// Nothing is due until first: the process's CPU over 20 s.
+	time.Sleep(time.Until(first.Add(-22 * time.Second)))
+	if path := os.Getenv("REEVE_BENCH_IDLE_PROFILE"); path != "" {
+		// A CPU profile of the idle window, to tell the firer's share:
+		// go tool pprof -top -focus 'supervisor.\(\*Supervisor\).(fireSchedules|watchScheduleDue)' PATH
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	cpu0, wall0 := cpuTime(t), time.Now()
+	time.Sleep(20 * time.Second)
+	idle := float64(cpuTime(t)-cpu0) / float64(time.Since(wall0))
+	if os.Getenv("REEVE_BENCH_IDLE_PROFILE") != "" {
+		pprof.StopCPUProfile()
+	}
+	t.Logf("idle: the process used %.2f%% of one core (etcd, scheduler and supervisor together)", idle*100)
+
+	// The first firing: wait until every schedule's task exists.
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		resp, err := c.CountTasks(ctx, &reevev1.CountTasksRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, sc := range resp.GetCounts() {
+			total += sc.GetCount()
+		}
+		if total >= int64(n) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d tasks after 5 minutes", total, n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var late []time.Duration
+	token := ""
+	for range 1000 {
+		resp, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{PageSize: 1000, PageToken: token, TaskIdPrefix: "sched-"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range resp.GetTasks() {
+			_, at, err := schedule.ParseTaskID(tk.GetId())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at.Equal(first) {
+				late = append(late, tk.GetCreateTime().AsTime().Sub(at))
+			}
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if len(late) != n {
+		t.Fatalf("%d tasks of the first time, want %d", len(late), n)
+	}
+	slices.Sort(late)
+	q := func(p float64) time.Duration { return late[min(len(late)-1, int(p*float64(len(late))))] }
+	t.Logf("first firing of %d schedules: task created after its time p50 %v, p99 %v, max %v",
+		n, q(0.50).Round(time.Millisecond), q(0.99).Round(time.Millisecond), late[len(late)-1].Round(time.Millisecond))
+}
+
+// cpuTime is the process's user and system CPU time.
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
