@@ -201,7 +201,21 @@ func checkHistory(t *reevev1.Task, rep *Report) {
 	// The task's last task-level event and whether any execution was
 	// dispatched since: an operator retry needs the task FAILED, at rest.
 	lastTaskEvent, dispatchedSince := "", false
+	// Paused: from a task.paused event to the task.resumed, or the
+	// compensation or end that clears the pause.
+	paused := false
 	for i, ev := range t.GetHistory() {
+		switch ev.GetKind() {
+		case "task.paused":
+			paused = true
+			rep.Pauses++
+		case "task.resumed", "task.compensating", "task.succeeded", "task.failed", "task.canceled", "task.compensated":
+			paused = false
+		case "step.dispatched", "compensation.dispatched":
+			if paused {
+				rep.add(Violation{Invariant: "nothing dispatched while paused", Task: id, Step: ev.GetStep(), Attempt: ev.GetAttempt(), Detail: ev.GetKind() + " after task.paused"})
+			}
+		}
 		k := execKey{ev.GetStep(), ev.GetAttempt()}
 		switch {
 		case strings.HasPrefix(ev.GetActor(), "agent/") && (strings.HasSuffix(ev.GetKind(), ".succeeded") || strings.HasSuffix(ev.GetKind(), ".failed")):

@@ -76,6 +76,12 @@ func TestCheckHistoryFindsViolations(t *testing.T) {
 			tk.Steps[0].State = reevev1.StepState_STEP_STATE_SUCCEEDED
 		}},
 		{"history dropped", "history complete", func(tk *reevev1.Task) { tk.HistoryDropped = 3 }},
+		{"dispatched while paused", "nothing dispatched while paused", func(tk *reevev1.Task) {
+			tk.History = slices.Insert(tk.History, 1, ev("task.paused", "", 0, "operator"))
+		}},
+		{"dispatched after the resume", "", func(tk *reevev1.Task) {
+			tk.History = slices.Insert(tk.History, 0, ev("task.paused", "", 0, "operator"), ev("task.resumed", "", 0, "operator"))
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

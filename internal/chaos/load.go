@@ -49,6 +49,10 @@ type plannedTask struct {
 	// FAILED: FAILED_PRECONDITION is the expected outcome.
 	RetryWrongAfter time.Duration
 	RetryWrongStep  string
+	// PauseAfter: an operator pauses the task (PauseTask) this long after
+	// it was accepted (0: never) and resumes it PauseFor later; nothing of
+	// it may be dispatched in between.
+	PauseAfter, PauseFor time.Duration
 }
 
 // cancelShare, compensateShare and retryShare are the shares of tasks an
@@ -57,6 +61,7 @@ const (
 	cancelShare     = 0.05
 	compensateShare = 0.05
 	retryShare      = 0.05
+	pauseShare      = 0.05
 )
 
 // wideFailStep picks what fails for good in a wide task: the join (30 %:
@@ -121,7 +126,29 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 			pt.RetryWrongAfter, pt.RetryWrongStep = after, slices.Delete(slices.Clone(workload.StepNames), step, step+1)[wrongStep]
 		}
 	}
+	pause := rand.New(rand.NewPCG(cfg.Seed^0x9a05e, cfg.Seed))
+	for i := range out {
+		pick, after, dur := pause.Float64(), time.Duration(pause.Int64N(int64(2*time.Second)))+time.Millisecond, time.Duration(pause.Int64N(int64(time.Second)))
+		if pick < pauseShare {
+			out[i].PauseAfter, out[i].PauseFor = after, dur
+		}
+	}
 	return out
+}
+
+// pauseOne pauses the task after its delay and resumes it PauseFor later,
+// as an operator would (see operatorAct).
+func pauseOne(ctx context.Context, sup reevev1.SupervisorServiceClient, pt plannedTask) error {
+	if err := operatorAct(ctx, pt.PauseAfter, "pause "+pt.ID, func(rctx context.Context) error {
+		_, err := sup.PauseTask(rctx, &reevev1.PauseTaskRequest{TaskId: pt.ID, Reason: "chaos: operator pause", RequestId: "chaos-pause-" + pt.ID})
+		return err
+	}); err != nil {
+		return err
+	}
+	return operatorAct(ctx, pt.PauseFor, "resume "+pt.ID, func(rctx context.Context) error {
+		_, err := sup.ResumeTask(rctx, &reevev1.ResumeTaskRequest{TaskId: pt.ID, Reason: "chaos: operator resume", RequestId: "chaos-resume-" + pt.ID})
+		return err
+	})
 }
 
 // dialSchedulers returns a client spreading requests round-robin over addrs,
@@ -192,6 +219,11 @@ func submit(ctx context.Context, addrs []string, client, operator tlsconfig.File
 			}
 			if pt.OperatorRetry {
 				if err := retryOperator(ctx, c, sup, pt, ops); err != nil {
+					errOnce.Do(func() { firstErr = err })
+				}
+			}
+			if pt.PauseAfter > 0 {
+				if err := pauseOne(ctx, sup, pt); err != nil {
 					errOnce.Do(func() { firstErr = err })
 				}
 			}

@@ -29,6 +29,9 @@ type Report struct {
 	// point (CompensateTask without a fence; refused once the task ended);
 	// CompensatedByOperator of them ended COMPENSATED.
 	OperatorCompensations int `json:"operator_compensations"`
+	// Pauses: tasks an operator paused at a random point (and resumed
+	// later); nothing of them may be dispatched while paused.
+	Pauses                int `json:"pauses"`
 	CompensatedByOperator int `json:"compensated_by_operator"`
 	CompensatedByFaults   int `json:"compensated_by_faults"`
 	// RetryTasks: tasks designed to end FAILED (their fail step fails for
@@ -127,6 +130,7 @@ func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
 	row("designed to fail and compensate", r.DesignedToFail)
 	row("canceled by an operator at a random point", r.OperatorCancels)
 	row("compensated by an operator at a random point", r.OperatorCompensations)
+	row("paused by an operator at a random point, then resumed", r.Pauses)
 	row("  of which ended COMPENSATED", r.CompensatedByOperator)
 	row("compensated after faults exhausted retries", r.CompensatedByFaults)
 	row("designed to end FAILED for an operator retry", r.RetryTasks)
