@@ -77,7 +77,7 @@ func TestCheckHistoryFindsViolations(t *testing.T) {
 		}},
 		{"history dropped", "history complete", func(tk *reevev1.Task) { tk.HistoryDropped = 3 }},
 		{"dispatched while paused", "nothing dispatched while paused", func(tk *reevev1.Task) {
-			tk.History = slices.Insert(tk.History, 1, ev("task.paused", "", 0, "operator"))
+			tk.History = slices.Insert(tk.History, 0, ev("task.paused", "", 0, "operator"))
 		}},
 		{"dispatched after the resume", "", func(tk *reevev1.Task) {
 			tk.History = slices.Insert(tk.History, 0, ev("task.paused", "", 0, "operator"), ev("task.resumed", "", 0, "operator"))
