@@ -53,6 +53,8 @@ type Agent struct {
 // execution is one assignment the agent took.
 type execution struct {
 	ref        *reevev1.StepRef
+	typ        string // the step type, for the log
+	compensate bool   // a compensation, for the log
 	completeBy time.Time
 	cancel     context.CancelFunc
 	canceled   bool
@@ -234,7 +236,7 @@ func (a *Agent) start(as *reevev1.StepAssignment) {
 	a.sendLocked(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: ref}}})
 	completeBy := as.GetCompleteBy().AsTime()
 	ctx, cancel := context.WithDeadline(a.base, completeBy)
-	ex := &execution{ref: ref, completeBy: completeBy, cancel: cancel, beatEvery: time.Second,
+	ex := &execution{ref: ref, typ: as.GetType(), compensate: as.GetCompensation(), completeBy: completeBy, cancel: cancel, beatEvery: time.Second,
 		grace: as.GetReassignAfterDisconnect().AsDuration()}
 	if hb := as.GetHeartbeatTimeout().AsDuration(); hb > 0 {
 		ex.beatEvery = min(ex.beatEvery, hb/3)
@@ -293,6 +295,9 @@ func (a *Agent) record(ex *execution, out any, herr error) (*reevev1.StepResult,
 		return nil, nil
 	}
 	res := result(ex.ref, out, herr)
+	if se := res.GetError(); se != nil {
+		a.logFailure(ex, se)
+	}
 	if ex.details != nil && res.GetError() != nil && a.out != nil {
 		// Details a coalesced heartbeat held back: heartbeats go out before
 		// results, so the next attempt gets them.
@@ -301,6 +306,16 @@ func (a *Agent) record(ex *execution, out any, herr error) (*reevev1.StepResult,
 	ex.result = res
 	a.pending[key] = ex
 	return res, a.out
+}
+
+// logFailure says at WARN that an execution failed, with what the scheduler
+// is told: the code ("panic" for a handler that panicked, "bad_input" for a
+// typed handler's input that did not decode), the step type, the step and
+// the message.
+func (a *Agent) logFailure(ex *execution, se *reevev1.StepError) {
+	a.opts.log.Warn("step failed", "code", se.GetCode(), "type", ex.typ, "task_id", ex.ref.GetTaskId(), "step", ex.ref.GetStep(),
+		"attempt", ex.ref.GetAttempt(), "namespace", ex.ref.GetNamespace(), "compensation", ex.compensate,
+		"non_retryable", se.GetNonRetryable(), "message", se.GetMessage())
 }
 
 // result is what the agent sends for a handler's outcome.

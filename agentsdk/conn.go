@@ -15,9 +15,17 @@ import (
 	"google.golang.org/grpc/status"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/dial"
 	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/internal/version"
 )
+
+// sdkTLS names the agent's TLS options in a transport hint.
+var sdkTLS = dial.Settings{
+	CA:         "agentsdk.WithTLSFiles(agentsdk.TLSFiles{CA: ...}) (or WithTLS)",
+	ClientCert: "TLSFiles.Cert and Key",
+	Plaintext:  "drop WithTLS and WithTLSFiles",
+}
 
 // errDrained ends a session because the scheduler asked the agent to move.
 var errDrained = errors.New("agentsdk: drained by scheduler")
@@ -65,7 +73,11 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 			a.opts.log.Warn("stream ended; reconnecting", "address", addr, "err", err, "in", wait)
 		} else {
 			// Not a stream that ended: none was ever open on this attempt.
-			a.opts.log.Warn("cannot connect to scheduler", "address", addr, "err", err, "retry_in", wait)
+			args := []any{"address", addr, "err", err, "retry_in", wait}
+			if h := dial.Hint(err, sdkTLS); h != "" {
+				args = append(args, "hint", h)
+			}
+			a.opts.log.Warn("cannot connect to scheduler", args...)
 		}
 		t := time.NewTimer(wait)
 		select {

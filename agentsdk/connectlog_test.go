@@ -11,15 +11,15 @@ import (
 	"github.com/reeve-org/reeve/agentsdk"
 )
 
-// logRecords is a slog.Handler that hands each record's message and
-// attributes to a channel (records that find it full are not kept).
+// logRecords is a slog.Handler that hands each record's message, level
+// (key "level") and attributes to a channel (records that find it full are not kept).
 type logRecords chan map[string]string
 
 func (l logRecords) Enabled(context.Context, slog.Level) bool { return true }
 func (l logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l logRecords) WithGroup(string) slog.Handler            { return l }
 func (l logRecords) Handle(_ context.Context, r slog.Record) error {
-	m := map[string]string{"msg": r.Message}
+	m := map[string]string{"msg": r.Message, "level": r.Level.String()}
 	r.Attrs(func(a slog.Attr) bool {
 		m[a.Key] = a.Value.String()
 		return true

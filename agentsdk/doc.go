@@ -18,7 +18,10 @@
 // Step. Return an *Error to give a failure a code (matched against the
 // workflow's non_retryable_error_codes), Permanent to fail for good. A
 // compensation's output is not kept by the scheduler (the step becomes
-// COMPENSATED); only its success or failure counts.
+// COMPENSATED); only its success or failure counts. Every failure the agent
+// reports is logged at WARN ("step failed", with its code, the step type,
+// task, step, attempt and message), a panic and an undecodable typed input
+// included (codes "panic" and "bad_input").
 //
 // The deadline rule of the Scheduler Agent Supervisor pattern is enforced
 // for you: a handler's ctx ends at the step's complete-by, and a result

@@ -2,8 +2,10 @@ package agentsdk_test
 
 import (
 	"context"
+	"log/slog"
 	"math/big"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +91,40 @@ func TestTLSFilesUnreadableAreNewsError(t *testing.T) {
 	_, err := agentsdk.New([]string{"127.0.0.1:1"}, agentsdk.WithTLSFiles(agentsdk.TLSFiles{CA: filepath.Join(t.TempDir(), "missing.pem")}))
 	if err == nil {
 		t.Fatal("New accepted a missing CA file")
+	}
+}
+
+// A plaintext agent of a TLS scheduler logs, with each failed attempt, the
+// hint that the scheduler may serve TLS and the options that set it, not
+// only gRPC's "error reading server preface".
+func TestPlaintextAgentOfATLSSchedulerIsToldWhy(t *testing.T) {
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	if _, err := tlsconfig.Init(dir, []tlsconfig.CertSpec{{Name: "server", Server: true}}, tlsconfig.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := tlsconfig.Server(tlsconfig.Files{Cert: p("server.pem"), Key: p("server-key.pem")}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testenv.New(t).StartSchedulerGRPC("", []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))})
+	logs := make(logRecords, 64)
+	a := newAgent(t, []string{s.Addr}, agentsdk.WithLogger(slog.New(logs)), agentsdk.WithReconnectBackoff(time.Millisecond, 10*time.Millisecond))
+	a.Handle("t", func(context.Context, *agentsdk.Step) (any, error) { return nil, nil })
+	runAgent(t, a)
+	deadline := time.After(wait)
+	for {
+		select {
+		case m := <-logs:
+			if m["msg"] != "cannot connect to scheduler" {
+				continue
+			}
+			if !strings.Contains(m["hint"], "may serve TLS") || !strings.Contains(m["hint"], "agentsdk.WithTLSFiles") {
+				t.Fatalf("logged %v; want a hint that the scheduler may serve TLS, naming agentsdk.WithTLSFiles", m)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no 'cannot connect to scheduler' line")
+		}
 	}
 }

@@ -39,7 +39,7 @@ func Dial(address string, opts ...Option) (*Client, error) {
 	if o.tls != nil {
 		cfg.TLS, cfg.CA, cfg.Cert, cfg.Key, cfg.ServerName = true, o.tls.CA, o.tls.Cert, o.tls.Key, o.tls.ServerName
 	}
-	extra := []grpc.DialOption{grpc.WithChainUnaryInterceptor(dial.RetryRefusals(o.refusalRetries, repeatable))}
+	extra := append(dial.HintInterceptors(clientTLS), grpc.WithChainUnaryInterceptor(dial.RetryRefusals(o.refusalRetries, repeatable)))
 	cc, err := dial.Schedulers(cfg, append(extra, o.dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -50,6 +50,14 @@ func Dial(address string, opts ...Option) (*Client, error) {
 		operator:  reevev1.NewSupervisorServiceClient(cc),
 		namespace: o.namespace,
 	}, nil
+}
+
+// clientTLS names the Client's TLS options in the hint added to the
+// message of a transport error (dial.Hint).
+var clientTLS = dial.Settings{
+	CA:         "client.WithTLSFiles(client.TLSFiles{CA: ...})",
+	ClientCert: "TLSFiles.Cert and Key",
+	Plaintext:  "drop client.WithTLSFiles",
 }
 
 // repeatable reports whether a call may be sent again after UNAVAILABLE:

@@ -77,10 +77,18 @@ func (r *Run) Get(ctx context.Context, out any) error {
 }
 
 // Cancel stops the task if it is not terminal: running steps are told to
-// cancel, pending ones never start. Canceling a terminal task changes
-// nothing. reason ("" for none) is recorded in the task's history.
-func (r *Run) Cancel(ctx context.Context, reason string) (*reevev1.Task, error) {
-	resp, err := r.c.scheduler.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: r.namespace, TaskId: r.id, Reason: reason})
+// cancel, pending ones never start, and steps that succeeded and declare a
+// compensation are undone in reverse order (the task ends COMPENSATED; with
+// nothing to undo, CANCELED). A task already compensating finishes its undo.
+// Canceling a terminal task changes nothing. reason ("" for none) is
+// recorded in the task's history. NoCompensate ends the task CANCELED at
+// once without undoing anything.
+func (r *Run) Cancel(ctx context.Context, reason string, opts ...CancelOption) (*reevev1.Task, error) {
+	req := &reevev1.CancelTaskRequest{Namespace: r.namespace, TaskId: r.id, Reason: reason}
+	for _, o := range opts {
+		o(req)
+	}
+	resp, err := r.c.scheduler.CancelTask(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("client: cancel task %s: %w", r.id, err)
 	}
@@ -194,4 +202,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// CancelOption changes what Run.Cancel asks for.
+type CancelOption func(*reevev1.CancelTaskRequest)
+
+// NoCompensate cancels without undoing: the task ends CANCELED at once, and
+// its succeeded steps stay done (CompensateTask can undo them later).
+func NoCompensate() CancelOption {
+	return func(r *reevev1.CancelTaskRequest) { r.NoCompensate = true }
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -94,10 +95,30 @@ func TestOverMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if _, err := plain.Submit(ctx(t), "echo", nil); status.Code(errors.Unwrap(err)) != codes.Unavailable {
-		t.Fatalf("plaintext submit to a TLS scheduler: %v; want UNAVAILABLE", err)
+	if _, err := plain.Submit(ctx(t), "echo", nil); status.Code(errors.Unwrap(err)) != codes.Unavailable ||
+		!strings.Contains(err.Error(), "hint: the scheduler may serve TLS: set client.WithTLSFiles") {
+		t.Fatalf("plaintext submit to a TLS scheduler: %v; want UNAVAILABLE with the hint to set client.WithTLSFiles", err)
 	}
 	if _, err := client.Dial(s.Addr, client.WithToken(clientToken)); err == nil {
 		t.Fatal("Dial with a token and no TLS succeeded; want an error (gRPC never sends tokens in plaintext)")
+	}
+}
+
+// A TLS client of a plaintext scheduler is told, in the error, that the
+// scheduler serves plaintext.
+func TestTLSClientOfAPlaintextSchedulerIsToldWhy(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := tlsconfig.Init(dir, []tlsconfig.CertSpec{{Name: "server", Server: true}}, tlsconfig.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := testenv.New(t).StartScheduler("")
+	c, err := client.Dial(s.Addr, client.WithTLSFiles(client.TLSFiles{CA: filepath.Join(dir, "ca.pem")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.GetRun("t-1").Task(ctx(t)); status.Code(errors.Unwrap(err)) != codes.Unavailable ||
+		!strings.Contains(err.Error(), "hint: the scheduler serves plaintext: drop client.WithTLSFiles") {
+		t.Fatalf("TLS client of a plaintext scheduler: %v; want UNAVAILABLE with the hint to drop client.WithTLSFiles", err)
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/auth"
+	"github.com/reeve-org/reeve/internal/store"
 )
 
 // activeCountTTL is how long a namespace's count of active tasks is reused
@@ -21,10 +23,19 @@ const activeCountTTL = time.Second
 // for a minute are dropped.
 const maxRateClients = 10000
 
-// admission applies the submission limits: a token bucket per client and a
-// cap on a namespace's active (non-terminal) tasks.
+// admission is the chain of limits a validated submission passes, in this
+// order (admit): the caller's token bucket, etcd's space (space.go), the
+// namespace's cap on active (non-terminal) tasks, and the scheduler's
+// capacity (shedding, overload.go); and the slots of concurrent lists
+// (acquireList). Each step refuses with a status that says when to retry;
+// what a refused submission that repeats an earlier one gets is
+// SubmitTask's rule (resubmitted, submit.go).
 type admission struct {
-	s *Server
+	opts  *options
+	store *store.Store // the active-task counts
+	space *spaceGuard
+	shed  *overload     // nil when shedding is off
+	lists chan struct{} // one slot per ListTasks in progress (WithMaxConcurrentLists)
 
 	mu       sync.Mutex
 	limiters map[string]*clientLimiter
@@ -46,8 +57,26 @@ type activeCount struct {
 	invalid bool
 }
 
-func newAdmission(s *Server) *admission {
-	return &admission{s: s, limiters: map[string]*clientLimiter{}, active: map[string]*activeCount{}}
+func newAdmission(o *options, st *store.Store, space *spaceGuard, shed *overload) *admission {
+	return &admission{
+		opts: o, store: st, space: space, shed: shed, lists: make(chan struct{}, max(o.maxLists, 1)),
+		limiters: map[string]*clientLimiter{}, active: map[string]*activeCount{},
+	}
+}
+
+// admit runs the chain for a submission of wf in ns and returns the first
+// refusal, or nil.
+func (a *admission) admit(ctx context.Context, ns string, wf *reevev1.Workflow) error {
+	if err := a.allowSubmit(ctx); err != nil {
+		return err
+	}
+	if err := a.space.allow(); err != nil {
+		return err
+	}
+	if err := a.allowActive(ctx, ns); err != nil {
+		return err
+	}
+	return a.shed.allow(ns, wf)
 }
 
 // clientKey names the caller for rate limiting: its authenticated identity,
@@ -68,7 +97,7 @@ func clientKey(ctx context.Context) string {
 // allowSubmit takes a token from the caller's bucket, or refuses with
 // RESOURCE_EXHAUSTED.
 func (a *admission) allowSubmit(ctx context.Context) error {
-	o := a.s.opts
+	o := a.opts
 	if o.submitRate <= 0 {
 		return nil
 	}
@@ -112,16 +141,16 @@ func (a *admission) count(ns string) *activeCount {
 // per second per namespace and the tasks created here since are added: with
 // several schedulers a burst within that second can overshoot the limit.
 func (a *admission) allowActive(ctx context.Context, ns string) error {
-	limit := int64(a.s.opts.maxActiveTasks)
+	limit := int64(a.opts.maxActiveTasks)
 	if limit <= 0 {
 		return nil
 	}
 	c := a.count(ns)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := a.s.opts.clock.Now()
+	now := a.opts.clock.Now()
 	if c.invalid || now.Sub(c.readAt) >= activeCountTTL {
-		n, err := a.s.store.CountActive(ctx, ns)
+		n, err := a.store.CountActive(ctx, ns)
 		if err != nil {
 			return err
 		}
@@ -135,11 +164,26 @@ func (a *admission) allowActive(ctx context.Context, ns string) error {
 
 // created records a task created in ns.
 func (a *admission) created(ns string) {
-	if a.s.opts.maxActiveTasks <= 0 {
+	if a.opts.maxActiveTasks <= 0 {
 		return
 	}
 	c := a.count(ns)
 	c.mu.Lock()
 	c.since++
 	c.mu.Unlock()
+}
+
+// acquireList takes one of the scheduler's list slots, waiting at most
+// listWait; release gives it back.
+func (a *admission) acquireList(ctx context.Context) (release func(), err error) {
+	t := time.NewTimer(listWait)
+	defer t.Stop()
+	select {
+	case a.lists <- struct{}{}:
+		return func() { <-a.lists }, nil
+	case <-t.C:
+		return nil, statusErr(refuse(codes.ResourceExhausted, ReasonTooManyLists, "page_size: this scheduler already serves %d lists at once (the limit); retry with backoff or ask for smaller pages", cap(a.lists)))
+	case <-ctx.Done():
+		return nil, statusErr(ctx.Err())
+	}
 }

@@ -27,8 +27,8 @@ type agentLoad struct {
 // publishLoads writes the in-flight count of every local agent stream
 // whose count changed, every loadInterval, under the scheduler's lease,
 // and removes those of streams that ended. It returns when ctx ends.
-func (s *Server) publishLoads(ctx context.Context) {
-	t := s.opts.clock.NewTicker(loadInterval)
+func (a *agents) publishLoads(ctx context.Context) {
+	t := a.opts.clock.NewTicker(loadInterval)
 	defer t.Stop()
 	published := map[string]agentLoad{}
 	var lease int64
@@ -38,20 +38,20 @@ func (s *Server) publishLoads(ctx context.Context) {
 			return
 		case <-t.Chan():
 		}
-		cur := s.currentLease()
+		cur := a.lease()
 		if cur == 0 {
 			continue
 		}
 		if int64(cur) != lease { // a new session: the old records went with the old lease
 			lease, published = int64(cur), map[string]agentLoad{}
 		}
-		now := s.disp.loads()
+		now := a.disp.loads()
 		for session, l := range now {
 			if old, ok := published[session]; ok && old == l {
 				continue
 			}
-			if err := s.store.PutAgentLoad(ctx, l.ns, l.id, store.AgentLoad{SessionID: session, InFlight: l.inFlight}, cur); err != nil {
-				s.log.Debug("publish agent load", "agent_id", l.id, "err", err)
+			if err := a.store.PutAgentLoad(ctx, l.ns, l.id, store.AgentLoad{SessionID: session, InFlight: l.inFlight}, cur); err != nil {
+				a.log.Debug("publish agent load", "agent_id", l.id, "err", err)
 				continue
 			}
 			published[session] = l
@@ -60,8 +60,8 @@ func (s *Server) publishLoads(ctx context.Context) {
 			if _, ok := now[session]; ok {
 				continue
 			}
-			if err := s.store.DeleteAgentLoad(ctx, l.ns, l.id, session); err != nil {
-				s.log.Debug("remove agent load", "agent_id", l.id, "err", err)
+			if err := a.store.DeleteAgentLoad(ctx, l.ns, l.id, session); err != nil {
+				a.log.Debug("remove agent load", "agent_id", l.id, "err", err)
 				continue
 			}
 			delete(published, session)
@@ -86,11 +86,11 @@ func (svc *schedulerService) ListAgents(ctx context.Context, req *reevev1.ListAg
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	recs, more, err := svc.eng.store.ListAgents(ctx, ns, after, size)
+	recs, more, err := svc.store.ListAgents(ctx, ns, after, size)
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	local := svc.eng.disp.loads()
+	local := svc.disp.loads()
 	resp := &reevev1.ListAgentsResponse{}
 	if more {
 		resp.NextPageToken = encodePageToken(pageAgents, ns, recs[len(recs)-1].Record.GetAgentId())
@@ -102,7 +102,7 @@ func (svc *schedulerService) ListAgents(ctx context.Context, req *reevev1.ListAg
 			AgentId: r.GetAgentId(), Namespace: r.GetNamespace(), StepTypes: r.GetStepTypes(),
 			MaxConcurrentSteps: r.GetMaxConcurrentSteps(), ConnectedSince: r.GetConnectTime(), SchedulerId: r.GetSchedulerId(),
 		}
-		if l, ok := local[r.GetSessionId()]; ok && r.GetSchedulerId() == svc.eng.opts.id {
+		if l, ok := local[r.GetSessionId()]; ok && r.GetSchedulerId() == svc.opts.id {
 			info.InFlight = l.inFlight
 		} else if a.LoadOK {
 			info.InFlight = a.Load.InFlight
@@ -114,7 +114,7 @@ func (svc *schedulerService) ListAgents(ctx context.Context, req *reevev1.ListAg
 		}
 	}
 	if after == "" { // queues come with the first page
-		resp.Queues = svc.eng.queues(ctx, ns, queues)
+		resp.Queues = svc.queues(ctx, ns, queues)
 	}
 	slices.SortFunc(resp.Agents, func(a, b *reevev1.AgentInfo) int { return strings.Compare(a.GetAgentId(), b.GetAgentId()) })
 	return resp, nil
@@ -122,11 +122,11 @@ func (svc *schedulerService) ListAgents(ctx context.Context, req *reevev1.ListAg
 
 // queues are the ready queues of namespace ns: those of this scheduler's
 // memory, with an empty one for each other step type of served.
-func (s *Server) queues(ctx context.Context, ns string, served map[string]*reevev1.QueueInfo) []*reevev1.QueueInfo {
-	for _, h := range s.disp.queueHeads(ns) {
+func (svc *schedulerService) queues(ctx context.Context, ns string, served map[string]*reevev1.QueueInfo) []*reevev1.QueueInfo {
+	for _, h := range svc.disp.queueHeads(ns) {
 		q := &reevev1.QueueInfo{Namespace: ns, StepType: h.typ, Depth: int64(h.depth)}
 		if h.taskID != "" {
-			q.OldestReadyTime = s.readyTime(ctx, ns, h.taskID, h.step)
+			q.OldestReadyTime = svc.readyTime(ctx, ns, h.taskID, h.step)
 		}
 		served[h.typ] = q
 	}
@@ -137,8 +137,8 @@ func (s *Server) queues(ctx context.Context, ns string, served map[string]*reeve
 
 // readyTime returns when a queued step became ready (its not-before when
 // later: a retry in backoff), or nil when it cannot be read.
-func (s *Server) readyTime(ctx context.Context, ns, taskID, step string) *timestamppb.Timestamp {
-	v, err := s.store.GetTask(ctx, ns, taskID)
+func (svc *schedulerService) readyTime(ctx context.Context, ns, taskID, step string) *timestamppb.Timestamp {
+	v, err := svc.store.GetTask(ctx, ns, taskID)
 	if err != nil {
 		return nil
 	}

@@ -19,7 +19,7 @@ func (svc *supervisorService) ListAlerts(ctx context.Context, req *reevev1.ListA
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	alerts, more, err := svc.eng.store.ListAlerts(ctx, ns, req.GetIncludeAcknowledged(), after, size)
+	alerts, more, err := svc.store.ListAlerts(ctx, ns, req.GetIncludeAcknowledged(), after, size)
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -35,7 +35,7 @@ func (svc *supervisorService) WatchAlerts(req *reevev1.WatchAlertsRequest, strea
 	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
 		return statusErr(err)
 	}
-	err := svc.eng.store.WatchAlerts(stream.Context(), workflow.Namespace(req.GetNamespace()), func(a *reevev1.Alert) error {
+	err := svc.store.WatchAlerts(stream.Context(), workflow.Namespace(req.GetNamespace()), func(a *reevev1.Alert) error {
 		return stream.Send(&reevev1.WatchAlertsResponse{Alert: a})
 	})
 	if stream.Context().Err() != nil {
@@ -59,7 +59,7 @@ func (svc *supervisorService) AckAlert(ctx context.Context, req *reevev1.AckAler
 	if by == "" {
 		by = actorOf(ctx, "operator")
 	}
-	a, err := svc.eng.store.AckAlert(ctx, workflow.Namespace(req.GetNamespace()), req.GetAlertId(), by, svc.eng.opts.clock.Now())
+	a, err := svc.store.AckAlert(ctx, workflow.Namespace(req.GetNamespace()), req.GetAlertId(), by, svc.opts.clock.Now())
 	if err != nil {
 		return nil, statusErr(err)
 	}

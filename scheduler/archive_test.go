@@ -457,3 +457,49 @@ func TestConcurrentSubmissionsCheckTheArchiveTogether(t *testing.T) {
 		t.Fatalf("%d of %d resubmissions created a task again", got, n)
 	}
 }
+
+// With an archive, a task canceled without undoing its done work stays in
+// etcd for the retention, as a FAILED one does, where CompensateTask can
+// still undo it; a task canceled with nothing done moves after the grace.
+func TestCanceledWithWorkLeftToUndoStaysForTheRetention(t *testing.T) {
+	env := testenv.New(t)
+	a := openArchive(t, archiveDSN(t, "sqlite"))
+	s := env.StartScheduler("", archiving(a, scheduler.WithRetention(time.Hour))...)
+	c := s.Client(t)
+	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 4, "inv.reserve", "inv.release", "pay.charge", "pay.refund", "ship.ship"))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "undo-later", Workflow: ordersFlow()})
+	if ack := agent.Succeed(agent.NextAssignment(wait).GetRef(), nil); !ack.GetAccepted() {
+		t.Fatalf("reserve refused: %v", ack)
+	}
+	agent.NextAssignment(wait) // charge, left running
+	if _, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "undo-later", NoCompensate: true}); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "nothing-done", Workflow: ordersFlow()})
+	cancelTask(t, c, "nothing-done")
+	// The archive passes go in end order: once "nothing-done" left etcd, "undo-later"
+	// was examined and left there.
+	waitArchived(t, env, a, "nothing-done")
+	resp, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: "undo-later"})
+	if err != nil || resp.GetArchived() || resp.GetTask().GetState() != reevev1.TaskState_TASK_STATE_CANCELED {
+		t.Fatalf("undo-later: %v archived %v (%v); want CANCELED in etcd", resp.GetTask().GetState(), resp.GetArchived(), err)
+	}
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	if _, err := sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{TaskId: "undo-later"}); err != nil {
+		t.Fatalf("compensate the canceled task: %v", err)
+	}
+	for {
+		// Skip what the agent was told about the other task.
+		if as := agent.Next(wait).GetAssignment(); as.GetRef().GetTaskId() == "undo-later" {
+			if as.GetRef().GetStep() != "reserve" || !as.GetCompensation() {
+				t.Fatalf("assigned %v, want reserve's compensation", as.GetRef())
+			}
+			agent.Succeed(as.GetRef(), nil)
+			break
+		}
+	}
+	waitArchived(t, env, a, "undo-later")
+}

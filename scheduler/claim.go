@@ -24,25 +24,24 @@ import (
 // claimTimeout bounds one claim transaction.
 const claimTimeout = 10 * time.Second
 
-// claim dispatches the ready execution e to agentID: one etcd transaction
-// that marks it running (with complete-by and locked-by) and takes it off the
-// ready queue. It returns the assignment to send. It runs on the server's
-// lifetime context, not the dispatcher's: a shutdown that stops dispatching
-// must not cut off a claim whose write may already be committing.
-func (s *Server) claim(e *storev1.ReadyEntry, agentID string) (*reevev1.StepAssignment, error) {
-	ctx, cancel := context.WithTimeout(s.base, claimTimeout)
+// claim dispatches the ready execution entry to agentID: one task write
+// that marks it running (with complete-by and locked-by) and takes it off
+// the ready queue. It returns the assignment to send. It runs on the
+// server's lifetime context, not the dispatcher's: a shutdown that stops
+// dispatching must not cut off a claim whose write may already be
+// committing.
+func (e *engine) claim(entry *storev1.ReadyEntry, agentID string) (*reevev1.StepAssignment, error) {
+	ctx, cancel := context.WithTimeout(e.base, claimTimeout)
 	defer cancel()
-	_, after, err := s.store.UpdateTask(ctx, e.GetNamespace(), e.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.Claim(t, e.GetStep(), e.GetAttempt(), s.opts.id, agentID, s.opts.clock.Now())
-	})
+	w, err := e.update(ctx, taskWrite{ns: entry.GetNamespace(), id: entry.GetTaskId(),
+		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+			return effects{assignTo: agentID, assignStep: entry.GetStep()},
+				taskstate.Claim(t, entry.GetStep(), entry.GetAttempt(), e.id, agentID, now)
+		}})
 	if err != nil {
 		return nil, err
 	}
-	t := after.GetTask()
-	st := taskstate.FindStep(t, e.GetStep())
-	a := assignment(t, st)
-	s.claimed(after, st, a, agentID)
-	return a, nil
+	return w.assignment, nil
 }
 
 // assignment builds what an agent needs to run the step's current execution.
@@ -76,11 +75,11 @@ func assignment(t *reevev1.Task, st *reevev1.Step) *reevev1.StepAssignment {
 
 // claimed records a claim of st for agentID, committed in rec just now: its
 // span and metrics, and its wait for shedding.
-func (s *Server) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *reevev1.StepAssignment, agentID string) {
-	now := s.opts.clock.Now()
-	s.tel.claimed(rec, st, a, s.opts.id, agentID, now)
+func (e *engine) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *reevev1.StepAssignment, agentID string) {
+	now := e.clock.Now()
+	e.tel.claimed(rec, st, a, e.id, agentID, now)
 	t := rec.GetTask()
-	s.shed.dispatched(t.GetNamespace(), taskstate.ExecutionType(t, st), dueAt(st, now), now)
+	e.shed.dispatched(t.GetNamespace(), taskstate.ExecutionType(t, st), dueAt(st, now), now)
 }
 
 // dueAt is when st's current attempt became due: its ready time, or the end
@@ -99,18 +98,19 @@ func dueAt(st *reevev1.Step, now time.Time) time.Time {
 
 // expireNow moves the complete-by of an attempt whose agent missed its
 // heartbeat to now: the supervisor then recovers it like any expired attempt.
-func (s *Server) expireNow(ref *reevev1.StepRef, details *structpb.Value) {
-	ctx, cancel := context.WithTimeout(s.base, 10*time.Second)
+func (e *engine) expireNow(ref *reevev1.StepRef, details *structpb.Value) {
+	ctx, cancel := context.WithTimeout(e.base, 10*time.Second)
 	defer cancel()
-	_, _, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
-		if err := taskstate.ExpireNow(t, ref.GetStep(), ref.GetAttempt(), "scheduler/"+s.opts.id, s.opts.clock.Now()); err != nil {
-			return err
-		}
-		keepDetails(t, ref, details)
-		return nil
-	})
+	_, err := e.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(),
+		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+			if err := taskstate.ExpireNow(t, ref.GetStep(), ref.GetAttempt(), "scheduler/"+e.id, now); err != nil {
+				return effects{}, err
+			}
+			keepDetails(t, ref, details)
+			return effects{}, nil
+		}})
 	if err != nil && !errors.Is(err, taskstate.ErrStale) {
-		s.log.Warn("expire attempt after missed heartbeat", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
+		e.log.Warn("expire attempt after missed heartbeat", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "err", err)
 	}
 }
 
@@ -121,12 +121,16 @@ func (s *Server) expireNow(ref *reevev1.StepRef, details *structpb.Value) {
 // one held by agentID, e.g. when the claim that would have dispatched it
 // never committed. Retried while etcd is unavailable, for a bounded time;
 // the attempt's complete-by covers a take-back that never lands.
-func (s *Server) takeBack(ref *reevev1.StepRef, agentID, reason string) {
-	_, _, err := s.updateUntil(time.Now().Add(claimTimeout), ref, func(t *reevev1.Task) error {
-		return taskstate.Unacknowledged(t, ref.GetStep(), ref.GetAttempt(), agentID, reason, "scheduler/"+s.opts.id, s.opts.clock.Now())
-	})
+func (e *engine) takeBack(ref *reevev1.StepRef, agentID, reason string) {
+	until := time.Now().Add(claimTimeout)
+	ctx, cancel := context.WithDeadline(e.base, until)
+	defer cancel()
+	_, err := e.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(), until: until,
+		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+			return effects{}, taskstate.Unacknowledged(t, ref.GetStep(), ref.GetAttempt(), agentID, reason, "scheduler/"+e.id, now)
+		}})
 	if err != nil && !errors.Is(err, taskstate.ErrStale) && !errors.Is(err, taskstate.ErrTerminal) && !errors.Is(err, store.ErrNotFound) {
-		s.log.Warn("take back undelivered attempt", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "err", err)
+		e.log.Warn("take back undelivered attempt", "task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "err", err)
 	}
 }
 
@@ -144,9 +148,10 @@ func (s *Server) takeBack(ref *reevev1.StepRef, agentID, reason string) {
 // fence), so everything that holds for it holds for the claim.
 //
 // One writeClaim serves one write, in three parts: run (inside the write's
-// transition, as often as the store runs it), settle (once the write
-// returned) and deliverClaim (once the write's own consequences, such as
-// revocations, are done).
+// change, as often as the store runs it), then, applied by the engine
+// (engine.go), settle (once the write returned) and deliverClaim (once the
+// write's other effects, such as revocations, are done). A nil writeClaim
+// (a write that may not claim) claims nothing.
 
 // directSlot is capacity reserved on an agent for one claim inside a write.
 type directSlot struct {
@@ -176,6 +181,9 @@ type writeClaim struct {
 // agent here has room for it. Only transition's error is returned: a step
 // that cannot be claimed here waits in the ready queue.
 func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition func() error) error {
+	if c == nil {
+		return c.without(transition)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.claimed = false
@@ -192,13 +200,13 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 		st = taskstate.FindStep(t, step)
 	} else {
 		for _, cand := range t.GetSteps() {
-			if taskstate.Queued(cand) {
+			if taskstate.Dispatchable(t, cand) {
 				st = cand
 				break
 			}
 		}
 	}
-	if st == nil || !taskstate.Queued(st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
+	if st == nil || !taskstate.Dispatchable(t, st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
 		return nil
 	}
 	k := queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)}
@@ -220,6 +228,12 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 // without applies transition to t and claims nothing: a run of the write
 // that takes another course (a recovery that does not retry).
 func (c *writeClaim) without(transition func() error) error {
+	if c == nil {
+		if transition == nil {
+			return nil
+		}
+		return transition()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.claimed = false
@@ -234,6 +248,9 @@ func (c *writeClaim) without(transition func() error) error {
 // claim to hand to deliverClaim, or nil when there is none. what names the
 // write in the take-back's reason.
 func (c *writeClaim) settle(err error, committed bool, what string) *writeClaim {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	c.finished = true
 	c.mu.Unlock()
@@ -251,7 +268,7 @@ func (c *writeClaim) settle(err error, committed bool, what string) *writeClaim 
 
 // deliverClaim hands the step c claimed in the written record rec to its
 // agent (nil c: nothing was claimed); the slot's reservation ends.
-func (s *Server) deliverClaim(rec *storev1.TaskRecord, c *writeClaim) {
+func (e *engine) deliverClaim(rec *storev1.TaskRecord, c *writeClaim) {
 	if c == nil {
 		return
 	}
@@ -260,8 +277,8 @@ func (s *Server) deliverClaim(rec *storev1.TaskRecord, c *writeClaim) {
 	a := assignment(t, st)
 	// claimed puts the attempt's trace context in the assignment: before it
 	// goes to the stream, whose send loop encodes it.
-	s.claimed(rec, st, a, c.slot.conn.agentID)
-	s.disp.deliver(c.slot, a)
+	e.claimed(rec, st, a, c.slot.conn.agentID)
+	e.disp.deliver(c.slot, a)
 }
 
 // notWritten reports whether a write failed in a way that certainly wrote

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -23,10 +24,40 @@ import (
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
-// Connect serves one agent stream: a receive loop (this goroutine) and one
-// send loop, the only caller of stream.Send. See docs/agent-protocol.md.
+// agents are the agent streams connected to this scheduler: each stream's
+// register and adoption of the attempts it still runs (this file), its
+// results (results.go), the executions of a stream that ended
+// (heartbeats.go) and the agents' records in etcd (agents.go). Task writes
+// go through the engine.
+type agents struct {
+	opts  *options
+	eng   *engine
+	disp  *dispatcher
+	store *store.Store
+	log   *slog.Logger
+	logs  *logLimiter
+	tel   *instruments
+	// base outlives the streams (Server.base); stopping ends when the
+	// scheduler starts to stop (the timers of dropped agents' executions
+	// stop: heartbeats.go).
+	base, stopping context.Context
+	work           *workGroup
+	lease          func() clientv3.LeaseID // the instance lease, 0 while there is none
+
+	unregistered atomic.Int64  // streams waiting for their Register
+	expiries     chan struct{} // one slot per recovery of a dropped agent's execution in flight
+	left         leftAttempts  // attempts of ended streams, for the agent's next Register (forgotten.go)
+}
+
+// Connect implements AgentService: it serves one agent stream.
 func (svc *agentService) Connect(stream reevev1.AgentService_ConnectServer) error {
-	first, err := svc.eng.awaitRegister(stream)
+	return svc.agents.serve(stream)
+}
+
+// serve serves one agent stream: a receive loop (this goroutine) and one
+// send loop, the only caller of stream.Send. See docs/agent-protocol.md.
+func (a *agents) serve(stream reevev1.AgentService_ConnectServer) error {
+	first, err := a.awaitRegister(stream)
 	if err != nil {
 		return err
 	}
@@ -38,19 +69,20 @@ func (svc *agentService) Connect(stream reevev1.AgentService_ConnectServer) erro
 		return statusErr(err)
 	}
 	reg.Namespace = workflow.Namespace(reg.GetNamespace())
-	conn := newAgentConn(uuid.NewString(), reg, svc.eng.opts.sendQueueBytes)
-	log := svc.eng.log.With("agent_id", conn.agentID, "session_id", conn.sessionID)
+	conn := newAgentConn(uuid.NewString(), reg, a.opts.sendQueueBytes)
+	log := a.log.With("agent_id", conn.agentID, "session_id", conn.sessionID)
 
-	if err := svc.eng.adoptRunning(stream.Context(), conn, reg.GetRunning()); err != nil {
+	if err := a.adoptRunning(stream.Context(), conn, reg.GetRunning()); err != nil {
 		// Without knowing which of its attempts are current, the agent's
 		// free capacity is unknown: assignments beyond it would be dropped
 		// by the agent and wait for their complete-by. It reconnects.
 		return statusErr(err)
 	}
-	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: svc.eng.registered(conn.sessionID)}})
-	svc.eng.tel.seeNamespace(conn.ns)
-	svc.eng.disp.addAgent(conn)
-	rev := svc.eng.publishAgent(stream.Context(), conn)
+	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: a.registered(conn.sessionID)}})
+	a.tel.seeNamespace(conn.ns)
+	a.disp.addAgent(conn)
+	a.forgotten(conn)
+	rev := a.publishAgent(stream.Context(), conn)
 	log.Info("agent connected", "namespace", conn.ns, "step_types", conn.types, "max_concurrent_steps", conn.max,
 		"protocol_version", reg.GetProtocolVersion(), "sdk", reg.GetSdk().GetName(), "sdk_version", reg.GetSdk().GetVersion())
 
@@ -62,17 +94,19 @@ func (svc *agentService) Connect(stream reevev1.AgentService_ConnectServer) erro
 		unsent, err = sendLoop(stream, conn)
 		sendErr <- err
 	})
-	err = svc.eng.recvLoop(stream, conn)
+	err = a.recvLoop(stream, conn)
 
 	// Before the agent's record goes (orphaned records the disconnect).
-	svc.eng.orphaned(conn, svc.eng.disp.removeAgent(conn))
+	beats, left, newer := a.disp.removeAgent(conn)
+	a.orphaned(conn, beats)
+	a.ended(conn, left, newer)
 	wg.Wait()
-	svc.eng.disp.takeBackUnsent(conn, unsent)
+	a.disp.takeBackUnsent(conn, unsent)
 	// By session, not by rev alone: when the stream connected before the
 	// scheduler had a lease (rev 0), republishAgents wrote the record later.
 	{
-		cctx, cancel := context.WithTimeout(svc.eng.base, 2*time.Second)
-		if derr := svc.eng.store.DeleteAgentSession(cctx, conn.ns, conn.agentID, conn.sessionID); derr != nil {
+		cctx, cancel := context.WithTimeout(a.base, 2*time.Second)
+		if derr := a.store.DeleteAgentSession(cctx, conn.ns, conn.agentID, conn.sessionID); derr != nil {
 			log.Debug("remove agent record", "err", derr, "rev", rev)
 		}
 		cancel()
@@ -88,12 +122,12 @@ func (svc *agentService) Connect(stream reevev1.AgentService_ConnectServer) erro
 // are capped (RESOURCE_EXHAUSTED past the cap) and each waits at most the
 // register timeout (then DEADLINE_EXCEEDED): a client that opens streams
 // and never registers cannot hold them, or the server's memory, for ever.
-func (s *Server) awaitRegister(stream reevev1.AgentService_ConnectServer) (*reevev1.ConnectRequest, error) {
-	if n := s.unregistered.Add(1); n > int64(s.opts.maxUnregistered) {
-		s.unregistered.Add(-1)
-		return nil, statusErr(status.Errorf(codes.ResourceExhausted, "register: %d streams are already waiting to register (limit %d); retry later", n-1, s.opts.maxUnregistered))
+func (a *agents) awaitRegister(stream reevev1.AgentService_ConnectServer) (*reevev1.ConnectRequest, error) {
+	if n := a.unregistered.Add(1); n > int64(a.opts.maxUnregistered) {
+		a.unregistered.Add(-1)
+		return nil, statusErr(status.Errorf(codes.ResourceExhausted, "register: %d streams are already waiting to register (limit %d); retry later", n-1, a.opts.maxUnregistered))
 	}
-	defer s.unregistered.Add(-1)
+	defer a.unregistered.Add(-1)
 	type received struct {
 		m   *reevev1.ConnectRequest
 		err error
@@ -104,13 +138,13 @@ func (s *Server) awaitRegister(stream reevev1.AgentService_ConnectServer) (*reev
 		m, err := stream.Recv()
 		got <- received{m, err}
 	}()
-	timer := time.NewTimer(s.opts.registerTimeout)
+	timer := time.NewTimer(a.opts.registerTimeout)
 	defer timer.Stop()
 	select {
 	case r := <-got:
 		return r.m, r.err
 	case <-timer.C:
-		return nil, status.Errorf(codes.DeadlineExceeded, "register: the first message of a stream must be register, and none arrived within %s", s.opts.registerTimeout)
+		return nil, status.Errorf(codes.DeadlineExceeded, "register: the first message of a stream must be register, and none arrived within %s", a.opts.registerTimeout)
 	}
 }
 
@@ -133,7 +167,7 @@ func sendLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) (*reev
 
 // recvLoop handles the agent's messages until the stream ends. It returns nil
 // when the agent closed its side.
-func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) error {
+func (a *agents) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agentConn) error {
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -146,9 +180,9 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 		case *reevev1.ConnectRequest_Result:
 			// After a stop, no answer: the agent keeps the result and
 			// delivers it elsewhere.
-			s.goWork(func() {
-				ack := s.handleResult(conn, msg.Result)
-				if !ack.GetAccepted() && s.base.Err() != nil {
+			a.work.goOptional(func() {
+				ack := a.handleResult(conn, msg.Result)
+				if !ack.GetAccepted() && a.base.Err() != nil {
 					// Stopped before it could be judged: no answer, so that
 					// the agent keeps the result and delivers it elsewhere.
 					return
@@ -158,18 +192,18 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 		case *reevev1.ConnectRequest_AssignmentAck:
 			// The agent took the attempt: it is no longer at risk of being
 			// taken back, and an agent marked stuck gets work again.
-			s.disp.acked(conn, msg.AssignmentAck.GetRef())
+			a.disp.acked(conn, msg.AssignmentAck.GetRef())
 		case *reevev1.ConnectRequest_Heartbeat:
-			s.disp.heartbeat(conn, msg.Heartbeat)
+			a.disp.heartbeat(conn, msg.Heartbeat)
 		case *reevev1.ConnectRequest_Drain:
-			s.disp.setDraining(conn)
+			a.disp.setDraining(conn)
 		case *reevev1.ConnectRequest_Register:
 			return status.Error(codes.FailedPrecondition, "register: already registered on this stream")
 		default:
 			// A message kind from a newer protocol (or none): ignored, so
 			// that a newer agent keeps its stream to an older scheduler.
-			s.tel.unknownMessage(stream.Context(), conn.ns)
-			s.logs.log(s.log.With("agent_id", conn.agentID, "session_id", conn.sessionID), slog.LevelDebug,
+			a.tel.unknownMessage(stream.Context(), conn.ns)
+			a.logs.log(a.log.With("agent_id", conn.agentID, "session_id", conn.sessionID), slog.LevelDebug,
 				"unknown agent message", "unknown agent message ignored", "unknown_fields", len(m.ProtoReflect().GetUnknown()))
 		}
 	}
@@ -181,7 +215,7 @@ func (s *Server) recvLoop(stream reevev1.AgentService_ConnectServer, conn *agent
 // adoption, which a scheduler waiting to recover it after the old stream's
 // end must see); the checks run concurrently (adoptsInFlight), so a
 // reconnect listing thousands of attempts shares group-commit transactions.
-func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reevev1.StepRef) error {
+func (a *agents) adoptRunning(ctx context.Context, conn *agentConn, refs []*reevev1.StepRef) error {
 	var (
 		mu    sync.Mutex
 		first error
@@ -195,7 +229,7 @@ func (s *Server) adoptRunning(ctx context.Context, conn *agentConn, refs []*reev
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			by, beats, ok, err := s.adoptOne(ctx, conn.agentID, ref)
+			by, beats, ok, err := a.adoptOne(ctx, conn.agentID, ref)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && first == nil {
@@ -219,8 +253,8 @@ const adoptsInFlight = 256
 // adoptOne checks one attempt a reconnecting agent lists: ok when it is
 // still current and the agent's, with its complete-by and, for an attempt
 // with a heartbeat timeout or a reassign_after_disconnect, its liveness (watched on the new stream).
-func (s *Server) adoptOne(ctx context.Context, agentID string, ref *reevev1.StepRef) (by time.Time, b *beat, ok bool, err error) {
-	v, err := s.store.GetTask(ctx, ref.GetNamespace(), ref.GetTaskId())
+func (a *agents) adoptOne(ctx context.Context, agentID string, ref *reevev1.StepRef) (by time.Time, b *beat, ok bool, err error) {
+	v, err := a.store.GetTask(ctx, ref.GetNamespace(), ref.GetTaskId())
 	if errors.Is(err, store.ErrNotFound) {
 		return time.Time{}, nil, false, nil // deleted by retention: not running
 	}
@@ -235,39 +269,39 @@ func (s *Server) adoptOne(ctx context.Context, agentID string, ref *reevev1.Step
 	if spec.GetHeartbeatTimeout() == nil && spec.GetReassignAfterDisconnect() == nil {
 		return st.GetCompleteBy().AsTime(), nil, true, nil
 	}
-	by, err = s.restoreDeadline(ctx, ref, agentID)
+	by, err = a.eng.restoreDeadline(ctx, ref, agentID)
 	if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
 		return time.Time{}, nil, false, nil // expired or recovered meanwhile
 	}
 	if err != nil {
 		return time.Time{}, nil, false, fmt.Errorf("register.running: adopt %s/%s: %w", ref.GetTaskId(), ref.GetStep(), err)
 	}
-	return by, newBeat(ref, spec.GetHeartbeatTimeout(), spec.GetReassignAfterDisconnect(), s.opts.clock.Now()), true, nil
+	return by, newBeat(ref, spec.GetHeartbeatTimeout(), spec.GetReassignAfterDisconnect(), a.opts.clock.Now()), true, nil
 }
 
 // republishAgents writes every connected agent's record again, after the
 // instance lease was renewed.
-func (s *Server) republishAgents(ctx context.Context) {
-	for _, c := range s.disp.connected() {
-		s.publishAgent(ctx, c)
+func (a *agents) republishAgents(ctx context.Context) {
+	for _, c := range a.disp.connected() {
+		a.publishAgent(ctx, c)
 	}
 }
 
 // publishAgent records the agent in etcd under the instance lease; it
 // returns the record's revision, or 0 when it could not be written (the
 // record is informational: dispatch does not depend on it).
-func (s *Server) publishAgent(ctx context.Context, conn *agentConn) int64 {
-	lease := s.currentLease()
+func (a *agents) publishAgent(ctx context.Context, conn *agentConn) int64 {
+	lease := a.lease()
 	if lease == 0 {
 		return 0
 	}
-	rev, err := s.store.PutAgent(ctx, &storev1.AgentRecord{
+	rev, err := a.store.PutAgent(ctx, &storev1.AgentRecord{
 		Namespace: conn.ns, AgentId: conn.agentID, StepTypes: conn.types,
-		MaxConcurrentSteps: int32(conn.max), SchedulerId: s.opts.id, SessionId: conn.sessionID,
-		ConnectTime: timestamppb.New(s.opts.clock.Now()),
+		MaxConcurrentSteps: int32(conn.max), SchedulerId: a.opts.id, SessionId: conn.sessionID,
+		ConnectTime: timestamppb.New(a.opts.clock.Now()),
 	}, lease)
 	if err != nil {
-		s.log.Debug("publish agent", "agent_id", conn.agentID, "err", err)
+		a.log.Debug("publish agent", "agent_id", conn.agentID, "err", err)
 		return 0
 	}
 	return rev
@@ -276,6 +310,7 @@ func (s *Server) publishAgent(ctx context.Context, conn *agentConn) int64 {
 // agentConn is one registered agent stream. Its counters are guarded by the
 // dispatcher's lock.
 type agentConn struct {
+	seq       uint64 // order of registration among this scheduler's streams (addAgent)
 	sessionID string
 	agentID   string
 	ns        string

@@ -50,6 +50,7 @@ type dispatcher struct {
 	queues  map[queueKey]*list.List
 	delayed delayHeap
 	agents  agentSet
+	seq     uint64 // the last agentConn.seq given
 }
 
 // dispatchDeps is what a dispatcher needs from its scheduler. Every field
@@ -306,7 +307,7 @@ func (d *dispatcher) takeBack(ref *reevev1.StepRef, agentID, reason string) {
 }
 
 func isLostClaim(err error) bool {
-	return errors.Is(err, taskstate.ErrNotQueued) || errors.Is(err, taskstate.ErrTerminal) ||
+	return errors.Is(err, taskstate.ErrNotQueued) || errors.Is(err, taskstate.ErrPaused) || errors.Is(err, taskstate.ErrTerminal) ||
 		errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) ||
 		errors.Is(err, store.ErrUnknownVersion) // a newer Reeve's record: its schedulers dispatch it
 }

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -18,22 +20,55 @@ import (
 // addAgent makes a registered stream eligible for work.
 func (d *dispatcher) addAgent(c *agentConn) {
 	d.lock()
+	d.seq++
+	c.seq = d.seq
 	d.agents.add(c)
 	d.unlock()
 	d.poke()
 }
 
-// removeAgent forgets a stream that ended and stops its send loop, and
+// removeAgent forgets a stream that ended and stops its send loop. It
 // returns the heartbeat-tracked attempts no other stream of the agent
-// watches (see heartbeats.go). Under the lock, so that no assignment is
-// queued on it afterwards (claims queue theirs under the lock too, after
-// checking done).
-func (d *dispatcher) removeAgent(c *agentConn) []*beat {
+// watches (see heartbeats.go), and the attempts the stream ran that no
+// other stream of the agent holds (left: refKey -> complete-by), with
+// whether a stream of the agent registered after this one (newer): that
+// stream's Register did not list them (forgotten.go). Under the lock, so
+// that no assignment is queued on it afterwards (claims queue theirs under
+// the lock too, after checking done).
+func (d *dispatcher) removeAgent(c *agentConn) (beats []*beat, left map[string]time.Time, newer bool) {
 	d.lock()
 	defer d.unlock()
 	d.agents.remove(c)
 	close(c.done)
-	return d.orphanedBeats(c)
+	left = make(map[string]time.Time, len(c.running))
+	for k, by := range c.running {
+		left[k] = by
+	}
+	for _, other := range d.agents.byAgent[c.agentID] {
+		if other.ns != c.ns {
+			continue
+		}
+		for k := range other.running {
+			delete(left, k)
+		}
+		if other.seq > c.seq {
+			newer = true
+		}
+	}
+	return d.orphanedBeats(c), left, newer
+}
+
+// holds reports whether a stream of the agent here runs the attempt k
+// (refKey).
+func (d *dispatcher) holds(agentID, k string) bool {
+	d.lock()
+	defer d.unlock()
+	for _, c := range d.agents.byAgent[agentID] {
+		if _, ok := c.running[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // takeBackUnsent takes back the assignments that never left the ended
@@ -369,6 +404,19 @@ func (s *agentSet) missedBeats(now time.Time) []*beat {
 
 func refKey(r *reevev1.StepRef) string {
 	return fmt.Sprintf("%s/%s/%s/%d", r.GetNamespace(), r.GetTaskId(), r.GetStep(), r.GetAttempt())
+}
+
+// parseRefKey is the StepRef of a refKey (names and ids never contain "/").
+func parseRefKey(k string) (*reevev1.StepRef, bool) {
+	parts := strings.Split(k, "/")
+	if len(parts) != 4 {
+		return nil, false
+	}
+	attempt, err := strconv.ParseInt(parts[3], 10, 32)
+	if err != nil {
+		return nil, false
+	}
+	return &reevev1.StepRef{Namespace: parts[0], TaskId: parts[1], Step: parts[2], Attempt: int32(attempt)}, true
 }
 
 // agentSet indexes connected agents by what they serve.

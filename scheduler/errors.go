@@ -138,6 +138,8 @@ func classify(err error) (codes.Code, string, string) {
 		return codes.FailedPrecondition, ReasonStepNotFound, err.Error()
 	case errors.Is(err, taskstate.ErrNotQueued):
 		return codes.FailedPrecondition, ReasonStepNotQueued, err.Error()
+	case errors.Is(err, taskstate.ErrPaused):
+		return codes.FailedPrecondition, ReasonTaskPaused, err.Error()
 	case errors.Is(err, taskstate.ErrNotDue):
 		return codes.FailedPrecondition, ReasonStepNotDue, err.Error()
 	case errors.Is(err, taskstate.ErrNotExpired):
@@ -174,6 +176,7 @@ var notFoundKeys = map[string]string{store.KindTask: MetaTaskID, store.KindWorkf
 
 var notFoundReasons = map[string]string{
 	store.KindTask:     ReasonTaskNotFound,
+	store.KindBatch:    ReasonBatchNotFound,
 	store.KindWorkflow: ReasonWorkflowNotFound,
 	store.KindAlert:    ReasonAlertNotFound,
 }

@@ -54,21 +54,21 @@ const expiryRetry = 200 * time.Millisecond
 // orphaned takes over the heartbeat executions of the ended stream conn
 // that no other stream of its agent here watches. Called before the
 // agent's record is deleted.
-func (s *Server) orphaned(conn *agentConn, beats []*beat) {
-	if len(beats) == 0 || s.base.Err() != nil {
+func (a *agents) orphaned(conn *agentConn, beats []*beat) {
+	if len(beats) == 0 || a.base.Err() != nil {
 		return
 	}
-	if s.stopping.Err() != nil {
-		s.persistBeats(conn.agentID, beats)
+	if a.stopping.Err() != nil {
+		a.persistBeats(conn.agentID, beats)
 		return
 	}
-	end := s.opts.clock.Now()
+	end := a.opts.clock.Now()
 	err := errors.New("no instance lease")
-	if lease := s.currentLease(); lease != 0 {
-		ctx, cancel := context.WithTimeout(s.base, 2*time.Second)
-		err = s.store.PutDisconnected(ctx, &storev1.AgentRecord{
+	if lease := a.lease(); lease != 0 {
+		ctx, cancel := context.WithTimeout(a.base, 2*time.Second)
+		err = a.store.PutDisconnected(ctx, &storev1.AgentRecord{
 			Namespace: conn.ns, AgentId: conn.agentID, StepTypes: conn.types, MaxConcurrentSteps: int32(conn.max),
-			SchedulerId: s.opts.id, SessionId: conn.sessionID, ConnectTime: timestamppb.New(end),
+			SchedulerId: a.opts.id, SessionId: conn.sessionID, ConnectTime: timestamppb.New(end),
 		}, lease)
 		cancel()
 	}
@@ -76,14 +76,14 @@ func (s *Server) orphaned(conn *agentConn, beats []*beat) {
 		// Nothing would tell the supervisor should this scheduler die:
 		// the deadlines are written down too (a second write each; this
 		// scheduler's timers still recover them first when it lives).
-		s.log.Warn("record the agent's disconnect; writing its heartbeat deadlines down too",
+		a.log.Warn("record the agent's disconnect; writing its heartbeat deadlines down too",
 			"agent_id", conn.agentID, "session_id", conn.sessionID, "err", err)
-		s.persistBeats(conn.agentID, beats)
+		a.persistBeats(conn.agentID, beats)
 	}
 	// Not started once the scheduler stopped: the key then goes with the
 	// lease, and the supervisor takes over.
 	st := endedStream{ns: conn.ns, agentID: conn.agentID, sessionID: conn.sessionID, end: end} // not conn: its maps stay behind
-	s.goWork(func() { s.expireOrphans(st, beats) })
+	a.work.goOptional(func() { a.expireOrphans(st, beats) })
 }
 
 // endedStream names the stream whose executions a scheduler recovers, and
@@ -99,7 +99,7 @@ type endedStream struct {
 // expiriesInFlight in flight on this scheduler), never a round at a time:
 // each write joins whatever group commit is open. It returns early, leaving
 // the key, when the scheduler stops.
-func (s *Server) expireOrphans(conn endedStream, beats []*beat) {
+func (a *agents) expireOrphans(conn endedStream, beats []*beat) {
 	type pending struct {
 		b  *beat
 		at time.Time // when to try: the heartbeat deadline, or a retry
@@ -108,18 +108,18 @@ func (s *Server) expireOrphans(conn endedStream, beats []*beat) {
 	for _, b := range beats {
 		todo = append(todo, pending{b, b.lostAt(conn.end)})
 	}
-	slices.SortFunc(todo, func(a, b pending) int { return a.at.Compare(b.at) })
+	slices.SortFunc(todo, func(x, y pending) int { return x.at.Compare(y.at) })
 	// Buffered for every execution: a finished recovery never blocks.
 	retry := make(chan *beat, len(beats))
 	inFlight := 0
 	for len(todo) > 0 || inFlight > 0 {
-		now := s.opts.clock.Now()
+		now := a.opts.clock.Now()
 		for len(todo) > 0 && !todo[0].at.After(now) {
 			b := todo[0].b
 			todo = todo[1:]
 			select {
-			case s.expiries <- struct{}{}:
-			case <-s.stopping.Done():
+			case a.expiries <- struct{}{}:
+			case <-a.stopping.Done():
 				for ; inFlight > 0; inFlight-- {
 					<-retry
 				}
@@ -127,8 +127,8 @@ func (s *Server) expireOrphans(conn endedStream, beats []*beat) {
 			}
 			inFlight++
 			go func() {
-				settled := s.expireOrphan(conn, b)
-				<-s.expiries
+				settled := a.expireOrphan(conn, b)
+				<-a.expiries
 				if settled {
 					retry <- nil
 				} else {
@@ -139,11 +139,11 @@ func (s *Server) expireOrphans(conn endedStream, beats []*beat) {
 		var timer <-chan time.Time
 		var t clockwork.Timer
 		if len(todo) > 0 {
-			t = s.opts.clock.NewTimer(todo[0].at.Sub(now))
+			t = a.opts.clock.NewTimer(todo[0].at.Sub(now))
 			timer = t.Chan()
 		}
 		select {
-		case <-s.stopping.Done():
+		case <-a.stopping.Done():
 			// Left to the supervisor once the lease is revoked; the
 			// recoveries in flight finish (bounded by their write's
 			// timeout) so that none outlives Run.
@@ -155,7 +155,7 @@ func (s *Server) expireOrphans(conn endedStream, beats []*beat) {
 		case b := <-retry:
 			inFlight--
 			if b != nil {
-				at := s.opts.clock.Now().Add(expiryRetry)
+				at := a.opts.clock.Now().Add(expiryRetry)
 				k, _ := slices.BinarySearchFunc(todo, at, func(p pending, at time.Time) int { return p.at.Compare(at) })
 				todo = slices.Insert(todo, k, pending{b, at})
 			}
@@ -164,12 +164,12 @@ func (s *Server) expireOrphans(conn endedStream, beats []*beat) {
 			t.Stop()
 		}
 	}
-	ctx, cancel := context.WithTimeout(s.base, 2*time.Second)
+	ctx, cancel := context.WithTimeout(a.base, 2*time.Second)
 	defer cancel()
-	if err := s.store.DeleteDisconnected(ctx, conn.ns, conn.agentID, conn.sessionID); err != nil {
+	if err := a.store.DeleteDisconnected(ctx, conn.ns, conn.agentID, conn.sessionID); err != nil {
 		// Its lease removes it at the latest; a supervisor then finds
 		// nothing left to do.
-		s.log.Debug("delete the disconnected agent's key", "agent_id", conn.agentID, "session_id", conn.sessionID, "err", err)
+		a.log.Debug("delete the disconnected agent's key", "agent_id", conn.agentID, "session_id", conn.sessionID, "err", err)
 	}
 }
 
@@ -177,13 +177,13 @@ func (s *Server) expireOrphans(conn endedStream, beats []*beat) {
 // deadline passed, unless the agent took it back. It reports whether the
 // execution is settled (recovered, or no longer this scheduler's to
 // recover); false means try again.
-func (s *Server) expireOrphan(conn endedStream, b *beat) bool {
-	ctx, cancel := context.WithTimeout(s.base, 30*time.Second)
+func (a *agents) expireOrphan(conn endedStream, b *beat) bool {
+	ctx, cancel := context.WithTimeout(a.base, 30*time.Second)
 	defer cancel()
-	actor := "scheduler/" + s.opts.id
+	actor := "scheduler/" + a.opts.id
 	deadline := b.lostAt(conn.end)
-	out := s.applyRecovery(ctx, b.ref, nil, actor, nil, func(t *reevev1.Task, now time.Time) (*reevev1.RecoveryDecision, error) {
-		if s.disp.watches(conn.agentID, b.ref) {
+	out := a.eng.applyRecovery(ctx, b.ref, nil, actor, nil, func(t *reevev1.Task, now time.Time) (*reevev1.RecoveryDecision, error) {
+		if a.disp.watches(conn.agentID, b.ref) {
 			return nil, taskstate.ErrStale // the agent is back on this scheduler
 		}
 		action, delay, err := taskstate.ExpireDisconnected(t, b.ref.GetStep(), b.ref.GetAttempt(), conn.agentID, b.last, deadline, actor, now)
@@ -201,8 +201,8 @@ func (s *Server) expireOrphan(conn endedStream, b *beat) bool {
 	case codes.FailedPrecondition, codes.NotFound:
 		return true // taken back, finished, deleted: nothing to recover
 	default:
-		if s.stopping.Err() == nil {
-			s.log.Warn("recover a dropped agent's execution after its heartbeat deadline; trying again",
+		if a.stopping.Err() == nil {
+			a.log.Warn("recover a dropped agent's execution after its heartbeat deadline; trying again",
 				"task_id", b.ref.GetTaskId(), "step", b.ref.GetStep(), "attempt", b.ref.GetAttempt(), "agent_id", conn.agentID,
 				"code", code.String(), "err", st.Message())
 		}
@@ -217,32 +217,33 @@ func (s *Server) expireOrphan(conn endedStream, b *beat) bool {
 // stopping, it holds no lease, the disconnect could not be recorded). It is
 // skipped once the scheduler stopped: agents then reconnect elsewhere and
 // list what they run (the complete-by still covers one that never does).
-func (s *Server) persistBeats(agentID string, beats []*beat) {
-	if len(beats) == 0 || s.base.Err() != nil {
+func (a *agents) persistBeats(agentID string, beats []*beat) {
+	if len(beats) == 0 || a.base.Err() != nil {
 		return
 	}
-	end := s.opts.clock.Now()
+	end := a.opts.clock.Now()
 	for _, b := range beats {
-		s.goWork(func() {
+		a.work.goOptional(func() {
 			// Generous: after a mass disconnect these writes queue behind
 			// each other, and one that gives up leaves its attempt to its
 			// complete-by.
-			ctx, cancel := context.WithTimeout(s.base, 30*time.Second)
+			ctx, cancel := context.WithTimeout(a.base, 30*time.Second)
 			defer cancel()
 			ref := b.ref
-			_, _, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
-				if s.disp.watches(agentID, ref) {
-					return taskstate.ErrStale // the agent is back on this scheduler
-				}
-				if err := taskstate.ShortenOnDisconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, b.lostAt(end),
-					"scheduler/"+s.opts.id, s.opts.clock.Now()); err != nil {
-					return err
-				}
-				keepDetails(t, ref, b.details)
-				return nil
-			})
+			_, err := a.eng.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(),
+				change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+					if a.disp.watches(agentID, ref) {
+						return effects{}, taskstate.ErrStale // the agent is back on this scheduler
+					}
+					if err := taskstate.ShortenOnDisconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, b.lostAt(end),
+						"scheduler/"+a.opts.id, now); err != nil {
+						return effects{}, err
+					}
+					keepDetails(t, ref, b.details)
+					return effects{}, nil
+				}})
 			if err != nil && !errors.Is(err, taskstate.ErrStale) && !errors.Is(err, context.Canceled) {
-				s.log.Warn("move complete-by to the heartbeat deadline after the agent's stream ended",
+				a.log.Warn("move complete-by to the heartbeat deadline after the agent's stream ended",
 					"task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", agentID, "err", err)
 			}
 		})
@@ -253,14 +254,15 @@ func (s *Server) persistBeats(agentID string, beats []*beat) {
 // (taskstate.RestoreOnReconnect: one write, which also tells a scheduler
 // that saw the old stream end not to recover it), and returns the
 // complete-by in force.
-func (s *Server) restoreDeadline(ctx context.Context, ref *reevev1.StepRef, agentID string) (time.Time, error) {
-	_, after, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.RestoreOnReconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, "scheduler/"+s.opts.id, s.opts.clock.Now())
-	})
+func (e *engine) restoreDeadline(ctx context.Context, ref *reevev1.StepRef, agentID string) (time.Time, error) {
+	w, err := e.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(),
+		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+			return effects{}, taskstate.RestoreOnReconnect(t, ref.GetStep(), ref.GetAttempt(), agentID, "scheduler/"+e.id, now)
+		}})
 	if err != nil {
 		return time.Time{}, err
 	}
-	return taskstate.FindStep(after.GetTask(), ref.GetStep()).GetCompleteBy().AsTime(), nil
+	return taskstate.FindStep(w.after.GetTask(), ref.GetStep()).GetCompleteBy().AsTime(), nil
 }
 
 // beat is the in-memory liveness of one attempt whose step sets a

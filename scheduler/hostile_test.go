@@ -83,7 +83,7 @@ func TestHostileInputIsRefusedOnEveryRPC(t *testing.T) {
 		}), codes.InvalidArgument, "inline_workflow.steps[0].timeout"},
 		{"submit: heartbeat over the timeout", unary(func(ctx context.Context) (any, error) {
 			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(badHB)})
-		}), codes.InvalidArgument, "heartbeat_timeout"},
+		}), codes.InvalidArgument, "heartbeatTimeout"},
 		{"submit: 101 steps", unary(func(ctx context.Context) (any, error) {
 			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(many...)})
 		}), codes.InvalidArgument, "inline_workflow.steps"},

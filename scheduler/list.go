@@ -29,17 +29,17 @@ func (svc *schedulerService) ListTasks(ctx context.Context, req *reevev1.ListTas
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	release, err := svc.eng.acquireList(ctx)
+	release, err := svc.adm.acquireList(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	q.MaxBytes = svc.eng.opts.listBytes
+	q.MaxBytes = svc.opts.listBytes
 	// The basic view is decoded as such from etcd (store.TaskQuery.Basic);
 	// Trim applies it to archived rows.
 	q.Basic = view == reevev1.TaskView_TASK_VIEW_BASIC
 	q.Trim = trimmer(view)
-	page, archived, err := svc.eng.tasks.List(ctx, q, view == reevev1.TaskView_TASK_VIEW_FULL)
+	page, archived, err := svc.tasks.List(ctx, q, view == reevev1.TaskView_TASK_VIEW_FULL)
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -48,21 +48,6 @@ func (svc *schedulerService) ListTasks(ctx context.Context, req *reevev1.ListTas
 		resp.NextPageToken = encodeListToken(req, *page.Next)
 	}
 	return resp, nil
-}
-
-// acquireList takes one of the scheduler's list slots, waiting at most
-// listWait; release gives it back.
-func (s *Server) acquireList(ctx context.Context) (release func(), err error) {
-	t := time.NewTimer(listWait)
-	defer t.Stop()
-	select {
-	case s.lists <- struct{}{}:
-		return func() { <-s.lists }, nil
-	case <-t.C:
-		return nil, statusErr(refuse(codes.ResourceExhausted, ReasonTooManyLists, "page_size: this scheduler already serves %d lists at once (the limit); retry with backoff or ask for smaller pages", cap(s.lists)))
-	case <-ctx.Done():
-		return nil, statusErr(ctx.Err())
-	}
 }
 
 // taskQuery validates a ListTasksRequest and turns it into a store query.
@@ -208,7 +193,7 @@ func (svc *schedulerService) CountTasks(ctx context.Context, req *reevev1.CountT
 	}
 	ns := workflow.Namespace(req.GetNamespace())
 	// A task moving to the archive is counted twice for that moment.
-	counts, rev, err := svc.eng.tasks.Count(ctx, ns, req.GetWorkflow())
+	counts, rev, err := svc.tasks.Count(ctx, ns, req.GetWorkflow())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -260,7 +245,7 @@ func (svc *schedulerService) WatchTasks(req *reevev1.WatchTasksRequest, stream r
 	)
 	go func() {
 		defer close(events)
-		watchErr <- svc.eng.store.WatchTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetStartRevision(), view == reevev1.TaskView_TASK_VIEW_BASIC, func(ev store.TaskEvent) error {
+		watchErr <- svc.store.WatchTasks(ctx, workflow.Namespace(req.GetNamespace()), req.GetStartRevision(), view == reevev1.TaskView_TASK_VIEW_BASIC, func(ev store.TaskEvent) error {
 			var m *reevev1.WatchTasksResponse
 			if ev.Task == nil {
 				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Reset_{Reset_: &reevev1.WatchReset{Revision: ev.Revision}}}
@@ -268,13 +253,13 @@ func (svc *schedulerService) WatchTasks(req *reevev1.WatchTasksRequest, stream r
 				if trim != nil && !ev.Deleted {
 					trim(ev.Task)
 				}
-				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Changed{Changed: &reevev1.TaskChanged{Task: ev.Task, Deleted: ev.Deleted, Archived: ev.Deleted && svc.eng.opts.archive != nil, Revision: ev.Revision}}}
+				m = &reevev1.WatchTasksResponse{Event: &reevev1.WatchTasksResponse_Changed{Changed: &reevev1.TaskChanged{Task: ev.Task, Deleted: ev.Deleted, Archived: ev.Deleted && svc.opts.archive != nil, Revision: ev.Revision}}}
 			}
 			// A change larger than the budget is still sent when it is
 			// the only one held.
 			size := int64(proto.Size(m))
 			b := buffered.Add(size)
-			if b > size && b > svc.eng.opts.watchBytes {
+			if b > size && b > svc.opts.watchBytes {
 				return errSlowWatcher
 			}
 			select {
@@ -300,7 +285,7 @@ func (svc *schedulerService) WatchTasks(req *reevev1.WatchTasksRequest, stream r
 	err = <-watchErr
 	switch {
 	case errors.Is(err, errSlowWatcher):
-		return statusErr(refuse(codes.ResourceExhausted, ReasonSlowReader, "start_revision: the client read changes slower than they happened (%d changes or %d bytes buffered); watch again from revision %d", watchBuffer, svc.eng.opts.watchBytes, sent))
+		return statusErr(refuse(codes.ResourceExhausted, ReasonSlowReader, "start_revision: the client read changes slower than they happened (%d changes or %d bytes buffered); watch again from revision %d", watchBuffer, svc.opts.watchBytes, sent))
 	case stream.Context().Err() != nil:
 		return nil
 	}

@@ -29,17 +29,17 @@ const (
 
 // registered is the answer to a Register: the stream's session, what this
 // scheduler speaks and the limits it enforces.
-func (s *Server) registered(sessionID string) *reevev1.Registered {
+func (a *agents) registered(sessionID string) *reevev1.Registered {
 	return &reevev1.Registered{
 		SessionId:       sessionID,
-		SchedulerId:     s.opts.id,
+		SchedulerId:     a.opts.id,
 		ProtocolVersion: int32(protocolVersion),
 		ServerVersion:   version.Get().Version,
 		Capabilities:    []string{CapabilityHeartbeatDetails, CapabilityRetryAfter},
 		Limits: &reevev1.AgentLimits{
 			MaxOutputBytes:           workflow.MaxOutputBytes,
 			MaxErrorMessageBytes:     workflow.MaxErrorMessageBytes,
-			AckTimeout:               durationpb.New(s.opts.ackTimeout),
+			AckTimeout:               durationpb.New(a.opts.ackTimeout),
 			MaxHeartbeatDetailsBytes: workflow.MaxHeartbeatDetailsBytes,
 			MaxRetryAfter:            durationpb.New(workflow.MaxRetryAfter),
 		},

@@ -24,16 +24,19 @@ const (
 	ReasonTaskAlreadyExists = "TASK_ALREADY_EXISTS"
 
 	// FAILED_PRECONDITION.
-	ReasonFenced            = "FENCED"              // the supervisor fence is not the current leader's
-	ReasonStaleAttempt      = "STALE_ATTEMPT"       // the named execution is not the step's current one
-	ReasonTaskTerminal      = "TASK_TERMINAL"       // the task already ended
-	ReasonStepNotFound      = "STEP_NOT_FOUND"      // the task has no step of that name
-	ReasonStepNotQueued     = "STEP_NOT_QUEUED"     // the step is not waiting for an agent
-	ReasonStepNotDue        = "STEP_NOT_DUE"        // the step is backing off
-	ReasonNotExpired        = "NOT_EXPIRED"         // the named execution's deadline has not passed
-	ReasonStepNotFailed     = "STEP_NOT_FAILED"     // retry_step on a step that is not FAILED
-	ReasonWrongState        = "WRONG_STATE"         // the action does not apply to the task in its state
-	ReasonTooManyOperations = "TOO_MANY_OPERATIONS" // one write needs more than etcd's --max-txn-ops
+	ReasonFenced             = "FENCED"               // the supervisor fence is not the current leader's
+	ReasonStaleAttempt       = "STALE_ATTEMPT"        // the named execution is not the step's current one
+	ReasonTaskTerminal       = "TASK_TERMINAL"        // the task already ended
+	ReasonStepNotFound       = "STEP_NOT_FOUND"       // the task has no step of that name
+	ReasonStepNotQueued      = "STEP_NOT_QUEUED"      // the step is not waiting for an agent
+	ReasonTaskPaused         = "TASK_PAUSED"          // the task is paused: its steps are not dispatched
+	ReasonBatchNotFound      = "BATCH_NOT_FOUND"      // no batch job with that id in the namespace
+	ReasonBatchAlreadyExists = "BATCH_ALREADY_EXISTS" // the batch_id names a job started by another request
+	ReasonStepNotDue         = "STEP_NOT_DUE"         // the step is backing off
+	ReasonNotExpired         = "NOT_EXPIRED"          // the named execution's deadline has not passed
+	ReasonStepNotFailed      = "STEP_NOT_FAILED"      // retry_step on a step that is not FAILED
+	ReasonWrongState         = "WRONG_STATE"          // the action does not apply to the task in its state
+	ReasonTooManyOperations  = "TOO_MANY_OPERATIONS"  // one write needs more than etcd's --max-txn-ops
 	// The record (task, workflow, alert) was written by a newer Reeve in a
 	// version this one does not know; it was left as it is. A scheduler of
 	// a Reeve that knows the version (ErrorInfo metadata record_version)

@@ -29,7 +29,7 @@ func (svc *supervisorService) RecoverSteps(ctx context.Context, req *reevev1.Rec
 	if n := len(req.GetDecisions()); n > MaxRecoveryDecisions {
 		return nil, statusErr(&workflow.FieldError{Field: "decisions", Reason: fmt.Sprintf("%d decisions, at most %d per request", n, MaxRecoveryDecisions)})
 	}
-	actor, fences, err := svc.eng.fence(req.GetFence())
+	actor, fences, err := svc.fence(req.GetFence())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -48,7 +48,7 @@ func (svc *supervisorService) RecoverSteps(ctx context.Context, req *reevev1.Rec
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = svc.eng.applyDecision(ctx, ns, d, actor, fences)
+			out[i] = svc.applyDecision(ctx, ns, d, actor, fences)
 		}()
 	}
 	wg.Wait()
@@ -85,9 +85,9 @@ func validateDecision(d *reevev1.RecoveryDecision) (string, error) {
 }
 
 // applyDecision applies one validated decision.
-func (s *Server) applyDecision(ctx context.Context, ns string, d *reevev1.RecoveryDecision, actor string, fences []clientv3.Cmp) *reevev1.RecoveryOutcome {
+func (svc *supervisorService) applyDecision(ctx context.Context, ns string, d *reevev1.RecoveryDecision, actor string, fences []clientv3.Cmp) *reevev1.RecoveryOutcome {
 	ref := &reevev1.StepRef{Namespace: ns, TaskId: d.GetTaskId(), Step: d.GetStep(), Attempt: d.GetAttempt()}
-	return s.applyRecovery(ctx, ref, d.GetTraceContext(), actor, fences, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
+	return svc.eng.applyRecovery(ctx, ref, d.GetTraceContext(), actor, fences, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
 		return d, nil
 	})
 }
@@ -102,9 +102,9 @@ type decideFunc func(t *reevev1.Task, now time.Time) (*reevev1.RecoveryDecision,
 // supervisor's decisions (applyDecision) and this scheduler's own recovery
 // of a dropped agent's heartbeat executions (heartbeats.go) come through
 // here.
-func (s *Server) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
+func (e *engine) applyRecovery(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
 	fences []clientv3.Cmp, decide decideFunc) *reevev1.RecoveryOutcome {
-	t, err := s.recoverTask(ctx, ref, traceCtx, actor, fences, decided(ref, actor, decide))
+	t, err := e.recoverTask(ctx, ref, traceCtx, actor, fences, decided(ref, actor, decide))
 	if err != nil {
 		return &reevev1.RecoveryOutcome{Status: withRequest(toStatus(err), ref).Proto()}
 	}

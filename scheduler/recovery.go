@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,12 +55,12 @@ func validateRecovery(ns, taskID, step string, attempt int32, reason string, fen
 
 // fence turns a supervisor's fence into the compare that must hold in the
 // transaction: its election key still exists with the revision it won at.
-func (s *Server) fence(f *reevev1.Fence) (actor string, fences []clientv3.Cmp, err error) {
+func (svc *supervisorService) fence(f *reevev1.Fence) (actor string, fences []clientv3.Cmp, err error) {
 	if f == nil {
 		return "operator", nil, nil
 	}
-	if !strings.HasPrefix(f.GetElectionKey(), s.store.ElectionPrefix()+"/") {
-		return "", nil, &workflow.FieldError{Field: "fence.election_key", Reason: fmt.Sprintf("not a key of the supervisor election %q", s.store.ElectionPrefix())}
+	if !strings.HasPrefix(f.GetElectionKey(), svc.store.ElectionPrefix()+"/") {
+		return "", nil, &workflow.FieldError{Field: "fence.election_key", Reason: fmt.Sprintf("not a key of the supervisor election %q", svc.store.ElectionPrefix())}
 	}
 	if f.GetRevision() < 1 {
 		return "", nil, &workflow.FieldError{Field: "fence.revision", Reason: "must be positive"}
@@ -78,61 +77,40 @@ func (s *Server) fence(f *reevev1.Fence) (actor string, fences []clientv3.Cmp, e
 type recoverFunc func(t *reevev1.Task, now time.Time, claim *writeClaim) (action string, err error)
 
 // recoverTask recovers the execution ref in one task write, compared
-// against fences: apply changes the fresh record. Then the task's end is
-// counted, the holders of revoked executions told to stop, and an attempt
-// claimed in the write handed to its agent. traceCtx is the parent span's
+// against fences: apply changes the fresh record. The engine then counts the
+// task's end, tells the holders of revoked executions to stop and hands an
+// attempt claimed in the write to its agent. traceCtx is the parent span's
 // context, if any (else the caller's). It returns the task as written.
-func (s *Server) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
+func (e *engine) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx map[string]string, actor string,
 	fences []clientv3.Cmp, apply recoverFunc) (_ *reevev1.Task, err error) {
 	ns, id, step, attempt := ref.GetNamespace(), ref.GetTaskId(), ref.GetStep(), ref.GetAttempt()
 	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), traceCtx)); sc.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
-	_, span := s.tel.tracer.Start(ctx, telemetry.SpanRecoveryApply, trace.WithAttributes(
+	_, span := e.tel.tracer.Start(ctx, telemetry.SpanRecoveryApply, trace.WithAttributes(
 		telemetry.KeyNamespace.String(ns), telemetry.KeyTaskID.String(id), telemetry.KeyStep.String(step),
 		telemetry.KeyAttempt.Int(int(attempt))))
-	var action string // of the write's last run before UpdateTask returned
+	w, err := e.update(ctx, taskWrite{ns: ns, id: id, fences: fences, claim: "direct dispatch of a retry",
+		change: func(t *reevev1.Task, now time.Time, claim *writeClaim) (effects, error) {
+			action, err := apply(t, now, claim)
+			return effects{action: action, revoke: "step recovered by " + actor}, err
+		}})
 	defer func() {
-		span.SetAttributes(telemetry.KeyAction.String(action))
+		span.SetAttributes(telemetry.KeyAction.String(w.action))
 		if done := (*alreadyApplied)(nil); err != nil && !errors.As(err, &done) {
 			span.SetStatus(otelcodes.Error, toStatus(err).Message())
 		}
 		span.End()
 	}()
-	// The store may run the transition again after UpdateTask returned
-	// (its caller's context ended while the write was queued): such a run
-	// reports nothing.
-	var (
-		mu       sync.Mutex
-		returned bool
-		last     string
-	)
-	claim := &writeClaim{d: s.disp}
-	before, after, err := s.store.UpdateTask(ctx, ns, id, func(t *reevev1.Task) error {
-		a, err := apply(t, s.opts.clock.Now(), claim)
-		mu.Lock()
-		if !returned {
-			last = a
-		}
-		mu.Unlock()
-		return err
-	}, fences...)
-	mu.Lock()
-	returned, action = true, last
-	mu.Unlock()
-	next := claim.settle(err, err == nil, "direct dispatch of a retry")
 	if store.IsNotFound(err) {
-		err = s.notInEtcd(ctx, ns, id, err)
+		err = e.notInEtcd(ctx, ns, id, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	s.tel.ended1(before.GetTask(), after.GetTask())
-	s.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "step recovered by "+actor)
-	s.deliverClaim(after, next)
-	s.log.InfoContext(ctx, "recovery applied", "task_id", id, "step", step, "attempt", attempt,
-		"actor", actor, "action", action, "task_state", after.GetTask().GetState())
-	return after.GetTask(), nil
+	e.log.InfoContext(ctx, "recovery applied", "task_id", id, "step", step, "attempt", attempt,
+		"actor", actor, "action", w.action, "task_state", w.after.GetTask().GetState())
+	return w.after.GetTask(), nil
 }
 
 // recoveryRequest is what the three single-action recovery RPCs have in
@@ -153,7 +131,7 @@ type recoveryRequest interface {
 // is an operator's action on the task as it is (operator; stepRequired: the
 // request must name a step), recorded with the caller's identity when
 // authorization is on.
-func (s *Server) recover(ctx context.Context, req recoveryRequest, action reevev1.RecoveryAction, delay *durationpb.Duration, stepRequired bool,
+func (svc *supervisorService) recover(ctx context.Context, req recoveryRequest, action reevev1.RecoveryAction, delay *durationpb.Duration, stepRequired bool,
 	operator func(t *reevev1.Task, actor string, now time.Time) error) (*reevev1.Task, error) {
 	fenced := req.GetFence() != nil
 	var d *reevev1.RecoveryDecision
@@ -173,18 +151,18 @@ func (s *Server) recover(ctx context.Context, req recoveryRequest, action reevev
 	if err != nil {
 		return nil, err
 	}
-	actor, fences, err := s.fence(req.GetFence())
+	actor, fences, err := svc.fence(req.GetFence())
 	if err != nil {
 		return nil, err
 	}
 	ref := &reevev1.StepRef{Namespace: ns, TaskId: req.GetTaskId(), Step: req.GetStep(), Attempt: req.GetAttempt()}
 	if fenced {
-		return s.recoverTask(ctx, ref, nil, actor, fences, decided(ref, actor, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
+		return svc.eng.recoverTask(ctx, ref, nil, actor, fences, decided(ref, actor, func(*reevev1.Task, time.Time) (*reevev1.RecoveryDecision, error) {
 			return d, nil
 		}))
 	}
 	actor = actorOf(ctx, actor)
-	t, err := s.recoverTask(ctx, ref, nil, actor, nil, func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
+	t, err := svc.eng.recoverTask(ctx, ref, nil, actor, nil, func(t *reevev1.Task, now time.Time, claim *writeClaim) (string, error) {
 		return "operator", claim.without(func() error {
 			return operatorOnce(t, req.GetRequestId(), func() error { return operator(t, actor, now) })
 		})
@@ -234,7 +212,7 @@ func (svc *supervisorService) RetryStep(ctx context.Context, req *reevev1.RetryS
 	if err := req.GetDelay().CheckValid(); req.GetDelay() != nil && (err != nil || delay < 0 || delay > workflow.MaxTimeout) {
 		return nil, statusErr(&workflow.FieldError{Field: "delay", Reason: fmt.Sprintf("must be within [0, %v]", workflow.MaxTimeout)})
 	}
-	t, err := svc.eng.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_RETRY, req.GetDelay(), true, func(t *reevev1.Task, actor string, now time.Time) error {
+	t, err := svc.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_RETRY, req.GetDelay(), true, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.RetryFailed(t, req.GetStep(), req.GetAttempt(), req.GetReason(), actor, now)
 	})
 	if err != nil {
@@ -245,7 +223,7 @@ func (svc *supervisorService) RetryStep(ctx context.Context, req *reevev1.RetryS
 
 // CompensateTask implements SupervisorService.
 func (svc *supervisorService) CompensateTask(ctx context.Context, req *reevev1.CompensateTaskRequest) (*reevev1.CompensateTaskResponse, error) {
-	t, err := svc.eng.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
+	t, err := svc.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.Compensate(t, req.GetReason(), actor, now)
 	})
 	if err != nil {
@@ -256,7 +234,7 @@ func (svc *supervisorService) CompensateTask(ctx context.Context, req *reevev1.C
 
 // FailTask implements SupervisorService.
 func (svc *supervisorService) FailTask(ctx context.Context, req *reevev1.FailTaskRequest) (*reevev1.FailTaskResponse, error) {
-	t, err := svc.eng.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
+	t, err := svc.recover(ctx, req, reevev1.RecoveryAction_RECOVERY_ACTION_FAIL, nil, false, func(t *reevev1.Task, actor string, now time.Time) error {
 		return taskstate.FailTask(t, req.GetReason(), actor, now)
 	})
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
@@ -28,10 +27,13 @@ const MaxTaskRecordBytes = store.MaxRecordBytes
 // unavailable, when the attempt's complete-by is not known here.
 const resultRetryWindow = 30 * time.Second
 
-// handleResult applies a result from conn's agent and returns the ack. It is
-// fenced by (task, step, attempt, agent): a result for any other execution
-// changes nothing and is answered FAILED_PRECONDITION.
-func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1.ResultAck {
+// handleResult applies a result from conn's agent in one task write
+// (engine.update), claiming the next due step in the same write when it
+// can (claim.go), and returns the ack. The write is retried while etcd is
+// unavailable, until resultDeadline. It is fenced by (task, step, attempt,
+// agent): a result for any other execution changes nothing and is answered
+// FAILED_PRECONDITION.
+func (a *agents) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1.ResultAck {
 	ref := res.GetRef()
 	ack := &reevev1.ResultAck{Ref: ref}
 	reject := func(err error) *reevev1.ResultAck {
@@ -41,7 +43,7 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	if n := proto.Size(res.GetOutput()); n > workflow.MaxOutputBytes && workflow.ValidateStepRef("result.ref", ref) == nil {
 		// Refused on its own, and the step fails for good: the same output
 		// would be too large on every attempt.
-		failed := s.handleResult(conn, &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{
+		failed := a.handleResult(conn, &reevev1.StepResult{Ref: ref, Outcome: &reevev1.StepResult_Error{Error: &reevev1.StepError{
 			Code: "output_too_large", NonRetryable: true,
 			Message: fmt.Sprintf("output of %d bytes is over the %d-byte limit", n, workflow.MaxOutputBytes),
 		}}})
@@ -60,11 +62,11 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	// allocations (and, for the JSON and text handlers, their encoding) per
 	// result.
 	log := func() *slog.Logger {
-		return s.log.With("task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
+		return a.log.With("task_id", ref.GetTaskId(), "step", ref.GetStep(), "attempt", ref.GetAttempt(), "agent_id", conn.agentID)
 	}
 
 	// Read before the write: releaseRef forgets them.
-	details := s.disp.heartbeatDetails(conn, ref)
+	details := a.disp.heartbeatDetails(conn, ref)
 	record := func(t *reevev1.Task, now time.Time) error {
 		if err := checkNotLate(t, ref, conn.agentID, now); err != nil {
 			return err
@@ -85,9 +87,15 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 		return taskstate.Complete(t, ref, conn.agentID, res.GetOutput(), now)
 	}
 
-	beforeRec, afterRec, next, err := s.recordResult(s.resultDeadline(conn, ref), ref, record)
-	before, after := beforeRec.GetTask(), afterRec.GetTask()
-	s.disp.releaseRef(conn.agentID, ref)
+	deadline := a.resultDeadline(conn, ref)
+	ctx, cancel := context.WithDeadline(a.base, deadline)
+	_, err := a.eng.update(ctx, taskWrite{ns: ref.GetNamespace(), id: ref.GetTaskId(), claim: "claim with a result", until: deadline,
+		change: func(t *reevev1.Task, now time.Time, claim *writeClaim) (effects, error) {
+			err := claim.run(t, "", now, func() error { return record(t, now) })
+			return effects{result: res, resultAgent: conn.agentID, revoke: "task " + t.GetState().String()}, err
+		}})
+	cancel()
+	a.disp.releaseRef(conn.agentID, ref)
 	if err != nil {
 		if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
 			log().Info("stale result refused", "err", err)
@@ -96,68 +104,19 @@ func (s *Server) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 			}
 			return reject(err)
 		}
-		s.logs.log(log(), slog.LevelWarn, "record result: "+errKind(err), "record result", "err", err)
+		a.logs.log(log(), slog.LevelWarn, "record result: "+errKind(err), "record result", "err", err)
 		return reject(err)
 	}
-	s.tel.resulted(beforeRec, afterRec, ref, res, conn.agentID, s.opts.clock.Now())
-	s.disp.revoke(taskstate.Revoked(before, after, ref), "task "+after.GetState().String())
-	s.deliverClaim(afterRec, next)
 	ack.Accepted = true
 	return ack
-}
-
-// recordResult applies record (a result's transition) to the task, claiming
-// the next due step in the same write when it can (claim.go), and
-// retries without the claim while etcd is unavailable, until deadline
-// (updateUntil). The claim is made on the result's first write only. It
-// returns the claim to deliver once the result's consequences are done.
-func (s *Server) recordResult(deadline time.Time, ref *reevev1.StepRef, record func(*reevev1.Task, time.Time) error) (before, after *storev1.TaskRecord, next *writeClaim, err error) {
-	claim := &writeClaim{d: s.disp}
-	ctx, cancel := context.WithDeadline(s.base, deadline)
-	before, after, err = s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), func(t *reevev1.Task) error {
-		now := s.opts.clock.Now()
-		return claim.run(t, "", now, func() error { return record(t, now) })
-	})
-	cancel()
-	next = claim.settle(err, err == nil, "claim with a result")
-	if err != nil && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict)) && s.store.Client().Ctx().Err() == nil {
-		before, after, err = s.updateUntil(deadline, ref, func(t *reevev1.Task) error { return record(t, s.opts.clock.Now()) })
-	}
-	return before, after, next, err
-}
-
-// updateUntil retries an update while etcd is unavailable, until deadline:
-// a result that arrived in time is not lost to a short etcd outage.
-func (s *Server) updateUntil(deadline time.Time, ref *reevev1.StepRef, fn func(*reevev1.Task) error) (before, after *storev1.TaskRecord, err error) {
-	ctx, cancel := context.WithDeadline(s.base, deadline)
-	defer cancel()
-	wait := 100 * time.Millisecond
-	for {
-		b, a, err := s.store.UpdateTask(ctx, ref.GetNamespace(), ref.GetTaskId(), fn)
-		if err == nil {
-			return b, a, nil
-		}
-		if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrConflict) {
-			return nil, nil, err
-		}
-		if s.store.Client().Ctx().Err() != nil {
-			return nil, nil, err // the etcd client was closed: this process is going away
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
 }
 
 // resultDeadline is how long recording a result is retried while etcd is
 // unavailable: until the attempt's complete-by when this scheduler
 // dispatched it, else for a fixed window; never less than a few seconds, so
 // that a late result is still judged (and refused).
-func (s *Server) resultDeadline(conn *agentConn, ref *reevev1.StepRef) time.Time {
-	by, ok := s.disp.runningUntil(conn, ref)
+func (a *agents) resultDeadline(conn *agentConn, ref *reevev1.StepRef) time.Time {
+	by, ok := a.disp.runningUntil(conn, ref)
 	now := time.Now()
 	if !ok {
 		return now.Add(resultRetryWindow)

@@ -50,7 +50,7 @@ func (svc *supervisorService) FireSchedules(ctx context.Context, req *reevev1.Fi
 			return nil, statusErr(err)
 		}
 	}
-	_, fences, err := svc.eng.fence(req.GetFence())
+	_, fences, err := svc.fence(req.GetFence())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -59,7 +59,7 @@ func (svc *supervisorService) FireSchedules(ctx context.Context, req *reevev1.Fi
 	for i, r := range req.GetSchedules() {
 		refs[i] = store.ScheduleRef{Namespace: workflow.Namespace(r.GetNamespace()), Name: r.GetName()}
 	}
-	recs, revs, err := svc.eng.store.GetSchedules(ctx, refs)
+	recs, revs, err := svc.store.GetSchedules(ctx, refs)
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -75,7 +75,7 @@ func (svc *supervisorService) FireSchedules(ctx context.Context, req *reevev1.Fi
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			o, err := svc.eng.fireSchedule(ctx, r.Namespace, r.Name, recs[i], revs[i], fences[0])
+			o, err := svc.schedules.fireSchedule(ctx, r.Namespace, r.Name, recs[i], revs[i], fences[0])
 			if err != nil {
 				o.Status = scheduleStatus(err).Proto()
 			} else {
@@ -93,22 +93,22 @@ const firesInFlight = 64
 
 // fireSchedule fires one schedule at the clock's now (see above),
 // starting from its record cur read at revision rev.
-func (s *Server) fireSchedule(ctx context.Context, ns, name string, cur *reevev1.Schedule, rev int64, fence clientv3.Cmp) (*reevev1.FireOutcome, error) {
-	ctx, span := s.schedTel.startFire(ctx, ns, name)
+func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *reevev1.Schedule, rev int64, fence clientv3.Cmp) (*reevev1.FireOutcome, error) {
+	ctx, span := sch.tel.startFire(ctx, ns, name)
 	var (
 		o     *reevev1.FireOutcome
 		skips map[string]int
 	)
-	_, err := s.store.UpdateScheduleFrom(ctx, ns, name, cur, rev, fence, func(sc *reevev1.Schedule) error {
+	_, err := sch.store.UpdateScheduleFrom(ctx, ns, name, cur, rev, fence, func(sc *reevev1.Schedule) error {
 		o = &reevev1.FireOutcome{}
-		now := s.opts.clock.Now()
+		now := sch.opts.clock.Now()
 		sc.Info = infoOf(sc)
 		cal, err := scheduleCalendar("spec", sc.GetSpec())
 		if err != nil || sc.GetPaused() {
 			sc.Info.NextFireTime = nil // a stored spec that does not compile fires no more
 			return nil
 		}
-		f := s.newFiring(sc, now)
+		f := sch.newFiring(sc, now)
 		f.cal, skips = cal, f.skips
 		f.startBuffered(ctx)
 		var plan schedule.Plan
@@ -139,9 +139,9 @@ func (s *Server) fireSchedule(ctx context.Context, ns, name string, cur *reevev1
 			sc.Info.HandledUntil = timestamppb.New(last)
 		}
 		o.Started, o.Skipped, o.Buffered = o.Started+f.started, o.Skipped+f.skipped, o.Buffered+f.buffered
-		s.setNextFire(sc, cal, now, f.err != nil)
+		sch.setNextFire(sc, cal, now, f.err != nil)
 		if f.err != nil {
-			s.log.WarnContext(ctx, "fire schedule", "namespace", ns, "schedule", name, "err", f.err)
+			sch.log.WarnContext(ctx, "fire schedule", "namespace", ns, "schedule", name, "err", f.err)
 		}
 		return nil
 	})
@@ -150,7 +150,7 @@ func (s *Server) fireSchedule(ctx context.Context, ns, name string, cur *reevev1
 	}
 	if err == nil {
 		for reason, n := range skips {
-			s.schedTel.skippedSome(ctx, ns, reason, n)
+			sch.tel.skippedSome(ctx, ns, reason, n)
 		}
 	}
 	endFire(span, o.GetStarted(), o.GetSkipped(), o.GetBuffered(), err)
@@ -172,7 +172,7 @@ func infoOf(sc *reevev1.Schedule) *reevev1.ScheduleInfo {
 // setNextFire sets when the firer looks at sc again: its next firing time,
 // sooner while times are buffered (to see the running task end) or after a
 // failed firing; never while paused or when no calendar run remains.
-func (s *Server) setNextFire(sc *reevev1.Schedule, cal *schedule.Calendar, now time.Time, failed bool) {
+func (sch *schedules) setNextFire(sc *reevev1.Schedule, cal *schedule.Calendar, now time.Time, failed bool) {
 	if sc.GetPaused() {
 		sc.Info.NextFireTime = nil // buffered times wait for the resume too
 		return
@@ -200,7 +200,7 @@ func (s *Server) setNextFire(sc *reevev1.Schedule, cal *schedule.Calendar, now t
 // in one pass, starting, buffering or skipping each; it stops at the first
 // error (err), leaving the rest for the next pass.
 type firing struct {
-	s       *Server
+	sch     *schedules
 	sc      *reevev1.Schedule
 	cal     *schedule.Calendar // for the jitter of a time's lateness; nil: none
 	skips   map[string]int     // times skipped by reason, for the metric once written
@@ -213,8 +213,8 @@ type firing struct {
 	ids                                  []string
 }
 
-func (s *Server) newFiring(sc *reevev1.Schedule, now time.Time) *firing {
-	return &firing{s: s, sc: sc, policy: overlapOf(sc.GetPolicies().GetOverlap()), now: now, skips: map[string]int{}}
+func (sch *schedules) newFiring(sc *reevev1.Schedule, now time.Time) *firing {
+	return &firing{sch: sch, sc: sc, policy: overlapOf(sc.GetPolicies().GetOverlap()), now: now, skips: map[string]int{}}
 }
 
 // refresh drops the ended tasks from the active ones; running says
@@ -228,7 +228,7 @@ func (f *firing) refresh(ctx context.Context) {
 	}
 	keep := info.ActiveTaskIds[:0:0]
 	for _, id := range info.GetActiveTaskIds() {
-		resp, err := f.s.scheduler.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: f.sc.GetNamespace(), TaskId: id})
+		resp, err := f.sch.scheduler.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: f.sc.GetNamespace(), TaskId: id})
 		switch {
 		case status.Code(err) == codes.NotFound:
 		case err != nil:
@@ -296,7 +296,7 @@ func (f *firing) offer(ctx context.Context, t time.Time, origin string) bool {
 // cancelActive cancels the schedule's running tasks (cancel_other).
 func (f *firing) cancelActive(ctx context.Context) bool {
 	for _, id := range f.sc.Info.GetActiveTaskIds() {
-		_, err := f.s.scheduler.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: f.sc.GetNamespace(), TaskId: id,
+		_, err := f.sch.scheduler.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: f.sc.GetNamespace(), TaskId: id,
 			Reason: fmt.Sprintf("canceled by schedule %s (overlap policy cancel_other)", f.sc.GetName())})
 		if err != nil && status.Code(err) != codes.NotFound {
 			f.err = fmt.Errorf("cancel task %s: %w", id, err)
@@ -316,7 +316,7 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 	req := &reevev1.SubmitTaskRequest{Namespace: sc.GetNamespace(), TaskId: id,
 		Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: proto.Clone(sc.GetAction().GetWorkflow()).(*reevev1.WorkflowRef)},
 		Input:    scheduledInput(sc, t)}
-	resp, err := f.s.scheduler.SubmitTask(ctx, req)
+	resp, err := f.sch.scheduler.SubmitTask(ctx, req)
 	running := true
 	switch {
 	case status.Code(err) == codes.AlreadyExists:
@@ -343,7 +343,7 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 		if f.cal != nil {
 			late -= f.cal.Jitter(sc.GetNamespace(), sc.GetName(), t)
 		}
-		f.s.schedTel.startedOne(ctx, sc.GetNamespace(), origin, late)
+		f.sch.tel.startedOne(ctx, sc.GetNamespace(), origin, late)
 	}
 	f.started++
 	f.ids = append(f.ids, id)

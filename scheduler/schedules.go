@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,12 +25,20 @@ var _ reevev1.ScheduleServiceServer = (*scheduleService)(nil)
 // task's cancel): each compares the record's revision and retries.
 type scheduleService struct {
 	reevev1.UnimplementedScheduleServiceServer
-	eng *Server
+	sch *schedules
 }
 
-// ScheduleService returns the reeve.v1.ScheduleService that Register
-// registers, for calls in the same process (no interceptor runs).
-func (s *Server) ScheduleService() reevev1.ScheduleServiceServer { return &scheduleService{eng: s} }
+// schedules is the scheduler's part for schedules: their records, what
+// they show, and their firing (schedule_fire.go), for the supervisor
+// leader's FireSchedules and an admin's trigger and backfill. The tasks a
+// schedule starts go through SubmitTask in process.
+type schedules struct {
+	opts      *options
+	store     *store.Store
+	log       *slog.Logger
+	tel       *scheduleInstruments
+	scheduler *schedulerService
+}
 
 // nextTimes is how many next times a schedule shows.
 const nextTimes = 5
@@ -41,18 +50,18 @@ func (svc *scheduleService) CreateSchedule(ctx context.Context, req *reevev1.Cre
 		return nil, statusErr(err)
 	}
 	sc := clientFields(req.GetSchedule())
-	if err := svc.eng.checkScheduleWorkflow(ctx, sc); err != nil {
+	if err := svc.sch.checkScheduleWorkflow(ctx, sc); err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
-	now := svc.eng.opts.clock.Now()
+	now := svc.sch.opts.clock.Now()
 	sc.CreateTime, sc.UpdateTime = timestamppb.New(now), timestamppb.New(now)
 	sc.Info = &reevev1.ScheduleInfo{HandledUntil: timestamppb.New(now)}
-	svc.eng.setNextFire(sc, cal, now, false)
-	if err := svc.eng.store.CreateSchedule(ctx, sc); err != nil {
+	svc.sch.setNextFire(sc, cal, now, false)
+	if err := svc.sch.store.CreateSchedule(ctx, sc); err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
-	svc.eng.log.InfoContext(ctx, "schedule created", "namespace", sc.GetNamespace(), "schedule", sc.GetName())
-	return &reevev1.CreateScheduleResponse{Schedule: svc.eng.showSchedule(ctx, sc, false)}, nil
+	svc.sch.log.InfoContext(ctx, "schedule created", "namespace", sc.GetNamespace(), "schedule", sc.GetName())
+	return &reevev1.CreateScheduleResponse{Schedule: svc.sch.showSchedule(ctx, sc, false)}, nil
 }
 
 // clientFields copies what a client sets on a schedule, with the
@@ -69,9 +78,9 @@ func clientFields(in *reevev1.Schedule) *reevev1.Schedule {
 
 // checkScheduleWorkflow refuses a schedule of a workflow that is not
 // registered (the field it names is the action's).
-func (s *Server) checkScheduleWorkflow(ctx context.Context, sc *reevev1.Schedule) error {
+func (sch *schedules) checkScheduleWorkflow(ctx context.Context, sc *reevev1.Schedule) error {
 	ref := sc.GetAction().GetWorkflow()
-	_, err := s.store.GetWorkflow(ctx, sc.GetNamespace(), ref.GetName(), ref.GetVersion())
+	_, err := sch.store.GetWorkflow(ctx, sc.GetNamespace(), ref.GetName(), ref.GetVersion())
 	if store.IsNotFound(err) {
 		return &workflow.FieldError{Field: "schedule.action.workflow", Reason: err.Error() + ": register it first"}
 	}
@@ -95,16 +104,16 @@ func (svc *scheduleService) GetSchedule(ctx context.Context, req *reevev1.GetSch
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	sc, _, err := svc.eng.store.GetSchedule(ctx, ns, req.GetName())
+	sc, _, err := svc.sch.store.GetSchedule(ctx, ns, req.GetName())
 	if err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
-	return &reevev1.GetScheduleResponse{Schedule: svc.eng.showSchedule(ctx, sc, true)}, nil
+	return &reevev1.GetScheduleResponse{Schedule: svc.sch.showSchedule(ctx, sc, true)}, nil
 }
 
 // showSchedule fills what a schedule shows but does not store: its next
 // times and, with outcomes, the state of its recent runs' tasks.
-func (s *Server) showSchedule(ctx context.Context, sc *reevev1.Schedule, outcomes bool) *reevev1.Schedule {
+func (sch *schedules) showSchedule(ctx context.Context, sc *reevev1.Schedule, outcomes bool) *reevev1.Schedule {
 	sc = proto.Clone(sc).(*reevev1.Schedule)
 	sc.Info = infoOf(sc)
 	if cal, err := scheduleCalendar("spec", sc.GetSpec()); err == nil && !sc.GetPaused() && (sc.RemainingRuns == nil || sc.GetRemainingRuns() > 0) {
@@ -118,7 +127,7 @@ func (s *Server) showSchedule(ctx context.Context, sc *reevev1.Schedule, outcome
 	}
 	if outcomes {
 		for _, r := range sc.Info.GetRecentRuns() {
-			resp, err := s.scheduler.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: sc.GetNamespace(), TaskId: r.GetTaskId()})
+			resp, err := sch.scheduler.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: sc.GetNamespace(), TaskId: r.GetTaskId()})
 			if err == nil {
 				r.TaskState = resp.GetTask().GetState()
 			}
@@ -144,13 +153,13 @@ func (svc *scheduleService) ListSchedules(ctx context.Context, req *reevev1.List
 		}
 		after = string(b)
 	}
-	scs, more, err := svc.eng.store.ListSchedules(ctx, workflow.Namespace(req.GetNamespace()), after, size)
+	scs, more, err := svc.sch.store.ListSchedules(ctx, workflow.Namespace(req.GetNamespace()), after, size)
 	if err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
 	resp := &reevev1.ListSchedulesResponse{}
 	for _, sc := range scs {
-		resp.Schedules = append(resp.Schedules, svc.eng.showSchedule(ctx, sc, false))
+		resp.Schedules = append(resp.Schedules, svc.sch.showSchedule(ctx, sc, false))
 	}
 	if more && len(scs) > 0 {
 		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(scs[len(scs)-1].GetName()))
@@ -167,29 +176,29 @@ func (svc *scheduleService) UpdateSchedule(ctx context.Context, req *reevev1.Upd
 		return nil, statusErr(err)
 	}
 	in := clientFields(req.GetSchedule())
-	if err := svc.eng.checkScheduleWorkflow(ctx, in); err != nil {
+	if err := svc.sch.checkScheduleWorkflow(ctx, in); err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
-	sc, err := svc.eng.store.UpdateSchedule(ctx, in.GetNamespace(), in.GetName(), clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
-		now := svc.eng.opts.clock.Now()
+	sc, err := svc.sch.store.UpdateSchedule(ctx, in.GetNamespace(), in.GetName(), clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
+		now := svc.sch.opts.clock.Now()
 		sc.Spec, sc.Action, sc.Policies, sc.RemainingRuns = in.Spec, in.Action, in.Policies, in.RemainingRuns
 		sc.UpdateTime = timestamppb.New(now)
 		sc.Info = infoOf(sc)
 		if handledUntil(sc).Before(now) {
 			sc.Info.HandledUntil = timestamppb.New(now)
 		}
-		svc.eng.setNextFire(sc, cal, now, false)
+		svc.sch.setNextFire(sc, cal, now, false)
 		return nil
 	})
 	if err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
-	return &reevev1.UpdateScheduleResponse{Schedule: svc.eng.showSchedule(ctx, sc, true)}, nil
+	return &reevev1.UpdateScheduleResponse{Schedule: svc.sch.showSchedule(ctx, sc, true)}, nil
 }
 
 // PauseSchedule implements ScheduleService.
 func (svc *scheduleService) PauseSchedule(ctx context.Context, req *reevev1.PauseScheduleRequest) (*reevev1.PauseScheduleResponse, error) {
-	sc, err := svc.eng.setPaused(ctx, req.GetNamespace(), req.GetName(), true, req.GetNote())
+	sc, err := svc.sch.setPaused(ctx, req.GetNamespace(), req.GetName(), true, req.GetNote())
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +207,7 @@ func (svc *scheduleService) PauseSchedule(ctx context.Context, req *reevev1.Paus
 
 // ResumeSchedule implements ScheduleService.
 func (svc *scheduleService) ResumeSchedule(ctx context.Context, req *reevev1.ResumeScheduleRequest) (*reevev1.ResumeScheduleResponse, error) {
-	sc, err := svc.eng.setPaused(ctx, req.GetNamespace(), req.GetName(), false, req.GetNote())
+	sc, err := svc.sch.setPaused(ctx, req.GetNamespace(), req.GetName(), false, req.GetNote())
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +217,7 @@ func (svc *scheduleService) ResumeSchedule(ctx context.Context, req *reevev1.Res
 // setPaused pauses or resumes a schedule; a resume records the times
 // that passed while paused as skipped and fires from the next one after
 // now. It returns a status error.
-func (s *Server) setPaused(ctx context.Context, ns, name string, paused bool, note string) (*reevev1.Schedule, error) {
+func (sch *schedules) setPaused(ctx context.Context, ns, name string, paused bool, note string) (*reevev1.Schedule, error) {
 	ns, err := scheduleRef(ns, name)
 	if err != nil {
 		return nil, statusErr(err)
@@ -217,8 +226,8 @@ func (s *Server) setPaused(ctx context.Context, ns, name string, paused bool, no
 		return nil, statusErr(&workflow.FieldError{Field: "note", Reason: fmt.Sprintf("longer than %d bytes", maxScheduleNote)})
 	}
 	passed := 0
-	sc, err := s.store.UpdateSchedule(ctx, ns, name, clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
-		now := s.opts.clock.Now()
+	sc, err := sch.store.UpdateSchedule(ctx, ns, name, clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
+		now := sch.opts.clock.Now()
 		passed = 0
 		sc.Info = infoOf(sc)
 		cal, err := scheduleCalendar("spec", sc.GetSpec())
@@ -235,17 +244,17 @@ func (s *Server) setPaused(ctx context.Context, ns, name string, paused bool, no
 			}
 		}
 		sc.Paused, sc.Note, sc.UpdateTime = paused, note, timestamppb.New(now)
-		s.setNextFire(sc, cal, now, false)
+		sch.setNextFire(sc, cal, now, false)
 		return nil
 	})
 	if err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
 	if passed > 0 {
-		s.schedTel.skippedSome(ctx, ns, schedule.SkipReasonPaused, passed)
+		sch.tel.skippedSome(ctx, ns, schedule.SkipReasonPaused, passed)
 	}
-	s.log.InfoContext(ctx, "schedule paused or resumed", "namespace", ns, "schedule", name, "paused", paused, "note", note)
-	return s.showSchedule(ctx, sc, false), nil
+	sch.log.InfoContext(ctx, "schedule paused or resumed", "namespace", ns, "schedule", name, "paused", paused, "note", note)
+	return sch.showSchedule(ctx, sc, false), nil
 }
 
 // TriggerSchedule implements ScheduleService: the action starts now under
@@ -258,10 +267,10 @@ func (svc *scheduleService) TriggerSchedule(ctx context.Context, req *reevev1.Tr
 	}
 	resp := &reevev1.TriggerScheduleResponse{}
 	var id string
-	sc, err := svc.eng.store.UpdateSchedule(ctx, ns, req.GetName(), clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
-		now := svc.eng.opts.clock.Now()
+	sc, err := svc.sch.store.UpdateSchedule(ctx, ns, req.GetName(), clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
+		now := svc.sch.opts.clock.Now()
 		sc.Info = infoOf(sc)
-		f := svc.eng.newFiring(sc, now)
+		f := svc.sch.newFiring(sc, now)
 		f.refresh(ctx)
 		resp.Skipped, id = "", ""
 		switch f.policy.Decide(f.running, len(sc.Info.GetBufferedTimes())) {
@@ -286,12 +295,12 @@ func (svc *scheduleService) TriggerSchedule(ctx context.Context, req *reevev1.Tr
 		return nil, scheduleStatus(err).Err()
 	}
 	if id != "" {
-		t, err := svc.eng.scheduler.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: ns, TaskId: id})
+		t, err := svc.sch.scheduler.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: ns, TaskId: id})
 		if err == nil {
 			resp.Task = t.GetTask()
 		}
 	}
-	resp.Schedule = svc.eng.showSchedule(ctx, sc, false)
+	resp.Schedule = svc.sch.showSchedule(ctx, sc, false)
 	return resp, nil
 }
 
@@ -316,10 +325,10 @@ func (svc *scheduleService) BackfillSchedule(ctx context.Context, req *reevev1.B
 	if to.Before(from) {
 		return nil, statusErr(&workflow.FieldError{Field: "end_time", Reason: "before start_time"})
 	}
-	if now := svc.eng.opts.clock.Now(); to.After(now) {
+	if now := svc.sch.opts.clock.Now(); to.After(now) {
 		return nil, statusErr(&workflow.FieldError{Field: "end_time", Reason: "in the future: a backfill starts past times"})
 	}
-	cur, _, err := svc.eng.store.GetSchedule(ctx, ns, req.GetName())
+	cur, _, err := svc.sch.store.GetSchedule(ctx, ns, req.GetName())
 	if err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
@@ -336,10 +345,10 @@ func (svc *scheduleService) BackfillSchedule(ctx context.Context, req *reevev1.B
 	}
 	resp := &reevev1.BackfillScheduleResponse{}
 	var skips map[string]int
-	sc, err := svc.eng.store.UpdateSchedule(ctx, ns, req.GetName(), clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
-		now := svc.eng.opts.clock.Now()
+	sc, err := svc.sch.store.UpdateSchedule(ctx, ns, req.GetName(), clientv3.Cmp{}, func(sc *reevev1.Schedule) error {
+		now := svc.sch.opts.clock.Now()
 		sc.Info = infoOf(sc)
-		f := svc.eng.newFiring(sc, now)
+		f := svc.sch.newFiring(sc, now)
 		f.refresh(ctx)
 		for _, t := range times {
 			if !f.offer(ctx, t, "backfill") {
@@ -348,16 +357,16 @@ func (svc *scheduleService) BackfillSchedule(ctx context.Context, req *reevev1.B
 		}
 		resp.TaskIds, resp.Existing, resp.Buffered, resp.Skipped = f.ids, f.existing, f.buffered, f.skipped
 		skips = f.skips
-		svc.eng.setNextFire(sc, cal, now, false)
+		svc.sch.setNextFire(sc, cal, now, false)
 		return nil
 	})
 	if err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
 	for reason, n := range skips {
-		svc.eng.schedTel.skippedSome(ctx, ns, reason, n)
+		svc.sch.tel.skippedSome(ctx, ns, reason, n)
 	}
-	resp.Schedule = svc.eng.showSchedule(ctx, sc, false)
+	resp.Schedule = svc.sch.showSchedule(ctx, sc, false)
 	return resp, nil
 }
 
@@ -367,9 +376,9 @@ func (svc *scheduleService) DeleteSchedule(ctx context.Context, req *reevev1.Del
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	if err := svc.eng.store.DeleteSchedule(ctx, ns, req.GetName()); err != nil {
+	if err := svc.sch.store.DeleteSchedule(ctx, ns, req.GetName()); err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
-	svc.eng.log.InfoContext(ctx, "schedule deleted", "namespace", ns, "schedule", req.GetName())
+	svc.sch.log.InfoContext(ctx, "schedule deleted", "namespace", ns, "schedule", req.GetName())
 	return &reevev1.DeleteScheduleResponse{}, nil
 }

@@ -14,10 +14,8 @@ package scheduler
 import (
 	"cmp"
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,53 +33,44 @@ import (
 // SchedulerService, AgentService and SupervisorService) are types of their
 // own over it (services.go); Register registers them.
 type Server struct {
-	// The gRPC services over this engine (services.go), built once in New.
-	scheduler  *schedulerService
-	agent      *agentService
-	supervisor *supervisorService
-
 	opts  options
 	store *store.Store
 	log   *slog.Logger
-	disp  *dispatcher
 	tel   *instruments
-	adm   *admission
-	space *spaceGuard
-	shed  *overload     // nil when shedding is off (WithOverload)
-	lists chan struct{} // one slot per ListTasks in progress (WithMaxConcurrentLists)
-	logs  *logLimiter   // rate-limits log lines of failures that repeat per task
+
+	// The parts, each owning the loops Run starts for it:
+	eng    *engine      // task writes (engine.go)
+	disp   *dispatcher  // the ready queue and the claims (dispatch.go)
+	agents *agents      // agent streams (connect.go)
+	adm    *admission   // limits on submissions and lists (admission.go)
+	mover  *mover       // deletes or archives finished tasks (archive.go)
+	batch  *batchRunner // runs batch jobs (batches.go)
+	// schedules fires schedules for the supervisor leader and serves
+	// ScheduleService (schedules.go, schedule_fire.go).
+	schedules *schedules
+	// dedup answers archive lookups while the archive is unavailable
+	// (dedup.go); nil without an archive or with WithArchiveDedupWindow(0).
+	dedup *dedupWindow
+
+	// The gRPC services over them (services.go), built once in New.
+	scheduler  *schedulerService
+	agent      *agentService
+	supervisor *supervisorService
+	batches    *batchService
+	schedule   *scheduleService
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
 	base       context.Context
 	cancelBase context.CancelFunc
 	work       *workGroup // result handlers, claims, take-backs: what Run's stop waits for
-
-	unregistered atomic.Int64 // agent streams waiting for their Register
-	// archiveCaughtUp is the grace cutoff (unix ns) of the last archive pass
-	// that reached the end of the tasks due (archive.go).
-	archiveCaughtUp atomic.Int64
-	// tasks reads tasks from etcd and then the archive (internal/taskread).
-	tasks *taskread.Reader
-	// lookups batches SubmitTask's archive checks; nil without an archive.
-	lookups *archiveLookups
-	// dedup answers them while the archive is unavailable; nil without an
-	// archive or with WithArchiveDedupWindow(0).
-	dedup *dedupWindow
-	// archivedNamespaces: whose alerts the retention sweep deletes too
-	// (sweepArchivedAlerts).
-	archivedNamespaces metNamespaces
-
-	// stopping ends when Run's context does: the timers of dropped agents'
-	// heartbeat executions stop (heartbeats.go).
-	stopping   context.Context
+	// stopTimers ends agents.stopping when Run's context ends: the timers
+	// of dropped agents' heartbeat executions stop (heartbeats.go).
 	stopTimers context.CancelFunc
-	expiries   chan struct{} // one slot per recovery of a dropped agent's execution in flight
 
 	mu    sync.Mutex
 	lease clientv3.LeaseID // current instance lease, 0 while etcd is unreachable
 
-	schedTel *scheduleInstruments // the schedules' metrics and spans (schedule_telemetry.go)
 }
 
 // New returns a scheduler using the etcd client c, which the caller keeps
@@ -94,40 +83,56 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	base, cancel := context.WithCancel(context.Background())
 	stopping, stopTimers := context.WithCancel(context.Background())
 	s := &Server{
-		stopping:           stopping,
-		stopTimers:         stopTimers,
-		expiries:           make(chan struct{}, expiriesInFlight),
-		archivedNamespaces: metNamespaces{met: map[string]time.Time{}},
-		opts:               o,
-		store:              store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithMaxTxnOps(cmp.Or(o.maxTxnOps, store.DefaultMaxTxnOps)), store.WithLogger(o.log.With("scheduler_id", o.id))}, o.storeOpts...)...),
-		log:                o.log.With("scheduler_id", o.id),
-		base:               base,
-		cancelBase:         cancel,
-		work:               newWorkGroup(),
+		opts:       o,
+		store:      store.New(c, append([]store.Option{store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithMaxTxnOps(cmp.Or(o.maxTxnOps, store.DefaultMaxTxnOps)), store.WithLogger(o.log.With("scheduler_id", o.id))}, o.storeOpts...)...),
+		log:        o.log.With("scheduler_id", o.id),
+		base:       base,
+		cancelBase: cancel,
+		work:       newWorkGroup(),
+		stopTimers: stopTimers,
 	}
-	s.tasks = taskread.New(s.store, o.archive)
+	tasks := taskread.New(s.store, o.archive)
+	var lookups *archiveLookups
 	if o.archive != nil {
 		// Real time: a test's fake clock must not keep the archive "down".
-		s.lookups = newArchiveLookups(base, s.tasks, time.Now)
+		lookups = newArchiveLookups(base, tasks, time.Now)
 		if o.archiveDedupWindow > 0 {
 			s.dedup = newDedupWindow(o.archiveDedupWindow, o.clock.Now)
 		}
 	}
-	s.logs = newLogLimiter(o.clock, 10*time.Second)
-	s.disp = newDispatcher(dispatchDeps{
-		id: o.id, clock: o.clock, log: s.log, logs: s.logs, store: s.store,
-		ackTimeout: o.ackTimeout, claimConcurrency: o.claimConcurrency,
-		claimEntry: s.claim, takeBackNow: s.takeBack, expireNow: s.expireNow, work: s.work,
-	})
+	logs := newLogLimiter(o.clock, 10*time.Second)
+	space := &spaceGuard{opts: &s.opts, store: s.store, log: s.log}
+	shed := newOverload(o, s.log, o.meter.Meter(telemetry.ScopeName+"/scheduler"))
+	s.adm = newAdmission(&s.opts, s.store, space, shed)
+	s.mover = &mover{opts: &s.opts, store: s.store, log: s.log, namespaces: metNamespaces{met: map[string]time.Time{}}}
 	s.tel = newInstruments(s)
-	s.schedTel = newScheduleInstruments(o.meter, o.tracer)
-	s.adm = newAdmission(s)
-	s.space = &spaceGuard{s: s}
-	s.shed = newOverload(o, s.log, o.meter.Meter(telemetry.ScopeName+"/scheduler"))
-	s.lists = make(chan struct{}, max(o.maxLists, 1))
-	s.scheduler = &schedulerService{eng: s}
-	s.agent = &agentService{eng: s}
-	s.supervisor = &supervisorService{eng: s}
+	s.mover.tel = s.tel
+	s.eng = &engine{
+		id: o.id, clock: o.clock, log: s.log, logs: logs, store: s.store, tasks: tasks, tel: s.tel, shed: shed,
+		base: base, dispatchOnSubmit: o.dispatchOnSubmit, created: s.adm.created,
+	}
+	s.disp = newDispatcher(dispatchDeps{
+		id: o.id, clock: o.clock, log: s.log, logs: logs, store: s.store,
+		ackTimeout: o.ackTimeout, claimConcurrency: o.claimConcurrency,
+		claimEntry: s.eng.claim, takeBackNow: s.eng.takeBack, expireNow: s.eng.expireNow, work: s.work,
+	})
+	s.eng.disp = s.disp
+	s.agents = &agents{
+		opts: &s.opts, eng: s.eng, disp: s.disp, store: s.store, log: s.log, logs: logs, tel: s.tel,
+		base: base, stopping: stopping, work: s.work, lease: s.currentLease,
+		expiries: make(chan struct{}, expiriesInFlight),
+	}
+	s.scheduler = &schedulerService{
+		opts: &s.opts, log: s.log, eng: s.eng, store: s.store, tasks: tasks, adm: s.adm, disp: s.disp, tel: s.tel,
+		lookups: lookups, dedup: s.dedup,
+	}
+	s.agent = &agentService{agents: s.agents}
+	s.schedules = &schedules{opts: &s.opts, store: s.store, log: s.log, tel: newScheduleInstruments(o.meter, o.tracer), scheduler: s.scheduler}
+	s.supervisor = &supervisorService{opts: &s.opts, log: s.log, eng: s.eng, store: s.store, schedules: s.schedules}
+	s.batches = &batchService{opts: &s.opts, store: s.store}
+	s.schedule = &scheduleService{sch: s.schedules}
+	s.batch = &batchRunner{opts: &s.opts, store: s.store, tasks: tasks, log: s.log, lease: s.currentLease,
+		scheduler: s.scheduler, supervisor: s.supervisor, running: map[string]bool{}}
 	return s
 }
 
@@ -183,7 +188,8 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	reevev1.RegisterSchedulerServiceServer(g, s.scheduler)
 	reevev1.RegisterAgentServiceServer(g, s.agent)
 	reevev1.RegisterSupervisorServiceServer(g, s.supervisor)
-	reevev1.RegisterScheduleServiceServer(g, s.ScheduleService())
+	reevev1.RegisterBatchServiceServer(g, s.batches)
+	reevev1.RegisterScheduleServiceServer(g, s.schedule)
 }
 
 // SchedulerService returns the reeve.v1.SchedulerService that Register
@@ -191,6 +197,10 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // interceptor runs (no authorization, and errors lack the details that
 // ServerOptions' interceptors add).
 func (s *Server) SchedulerService() reevev1.SchedulerServiceServer { return s.scheduler }
+
+// ScheduleService returns the reeve.v1.ScheduleService that Register
+// registers, for calls in the same process (no interceptor runs).
+func (s *Server) ScheduleService() reevev1.ScheduleServiceServer { return s.schedule }
 
 // Run checks etcd's layout version (CheckLayout; a newer one is returned
 // at once as the error), dispatches work until ctx ends, then shuts down
@@ -219,19 +229,18 @@ func (s *Server) Run(ctx context.Context) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	wg.Go(func() { s.keepSession(runCtx) })
-	wg.Go(func() { s.sweep(runCtx) })
-	if s.opts.archive != nil {
-		wg.Go(func() { s.archiveTasks(runCtx) })
-	}
+	wg.Go(func() { s.mover.run(runCtx) })
+	wg.Go(func() { s.batch.run(runCtx) })
 	if s.dedup != nil {
 		wg.Go(func() {
 			s.dedup.run(runCtx, s.store, s.opts.sweepInterval, func(msg string, err error) { s.log.Warn(msg, "err", err) })
 		})
 	}
 	wg.Go(func() { s.disp.run(runCtx) })
-	wg.Go(func() { s.space.watch(runCtx) })
-	wg.Go(func() { s.publishLoads(runCtx) })
-	wg.Go(func() { s.backfillIndexes(runCtx) })
+	wg.Go(func() { s.adm.space.watch(runCtx) })
+	wg.Go(func() { s.agents.publishLoads(runCtx) })
+	wg.Go(func() { s.agents.warnUnserved(runCtx) })
+	wg.Go(func() { backfillIndexes(runCtx, s.store, s.log, s.opts.clock) })
 	<-ctx.Done()
 	s.stopTimers()
 	stop()
@@ -240,14 +249,6 @@ func (s *Server) Run(ctx context.Context) error {
 	s.disp.drainAgents(s.opts.drainTimeout)
 	s.work.closeAndWait()
 	return nil
-}
-
-// goWork runs f in a goroutine that Run waits for before it returns, unless
-// Run is already waiting (the server stopped): then f does not run and
-// goWork reports false. Stream handlers can outlive Run (grpc.Server.Stop
-// does not wait for them).
-func (s *Server) goWork(f func()) bool {
-	return s.work.goOptional(f)
 }
 
 // keepSession holds the instance lease that agent records live under, and
@@ -269,7 +270,7 @@ func (s *Server) keepSession(ctx context.Context) {
 		s.mu.Lock()
 		s.lease = sess.Lease()
 		s.mu.Unlock()
-		s.republishAgents(ctx)
+		s.agents.republishAgents(ctx)
 		select {
 		case <-ctx.Done():
 			s.mu.Lock()
@@ -291,73 +292,3 @@ func (s *Server) currentLease() clientv3.LeaseID {
 	defer s.mu.Unlock()
 	return s.lease
 }
-
-// sweep deletes terminal tasks past their retention (moves them to the
-// archive when there is one), and alerts raised before it.
-func (s *Server) sweep(ctx context.Context) {
-	s.sweepEvery(ctx, s.opts.sweepInterval, "sweep ended tasks", func() store.Sweep {
-		before := s.opts.clock.Now().Add(-s.opts.retention)
-		sw := store.Sweep{Before: before, AlertsBefore: before}
-		if s.opts.archive != nil {
-			sw.Keep = s.keepInArchive
-		}
-		return sw
-	}, func() {
-		if s.opts.archive != nil {
-			s.sweepArchivedAlerts(ctx)
-		}
-	})
-}
-
-// sweepEvery runs passes of store.SweepEnded every interval until ctx
-// ends: each pass deletes what sweepOf describes (its From and Limit set
-// here), page after page, and then calls after. A pass continues where the
-// last one ended (the cursor), and starts again from the beginning of the
-// ended index every sweepRescanEvery passes, for what a
-// cursor passes by: a task whose record changed while it was swept, or one
-// ended by a scheduler whose clock is behind this one's. caughtUp, when
-// set, is called with the cutoff of a pass that reached the end.
-func (s *Server) sweepEvery(ctx context.Context, interval time.Duration, what string, sweepOf func() store.Sweep, after func(), caughtUp ...func(time.Time)) {
-	t := s.opts.clock.NewTicker(interval)
-	defer t.Stop()
-	var cursor string
-	for pass := 0; ; pass++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Chan():
-		}
-		if pass%sweepRescanEvery == 0 {
-			cursor = ""
-		}
-		for {
-			sw := sweepOf()
-			sw.From, sw.Limit = cursor, archiveBatch
-			n, next, more, err := s.store.SweepEnded(ctx, sw)
-			if err != nil {
-				// The next pass starts again where this page did (a
-				// rescan of the whole index under load, after a timeout,
-				// fell further behind).
-				if !errors.Is(err, context.Canceled) {
-					s.log.Warn(what, "err", err)
-				}
-				break
-			}
-			cursor = next
-			if n > 0 {
-				s.log.Debug(what, "count", n)
-			}
-			if !more {
-				for _, f := range caughtUp {
-					f(sw.Before)
-				}
-				break
-			}
-		}
-		after()
-	}
-}
-
-// sweepRescanEvery is how many sweeps pass between two that start from the
-// beginning of the ended index.
-const sweepRescanEvery = 10

@@ -1,6 +1,12 @@
 package scheduler
 
-import reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+import (
+	"log/slog"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/store"
+	"github.com/reeve-org/reeve/internal/taskread"
+)
 
 // The gRPC services of a Server, one type each: thin handlers that
 // validate the request, call the engine (Server) and map its errors to a
@@ -27,18 +33,35 @@ var (
 // workflows and agents.
 type schedulerService struct {
 	reevev1.UnimplementedSchedulerServiceServer
-	eng *Server
+	opts  *options
+	log   *slog.Logger
+	eng   *engine
+	store *store.Store     // workflows, queries, watches
+	tasks *taskread.Reader // etcd, then the archive
+	adm   *admission
+	disp  *dispatcher // ListAgents: this scheduler's streams and queues
+	tel   *instruments
+	// lookups batches SubmitTask's archive checks; nil without an archive.
+	lookups *archiveLookups
+	// dedup answers them while the archive is unavailable; nil without an
+	// archive or with WithArchiveDedupWindow(0).
+	dedup *dedupWindow
 }
 
 // agentService implements reeve.v1.AgentService: agents' Connect streams.
 type agentService struct {
 	reevev1.UnimplementedAgentServiceServer
-	eng *Server
+	agents *agents
 }
 
 // supervisorService implements reeve.v1.SupervisorService: the
 // supervisor's fenced recoveries and operators' alerts.
 type supervisorService struct {
 	reevev1.UnimplementedSupervisorServiceServer
-	eng *Server
+	opts  *options
+	log   *slog.Logger
+	eng   *engine
+	store *store.Store // alerts, the election's prefix
+	// schedules fires the schedules of FireSchedules (schedule_fire.go).
+	schedules *schedules
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -17,14 +18,16 @@ import (
 // status every check interval and keeps the last answer; a failed read keeps
 // the previous one (with etcd down, submissions fail UNAVAILABLE anyway).
 type spaceGuard struct {
-	s           *Server
+	opts        *options
+	store       *store.Store
+	log         *slog.Logger
 	last        atomic.Pointer[spaceReading]
 	lastReclaim time.Time // only watch's goroutine uses it
 }
 
 // watch refreshes the space until ctx ends.
 func (g *spaceGuard) watch(ctx context.Context) {
-	o := g.s.opts
+	o := g.opts
 	if o.spaceSoftLimit <= 0 || o.spaceCheckInterval <= 0 {
 		return
 	}
@@ -51,31 +54,31 @@ type spaceReading struct {
 }
 
 func (g *spaceGuard) refresh(ctx context.Context) {
-	raw, err := g.s.store.Space(ctx)
+	raw, err := g.store.Space(ctx)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
-			g.s.log.Debug("read etcd space", "err", err)
+			g.log.Debug("read etcd space", "err", err)
 		}
 		return
 	}
 	sp := spaceReading{Space: raw}
-	if per := g.s.opts.spaceReservePerStep; per > 0 {
-		if ready, deadlines, err := g.s.store.CountLive(ctx); err == nil {
+	if per := g.opts.spaceReservePerStep; per > 0 {
+		if ready, deadlines, err := g.store.CountLive(ctx); err == nil {
 			sp.live = ready + deadlines
 			sp.reserved = sp.live * per
 		} else if prev := g.last.Load(); prev != nil {
 			sp.live, sp.reserved = prev.live, prev.reserved
 		}
 	}
-	if g.over(sp) && g.s.opts.spaceReclaimEvery > 0 && (g.lastReclaim.IsZero() || g.s.opts.clock.Since(g.lastReclaim) >= g.s.opts.spaceReclaimEvery) {
-		g.lastReclaim = g.s.opts.clock.Now()
+	if g.over(sp) && g.opts.spaceReclaimEvery > 0 && (g.lastReclaim.IsZero() || g.opts.clock.Since(g.lastReclaim) >= g.opts.spaceReclaimEvery) {
+		g.lastReclaim = g.opts.clock.Now()
 		var after store.Space
-		after, err = g.s.store.Reclaim(ctx)
+		after, err = g.store.Reclaim(ctx)
 		switch {
 		case err != nil:
-			g.s.log.Warn("reclaim etcd space (compact, defragment, disarm NOSPACE)", "space", sp.String(), "err", err)
+			g.log.Warn("reclaim etcd space (compact, defragment, disarm NOSPACE)", "space", sp.String(), "err", err)
 		default:
-			g.s.log.Info("reclaimed etcd space: compacted, defragmented, NOSPACE disarmed if the database fits again",
+			g.log.Info("reclaimed etcd space: compacted, defragmented, NOSPACE disarmed if the database fits again",
 				"before", sp.String(), "after", after.String(), "nospace_alarm", after.NoSpace)
 			sp.Space = after
 		}
@@ -84,21 +87,21 @@ func (g *spaceGuard) refresh(ctx context.Context) {
 	was, is := prev != nil && g.over(*prev), g.over(sp)
 	switch {
 	case is && !was:
-		g.s.log.Warn("etcd near its space quota: refusing new tasks", "space", sp.String(), "reserved_bytes", sp.reserved, "live_executions", sp.live, "nospace_alarm", sp.NoSpace, "soft_limit", g.s.opts.spaceSoftLimit)
+		g.log.Warn("etcd near its space quota: refusing new tasks", "space", sp.String(), "reserved_bytes", sp.reserved, "live_executions", sp.live, "nospace_alarm", sp.NoSpace, "soft_limit", g.opts.spaceSoftLimit)
 	case was && !is:
-		g.s.log.Info("etcd space back under the soft limit: accepting new tasks", "space", sp.String())
+		g.log.Info("etcd space back under the soft limit: accepting new tasks", "space", sp.String())
 	}
 }
 
 func (g *spaceGuard) over(sp spaceReading) bool {
-	return sp.NoSpace || sp.Quota > 0 && float64(sp.InUse+sp.reserved)/float64(sp.Quota) >= g.s.opts.spaceSoftLimit
+	return sp.NoSpace || sp.Quota > 0 && float64(sp.InUse+sp.reserved)/float64(sp.Quota) >= g.opts.spaceSoftLimit
 }
 
 // allow refuses a new task with RESOURCE_EXHAUSTED while the last reading
 // was over the soft limit or etcd's NOSPACE alarm was raised.
 func (g *spaceGuard) allow() error {
 	sp := g.last.Load()
-	if g.s.opts.spaceSoftLimit <= 0 || sp == nil || !g.over(*sp) {
+	if g.opts.spaceSoftLimit <= 0 || sp == nil || !g.over(*sp) {
 		return nil
 	}
 	if sp.NoSpace {
@@ -107,5 +110,5 @@ func (g *spaceGuard) allow() error {
 	}
 	return refuse(codes.ResourceExhausted, ReasonNoSpace,
 		"etcd is near its space quota: %s, plus %.1f MiB reserved for the %d executions in flight to finish, at or over the %.0f%% soft limit; new tasks are refused until running tasks finish and retention and compaction free space, running tasks continue",
-		sp.Space, float64(sp.reserved)/(1<<20), sp.live, 100*g.s.opts.spaceSoftLimit)
+		sp.Space, float64(sp.reserved)/(1<<20), sp.live, 100*g.opts.spaceSoftLimit)
 }

@@ -19,174 +19,156 @@ import (
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
-// SubmitTask: the cheap refusals first (the caller's token bucket,
-// admission.go; no new task while etcd is near its space quota, space.go),
-// then validation, the namespace's cap on active tasks (admission.go), the
-// workflow, shedding past capacity (overload.go), a chosen id's
-// idempotency (the archive: archive.go, dedup.go; etcd: the create) and
-// the create, claimed for an idle agent here when there is one (claim.go).
+// SubmitTask reads validate → admit → create:
+//   - validate: the request's fields, the workflow it runs (registered or
+//     inline), its id (generated here when not chosen) and its digest;
+//   - admit: the admission chain (admission.go): the caller's rate, etcd's
+//     space, the namespace's cap on active tasks, the scheduler's capacity;
+//   - create: a chosen id's idempotency across the archive (archive
+//     lookups, dedup.go) and etcd (the create's own compare), then the
+//     create, claimed for an idle agent here when there is one
+//     (engine.create).
+//
+// One rule for a repeated submission (same chosen id, same request): it
+// gets its task back, whether the task still runs, ended, moved to the
+// archive, or admission refuses the repeat (resubmitted).
+
+// submission is a validated SubmitTaskRequest.
+type submission struct {
+	req       *reevev1.SubmitTaskRequest // a copy: namespace resolved, id set
+	generated bool                       // the id was generated here
+	wf        *reevev1.Workflow          // the snapshot the task keeps
+	latest    bool                       // wf is the cached latest version: the create checks it
+	digest    []byte                     // requestDigest of req
+}
 
 // SubmitTask implements SchedulerService.
 func (svc *schedulerService) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.SubmitTaskResponse, error) {
-	if err := svc.eng.adm.allowSubmit(ctx); err != nil {
+	sub, err := svc.validate(ctx, req)
+	if err != nil {
 		return nil, statusErr(err)
 	}
-	if err := svc.eng.space.allow(); err != nil {
+	if err := svc.adm.admit(ctx, sub.req.GetNamespace(), sub.wf); err != nil {
+		if t := svc.resubmitted(ctx, sub, err); t != nil {
+			return &reevev1.SubmitTaskResponse{Task: t}, nil
+		}
 		return nil, statusErr(err)
 	}
+	ctx, span := svc.tel.startSubmit(ctx, sub.req)
+	defer span.End()
+	rec, created, err := svc.create(ctx, sub)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	return &reevev1.SubmitTaskResponse{Task: rec.GetTask(), Created: created}, nil
+}
+
+// validate checks a submission and resolves what it names.
+func (svc *schedulerService) validate(ctx context.Context, req *reevev1.SubmitTaskRequest) (*submission, error) {
 	if err := workflow.ValidateSubmit(req); err != nil {
-		return nil, statusErr(err)
+		return nil, err
 	}
 	req = proto.Clone(req).(*reevev1.SubmitTaskRequest)
 	req.Namespace = workflow.Namespace(req.GetNamespace())
-	if err := svc.eng.adm.allowActive(ctx, req.GetNamespace()); err != nil {
-		// Idempotency wins over the limit: a retried submission of a task
-		// that exists gets it back.
-		if t := svc.eng.sameSubmission(ctx, req); t != nil {
-			return &reevev1.SubmitTaskResponse{Task: t}, nil
-		}
-		return nil, statusErr(err)
-	}
-	generated := req.GetTaskId() == ""
-	if generated {
+	sub := &submission{req: req, generated: req.GetTaskId() == ""}
+	if sub.generated {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return nil, statusErr(err)
+			return nil, err
 		}
 		req.TaskId = id.String()
 	}
-	wf, latest, err := svc.eng.resolveWorkflow(ctx, req)
-	if err != nil {
-		return nil, statusErr(err)
+	var err error
+	if sub.wf, sub.latest, err = svc.resolveWorkflow(ctx, req); err != nil {
+		return nil, err
 	}
-	digest, err := requestDigest(req)
-	if err != nil {
-		return nil, statusErr(err)
+	if sub.digest, err = requestDigest(req); err != nil {
+		return nil, err
 	}
-	if err := svc.eng.shed.allow(req.GetNamespace(), wf); err != nil {
-		// Idempotency wins over shedding (overload.go), as far as this
-		// scheduler knows the task without asking etcd (knownSubmission).
-		if t := svc.eng.knownSubmission(req, digest, generated); t != nil {
-			return &reevev1.SubmitTaskResponse{Task: t}, nil
+	return sub, nil
+}
+
+// resubmitted is the task a refused submission repeats: the task with its
+// chosen id created by the same request, or nil. This scheduler's record
+// cache answers for every refusal; etcd and the archive are read only when
+// the refusal is the namespace's cap on active tasks, the one refusal that
+// is not about load. So a refusal under load stays cheap, and the client's
+// retry after the RetryInfo delay gets its task.
+func (svc *schedulerService) resubmitted(ctx context.Context, sub *submission, why error) *reevev1.Task {
+	if sub.generated {
+		return nil
+	}
+	ns, id := sub.req.GetNamespace(), sub.req.GetTaskId()
+	rec, ok := svc.store.CachedTask(ns, id)
+	var r *refusal
+	if !ok && errors.As(why, &r) && r.reason == ReasonActiveTaskLimit {
+		var err error
+		rec, _, err = svc.tasks.Get(ctx, ns, id)
+		ok = err == nil
+	}
+	if !ok || string(rec.GetRequestDigest()) != string(sub.digest) {
+		return nil
+	}
+	return rec.GetTask()
+}
+
+// create creates the task of an admitted submission, or returns the task
+// its chosen id already names when the request is the same (created
+// false); a different request with that id is refused ALREADY_EXISTS.
+func (svc *schedulerService) create(ctx context.Context, sub *submission) (*storev1.TaskRecord, bool, error) {
+	if !sub.generated {
+		rec, err := svc.archivedSubmission(ctx, sub.req)
+		if err != nil {
+			return nil, false, err
 		}
-		return nil, statusErr(err)
-	}
-	ctx, span := svc.eng.tel.startSubmit(ctx, req)
-	defer span.End()
-	if !generated {
-		if rec, err := svc.eng.archivedSubmission(ctx, req); err != nil || rec != nil {
-			if err != nil {
-				return nil, statusErr(err)
+		if rec != nil {
+			if string(rec.GetRequestDigest()) != string(sub.digest) {
+				return nil, false, refuse(codes.AlreadyExists, ReasonTaskAlreadyExists, "task_id: task %q already exists with a different request (it ended and was moved to the archive)", sub.req.GetTaskId())
 			}
-			if string(rec.GetRequestDigest()) != string(digest) {
-				return nil, statusErr(refuse(codes.AlreadyExists, ReasonTaskAlreadyExists, "task_id: task %q already exists with a different request (it ended and was moved to the archive)", req.GetTaskId()))
-			}
-			return &reevev1.SubmitTaskResponse{Task: rec.GetTask()}, nil
+			return rec, false, nil
 		}
 	}
-	existing, created, err := svc.eng.createTask(ctx, req, wf, digest, latest)
+	existing, created, err := svc.createTask(ctx, sub.req, sub.wf, sub.digest, sub.latest)
 	if errors.Is(err, store.ErrStaleWorkflow) {
 		// The cached latest version is not the latest any more (registered
 		// through another scheduler): create the task on the version a
 		// linearizable read returns. That read is the submission's
 		// linearization point, so no compare is needed this time.
-		ref := req.GetWorkflowRef()
-		if wf, err = svc.eng.store.LatestWorkflowForSubmit(ctx, req.GetNamespace(), ref.GetName()); err != nil {
-			return nil, statusErr(err)
+		var wf *reevev1.Workflow
+		if wf, err = svc.store.LatestWorkflowForSubmit(ctx, sub.req.GetNamespace(), sub.req.GetWorkflowRef().GetName()); err != nil {
+			return nil, false, err
 		}
-		existing, created, err = svc.eng.createTask(ctx, req, wf, digest, false)
+		existing, created, err = svc.createTask(ctx, sub.req, wf, sub.digest, false)
 	}
 	if err != nil {
-		return nil, statusErr(err)
+		return nil, false, err
 	}
-	if !created && string(existing.GetRequestDigest()) != string(digest) {
-		return nil, statusErr(refuse(codes.AlreadyExists, ReasonTaskAlreadyExists, "task_id: task %q already exists with a different request", req.GetTaskId()))
+	if !created && string(existing.GetRequestDigest()) != string(sub.digest) {
+		return nil, false, refuse(codes.AlreadyExists, ReasonTaskAlreadyExists, "task_id: task %q already exists with a different request", sub.req.GetTaskId())
 	}
-	if created {
-		svc.eng.adm.created(req.GetNamespace())
-		svc.eng.tel.submittedOne(ctx, req.GetNamespace())
-		svc.eng.log.InfoContext(ctx, "task submitted", "task_id", req.GetTaskId(), "namespace", req.GetNamespace(), "workflow", wf.GetName())
-	}
-	return &reevev1.SubmitTaskResponse{Task: existing.GetTask(), Created: created}, nil
+	return existing, created, nil
 }
 
 // createTask creates the task of a submission running wf (which it keeps
-// in the record), claimed on submit when an agent here has room. ofLatest:
-// wf is the cached latest version, to be checked in the create's
-// transaction (store.CreateTaskOfLatest).
-func (s *Server) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest, wf *reevev1.Workflow, digest []byte, ofLatest bool) (existing *storev1.TaskRecord, created bool, err error) {
-	if d := s.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
+// in the record), claimed on submit when an agent here has room
+// (engine.create). ofLatest: wf is the cached latest version, to be checked
+// in the create's transaction (store.CreateTaskOfLatest).
+func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest, wf *reevev1.Workflow, digest []byte, ofLatest bool) (existing *storev1.TaskRecord, created bool, err error) {
+	if d := svc.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
 		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
 	}
 	rec := &storev1.TaskRecord{
-		Task:          taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), s.opts.clock.Now()),
+		Task:          taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), svc.opts.clock.Now()),
 		RequestDigest: digest,
 		TraceContext:  telemetry.Inject(ctx),
 	}
-	// With an agent idle here, the task is created with its first step
-	// already claimed: one write instead of two
-	// (WithDispatchOnSubmit; claim.go).
-	var claim *writeClaim
-	if s.opts.dispatchOnSubmit {
-		claim = &writeClaim{d: s.disp}
-		_ = claim.run(rec.GetTask(), "", s.opts.clock.Now(), nil)
-	}
-	began := s.opts.clock.Now()
-	if ofLatest {
-		existing, created, err = s.store.CreateTaskOfLatest(ctx, rec)
-	} else {
-		existing, created, err = s.store.CreateTask(ctx, rec)
-	}
-	if err == nil || errors.Is(err, store.ErrStaleWorkflow) {
-		// A wait for etcd; a write refused at once (the store's queue
-		// full, out of space) or cut short by the caller is none.
-		s.shed.wrote(s.opts.clock.Since(began))
-	}
-	if claim != nil {
-		// Created: the agent gets the step. The id was taken: the existing
-		// task is the answer, and the reservation is released.
-		s.deliverClaim(rec, claim.settle(err, created, "claim on submit"))
-	}
-	return existing, created, err
-}
-
-// sameSubmission returns the task req already created (same client-chosen
-// id, same request), or nil.
-func (s *Server) sameSubmission(ctx context.Context, req *reevev1.SubmitTaskRequest) *reevev1.Task {
-	if req.GetTaskId() == "" {
-		return nil
-	}
-	digest, err := requestDigest(req)
-	if err != nil {
-		return nil
-	}
-	rec, err := s.getTask(ctx, req.GetNamespace(), req.GetTaskId())
-	if err != nil || string(rec.GetRequestDigest()) != string(digest) {
-		return nil
-	}
-	return rec.GetTask()
-}
-
-// knownSubmission returns the task a refused submission already created
-// when this scheduler's record cache has it (same client-chosen id, same
-// request digest), or nil. It reads no etcd, so that a refusal stays cheap:
-// a task created through another scheduler, or already ended, is not
-// found, and the client's retry after the RetryInfo delay gets it.
-func (s *Server) knownSubmission(req *reevev1.SubmitTaskRequest, digest []byte, generated bool) *reevev1.Task {
-	if generated {
-		return nil
-	}
-	rec, ok := s.store.CachedTask(req.GetNamespace(), req.GetTaskId())
-	if !ok || string(rec.GetRequestDigest()) != string(digest) {
-		return nil
-	}
-	return rec.GetTask()
+	return svc.eng.create(ctx, rec, ofLatest)
 }
 
 // resolveWorkflow returns the workflow a submission runs, as the snapshot the
 // task keeps (a copy the caller may modify). latest: it is the latest
 // version the store's workflow cache knows, which the create must check.
-func (s *Server) resolveWorkflow(ctx context.Context, req *reevev1.SubmitTaskRequest) (wf *reevev1.Workflow, latest bool, err error) {
+func (svc *schedulerService) resolveWorkflow(ctx context.Context, req *reevev1.SubmitTaskRequest) (wf *reevev1.Workflow, latest bool, err error) {
 	if inline := req.GetInlineWorkflow(); inline != nil {
 		wf := proto.Clone(inline).(*reevev1.Workflow)
 		wf.Namespace = req.GetNamespace()
@@ -194,13 +176,13 @@ func (s *Server) resolveWorkflow(ctx context.Context, req *reevev1.SubmitTaskReq
 		if proto.Size(wf) > workflow.MaxWorkflowBytes {
 			return nil, false, &workflow.FieldError{Field: "inline_workflow", Reason: fmt.Sprintf("definition is %d bytes encoded, more than %d", proto.Size(wf), workflow.MaxWorkflowBytes)}
 		}
-		if err := s.store.CheckWorkflowOps("inline_workflow", wf); err != nil {
+		if err := svc.store.CheckWorkflowOps("inline_workflow", wf); err != nil {
 			return nil, false, err
 		}
 		return wf, false, nil
 	}
 	ref := req.GetWorkflowRef()
-	return s.store.WorkflowForSubmit(ctx, req.GetNamespace(), ref.GetName(), ref.GetVersion())
+	return svc.store.WorkflowForSubmit(ctx, req.GetNamespace(), ref.GetName(), ref.GetVersion())
 }
 
 // requestDigest fingerprints a submission, to tell an idempotent retry from a
@@ -210,6 +192,11 @@ func requestDigest(req *reevev1.SubmitTaskRequest) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return digestOf(b), nil
+}
+
+// digestOf is the SHA-256 of an encoded request.
+func digestOf(b []byte) []byte {
 	sum := sha256.Sum256(b)
-	return sum[:], nil
+	return sum[:]
 }

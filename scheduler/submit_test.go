@@ -103,7 +103,7 @@ func TestInvalidRequestsAreRefusedAndStoreNothing(t *testing.T) {
 		{"unknown dependency", func(ctx context.Context) error {
 			_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "t", "ghost"))})
 			return err
-		}, "inline_workflow.steps[0].depends_on[0]"},
+		}, "inline_workflow.steps[0].dependsOn[0]"},
 		{"duplicate step", func(ctx context.Context) error {
 			_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "t"), step("a", "t"))})
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/auth"
@@ -19,7 +20,7 @@ func (svc *schedulerService) GetTask(ctx context.Context, req *reevev1.GetTaskRe
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	rec, archived, err := svc.eng.tasks.Get(ctx, ns, req.GetTaskId())
+	rec, archived, err := svc.tasks.Get(ctx, ns, req.GetTaskId())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -52,7 +53,7 @@ func (svc *schedulerService) WatchTask(req *reevev1.WatchTaskRequest, stream ree
 			newest <- t
 			return taskstate.TerminalTask(t.GetState())
 		}
-		err := svc.eng.store.WatchTask(ctx, ns, req.GetTaskId(), put)
+		err := svc.store.WatchTask(ctx, ns, req.GetTaskId(), put)
 		if store.IsNotFound(err) {
 			// Not in etcd, or it left etcd while watched: an archived
 			// task's final state ends the stream.
@@ -87,11 +88,13 @@ func (svc *schedulerService) CancelTask(ctx context.Context, req *reevev1.Cancel
 	if reason == "" {
 		reason = "canceled by client"
 	}
-	before, after, err := svc.eng.store.UpdateTask(ctx, ns, req.GetTaskId(), func(t *reevev1.Task) error {
-		return taskstate.Cancel(t, reason, actorOf(ctx, "client"), svc.eng.opts.clock.Now())
-	})
-	if errors.Is(err, taskstate.ErrTerminal) {
-		return &reevev1.CancelTaskResponse{Task: before.GetTask()}, nil
+	w, err := svc.eng.update(ctx, taskWrite{ns: ns, id: req.GetTaskId(),
+		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+			return effects{revoke: "task canceled"}, taskstate.Cancel(t, reason, actorOf(ctx, "client"), !req.GetNoCompensate(), now)
+		}})
+	if errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUndoing) {
+		// Ended, or already being undone: the cancel changes nothing.
+		return &reevev1.CancelTaskResponse{Task: w.before.GetTask()}, nil
 	}
 	if store.IsNotFound(err) {
 		// An archived task ended: canceling it changes nothing, as for a
@@ -105,9 +108,7 @@ func (svc *schedulerService) CancelTask(ctx context.Context, req *reevev1.Cancel
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	svc.eng.tel.ended1(before.GetTask(), after.GetTask())
-	svc.eng.disp.revoke(taskstate.Revoked(before.GetTask(), after.GetTask(), nil), "task canceled")
-	return &reevev1.CancelTaskResponse{Task: after.GetTask()}, nil
+	return &reevev1.CancelTaskResponse{Task: w.after.GetTask()}, nil
 }
 
 // taskKey validates a (namespace, task id) pair naming an existing task and

@@ -61,12 +61,12 @@ func newInstruments(s *Server) *instruments {
 	in.archiveWindowAnswers, _ = m.Int64Counter("reeve.archive.dedup_window_answers",
 		metric.WithDescription("Submissions with a chosen task id checked against the deduplication window because the archive was unavailable; outcome created (no task with that id moved within the window) or refused (one did, or the window could not be read)"))
 	if s.opts.archive != nil {
-		s.archiveCaughtUp.Store(s.opts.clock.Now().UnixNano())
+		s.mover.caughtUp.Store(s.opts.clock.Now().UnixNano())
 		_, _ = m.Float64ObservableGauge("reeve.archive.lag", metric.WithUnit("s"),
 			metric.WithDescription("How far the archive's moves are behind: now − grace − the cutoff of the last archive pass that moved every task due; grows while the archive is down or slow"),
 			metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
 				due := s.opts.clock.Now().Add(-s.opts.archiveGrace)
-				o.Observe(max(0, due.Sub(time.Unix(0, s.archiveCaughtUp.Load())).Seconds()))
+				o.Observe(max(0, due.Sub(time.Unix(0, s.mover.caughtUp.Load())).Seconds()))
 				return nil
 			}))
 	}
@@ -115,7 +115,7 @@ func newInstruments(s *Server) *instruments {
 		defer cancel()
 		// The space guard's last reading when it runs, else one status
 		// request per member.
-		sp := s.space.last.Load()
+		sp := s.adm.space.last.Load()
 		if sp == nil {
 			if fresh, err := s.store.Space(cctx); err == nil {
 				sp = &spaceReading{Space: fresh}

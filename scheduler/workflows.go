@@ -22,16 +22,16 @@ func (svc *schedulerService) RegisterWorkflow(ctx context.Context, req *reevev1.
 	if err := workflow.ValidateWorkflow("workflow", req.GetWorkflow(), true); err != nil {
 		return nil, statusErr(err)
 	}
-	if err := svc.eng.store.CheckWorkflowOps("workflow", req.GetWorkflow()); err != nil {
+	if err := svc.store.CheckWorkflowOps("workflow", req.GetWorkflow()); err != nil {
 		return nil, statusErr(err)
 	}
 	w := proto.Clone(req.GetWorkflow()).(*reevev1.Workflow)
 	w.Namespace = workflow.Namespace(w.GetNamespace())
-	w.CreateTime = timestamppb.New(svc.eng.opts.clock.Now())
+	w.CreateTime = timestamppb.New(svc.opts.clock.Now())
 	if proto.Size(w) > workflow.MaxWorkflowBytes {
 		return nil, statusErr(&workflow.FieldError{Field: "workflow", Reason: fmt.Sprintf("definition is %d bytes encoded, more than %d", proto.Size(w), workflow.MaxWorkflowBytes)})
 	}
-	stored, created, err := svc.eng.store.PutWorkflow(ctx, w, workflow.Fingerprint)
+	stored, created, err := svc.store.PutWorkflow(ctx, w, workflow.Fingerprint)
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -49,7 +49,7 @@ func (svc *schedulerService) GetWorkflow(ctx context.Context, req *reevev1.GetWo
 	if req.GetVersion() < 0 {
 		return nil, statusErr(&workflow.FieldError{Field: "version", Reason: "must not be negative"})
 	}
-	w, err := svc.eng.store.GetWorkflow(ctx, workflow.Namespace(req.GetNamespace()), req.GetName(), req.GetVersion())
+	w, err := svc.store.GetWorkflow(ctx, workflow.Namespace(req.GetNamespace()), req.GetName(), req.GetVersion())
 	if err != nil {
 		return nil, statusErr(err)
 	}
@@ -69,7 +69,7 @@ func (svc *schedulerService) ListWorkflows(ctx context.Context, req *reevev1.Lis
 	if after != "" && workflow.ValidateName("page_token", after) != nil {
 		return nil, statusErr(&workflow.FieldError{Field: "page_token", Reason: "not a page token; pass the next_page_token of a previous response"})
 	}
-	wfs, more, err := svc.eng.store.ListWorkflows(ctx, ns, after, size)
+	wfs, more, err := svc.store.ListWorkflows(ctx, ns, after, size)
 	if err != nil {
 		return nil, statusErr(err)
 	}

@@ -32,12 +32,18 @@ func newAgentCmd(g *globals) *cobra.Command {
 		logs              logFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "agent",
-		Short: "Run a built-in agent (--demo or --chaos) as its own process",
-		Long: `agent runs one of Reeve's built-in agents in its own process, connected to
-one scheduler of --schedulers at a time (it starts at a scheduler picked by
-its --id, so several agents spread over the list, and moves to the next one
-when its scheduler fails or drains). Before serving it registers the
+		Use:   "agent (--demo | --chaos) | agent list",
+		Short: "Run a built-in agent (--demo or --chaos), or list the connected agents (agent list)",
+		Long: `agent has two uses:
+
+  reeve agent --demo|--chaos   run a built-in agent in this process (below)
+  reeve agent list             list the agents connected to any scheduler,
+                               and the ready queues (also: reeve agents list)
+
+agent --demo|--chaos runs one of Reeve's built-in agents in its own process,
+connected to one scheduler of --schedulers at a time (it starts at a
+scheduler picked by its --id, so several agents spread over the list, and
+moves to the next one when its scheduler fails or drains). Before serving it registers the
 workflows its handlers serve (idempotent: an identical definition is not
 registered twice).
 

@@ -12,6 +12,14 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
+// newAgentsCmd is "reeve agents", whose only subcommand is "list", the
+// same command as "reeve agent list".
+func newAgentsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "agents", Short: "List the connected agents (agents list, the same as agent list)"}
+	cmd.AddCommand(newAgentListCmd(g))
+	return cmd
+}
+
 func newAgentListCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",

@@ -44,11 +44,17 @@ func TestAgentListTableAndJSON(t *testing.T) {
 		}
 		reeve(t, addr, "task", "list") // a round trip as a pause, instead of a sleep
 	}
-	code, table, errOut := reeve(t, addr, "agent", "list")
-	for _, want := range []string{"AGENT", "IN FLIGHT", "SCHEDULER", out, "STEP TYPE", "QUEUED"} {
-		if code != 0 || !strings.Contains(table, want) {
-			t.Fatalf("agent list (exit %d, %s) lacks %q:\n%s", code, errOut, want, table)
+	for _, cmd := range []string{"agent", "agents"} {
+		code, table, errOut := reeve(t, addr, cmd, "list")
+		for _, want := range []string{"AGENT", "IN FLIGHT", "SCHEDULER", out, "STEP TYPE", "QUEUED"} {
+			if code != 0 || !strings.Contains(table, want) {
+				t.Fatalf("%s list (exit %d, %s) lacks %q:\n%s", cmd, code, errOut, want, table)
+			}
 		}
+	}
+	// agent's help describes both its uses.
+	if code, help, _ := reeve(t, addr, "agent", "--help"); code != 0 || !strings.Contains(help, "reeve agent list") || !strings.Contains(help, "--demo|--chaos") {
+		t.Fatalf("agent --help (exit %d) does not describe both subcommands:\n%s", code, help)
 	}
 }
 

@@ -153,6 +153,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 				return err
 			}
 			cfg.CommitWindow = gcf.window
+			gcf.compressWithArchive(cmd, cfg.ArchiveDSN != "")
 			cfg.RecordCompression = gcf.compress
 			if gcf.window == 0 {
 				cfg.CommitWindow = -1 // off

@@ -141,6 +141,9 @@ type devSec struct {
 	etcdTLS    *etcdserver.ClientTLS
 	supervisor dial.Config // its Address is set where it is used
 	agentOpts  []agentsdk.Option
+	// consoleToken is the admin token dev made at start for its console's
+	// one-time sign-in; it lives in memory only and ends with the process.
+	consoleToken string
 }
 
 // devSecurity prepares `reeve dev`: plaintext, or with --secure the
@@ -184,12 +187,39 @@ func devSecurity(cmd *cobra.Command, g *globals, srv *serverSecurity, dataDir st
 	if err != nil {
 		return devSec{}, err
 	}
+	consoleToken, err := devConsoleToken(srv)
+	if err != nil {
+		return devSec{}, err
+	}
 	return devSec{
-		dir:        dir,
-		etcdTLS:    &etcdserver.ClientTLS{CertFile: path("server.pem"), KeyFile: path("server-key.pem"), TrustedCAFile: path("ca.pem")},
-		supervisor: dial.Config{CA: path("ca.pem"), Cert: path("supervisor.pem"), Key: path("supervisor-key.pem"), ServerName: "localhost"},
-		agentOpts:  []agentsdk.Option{agentsdk.WithTLS(agentCfg)},
+		consoleToken: consoleToken,
+		dir:          dir,
+		etcdTLS:      &etcdserver.ClientTLS{CertFile: path("server.pem"), KeyFile: path("server-key.pem"), TrustedCAFile: path("ca.pem")},
+		supervisor:   dial.Config{CA: path("ca.pem"), Cert: path("supervisor.pem"), Key: path("supervisor-key.pem"), ServerName: "localhost"},
+		agentOpts:    []agentsdk.Option{agentsdk.WithTLS(agentCfg)},
 	}, nil
+}
+
+// devConsoleToken makes the admin token (of every namespace) of dev's
+// console and adds it to srv's tokens, in memory only: a browser gets it
+// through the console's one-time sign-in link, never in a file or on screen.
+func devConsoleToken(srv *serverSecurity) (string, error) {
+	g, err := auth.ParseGrant("reeve://admin/*")
+	if err != nil {
+		return "", err
+	}
+	tok, entry, err := auth.NewToken("dev-console", []auth.Grant{g})
+	if err != nil {
+		return "", fmt.Errorf("make the console's token: %w", err)
+	}
+	b, err := auth.MarshalTokensFile([]auth.TokenEntry{entry})
+	if err != nil {
+		return "", err
+	}
+	if srv.devTokens, err = auth.ParseTokens(b); err != nil {
+		return "", err
+	}
+	return tok, nil
 }
 
 // printEnv prints what a shell needs to talk to the secure dev server as admin.

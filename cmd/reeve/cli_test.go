@@ -92,15 +92,19 @@ func TestContractSubmitWaitJSON(t *testing.T) {
 
 func TestCompensationDemoShowsUndoneSteps(t *testing.T) {
 	addr := demoEnv(t)
-	code, out, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.compensate", "--id", "comp-1", "--wait", "-o", "json")
+	code, out, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.compensate", "--id", "comp-1", "--wait", "--exit-code=false", "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if !strings.Contains(out, `"TASK_STATE_COMPENSATED"`) || strings.Count(out, `"STEP_STATE_COMPENSATED"`) != 2 {
 		t.Fatalf("want a COMPENSATED task with two compensated steps:\n%s", out)
 	}
-	if code, _, _ := reeve(t, addr, "task", "submit", "--workflow", "demo.compensate", "--id", "comp-2", "--wait", "--exit-code"); code != 3 {
-		t.Fatalf("--exit-code on a compensated task: exit %d, want 3", code)
+	// --wait exits 3 for a task that did not succeed, with or without
+	// --exit-code (the default).
+	for _, args := range [][]string{{"--id", "comp-2", "--wait", "--exit-code"}, {"--id", "comp-3", "--wait"}} {
+		if code, _, _ := reeve(t, addr, append([]string{"task", "submit", "--workflow", "demo.compensate"}, args...)...); code != 3 {
+			t.Fatalf("submit %v of a compensated task: exit %d, want 3", args, code)
+		}
 	}
 }
 
@@ -224,7 +228,7 @@ func TestOperatorAlertsAndRetry(t *testing.T) {
 	if err := os.WriteFile(wf, []byte(def), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := reeve(t, addr, "task", "submit", "-f", wf, "--id", "fr-1", "--wait"); code != 0 || !strings.Contains(out, "STATE:      FAILED") {
+	if code, out, errOut := reeve(t, addr, "task", "submit", "-f", wf, "--id", "fr-1", "--wait"); code != 3 || !strings.Contains(out, "STATE:      FAILED") {
 		t.Fatalf("exit %d: %s %s", code, out, errOut)
 	}
 	code, out, _ := reeve(t, addr, "alerts", "list", "-o", "json")
@@ -263,5 +267,62 @@ func TestOperatorAlertsAndRetry(t *testing.T) {
 	if _, out, _ := reeve(t, addr, "alerts", "list", "--all"); !strings.Contains(out, "by ops") || !strings.Contains(out, "resolved: compensate_task by operator") ||
 		!strings.Contains(out, `step "ship" failed permanently: carrier rejected the parcel`) {
 		t.Fatalf("alerts list --all: want the first acknowledged by ops, the second resolved by the compensation, the cause in the reason:\n%s", out)
+	}
+}
+
+// The operator's pause, resume, rerun and batch commands (issue 37).
+func TestOperatorPauseRerunAndBatch(t *testing.T) {
+	addr := demoEnv(t)
+	dir := t.TempDir()
+	write := func(name, def string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(def), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fragile := write("fragile.json", `{"name":"fragile","steps":[{"name":"reserve","type":"inventory.reserve"},{"name":"ship","type":"shipping.ship_fail","dependsOn":["reserve"]}]}`)
+	idle := write("idle.json", `{"name":"idle","steps":[{"name":"wait","type":"nobody.serves.this"}]}`)
+
+	if code, out, errOut := reeve(t, addr, "task", "submit", "-f", fragile, "--id", "fr-2", "--wait"); code != 3 {
+		t.Fatalf("submit exit %d: %s %s", code, out, errOut)
+	}
+	code, out, errOut := reeve(t, addr, "task", "rerun", "fr-2", "--from", "ship", "-o", "json")
+	var rerun struct{ ID, RerunOf string }
+	if err := json.Unmarshal([]byte(out), &rerun); code != 0 || err != nil || rerun.RerunOf != "fr-2" || rerun.ID == "" {
+		t.Fatalf("rerun exit %d: %s %s", code, out, errOut)
+	}
+
+	if code, out, errOut := reeve(t, addr, "task", "submit", "-f", idle, "--id", "p-1"); code != 0 {
+		t.Fatalf("submit exit %d: %s %s", code, out, errOut)
+	}
+	if code, out, errOut := reeve(t, addr, "task", "pause", "p-1", "--reason", "supplier down"); code != 0 || !strings.Contains(out, "(paused") {
+		t.Fatalf("pause exit %d: %s %s", code, out, errOut)
+	}
+	if code, out, errOut := reeve(t, addr, "task", "resume", "p-1"); code != 0 || strings.Contains(out, "(paused") {
+		t.Fatalf("resume exit %d: %s %s", code, out, errOut)
+	}
+
+	code, out, errOut = reeve(t, addr, "batch", "cancel", "--prefix", "p-", "--reason", "cleanup", "-o", "json")
+	var job struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &job); code != 0 || err != nil || job.ID == "" {
+		t.Fatalf("batch cancel exit %d: %s %s", code, out, errOut)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, out, _ := reeve(t, addr, "batch", "get", job.ID); strings.Contains(out, "SUCCEEDED") {
+			if !strings.Contains(out, "1 matched: 1 applied") {
+				t.Fatalf("batch get:\n%s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the batch job did not end")
+		}
+	}
+	if _, out, _ := reeve(t, addr, "batch", "list"); !strings.Contains(out, job.ID) {
+		t.Fatalf("batch list lacks %s:\n%s", job.ID, out)
+	}
+	if _, out, _ := reeve(t, addr, "task", "get", "p-1"); !strings.Contains(out, "CANCELED") {
+		t.Fatalf("p-1 after the batch:\n%s", out)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,15 +33,22 @@ func (f *consoleFlags) register(cmd *cobra.Command, def string) {
 // startConsole serves the console on listen until ctx ends, as a client of
 // the schedulers of sched: plaintext (no sign-in), or over TLS with a
 // sign-in and a bearer token per browser session (sched.Token is not used).
-// It prints the URL to out. wait blocks until the console has shut down
-// after ctx ended.
-func startConsole(ctx context.Context, log *slog.Logger, out io.Writer, listen string, sched dial.Config, readOnly bool) (wait func(), err error) {
+// It prints the URL to out, and with a signInToken (reeve dev --secure) a
+// one-time sign-in link that signs a browser in with that token. wait
+// blocks until the console has shut down after ctx ended.
+func startConsole(ctx context.Context, log *slog.Logger, out io.Writer, listen string, sched dial.Config, readOnly bool, signInToken string) (wait func(), err error) {
 	sched.Token = "" // each browser brings its own
 	cc, err := dial.Schedulers(sched, telemetry.ClientHandler())
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", dialUsage(err, "--address"))
 	}
-	srv, err := console.New(cc, console.WithLogger(log.With("component", "console")), console.WithSecure(sched.UsesTLS()), console.WithReadOnly(readOnly))
+	opts := []console.Option{console.WithLogger(log.With("component", "console")), console.WithSecure(sched.UsesTLS()), console.WithReadOnly(readOnly)}
+	var code string
+	if signInToken != "" && sched.UsesTLS() {
+		code = rand.Text()
+		opts = append(opts, console.WithOneTimeSignIn(code, signInToken))
+	}
+	srv, err := console.New(cc, opts...)
 	if err != nil {
 		_ = cc.Close()
 		return nil, err
@@ -51,6 +59,9 @@ func startConsole(ctx context.Context, log *slog.Logger, out io.Writer, listen s
 		return nil, fmt.Errorf("--console-listen: %w", err)
 	}
 	fmt.Fprintf(out, "reeve console: http://%s/\n", lis.Addr())
+	if code != "" {
+		fmt.Fprintf(out, "reeve console: sign in once as admin, without a token: http://%s/login/once?code=%s\n", lis.Addr(), code)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -85,7 +96,7 @@ used (each browser brings its own). See docs/console.md.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			wait, err := startConsole(ctx, log, cmd.OutOrStdout(), listen, g.sec.dialConfig(g.address), readOnly)
+			wait, err := startConsole(ctx, log, cmd.OutOrStdout(), listen, g.sec.dialConfig(g.address), readOnly, "")
 			if err != nil {
 				return err
 			}
@@ -114,21 +125,17 @@ func loopback(addr string) string {
 }
 
 // startConsole starts the console of `reeve dev`: plaintext, or with
-// --secure over TLS with a sign-in, which needs --tokens-file (the dev
-// server otherwise admits client certificates only, which a browser session
-// does not have).
-func (d devSec) startConsole(ctx context.Context, log *slog.Logger, out io.Writer, con *consoleFlags, srv *serverSecurity, addr string) error {
+// --secure over TLS with a sign-in: a bearer token of --tokens-file, or
+// the one-time link it prints, which signs one browser in with the admin
+// token dev made at start (d.consoleToken).
+func (d devSec) startConsole(ctx context.Context, log *slog.Logger, out io.Writer, con *consoleFlags, addr string) error {
 	if con.listen == "" {
 		return nil
 	}
 	sched := dial.Config{Address: loopback(addr)}
 	if d.dir != "" {
-		if srv.tokensFile == "" {
-			fmt.Fprintln(out, "reeve dev: the console is off: with --secure it signs browsers in with bearer tokens; add --tokens-file (see docs/console.md)")
-			return nil
-		}
 		sched.CA, sched.ServerName = filepath.Join(d.dir, "ca.pem"), "localhost"
 	}
-	_, err := startConsole(ctx, log, out, con.listen, sched, con.readOnly)
+	_, err := startConsole(ctx, log, out, con.listen, sched, con.readOnly, d.consoleToken)
 	return err
 }

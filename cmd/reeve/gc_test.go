@@ -71,6 +71,37 @@ func TestPerfFlagsSetTheRuntime(t *testing.T) {
 	}
 }
 
+// Record compression is on by default with an archive, and off without
+// one; the flag or REEVE_RECORD_COMPRESSION, when given, decides either way.
+func TestRecordCompressionDefaultsOnWithAnArchive(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		archive bool
+		want    bool
+	}{
+		{"no archive", nil, nil, false, false},
+		{"archive", nil, nil, true, true},
+		{"archive, flag off", []string{"--record-compression=false"}, nil, true, false},
+		{"archive, env off", nil, map[string]string{"REEVE_RECORD_COMPRESSION": "false"}, true, false},
+		{"no archive, flag on", []string{"--record-compression"}, nil, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var f perfFlags
+			cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+			f.register(cmd, func(k string) string { return c.env[k] }, 400, false)
+			if err := cmd.ParseFlags(c.args); err != nil {
+				t.Fatal(err)
+			}
+			f.compressWithArchive(cmd, c.archive)
+			if f.compress != c.want {
+				t.Errorf("compress %v; want %v", f.compress, c.want)
+			}
+		})
+	}
+}
+
 // Outside a container the default limit is half of the machine's memory,
 // never below 1 GiB, and 1 GiB when the machine's memory is unknown.
 func TestSystemMemoryLimit(t *testing.T) {

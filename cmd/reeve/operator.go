@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -67,6 +68,93 @@ func newTaskCompensateCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
 	cmd.Flags().StringVar(&requestID, "request-id", "", requestIDUsage)
+	return cmd
+}
+
+func newTaskPauseCmd(g *globals) *cobra.Command {
+	return newPauseResumeCmd(g, "pause", "Pause a task: none of its steps is dispatched until it is resumed; running steps go on",
+		func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error) {
+			resp, err := c.PauseTask(ctx, &reevev1.PauseTaskRequest{Namespace: g.namespace, TaskId: id, Reason: reason, RequestId: requestID})
+			return resp.GetTask(), err
+		})
+}
+
+func newTaskResumeCmd(g *globals) *cobra.Command {
+	return newPauseResumeCmd(g, "resume", "Resume a paused task: its ready steps are dispatched again",
+		func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error) {
+			resp, err := c.ResumeTask(ctx, &reevev1.ResumeTaskRequest{Namespace: g.namespace, TaskId: id, Reason: reason, RequestId: requestID})
+			return resp.GetTask(), err
+		})
+}
+
+// newPauseResumeCmd is `task pause` or `task resume` (use), which call.
+func newPauseResumeCmd(g *globals, use, short string,
+	call func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error)) *cobra.Command {
+	var reason, requestID string
+	cmd := &cobra.Command{
+		Use:   use + " ID [--reason TEXT]",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeConn, err := g.dialOperator()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			t, err := call(ctx, c, args[0], reason, orNewRequestID(requestID))
+			if err != nil {
+				return err
+			}
+			return g.printTask(cmd.OutOrStdout(), t)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
+	cmd.Flags().StringVar(&requestID, "request-id", "", requestIDUsage)
+	return cmd
+}
+
+func newTaskRerunCmd(g *globals) *cobra.Command {
+	var from, input, id, reason string
+	cmd := &cobra.Command{
+		Use:   "rerun ID --from STEP [--input JSON] [--id NEW_ID]",
+		Short: "Run a FAILED, COMPENSATED or SUCCEEDED task again from a step, as a new task",
+		Long: `Run a FAILED, COMPENSATED or SUCCEEDED task again from a step, as a new
+task linked to the old one (its rerun_of). The steps that succeeded and were
+not undone, other than STEP and the steps downstream of it, keep their
+outputs; every other step runs again. The old task is left as it is. It
+prints the new task, as 'task submit' does (-o json for JSON). --input
+replaces the task's input; --id chooses the new task's id (default: a new
+UUID, so that a retry after a lost answer returns the same task).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from == "" {
+				return usagef("--from STEP is required")
+			}
+			in, err := parseInput(input)
+			if err != nil {
+				return err
+			}
+			c, closeConn, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			ctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			resp, err := c.RerunTask(ctx, &reevev1.RerunTaskRequest{Namespace: g.namespace, TaskId: args[0], FromStep: from,
+				Input: in, NewTaskId: orNewRequestID(id), Reason: reason})
+			if err != nil {
+				return err
+			}
+			return g.printTask(cmd.OutOrStdout(), resp.GetTask())
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "the step to run again, with every step downstream of it")
+	cmd.Flags().StringVar(&input, "input", "", "the new task's input as JSON (default: the old task's)")
+	cmd.Flags().StringVar(&id, "id", "", "the new task's id (default: a new UUID)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the new task's history")
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // printJSON prints the protojson of m, indented.
@@ -73,16 +74,25 @@ func workflowName(w *reevev1.Workflow) string {
 }
 
 // printTask prints a task as an operator reads it: header, steps, history.
-// connected is the set of the namespace's connected agents, by id: a
-// dispatched step whose agent is not in it is marked "(disconnected)" (its
-// execution is recovered at its complete-by, or sooner with a heartbeat
-// timeout or reassign_after_disconnect). nil: not known, no mark.
-func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
+// agents are the namespace's connected agents: a dispatched step whose
+// agent is not among them is marked "(disconnected)" (its execution is
+// recovered at its complete-by, or sooner with a heartbeat timeout or
+// reassign_after_disconnect), and a queued step whose type none of them
+// serves waits for "no agent serves TYPE; agents serve ...". nil: not
+// known, no mark.
+func printTask(w io.Writer, t *reevev1.Task, agents *namespaceAgents) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "ID:\t%s\n", t.GetId())
 	fmt.Fprintf(tw, "NAMESPACE:\t%s\n", t.GetNamespace())
 	fmt.Fprintf(tw, "WORKFLOW:\t%s\n", workflowName(t.GetWorkflow()))
-	fmt.Fprintf(tw, "STATE:\t%s\n", shortState(t.GetState(), "TASK_STATE_"))
+	state := shortState(t.GetState(), "TASK_STATE_")
+	if t.GetPaused() {
+		state += " (paused: no step is dispatched until 'reeve task resume')"
+	}
+	fmt.Fprintf(tw, "STATE:\t%s\n", state)
+	if t.GetRerunOf() != "" {
+		fmt.Fprintf(tw, "RERUN OF:\t%s\n", t.GetRerunOf())
+	}
 	fmt.Fprintf(tw, "CREATED:\t%s\n", ts(t.GetCreateTime()))
 	fmt.Fprintf(tw, "ENDED:\t%s\n", ts(t.GetEndTime()))
 	fmt.Fprintf(tw, "REASON:\t%s\n", orDash(t.GetReason()))
@@ -93,8 +103,9 @@ func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tTYPE\tSTATE\tATTEMPT\tFAILURES\tCOMPLETE-BY\tAGENT\tWAITING-FOR\tERROR")
 	for _, s := range t.GetSteps() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), s.GetType(), shortState(s.GetState(), "STEP_STATE_"),
-			s.GetAttempt(), s.GetFailureCount(), ts(s.GetCompleteBy()), stepAgent(s, connected), waitingFor(t, s), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
+		typ, attempt := execution(t, s)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), typ, shortState(s.GetState(), "STEP_STATE_"),
+			attempt, s.GetFailureCount(), ts(s.GetCompleteBy()), stepAgent(s, agents), waitingFor(t, s, agents), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -117,36 +128,32 @@ func printTask(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
 
 // stepAgent is the agent holding the step, marked when it is known to be
 // disconnected (see printTask).
-func stepAgent(s *reevev1.Step, connected map[string]bool) string {
+func stepAgent(s *reevev1.Step, agents *namespaceAgents) string {
 	a := s.GetLockedByAgent()
-	if connected != nil && a != "" && taskstate.Dispatched(s) && !connected[a] {
+	if taskstate.Dispatched(s) && agents.disconnected(a) {
 		return a + " (disconnected)"
 	}
 	return orDash(a)
 }
 
-// connectedAgents is the set of the agents connected to the cluster in the
-// namespace, by id, from ListAgents.
-func connectedAgents(resp *reevev1.ListAgentsResponse) map[string]bool {
-	ids := make(map[string]bool, len(resp.GetAgents()))
-	for _, a := range resp.GetAgents() {
-		ids[a.GetAgentId()] = true
-	}
-	return ids
-}
-
 // waitingFor says what a step that has not started waits for: its
-// dependencies, or (queued) an agent of its execution type, with its backoff
-// and schedule-to-start deadline.
-func waitingFor(t *reevev1.Task, s *reevev1.Step) string {
+// dependencies, or (queued) an agent of its execution type — "no agent
+// serves TYPE; ..." when agents says none does — with its backoff and
+// schedule-to-start deadline.
+func waitingFor(t *reevev1.Task, s *reevev1.Step, agents *namespaceAgents) string {
 	switch {
+	case taskstate.Queued(s) && t.GetPaused():
+		return "the task to be resumed (paused)"
 	case taskstate.Queued(s):
-		w := "agent of type " + taskstate.ExecutionType(t, s)
+		w, sep := "agent of type "+taskstate.ExecutionType(t, s), ", "
+		if u := agents.unserved(t, s); u != "" {
+			w, sep = u, "; "
+		}
 		if nb := s.GetNotBefore(); nb != nil && nb.AsTime().After(s.GetReadyTime().AsTime()) {
-			w += ", not before " + ts(nb)
+			w += sep + "not before " + ts(nb)
 		}
 		if d := s.GetScheduleToStartDeadline(); d != nil {
-			w += ", supervisor acts at " + ts(d)
+			w += sep + "supervisor acts at " + ts(d)
 		}
 		return w
 	case s.GetState() == reevev1.StepState_STEP_STATE_PENDING && s.GetReadyTime() == nil:
@@ -159,7 +166,11 @@ func printTaskList(w io.Writer, tasks []*reevev1.Task, next string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tWORKFLOW\tSTATE\tCREATED\tENDED")
 	for _, t := range tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetId(), workflowName(t.GetWorkflow()), shortState(t.GetState(), "TASK_STATE_"), ts(t.GetCreateTime()), ts(t.GetEndTime()))
+		state := shortState(t.GetState(), "TASK_STATE_")
+		if t.GetPaused() {
+			state += " (paused)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetId(), workflowName(t.GetWorkflow()), state, ts(t.GetCreateTime()), ts(t.GetEndTime()))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -189,9 +200,44 @@ func printWorkflow(w io.Writer, wf *reevev1.Workflow) error {
 			timeout = s.GetTimeout().AsDuration().String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.GetName(), s.GetType(), orDash(strings.Join(s.GetDependsOn(), ",")), timeout,
-			orDash(s.GetCompensation().GetType()), shortState(s.GetEscalation(), "ESCALATION_"))
+			orDash(s.GetCompensation().GetType()), escalation(wf, s))
 	}
 	return tw.Flush()
+}
+
+// execution returns the type and attempt shown for step s: once its
+// compensation started (COMPENSATING, COMPENSATED, or FAILED undoing it),
+// the compensation's type marked "(compensation)" and the compensation's
+// own attempt, counted from 1 (the step's attempt goes on from its forward
+// attempts); otherwise the step's type and attempt.
+func execution(t *reevev1.Task, s *reevev1.Step) (string, int32) {
+	if !s.GetCompensation() {
+		return s.GetType(), s.GetAttempt()
+	}
+	typ := s.GetType()
+	if c := taskstate.Spec(t, s.GetName()).GetCompensation().GetType(); c != "" {
+		typ = c
+	}
+	typ += " (compensation)"
+	h := t.GetHistory()
+	for i := len(h) - 1; i >= 0; i-- { // the latest start of its compensation
+		if e := h[i]; e.GetKind() == "compensation.ready" && e.GetStep() == s.GetName() && e.GetAttempt() > 0 && e.GetAttempt() <= s.GetAttempt() {
+			return typ, s.GetAttempt() - e.GetAttempt() + 1
+		}
+	}
+	// Its start is no longer in the history (older events dropped): its
+	// failures so far, plus the execution now.
+	return typ, s.GetFailureCount() + 1
+}
+
+// escalation is what step s does when it fails for good: its escalation,
+// or the default it gets (workflow.EffectiveEscalation) marked so.
+func escalation(wf *reevev1.Workflow, s *reevev1.StepSpec) string {
+	e := shortState(workflow.EffectiveEscalation(wf, s), "ESCALATION_")
+	if s.GetEscalation() == reevev1.Escalation_ESCALATION_UNSPECIFIED {
+		return e + " (default)"
+	}
+	return e
 }
 
 func printWorkflowList(w io.Writer, wfs []*reevev1.Workflow) error {

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// A step no agent handles shows as queued, waiting for an agent of its type,
-// with the time the supervisor takes over.
+// A step no agent handles shows as queued, saying that no agent serves its
+// type (and what agents serve), with the time the supervisor takes over.
 func TestTaskGetShowsQueuedStep(t *testing.T) {
 	addr := demoEnv(t)
 	wf := filepath.Join(t.TempDir(), "wf.json")
@@ -22,7 +22,7 @@ func TestTaskGetShowsQueuedStep(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("get exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "WAITING-FOR") || !strings.Contains(out, "agent of type nobody.handles.this, supervisor acts at ") {
+	if !strings.Contains(out, "WAITING-FOR") || !strings.Contains(out, "no agent serves nobody.handles.this; agents serve ") || !strings.Contains(out, "; supervisor acts at ") {
 		t.Fatalf("task get does not show the queued step:\n%s", out)
 	}
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/reeve-org/reeve/internal/dial"
 )
 
 // Exit codes.
@@ -18,6 +18,9 @@ const (
 	exitOK    = 0
 	exitError = 1 // an RPC or runtime error
 	exitUsage = 2 // bad flags or arguments
+	// exitTaskNotSucceeded: task submit --wait saw the task end FAILED,
+	// COMPENSATED or CANCELED.
+	exitTaskNotSucceeded = 3
 )
 
 // usageError is a mistake in the command line.
@@ -107,7 +110,7 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 	pf.StringVar(&g.config, "config", getenv("REEVE_CONFIG"), "YAML file of flag values (name: value) for this command; the command line wins over it, it wins over the environment (env REEVE_CONFIG)")
 	g.sec.register(root, getenv)
 
-	root.AddCommand(newTaskCmd(g), newWorkflowCmd(g), newScheduleCmd(g), newAlertsCmd(g), newBenchCmd(g), newConformanceCmd(g), newConsoleCmd(g), newVerifyCmd(g))
+	root.AddCommand(newTaskCmd(g), newBatchCmd(g), newWorkflowCmd(g), newScheduleCmd(g), newAgentsCmd(g), newAlertsCmd(g), newBenchCmd(g), newConformanceCmd(g), newConsoleCmd(g), newVerifyCmd(g))
 	root.AddCommand(serverCommands(g)...)
 	root.AddCommand(newCertsCmd(), newVersionCmd(g))
 	// Unknown subcommands and bad argument counts are usage errors.
@@ -154,20 +157,14 @@ func (g *globals) requestCtx(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, g.timeout)
 }
 
+// cliTLS names the command's TLS flags in a transport hint.
+var cliTLS = dial.Settings{
+	CA:         "--tls-ca (REEVE_TLS_CA)",
+	ClientCert: "--tls-cert/--tls-key",
+	Plaintext:  "drop --tls, --tls-ca, --tls-cert and --tls-key",
+}
+
 // transportHint explains the transport errors that a plaintext client
 // talking to a TLS scheduler, or the reverse, or a client certificate the
-// scheduler refuses, gets from gRPC.
-func transportHint(st *status.Status) string {
-	if st.Code() != codes.Unavailable {
-		return ""
-	}
-	switch msg := st.Message(); {
-	case strings.Contains(msg, "tls: bad certificate"), strings.Contains(msg, "tls: certificate required"):
-		return "the scheduler refused this client certificate: missing, expired, revoked (--tls-crl) or not issued by its --tls-client-ca (see docs/security.md)"
-	case strings.Contains(msg, "server preface"):
-		return "the scheduler may serve TLS: set --tls-ca (REEVE_TLS_CA) and, for mutual TLS, --tls-cert/--tls-key (see docs/security.md)"
-	case strings.Contains(msg, "first record does not look like a TLS handshake"):
-		return "the scheduler serves plaintext: drop --tls, --tls-ca, --tls-cert and --tls-key"
-	}
-	return ""
-}
+// scheduler refuses, gets from gRPC (dial.Hint).
+func transportHint(st *status.Status) string { return dial.Hint(st.Err(), cliTLS) }

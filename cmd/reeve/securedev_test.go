@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -56,7 +60,7 @@ func TestSecureDevRecoversAndUndoesTheDemos(t *testing.T) {
 
 	// demo.compensate: shipping fails for good; charge and reserve are undone.
 	code, out, errOut = reeveEnv(t, admin, "task", "submit", "--workflow", "demo.compensate", "--wait", "-o", "json")
-	if code != 0 || !strings.Contains(out, `"TASK_STATE_COMPENSATED"`) || strings.Count(out, `"STEP_STATE_COMPENSATED"`) != 2 {
+	if code != 3 || !strings.Contains(out, `"TASK_STATE_COMPENSATED"`) || strings.Count(out, `"STEP_STATE_COMPENSATED"`) != 2 {
 		t.Fatalf("demo.compensate: exit %d, want a COMPENSATED task with two compensated steps: %s %s", code, out, errOut)
 	}
 
@@ -66,7 +70,7 @@ func TestSecureDevRecoversAndUndoesTheDemos(t *testing.T) {
 	if err := os.WriteFile(wf, []byte(def), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := reeveEnv(t, admin, "task", "submit", "-f", wf, "--id", "fragile-1", "--wait"); code != 0 || !strings.Contains(out, "STATE:      FAILED") {
+	if code, out, errOut := reeveEnv(t, admin, "task", "submit", "-f", wf, "--id", "fragile-1", "--wait"); code != 3 || !strings.Contains(out, "STATE:      FAILED") {
 		t.Fatalf("fragile: exit %d: %s %s", code, out, errOut)
 	}
 	code, out, errOut = reeveEnv(t, admin, "alerts", "list", "-o", "json")
@@ -140,5 +144,74 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// `reeve dev --secure` prints a one-time sign-in link for its console: the
+// link's page posts the code, which signs that browser in as admin (no
+// token minted, split or restarted for); the code works once.
+func TestSecureDevConsoleOneTimeSignIn(t *testing.T) {
+	_, stdout, _ := startDev(t, "--secure", "--demo", "--listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	linkRe := regexp.MustCompile(`reeve console: sign in once as admin, without a token: (http://[^/\s]+)/login/once\?code=(\S+)`)
+	var base, code string
+	waitUntil(t, time.Minute, "reeve dev to print the console's sign-in link", func() bool {
+		m := linkRe.FindStringSubmatch(stdout.String())
+		if m != nil {
+			base, code = m[1], m[2]
+		}
+		return m != nil
+	})
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	post := func() (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+"/login/once", strings.NewReader(url.Values{"code": {code}}.Encode()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", base)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// Opening the link (or a browser prefetching it) signs nobody in.
+	if st, body := get("/login/once?code=" + code); st != http.StatusOK || !strings.Contains(body, `id="once-form"`) || !strings.Contains(body, code) {
+		t.Fatalf("the link's page: status %d, want the sign-in button with the code:\n%s", st, body)
+	}
+	if st, body := get("/workflows"); st != http.StatusOK || !strings.Contains(body, `id="login-form"`) {
+		t.Fatalf("before the button: status %d, want the sign-in page:\n%s", st, body)
+	}
+	if st, body := post(); st != http.StatusOK || !strings.Contains(body, "Overview") {
+		t.Fatalf("sign in with the code: status %d, want the overview:\n%s", st, body)
+	}
+	waitUntil(t, time.Minute, "the demo workflows in the console", func() bool {
+		st, body := get("/workflows")
+		return st == http.StatusOK && strings.Contains(body, "demo.orders")
+	})
+	if st, body := get("/alerts"); st != http.StatusOK || strings.Contains(body, "viewer") {
+		t.Fatalf("alerts as the signed-in admin: status %d:\n%s", st, body)
+	}
+	// Once only: another browser with the same code gets the sign-in page.
+	c.Jar, _ = cookiejar.New(nil)
+	if st, body := post(); st != http.StatusUnauthorized || !strings.Contains(body, "used already") {
+		t.Fatalf("the code again: status %d, want 401 saying it was used:\n%s", st, body)
 	}
 }

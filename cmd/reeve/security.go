@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"syscall"
@@ -83,6 +84,23 @@ type serverSecurity struct {
 	clientCA   string
 	crl        string
 	tokensFile string
+	// devTokens are tokens of `reeve dev --secure` kept in memory (the
+	// console's admin token), accepted beside those of tokensFile.
+	devTokens auth.Tokens
+}
+
+// tokens returns the tokens of tokensFile and devTokens.
+func (s *serverSecurity) tokens() (auth.Tokens, error) {
+	out := auth.Tokens{}
+	if s.tokensFile != "" {
+		t, err := auth.LoadTokens(s.tokensFile)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, t)
+	}
+	maps.Copy(out, s.devTokens)
+	return out, nil
 }
 
 func (s *serverSecurity) register(cmd *cobra.Command, getenv func(string) string) {
@@ -107,19 +125,17 @@ func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) (opt
 	if s.crl != "" && s.clientCA == "" {
 		return nil, nil, usagef("--tls-crl: revokes client certificates: set --tls-client-ca too")
 	}
-	var tokens auth.Tokens
-	if s.tokensFile != "" {
-		if tokens, err = auth.LoadTokens(s.tokensFile); err != nil {
-			return nil, nil, usagef("--tokens-file: %v", err)
-		}
+	tokens, err := s.tokens()
+	if err != nil {
+		return nil, nil, usagef("--tokens-file: %v", err)
 	}
 	// Client certificates are required unless tokens are an alternative.
-	tlsCfg, err := tlsconfig.NewReloadable(tlsconfig.Files{CA: s.clientCA, Cert: c.cert, Key: c.key, CRL: s.crl}, s.clientCA != "" && s.tokensFile == "")
+	tlsCfg, err := tlsconfig.NewReloadable(tlsconfig.Files{CA: s.clientCA, Cert: c.cert, Key: c.key, CRL: s.crl}, s.clientCA != "" && len(tokens) == 0)
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
 	opts = []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg.Config()))}
-	if s.clientCA == "" && s.tokensFile == "" {
+	if s.clientCA == "" && len(tokens) == 0 {
 		log.Warn("serving TLS without authentication: set --tls-client-ca or --tokens-file (see docs/security.md)")
 		return opts, tlsCfg.Reload, nil
 	}
@@ -128,7 +144,7 @@ func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) (opt
 	a := auth.New(auth.Config{Certificates: s.clientCA != "", Tokens: tokens, Revoked: tlsCfg.CheckRevoked, Log: log.With("component", "auth")})
 	reload = func() error {
 		if s.tokensFile != "" {
-			t, err := auth.LoadTokens(s.tokensFile)
+			t, err := s.tokens()
 			if err != nil {
 				return err
 			}

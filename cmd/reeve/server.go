@@ -162,7 +162,7 @@ port with client certificates, and prints the environment a client needs.`,
 					return err
 				}
 				waitSupervisor = wait
-				if err := dev.startConsole(ctx, log, cmd.OutOrStdout(), &con, &srvSec, addr); err != nil {
+				if err := dev.startConsole(ctx, log, cmd.OutOrStdout(), &con, addr); err != nil {
 					return err
 				}
 				if !withDemo {
@@ -326,6 +326,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 				return err
 			}
 			defer closeArchive()
+			gcf.compressWithArchive(cmd, len(arcOpts) > 0)
 			opts := append(append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithPrefix(prefix), scheduler.WithRetention(retention)}, lim.options()...), gcf.schedulerOptions()...)
 			opts = append(append(opts, degOpts...), arcOpts...)
 			if id != "" {
@@ -343,7 +344,7 @@ API (reeve.v1.AgentService) on --listen, with state in the etcd cluster at
 				if gopts == nil {
 					sched.CA, sched.Cert, sched.Key, sched.ServerName = "", "", "", ""
 				}
-				_, err := startConsole(ctx, log, cmd.OutOrStdout(), con.listen, sched, con.readOnly)
+				_, err := startConsole(ctx, log, cmd.OutOrStdout(), con.listen, sched, con.readOnly, "")
 				return err
 			}, opts...)
 		},

@@ -4,20 +4,18 @@ import (
 	"context"
 	"errors"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
-	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 func newTaskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Submit, inspect, follow and cancel tasks"}
 	cmd.AddCommand(newTaskSubmitCmd(g), newTaskGetCmd(g), newTaskListCmd(g), newTaskWatchCmd(g), newTaskCancelCmd(g),
-		newTaskRetryCmd(g), newTaskCompensateCmd(g))
+		newTaskRetryCmd(g), newTaskCompensateCmd(g), newTaskPauseCmd(g), newTaskResumeCmd(g), newTaskRerunCmd(g))
 	return cmd
 }
 
@@ -28,12 +26,13 @@ func newTaskSubmitCmd(g *globals) *cobra.Command {
 		wait, exitCode            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "submit (--workflow NAME [--version N] | -f FILE) [--input JSON] [--id ID] [--wait]",
+		Use:   "submit (--workflow NAME [--version N] | -f FILE) [--input JSON] [--id ID] [--wait [--exit-code=false]]",
 		Short: "Submit a task running a registered workflow or an inline definition",
 		Long: `submit starts a task. With --id the submission is idempotent: submitting the
 same request again returns the existing task. With --wait it follows the task
-and prints it once it reached a terminal state; the exit code is 0 whatever
-that state is (read "state"), unless --exit-code is given.`,
+and prints it once it reached a terminal state; the exit code is 0 when it
+SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
+0 whatever the state with --exit-code=false (read "state").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := &reevev1.SubmitTaskRequest{Namespace: g.namespace, TaskId: id}
@@ -52,7 +51,7 @@ that state is (read "state"), unless --exit-code is given.`,
 				}
 				req.Workflow = &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: w}
 			}
-			if exitCode && !wait {
+			if cmd.Flags().Changed("exit-code") && !wait {
 				return usagef("--exit-code goes with --wait")
 			}
 			in, err := parseInput(input)
@@ -68,6 +67,9 @@ that state is (read "state"), unless --exit-code is given.`,
 			ctx, cancel := g.requestCtx(cmd.Context())
 			resp, err := c.SubmitTask(ctx, req)
 			cancel()
+			if err != nil && file != "" {
+				return fileRefusal(err, file, "inline_workflow")
+			}
 			if err != nil {
 				return err
 			}
@@ -77,11 +79,14 @@ that state is (read "state"), unless --exit-code is given.`,
 					return err
 				}
 			}
-			if err := g.printTask(cmd.OutOrStdout(), task); err != nil {
+			// A step no agent serves says so from the start.
+			pctx, cancel := g.requestCtx(cmd.Context())
+			defer cancel()
+			if err := g.printTaskMarked(pctx, c, cmd.OutOrStdout(), task); err != nil {
 				return err
 			}
-			if exitCode && task.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
-				return exitCodeError{code: 3}
+			if wait && exitCode && task.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+				return exitCodeError{code: exitTaskNotSucceeded}
 			}
 			return nil
 		},
@@ -93,7 +98,7 @@ that state is (read "state"), unless --exit-code is given.`,
 	f.StringVar(&input, "input", "", "task input as JSON")
 	f.StringVar(&id, "id", "", "task id, for idempotent submission (default: generated)")
 	f.BoolVar(&wait, "wait", false, "wait until the task is terminal and print it")
-	f.BoolVar(&exitCode, "exit-code", false, "with --wait, exit 3 unless the task SUCCEEDED")
+	f.BoolVar(&exitCode, "exit-code", true, "with --wait, exit 3 unless the task SUCCEEDED (--exit-code=false: exit 0 whatever its end)")
 	return cmd
 }
 
@@ -126,13 +131,24 @@ func (g *globals) printTask(w io.Writer, t *reevev1.Task) error {
 	return g.printTaskAgents(w, t, nil)
 }
 
-// printTaskAgents prints t, marking the steps whose agent is not among
-// connected (printTask).
-func (g *globals) printTaskAgents(w io.Writer, t *reevev1.Task, connected map[string]bool) error {
+// printTaskAgents prints t, marking its steps from the namespace's agents
+// (printTask).
+func (g *globals) printTaskAgents(w io.Writer, t *reevev1.Task, agents *namespaceAgents) error {
 	if g.output == "json" {
 		return printJSON(w, t)
 	}
-	return printTask(w, t, connected)
+	return printTask(w, t, agents)
+}
+
+// printTaskMarked prints t as printTaskAgents does, with the agents of its
+// namespace read first when the table marks something from them (best
+// effort: without them, no step is marked).
+func (g *globals) printTaskMarked(ctx context.Context, c reevev1.SchedulerServiceClient, w io.Writer, t *reevev1.Task) error {
+	var agents *namespaceAgents
+	if g.output != "json" && needsAgents(t) {
+		agents, _ = listAgents(ctx, c, t.GetNamespace())
+	}
+	return g.printTaskAgents(w, t, agents)
 }
 
 func newTaskGetCmd(g *globals) *cobra.Command {
@@ -152,15 +168,7 @@ func newTaskGetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t := resp.GetTask()
-			var connected map[string]bool
-			if g.output != "json" && slices.ContainsFunc(t.GetSteps(), taskstate.Dispatched) {
-				// Best effort: without the list, no step is marked.
-				if agents, err := c.ListAgents(ctx, &reevev1.ListAgentsRequest{Namespace: t.GetNamespace()}); err == nil {
-					connected = connectedAgents(agents)
-				}
-			}
-			return g.printTaskAgents(cmd.OutOrStdout(), t, connected)
+			return g.printTaskMarked(ctx, c, cmd.OutOrStdout(), resp.GetTask())
 		},
 	}
 }
@@ -318,10 +326,20 @@ func printTaskLine(w io.Writer, t *reevev1.Task) error {
 
 func newTaskCancelCmd(g *globals) *cobra.Command {
 	var reason string
+	var noCompensate bool
 	cmd := &cobra.Command{
-		Use:   "cancel ID [--reason TEXT]",
-		Short: "Cancel a task: running steps are told to stop, pending ones never start",
-		Args:  cobra.ExactArgs(1),
+		Use:   "cancel ID [--reason TEXT] [--no-compensate]",
+		Short: "Cancel a task: running steps are told to stop, pending ones never start, succeeded ones are undone",
+		Long: `Cancel a task. Running steps are told to stop and pending ones never start.
+Steps that succeeded and declare a compensation are undone, in reverse order,
+and the task ends COMPENSATED (FAILED with an alert when an undo cannot be
+done); with nothing to undo it ends CANCELED. A task that is already
+compensating finishes its undo.
+
+With --no-compensate the task ends CANCELED at once and nothing is undone;
+'reeve task compensate ID' undoes it later, while it stays in etcd for the
+retention.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, closeConn, err := g.dial()
 			if err != nil {
@@ -330,7 +348,7 @@ func newTaskCancelCmd(g *globals) *cobra.Command {
 			defer closeConn()
 			ctx, cancel := g.requestCtx(cmd.Context())
 			defer cancel()
-			resp, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason})
+			resp, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason, NoCompensate: noCompensate})
 			if err != nil {
 				return err
 			}
@@ -338,5 +356,6 @@ func newTaskCancelCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
+	cmd.Flags().BoolVar(&noCompensate, "no-compensate", false, "end the task CANCELED at once without undoing its succeeded steps")
 	return cmd
 }

@@ -47,9 +47,17 @@ func newWorkflowRegisterCmd(g *globals) *cobra.Command {
 			defer cancel()
 			resp, err := c.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: w})
 			if err != nil {
+				return fileRefusal(err, file, "workflow")
+			}
+			if err := g.printWorkflow(cmd, resp.GetWorkflow()); err != nil {
 				return err
 			}
-			return g.printWorkflow(cmd, resp.GetWorkflow())
+			// Best effort: a step type no agent serves now is worth a
+			// warning, not a failure (its agents may start later).
+			if agents, err := listAgents(ctx, c, resp.GetWorkflow().GetNamespace()); err == nil {
+				warnUnserved(cmd.ErrOrStderr(), resp.GetWorkflow(), agents)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "workflow definition (.json or .yaml, protojson of reeve.v1.Workflow)")

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // fileError is a mistake in a file named on the command line: its line
@@ -324,7 +326,9 @@ func lineOf(b []byte, at []any) int {
 		case string:
 			if n.Kind == yaml.MappingNode {
 				for i := 0; i+1 < len(n.Content); i += 2 {
-					if n.Content[i].Value == p {
+					// The file may spell a field by its JSON name or its
+					// proto name (dependsOn, depends_on).
+					if k := n.Content[i].Value; k == p || workflow.JSONName(k) == p {
 						next, line = n.Content[i+1], n.Content[i].Line
 						break
 					}

@@ -259,14 +259,14 @@ func TestDashboardMetricsExist(t *testing.T) {
 		}
 	}
 	for _, wf := range []string{"demo.orders", "demo.compensate", "demo.timeout"} {
-		reeve("task", "submit", "--workflow", wf, "--wait")
+		reeve("task", "submit", "--workflow", wf, "--wait", "--exit-code=false")
 	}
 	dir := t.TempDir()
 	failing := filepath.Join(dir, "fails.json")
 	waiting := filepath.Join(dir, "waits.json")
 	writeFile(t, failing, `{"name": "fails", "steps": [{"name": "ship", "type": "shipping.ship_fail", "timeout": "10s"}]}`)
 	writeFile(t, waiting, `{"name": "waits", "steps": [{"name": "a", "type": "nobody.serves.this", "timeout": "10s"}]}`)
-	reeve("task", "submit", "-f", failing, "--wait")
+	reeve("task", "submit", "-f", failing, "--wait", "--exit-code=false")
 	reeve("task", "submit", "-f", waiting, "--id", "to-cancel")
 	reeve("task", "cancel", "to-cancel")
 

@@ -32,7 +32,7 @@ func TestFollowEndedSurvivesCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, _, err := st.UpdateTask(ctx, "default", "t1", func(task *reevev1.Task) error {
-		return taskstate.Cancel(task, "", "test", now)
+		return taskstate.Cancel(task, "", "test", false, now)
 	}); err != nil {
 		t.Fatal(err)
 	}

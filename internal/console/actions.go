@@ -25,9 +25,12 @@ const maxBulk = 500
 const maxBulkExamined = 10 * maxBulk
 
 var actionTitles = map[string]string{
-	"cancel":     "Cancel task",
-	"retry":      "Retry failed step",
-	"compensate": "Compensate task",
+	"cancel":           "Cancel task",
+	"cancel-keep-done": "Cancel without undoing",
+	"pause":            "Pause task",
+	"resume":           "Resume task",
+	"retry":            "Retry failed step",
+	"compensate":       "Compensate task",
 }
 
 type confirmData struct {
@@ -65,7 +68,13 @@ func (s *Server) confirmTaskAction(w http.ResponseWriter, r *http.Request, ss *s
 	}
 	switch action {
 	case "cancel":
-		d.Explain = "Running steps are told to stop; pending steps never start. The task ends CANCELED. Succeeded steps are not undone (use Compensate for that)."
+		d.Explain = "Running steps are told to stop; pending steps never start. Steps that succeeded and declare a compensation are undone, in reverse order, and the task ends COMPENSATED; with nothing to undo it ends CANCELED. A task already compensating finishes its undo."
+	case "pause":
+		d.Explain = "None of its steps is dispatched until the task is resumed. Running steps go on and report; their complete-by still holds. Steps that become ready wait, and their schedule-to-start timers stop."
+	case "resume":
+		d.Explain = "Its ready steps are dispatched again; their schedule-to-start timers start over."
+	case "cancel-keep-done":
+		d.Explain = "Running steps are told to stop; pending steps never start. The task ends CANCELED at once and nothing is undone; it can be compensated later while it stays in etcd for the retention."
 	case "retry":
 		d.Explain = fmt.Sprintf("Step %q runs again with its failure count reset; the task resumes.", d.Step)
 	case "compensate":
@@ -124,8 +133,14 @@ func (s *Server) apply(ctx context.Context, opts []grpc.CallOption, action, ns, 
 		reason = action + " from the console"
 	}
 	switch action {
-	case "cancel":
-		_, err := s.sched.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: ns, TaskId: id, Reason: reason}, opts...)
+	case "cancel", "cancel-keep-done":
+		_, err := s.sched.CancelTask(ctx, &reevev1.CancelTaskRequest{Namespace: ns, TaskId: id, Reason: reason, NoCompensate: action == "cancel-keep-done"}, opts...)
+		return err
+	case "pause":
+		_, err := s.sup.PauseTask(ctx, &reevev1.PauseTaskRequest{Namespace: ns, TaskId: id, Reason: reason, RequestId: requestID}, opts...)
+		return err
+	case "resume":
+		_, err := s.sup.ResumeTask(ctx, &reevev1.ResumeTaskRequest{Namespace: ns, TaskId: id, Reason: reason, RequestId: requestID}, opts...)
 		return err
 	case "compensate":
 		_, err := s.sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: ns, TaskId: id, Reason: reason, RequestId: requestID}, opts...)

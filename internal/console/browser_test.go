@@ -248,8 +248,16 @@ func TestBrowserConsole(t *testing.T) {
 
 	// Cancel from the page.
 	run(t, ctx, "open pending task", chromedp.Navigate(e.url+"/tasks/"+pending.GetId()), chromedp.WaitVisible(chromedp.CSS("#action-cancel")),
-		chromedp.Click(chromedp.CSS("#action-cancel")), chromedp.WaitVisible(chromedp.CSS("#confirm")),
-		chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#task-state.st-canceled")))
+		chromedp.WaitVisible(chromedp.CSS("#action-cancel-keep-done")))
+	screenshot(t, ctx, dir, "task-pending")
+	run(t, ctx, "pause", chromedp.Click(chromedp.CSS("#action-pause")), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#task-paused")))
+	screenshot(t, ctx, dir, "task-paused")
+	run(t, ctx, "resume", chromedp.Click(chromedp.CSS("#action-resume")), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#action-pause")))
+	run(t, ctx, "cancel", chromedp.Click(chromedp.CSS("#action-cancel")), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	screenshot(t, ctx, dir, "confirm-cancel")
+	run(t, ctx, "confirm cancel", chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#task-state.st-canceled")))
 	screenshot(t, ctx, dir, "task-canceled")
 
 	// Alerts: the failed task's alert, acknowledged from the page.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,6 +35,9 @@ type Server struct {
 	mux      *http.ServeMux
 	// callTimeout bounds every unary gRPC call a page makes.
 	callTimeout time.Duration
+	// once is the one-time sign-in of WithOneTimeSignIn (nil: none).
+	once   *oneTimeSignIn
+	onceMu sync.Mutex
 
 	schedules reevev1.ScheduleServiceClient // the schedules pages' API (schedules.go)
 }
@@ -100,6 +104,8 @@ func (s *Server) routes() {
 	})
 	m.HandleFunc("GET /login", s.loginPage)
 	m.HandleFunc("POST /login", s.login)
+	m.HandleFunc("GET /login/once", s.loginOncePage)
+	m.HandleFunc("POST /login/once", s.loginOnce)
 	m.HandleFunc("POST /logout", s.withSession(s.logout))
 
 	m.HandleFunc("GET /overview", s.withSession(s.overviewPage))

@@ -65,6 +65,9 @@ type stepView struct {
 	// Disconnected: the step is dispatched to an agent that is not
 	// connected to any scheduler (not in ListAgents).
 	Disconnected bool
+	// Unserved: the step is queued for a type no connected agent serves
+	// ("no agent serves T; agents serve ..."); "" otherwise.
+	Unserved string
 }
 
 type eventView struct {
@@ -156,17 +159,18 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, archive
 	// the scheduler refuses them (a FAILED task moves there after the
 	// retention).
 	actionable := !archived && (!d.Terminal || t.GetState() == reevev1.TaskState_TASK_STATE_FAILED)
-	d.CanCompen = actionable
-	var connected map[string]bool
-	if slices.ContainsFunc(t.GetSteps(), taskstate.Dispatched) {
-		connected = s.connectedAgents(r, ss, t.GetNamespace())
+	// A task canceled without undoing can still be undone (compensate).
+	d.CanCompen = actionable || (!archived && t.GetState() == reevev1.TaskState_TASK_STATE_CANCELED && taskstate.LeftToUndo(t))
+	var agents *namespaceAgents
+	if slices.ContainsFunc(t.GetSteps(), func(st *reevev1.Step) bool { return taskstate.Dispatched(st) || taskstate.Queued(st) }) {
+		agents = s.namespaceAgents(r, ss, t.GetNamespace())
 	}
 	for _, st := range t.GetSteps() {
 		// RetryStep without a fence takes a FAILED step of a task that is
 		// not over, or of a FAILED task (which it resumes).
 		failed := st.GetState() == reevev1.StepState_STEP_STATE_FAILED
 		v := stepView{Step: st, StateName: shortEnum(st.GetState()), Retryable: failed && actionable}
-		if at, ok := taskstate.Deadline(st); ok && !d.Terminal {
+		if at, ok := taskstate.Deadline(st); ok && !d.Terminal && (taskstate.Dispatched(st) || !t.GetPaused()) {
 			dd := at.Sub(now)
 			v.Overdue = dd < 0
 			if v.Overdue {
@@ -178,7 +182,8 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, archive
 		if st.GetOutput() != nil {
 			v.Output = prettyJSON(st.GetOutput())
 		}
-		v.Disconnected = connected != nil && taskstate.Dispatched(st) && st.GetLockedByAgent() != "" && !connected[st.GetLockedByAgent()]
+		v.Disconnected = agents.disconnected(st)
+		v.Unserved = agents.unserved(t, st)
 		d.Steps = append(d.Steps, v)
 		d.StepNames = append(d.StepNames, st.GetName())
 	}
@@ -258,21 +263,4 @@ func inStory(e *reevev1.HistoryEvent) bool {
 		return true
 	}
 	return isDecision(e)
-}
-
-// connectedAgents is the set of the namespace's agents connected to a
-// scheduler of the cluster, by id, or nil when ListAgents fails (no step is
-// then marked disconnected).
-func (s *Server) connectedAgents(r *http.Request, ss *session, ns string) map[string]bool {
-	ctx, cancel, opts := s.call(r, ss)
-	defer cancel()
-	resp, err := s.sched.ListAgents(ctx, &reevev1.ListAgentsRequest{Namespace: ns}, opts...)
-	if err != nil {
-		return nil
-	}
-	ids := make(map[string]bool, len(resp.GetAgents()))
-	for _, a := range resp.GetAgents() {
-		ids[a.GetAgentId()] = true
-	}
-	return ids
 }

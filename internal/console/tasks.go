@@ -149,7 +149,7 @@ func (s *Server) row(t *reevev1.Task, now time.Time, archived bool) taskRow {
 		if r.Step != "" && st.GetCompensation() {
 			r.Step = "↺ " + r.Step
 		}
-		if at, ok := taskstate.Deadline(st); ok && !r.Terminal {
+		if at, ok := taskstate.Deadline(st); ok && !r.Terminal && (taskstate.Dispatched(st) || !t.GetPaused()) {
 			d := at.Sub(now)
 			r.Overdue = d < 0
 			if r.Overdue {

@@ -93,7 +93,7 @@ func timeline(t *reevev1.Task, now time.Time) ([]span, []marker) {
 		case "step.unacknowledged":
 			closeSpan(key{e.GetStep(), e.GetAttempt(), false}, at, "unacknowledged", e.GetMessage(), e.GetActor())
 			closeSpan(key{e.GetStep(), e.GetAttempt(), true}, at, "unacknowledged", e.GetMessage(), e.GetActor())
-		case "step.expired", "step.heartbeat_missed":
+		case "step.expired", "step.heartbeat_missed", "step.agent_forgot":
 			// An expired execution may be a compensation's: close either.
 			closeSpan(key{e.GetStep(), e.GetAttempt(), false}, at, "expired", e.GetMessage(), e.GetActor())
 			closeSpan(key{e.GetStep(), e.GetAttempt(), true}, at, "expired", e.GetMessage(), e.GetActor())
@@ -129,7 +129,7 @@ func isDecision(e *reevev1.HistoryEvent) bool {
 	}
 	switch e.GetKind() {
 	case "step.escalated", "step.expired", "step.schedule_to_start_expired", "step.heartbeat_missed", "step.unacknowledged",
-		"step.agent_disconnected", "step.agent_reconnected", "step.retried_by_operator",
+		"step.agent_disconnected", "step.agent_reconnected", "step.agent_forgot", "step.retried_by_operator",
 		"task.compensating", "task.failed", "task.canceled":
 		return true
 	}

@@ -13,6 +13,10 @@
 // are up; a scheduler that fails is skipped until it answers again. Over TLS
 // each is verified against its own host name unless Config.ServerName says
 // otherwise.
+//
+// Hint explains the transport errors of a TLS mismatch in the words of the
+// caller's settings; the reeve command prints it, the Go client adds it to
+// its errors (HintInterceptors) and the agent SDK logs it.
 package dial
 
 import (

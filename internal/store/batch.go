@@ -352,6 +352,7 @@ func (s *Store) prepare(r *writeReq) error {
 	if err := r.fn(next.Task); err != nil {
 		return err
 	}
+	s.markUnindexed(r.cur.Record, next)
 	val, err := marshal(next)
 	if err != nil {
 		return err

@@ -177,7 +177,7 @@ func TestSweepEndedInBatches(t *testing.T) {
 				return
 			}
 			if _, _, err := s.UpdateTask(ctx(t), "default", id, func(task *reevev1.Task) error {
-				return taskstate.Cancel(task, "", "test", t0)
+				return taskstate.Cancel(task, "", "test", false, t0)
 			}); err != nil {
 				t.Error(err)
 			}

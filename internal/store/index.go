@@ -35,21 +35,34 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 	}
 	// The created indexes, by state and by workflow and state (see
 	// keys.go). A record without a create time (none is written so) has
-	// none. They also serve the counts by state.
+	// none. They also serve the counts by state. A terminal task whose
+	// record says ended_unindexed has none either: its ended key's value
+	// says what they would (unindexed.go).
+	terminal := taskstate.TerminalTask(t.GetState())
+	unindexed := terminal && rec.GetEndedUnindexed() && t.GetCreateTime() != nil
+	var a string
 	if ct := t.GetCreateTime(); ct != nil {
 		var ab [20]byte
-		a := string(appendAge(ab[:0], ct.AsTime()))
+		a = string(appendAge(ab[:0], ct.AsTime()))
+	}
+	if a != "" && !unindexed {
 		st, wf := t.GetState().String(), t.GetWorkflow().GetName()
 		dst = append(dst, indexKey{build(k.prefix, "created-state/", ns, "/", st, "/", a, "/", id), ""})
 		if wf != "" {
 			dst = append(dst, indexKey{build(k.prefix, "created-wf-state/", ns, "/", wf, "/", st, "/", a, "/", id), ""})
 		}
 	}
-	if taskstate.TerminalTask(t.GetState()) && t.GetEndTime() != nil {
-		dst = append(dst, indexKey{k.ended(t.GetEndTime().AsTime(), ns, id), t.GetState().String()})
+	if terminal && t.GetEndTime() != nil {
+		val := t.GetState().String()
+		if unindexed {
+			val = build(val, "/", a, "/", t.GetWorkflow().GetName())
+		}
+		dst = append(dst, indexKey{k.ended(t.GetEndTime().AsTime(), ns, id), val})
 	}
 	for _, s := range t.GetSteps() {
-		if taskstate.Queued(s) {
+		// A paused task's queued steps wait outside the ready queue, with no
+		// schedule-to-start deadline (taskstate/pause.go).
+		if taskstate.Dispatchable(t, s) {
 			entry := &storev1.ReadyEntry{
 				Namespace:    ns,
 				TaskId:       id,
@@ -75,7 +88,7 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 		// Every execution someone must act on by a time has one deadline
 		// key: a dispatched one at its complete-by, a queued one with a
 		// schedule-to-start timeout at its schedule-to-start deadline.
-		if at, ok := taskstate.Deadline(s); ok {
+		if at, ok := taskstate.Deadline(s); ok && (taskstate.Dispatched(s) || !t.GetPaused()) {
 			dst = append(dst, indexKey{k.deadline(at, ns, id, s.GetName(), s.GetAttempt()), ""})
 		}
 	}

@@ -21,7 +21,9 @@ import (
 //	deadlines/<complete-by:%020d>/<ns>/<task-id>/<step>/<attempt>
 //	                                            empty: executions by deadline (unix ns): dispatched ones
 //	                                            at complete-by, queued ones at their schedule-to-start deadline
-//	ended/<end-time:%020d>/<ns>/<task-id>       state name: terminal tasks by end time, for retention
+//	ended/<end-time:%020d>/<ns>/<task-id>       state name: terminal tasks by end time, for retention;
+//	                                            "<state>/<age>/<workflow>" for a task that ended
+//	                                            unindexed, which lists and counts find here (unindexed.go)
 //	created-state/<ns>/<TASK_STATE_X>/<age>/<task-id>
 //	                                            empty: tasks of one state, newest first (see below);
 //	                                            also what counts by state read (count-only ranges)
@@ -43,13 +45,16 @@ import (
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
 //	moved/<move-time:%020d>/<random>            fingerprints of tasks moved to the archive, for the
 //	                                            deduplication window (moved.go)
+//	batches/<ns>/<id>                           BatchRecord: a batch job and where its run is (batches.go)
+//	batch-owner/<ns>/<id>                       empty: the scheduler running the job, under its lease
 //	supervisor/election/...                     concurrency.Election of the supervisors
 //	schedules/<ns>/<name>                       reeve.v1.Schedule (schedules.go)
 //	schedule-due/<fire-time:%020d>/<ns>/<name>  empty: when the firer next looks at a schedule (unix ns),
 //	                                            written with its record; none while paused
 //
 // A task's state is in two keys (created-state, created-wf-state), moved on
-// every state change. A listing without a state merges the ranges of every
+// every state change; with an archive, deleted when the task ends with
+// nothing left to act on (unindexed.go). A listing without a state merges the ranges of every
 // state (QueryTasks), so no index holds a task regardless of its state: each
 // such key would be two more etcd operations per task (its put and its
 // delete) and one more key in etcd's in-memory index.

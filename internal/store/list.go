@@ -73,6 +73,14 @@ type TaskQuery struct {
 	// Trim, when set, is applied to every task before it is counted against
 	// MaxBytes and returned (e.g. to drop inputs and outputs).
 	Trim func(*reevev1.Task)
+	// Unindexed, when set, also lists the tasks that ended without created
+	// keys (WithEndedUnindexed; unindexed.go) from the ended index, in the
+	// same snapshot. A reader with an archive sets it.
+	Unindexed bool
+	// MaxEndedScan is the most ended keys a page with Unindexed examines;
+	// DefaultListEndedScan when 0. Past it the page fails with
+	// ErrEndedBacklog.
+	MaxEndedScan int
 }
 
 // ListPosition is where a page ended: the create time and id of its last
@@ -91,12 +99,23 @@ type TaskPage struct {
 	Revision int64
 }
 
-// QueryTasks returns one page of q from the created indexes. The page is one
-// consistent snapshot: the index and the records are read at one revision.
-// Its memory beyond the page itself is one etcd transaction of records:
+// QueryTasks returns one page of q from the created indexes and, with
+// q.Unindexed, the ended index (unindexed.go). The page is one consistent
+// snapshot: the indexes and the records are read at one revision. Its
+// memory beyond the page itself is one etcd transaction of records:
 // listFetchFirst records at first, then about listFetchBytes (one record
-// when records are larger, listFetchBatch when they are small).
+// when records are larger, listFetchBatch when they are small); with
+// q.Unindexed, also the q.Limit first matching ended keys.
 func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
+	page, err := s.queryCreated(ctx, q)
+	if err != nil || !q.Unindexed || !unindexedState(q.State) {
+		return page, err
+	}
+	return s.withUnindexed(ctx, q, page)
+}
+
+// queryCreated returns one page of q from the created indexes.
+func (s *Store) queryCreated(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	if q.Limit < 1 {
 		return TaskPage{}, errors.New("store: query tasks: limit must be positive")
 	}

@@ -59,6 +59,13 @@ func TestQueryTasksMatchesAModel(t *testing.T) {
 		}
 		tasks = append(tasks, m)
 	}
+	checkQueriesAgainstModel(t, s, rng, states, tasks, false)
+}
+
+// checkQueriesAgainstModel pages 150 random queries (with q.Unindexed set
+// to unindexed) to their end and compares what they list with the model.
+func checkQueriesAgainstModel(t *testing.T, s *store.Store, rng *rand.Rand, states []reevev1.TaskState, tasks []modelTask, unindexed bool) {
+	t.Helper()
 	slices.SortFunc(tasks, func(a, b modelTask) int {
 		return cmp.Or(b.created.Compare(a.created), strings.Compare(a.id, b.id))
 	})
@@ -70,7 +77,7 @@ func TestQueryTasksMatchesAModel(t *testing.T) {
 		return tasks[rng.IntN(len(tasks))].created.Add(time.Duration(rng.IntN(3)-1) * time.Microsecond)
 	}
 	for qi := range 150 {
-		q := store.TaskQuery{Namespace: "default", Limit: 1 + rng.IntN(40), CreatedAfter: bound(), CreatedBefore: bound()}
+		q := store.TaskQuery{Namespace: "default", Limit: 1 + rng.IntN(40), CreatedAfter: bound(), CreatedBefore: bound(), Unindexed: unindexed}
 		if rng.IntN(2) == 0 {
 			q.State = states[rng.IntN(len(states))]
 		}

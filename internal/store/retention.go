@@ -30,9 +30,14 @@ type Sweep struct {
 	Before time.Time
 	// Limit is the most ended keys examined.
 	Limit int
-	// Skip, when set, leaves the tasks whose state it returns true for
-	// (their keys are examined, and the cursor passes them).
+	// Skip, when set, leaves the tasks whose state it returns true for,
+	// told from their ended key alone (their records are not read). Their
+	// keys are examined, and the cursor passes them.
 	Skip func(reevev1.TaskState) bool
+	// Stay, when set, leaves the tasks whose record it returns true for:
+	// Skip for what the state alone does not tell (the records of the
+	// tasks Skip let through are read anyway).
+	Stay func(*reevev1.Task) bool
 	// Keep, when set, is given the records of the tasks about to be
 	// deleted, before any is deleted; when it returns an error nothing is
 	// deleted and SweepEnded returns that error. The archive writes them.
@@ -80,10 +85,10 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		next = string(resp.Kvs[n-1].Key) + "\x00"
 	}
 	type victim struct {
-		ns, id, state string
-		ended         *mvccpb.KeyValue
-		rec           *Versioned
-		ops           []clientv3.Op
+		ns, id string
+		ended  *mvccpb.KeyValue
+		rec    *Versioned
+		ops    []clientv3.Op
 	}
 	var victims []*victim
 	for _, kv := range resp.Kvs {
@@ -91,10 +96,10 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		if len(parts) != 3 {
 			continue
 		}
-		if sw.Skip != nil && sw.Skip(reevev1.TaskState(reevev1.TaskState_value[string(kv.Value)])) {
+		if sw.Skip != nil && sw.Skip(endedState(string(kv.Value))) {
 			continue
 		}
-		victims = append(victims, &victim{ns: parts[1], id: parts[2], state: string(kv.Value), ended: kv})
+		victims = append(victims, &victim{ns: parts[1], id: parts[2], ended: kv})
 	}
 	// Read the records, at most sweepBatch per transaction.
 	for start := 0; start < len(victims); start += sweepBatch {
@@ -131,6 +136,15 @@ func (s *Store) SweepEnded(ctx context.Context, sw Sweep) (deleted int, next str
 		known = append(known, v)
 	}
 	victims = known
+	if sw.Stay != nil {
+		left := victims[:0]
+		for _, v := range victims {
+			if v.rec == nil || !sw.Stay(v.rec.Record.GetTask()) {
+				left = append(left, v)
+			}
+		}
+		victims = left
+	}
 	if sw.Keep != nil {
 		// A record that is not terminal (an inconsistency: its ended
 		// key should have gone with its revival) is neither kept nor
@@ -296,7 +310,7 @@ func (s *Store) WatchEnded(ctx context.Context, rev int64, fn func(ns, id, state
 			}
 			parts := strings.Split(strings.TrimPrefix(string(ev.Kv.Key), prefix), "/")
 			if len(parts) == 3 {
-				fn(parts[1], parts[2], string(ev.Kv.Value))
+				fn(parts[1], parts[2], endedState(string(ev.Kv.Value)).String())
 			}
 		}
 	}

@@ -84,6 +84,7 @@ type Store struct {
 	commitWindow                       time.Duration
 	maxTxnOps                          int
 	compressRecords                    bool         // WithRecordCompression
+	endedUnindexed                     bool         // WithEndedUnindexed
 	defrag                             func() error // WithDefragmenter
 	commits                            *committer
 	cache                              *recordCache

@@ -216,7 +216,7 @@ func TestSweepEndedRemovesOnlyOldTerminalTasks(t *testing.T) {
 	end := map[string]time.Time{"old": t0, "new": t0.Add(time.Hour)}
 	for id, at := range end {
 		if _, _, err := s.UpdateTask(ctx(t), "default", id, func(task *reevev1.Task) error {
-			return taskstate.Cancel(task, "", "test", at)
+			return taskstate.Cancel(task, "", "test", false, at)
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +277,7 @@ func TestSweepEndedFromContinuesAfterItsCursor(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, _, err := s.UpdateTask(ctx(t), "default", id, func(task *reevev1.Task) error {
-			return taskstate.Cancel(task, "", "test", at)
+			return taskstate.Cancel(task, "", "test", false, at)
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -67,7 +67,7 @@ func TestTaskWith61QueuedStepsCanBeCanceledAndFailed(t *testing.T) {
 			if end == "fail" {
 				return taskstate.FailTask(task, "operator", "test", t0)
 			}
-			return taskstate.Cancel(task, "operator", "test", t0)
+			return taskstate.Cancel(task, "operator", "test", false, t0)
 		})
 		if err != nil {
 			t.Fatalf("%s %s: %v", end, id, err)

@@ -20,7 +20,10 @@ import (
 // AgentRecord), and a number the public messages stored as they are
 // (reeve.v1.Workflow, reeve.v1.Alert, reeve.v1.Schedule) reserve. 0, or absent, as in every
 // record written before versions existed, means version 1. This Reeve
-// writes version 1 (the field absent) and knows no other.
+// writes version 1 (the field absent) and knows no other. A new field that
+// an older Reeve can ignore harmlessly (it keeps it when it rewrites the
+// record, as protobuf keeps unknown fields, and what it does without it is
+// safe) does not raise the version: ended_unindexed (unindexed.go) is one.
 //
 // A newer Reeve that changes what a record means (a new step kind a
 // scheduler must not run as an ordinary step, a task field a transition

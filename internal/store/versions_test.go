@@ -153,7 +153,7 @@ func TestUpdateLeavesARecordOfAnUnknownVersion(t *testing.T) {
 		want := makeVersion2(t, c, "/reeve/tasks/default/t1")
 		for _, try := range []string{"first", "again"} { // the second from the record cache, if anything
 			_, _, err := s.UpdateTask(ctx(t), "default", "t1", func(task *reevev1.Task) error {
-				return taskstate.Cancel(task, "", "test", t0)
+				return taskstate.Cancel(task, "", "test", false, t0)
 			})
 			var uv *store.UnknownVersionError
 			if !errors.Is(err, store.ErrUnknownVersion) || !errors.As(err, &uv) || uv.Version != 2 || uv.Kind != store.KindTask || uv.Name != "t1" {
@@ -182,7 +182,7 @@ func TestSweepLeavesARecordOfAnUnknownVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, _, err := s.UpdateTask(ctx(t), "default", id, func(task *reevev1.Task) error {
-			return taskstate.Cancel(task, "", "test", t0)
+			return taskstate.Cancel(task, "", "test", false, t0)
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package taskread
 
 import (
 	"context"
+	"errors"
 
 	"google.golang.org/protobuf/proto"
 
@@ -22,8 +23,19 @@ import (
 // Where the etcd page stopped early (its byte or scan budget), the merged
 // page stops there too, so that the next page, which starts after the last
 // task listed, skips no etcd task.
+//
+// With an archive, the etcd page also holds the tasks that ended without
+// created keys and wait to move (store.TaskQuery.Unindexed: with an archive
+// a scheduler ends SUCCEEDED, COMPENSATED and CANCELED tasks so), read from
+// the ended index in the same snapshot as the rest of the etcd page. When
+// that index holds more than its budget (the archive far behind), the list
+// fails as when the archive cannot answer (an *ArchiveError).
 func (r *Reader) List(ctx context.Context, q store.TaskQuery, full bool) (store.TaskPage, []string, error) {
+	q.Unindexed = r.a != nil
 	page, err := r.st.QueryTasks(ctx, q)
+	if errors.Is(err, store.ErrEndedBacklog) {
+		return store.TaskPage{}, nil, &ArchiveError{err}
+	}
 	if err != nil || r.a == nil {
 		return page, nil, err
 	}

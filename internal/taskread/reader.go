@@ -141,11 +141,24 @@ func (r *Reader) InArchive(ctx context.Context, ns string, ids []string) (map[st
 // Count returns a namespace's tasks per state (of workflow wf when not
 // empty), etcd's and the archive's added, and the etcd revision counted at.
 // Every state is in the map. A task moving to the archive (written there,
-// not yet deleted from etcd) is counted twice for that moment.
+// not yet deleted from etcd) is counted twice for that moment. With an
+// archive, etcd's count includes the tasks that ended without created keys
+// (store.CountEndedUnindexed, at the same revision); past its budget the
+// count fails as when the archive cannot answer.
 func (r *Reader) Count(ctx context.Context, ns, wf string) (map[reevev1.TaskState]int64, int64, error) {
 	counts, rev, err := r.st.CountTasksByState(ctx, ns, wf)
 	if err != nil || r.a == nil {
 		return counts, rev, err
+	}
+	unindexed, err := r.st.CountEndedUnindexed(ctx, ns, wf, rev)
+	if errors.Is(err, store.ErrEndedBacklog) {
+		return nil, 0, &ArchiveError{err}
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	for st, n := range unindexed {
+		counts[st] += n
 	}
 	archived, err := r.a.Count(ctx, ns, wf)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // A step that fails for good escalates as it says; when it says nothing, a
@@ -154,9 +155,58 @@ func TestExpiryNamesTheAgentAndItsDisconnect(t *testing.T) {
 	if err := taskstate.FailExpired(task, "charge", ref.GetAttempt(), "", "supervisor/s1", t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`step "charge" exhausted its 1 attempt: last error deadline_exceeded: no result before complete-by `, " from agent a, whose stream ended"} {
+	// The deadline in force was the disconnect's (t0+1s), not the
+	// complete-by the attempt was dispatched with (t0 + the default
+	// timeout): the message gives both, each for what it is (issue 37).
+	disconnectBy := t0.Add(time.Second).UTC().Format(time.RFC3339Nano)
+	completeBy := t0.Add(workflow.EffectiveTimeout(wf, wf.GetSteps()[0])).UTC().Format(time.RFC3339Nano)
+	for _, want := range []string{
+		`step "charge" exhausted its 1 attempt: last error deadline_exceeded: no result from agent a, whose stream ended: it did not reconnect with the attempt before ` + disconnectBy,
+		"; the attempt's complete-by was " + completeBy,
+	} {
 		if !strings.Contains(task.GetReason(), want) {
 			t.Errorf("reason %q, want it to contain %q", task.GetReason(), want)
+		}
+	}
+}
+
+// An agent that cannot read its input (bad_input) fails the task with an
+// alert instead of compensating the saga, so that once the agent is fixed
+// an operator retries the step and the saga goes on; a step that sets its
+// escalation explicitly gets it (issue 37).
+func TestBadInputFailsForAnOperatorInsteadOfCompensating(t *testing.T) {
+	badInput := &reevev1.StepError{Code: taskstate.CodeBadInput, Message: "json: cannot unmarshal string into int", NonRetryable: true}
+	for _, explicit := range []bool{false, true} {
+		wf := orders()
+		if explicit {
+			wf.GetSteps()[1].Escalation = reevev1.Escalation_ESCALATION_COMPENSATE
+		} else {
+			wf.GetSteps()[1].Escalation = reevev1.Escalation_ESCALATION_UNSPECIFIED // the saga's default: compensate
+		}
+		task := taskstate.New("default", "t", wf, nil, t0)
+		if err := taskstate.Complete(task, run(t, task, "reserve", t0), "a", nil, t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := taskstate.Fail(task, run(t, task, "charge", t0), "a", badInput, t0); err != nil {
+			t.Fatal(err)
+		}
+		if explicit {
+			if task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATING {
+				t.Fatalf("explicit compensate: task %v, want COMPENSATING", task.GetState())
+			}
+			continue
+		}
+		if task.GetState() != reevev1.TaskState_TASK_STATE_FAILED || !strings.Contains(task.GetReason(), "fix the agent or the input, then retry the step") {
+			t.Fatalf("task %v, reason %q; want FAILED saying how to go on", task.GetState(), task.GetReason())
+		}
+		if err := taskstate.RetryFailed(task, "charge", 0, "agent fixed", "operator", t0); err != nil {
+			t.Fatalf("retry after the fix: %v", err)
+		}
+		if err := taskstate.Complete(task, run(t, task, "charge", t0), "a", nil, t0); err != nil {
+			t.Fatal(err)
+		}
+		if st := taskstate.FindStep(task, "charge"); st.GetState() != reevev1.StepState_STEP_STATE_SUCCEEDED {
+			t.Fatalf("charge %v after the retry, want SUCCEEDED", st.GetState())
 		}
 	}
 }

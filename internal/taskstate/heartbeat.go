@@ -60,23 +60,57 @@ func RestoreOnReconnect(t *reevev1.Task, name string, attempt int32, agent, acto
 		!now.Before(s.GetCompleteBy().AsTime()) {
 		return ErrStale
 	}
-	var dispatched time.Time
-	for _, h := range t.GetHistory() {
-		if h.GetStep() == name && h.GetAttempt() == attempt && (h.GetKind() == "step.dispatched" || h.GetKind() == "compensation.dispatched") {
-			dispatched = h.GetTime().AsTime()
-		}
-	}
-	spec := Spec(t, name)
-	timeout := workflow.EffectiveTimeout(t.GetWorkflow(), spec)
-	if Compensating(s) {
-		timeout = workflow.CompensationTimeout(t.GetWorkflow(), spec)
-	}
-	if orig := dispatched.Add(timeout); !dispatched.IsZero() && s.GetCompleteBy().AsTime().Before(orig) {
+	if orig, ok := dispatchedCompleteBy(t, s); ok && s.GetCompleteBy().AsTime().Before(orig) {
 		s.CompleteBy = timestamppb.New(orig)
 	}
 	addHistory(t, now, "step.agent_reconnected", name, attempt, actor,
 		fmt.Sprintf("agent %s reconnected still running it; complete-by %s", agent, s.GetCompleteBy().AsTime().UTC().Format(time.RFC3339Nano)))
 	return nil
+}
+
+// ExpireForgotten moves the complete-by of an execution to now because its
+// agent connected again without it in Register.running, which lists every
+// execution the agent still runs or holds a result for: the agent no longer
+// runs it, and the supervisor recovers it as any expired execution. It
+// refuses with ErrStale when the execution is no longer agent's (task
+// terminal, step not dispatched, another attempt or agent); it changes
+// nothing when the complete-by already passed.
+func ExpireForgotten(t *reevev1.Task, name string, attempt int32, agent, actor string, now time.Time) error {
+	s := FindStep(t, name)
+	if s == nil {
+		return ErrUnknownStep
+	}
+	if TerminalTask(t.GetState()) || !Dispatched(s) || s.GetAttempt() != attempt || s.GetLockedByAgent() != agent {
+		return ErrStale
+	}
+	if !now.Before(s.GetCompleteBy().AsTime()) {
+		return nil
+	}
+	s.CompleteBy = timestamppb.New(now)
+	addHistory(t, now, "step.agent_forgot", name, attempt, actor,
+		fmt.Sprintf("agent %s connected again without this attempt in Register.running: it no longer runs it; complete-by moved to now", agent))
+	return nil
+}
+
+// dispatchedCompleteBy is the complete-by the current execution of s was
+// dispatched with: its dispatch time, from the history, plus its timeout;
+// false when the dispatch event was dropped from a long history.
+func dispatchedCompleteBy(t *reevev1.Task, s *reevev1.Step) (time.Time, bool) {
+	var dispatched time.Time
+	for _, h := range t.GetHistory() {
+		if h.GetStep() == s.GetName() && h.GetAttempt() == s.GetAttempt() && (h.GetKind() == "step.dispatched" || h.GetKind() == "compensation.dispatched") {
+			dispatched = h.GetTime().AsTime()
+		}
+	}
+	if dispatched.IsZero() {
+		return time.Time{}, false
+	}
+	spec := Spec(t, s.GetName())
+	timeout := workflow.EffectiveTimeout(t.GetWorkflow(), spec)
+	if Compensating(s) {
+		timeout = workflow.CompensationTimeout(t.GetWorkflow(), spec)
+	}
+	return dispatched.Add(timeout), true
 }
 
 // ExpireDisconnected prepares the recovery of an execution by the scheduler

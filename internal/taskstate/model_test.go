@@ -199,7 +199,10 @@ func (m *model) event() error {
 		what, err = m.operator()
 	}
 	m.logf("%s -> %v (task %s)", what, err, taskstate.StateName(m.task.GetState()))
-	if final := before.GetState(); final != reevev1.TaskState_TASK_STATE_FAILED && taskstate.TerminalTask(final) && m.task.GetState() != final {
+	// Only a FAILED task, or a CANCELED one with work left to undo
+	// (compensate_task), comes back.
+	if final := before.GetState(); final != reevev1.TaskState_TASK_STATE_FAILED && taskstate.TerminalTask(final) && m.task.GetState() != final &&
+		!(final == reevev1.TaskState_TASK_STATE_CANCELED && taskstate.LeftToUndo(before) && m.task.GetState() == reevev1.TaskState_TASK_STATE_COMPENSATING) {
 		return violation("%s revived a %s task: it is %s", what, taskstate.StateName(final), taskstate.StateName(m.task.GetState()))
 	}
 	if errors.Is(err, errViolation) {
@@ -240,10 +243,14 @@ func (m *model) claim() (string, error) {
 	if err := m.beforeDispatch(s.GetName(), comp); err != nil {
 		return what, err
 	}
-	if err := taskstate.Claim(m.task, s.GetName(), s.GetAttempt(), "s1", agent, m.now); err != nil {
-		if errors.Is(err, taskstate.ErrNotDue) {
-			return what, nil
-		}
+	paused := m.task.GetPaused()
+	err := taskstate.Claim(m.task, s.GetName(), s.GetAttempt(), "s1", agent, m.now)
+	switch {
+	case err == nil && paused:
+		return what, violation("a step of a paused task was claimed")
+	case errors.Is(err, taskstate.ErrNotDue), paused && errors.Is(err, taskstate.ErrPaused):
+		return what, nil
+	case err != nil:
 		return what, violation("claim of a queued step failed: %v", err)
 	}
 	m.sent = append(m.sent, execution{step: s.GetName(), attempt: s.GetAttempt(), agent: agent, compensation: comp})
@@ -423,9 +430,15 @@ func (m *model) supervise() (string, error) {
 }
 
 func (m *model) operator() (string, error) {
-	switch m.r.IntN(4) {
+	switch m.r.IntN(5) {
+	case 4:
+		if m.task.GetPaused() {
+			return "operator resume", taskstate.Resume(m.task, "", "operator", m.now)
+		}
+		return "operator pause", taskstate.Pause(m.task, "", "operator", m.now)
 	case 0:
-		return "operator cancel", taskstate.Cancel(m.task, "", "operator", m.now)
+		undo := m.r.IntN(2) == 0
+		return fmt.Sprintf("operator cancel (undo %v)", undo), taskstate.Cancel(m.task, "", "operator", undo, m.now)
 	case 1:
 		return "operator fail", taskstate.FailTask(m.task, "", "operator", m.now)
 	case 2:

@@ -19,6 +19,22 @@ func TerminalTask(s reevev1.TaskState) bool {
 	return false
 }
 
+// LeftToUndo reports whether a task holds work that was done and can still
+// be undone: a forward step that SUCCEEDED and declares a compensation, or a
+// compensation that was interrupted (CANCELED) before it was confirmed
+// (needsUndo). Cancel with undo compensates such a task; a CANCELED task
+// with work left to undo stays listed among the tasks an operator acts on,
+// as a FAILED one does, and can be compensated later; one without is as
+// final as a SUCCEEDED one (store: ended tasks with an archive).
+func LeftToUndo(t *reevev1.Task) bool {
+	for _, s := range t.GetSteps() {
+		if needsUndo(t, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // Dispatched reports whether an execution of the step (forward or
 // compensation) is held by an agent and so has a deadline.
 func Dispatched(s *reevev1.Step) bool {
@@ -177,6 +193,9 @@ func EscalationReason(t *reevev1.Task, s *reevev1.Step) string {
 		last = "no error recorded"
 	}
 	if !workflow.Retryable(policy, s.GetLastError()) {
+		if s.GetLastError().GetCode() == CodeBadInput && !Compensating(s) {
+			return what + " failed permanently: " + last + " (the agent could not read its input: fix the agent or the input, then retry the step)"
+		}
 		return what + " failed permanently: " + last
 	}
 	attempts := "attempts"

@@ -74,7 +74,7 @@ func TestScheduleToStartDeadline(t *testing.T) {
 			return taskstate.FindStep(task, "reserve")
 		}, t0.Add(time.Hour)},
 		{"canceled: none", queuedOrders, func(t *testing.T, task *reevev1.Task) *reevev1.Step {
-			must(t, taskstate.Cancel(task, "", "client", t0))
+			must(t, taskstate.Cancel(task, "", "client", false, t0))
 			return taskstate.FindStep(task, "reserve")
 		}, time.Time{}},
 	}

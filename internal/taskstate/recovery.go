@@ -65,6 +65,11 @@ const (
 	// CodeScheduleToStart: a queued attempt was not claimed by any agent
 	// before its schedule-to-start deadline.
 	CodeScheduleToStart = "schedule_to_start_timeout"
+	// CodeBadInput: the agent could not read the step's input (the Go
+	// SDK's typed handlers report it when the input does not decode into
+	// the handler's type). It is a defect of the agent or of the submitted
+	// input, not a business refusal; see NextAttempt.
+	CodeBadInput = "bad_input"
 )
 
 // ExpiryCode is the error code an expiry of the step's current execution
@@ -125,7 +130,12 @@ func expired(t *reevev1.Task, name string, attempt int32, actor string, now time
 	if agent := s.GetLockedByAgent(); agent != "" {
 		msg += " from agent " + agent
 		if disconnected(t, name, attempt) {
-			msg += ", whose stream ended"
+			// The deadline in force is the disconnect's (ShortenOnDisconnect),
+			// not the complete-by the attempt was dispatched with.
+			msg = fmt.Sprintf("no result from agent %s, whose stream ended: it did not reconnect with the attempt before %s (its last heartbeat plus heartbeat_timeout, or the disconnect plus reassign_after_disconnect)", agent, by)
+			if orig, ok := dispatchedCompleteBy(t, s); ok && orig.After(deadline) {
+				msg += "; the attempt's complete-by was " + orig.UTC().Format(time.RFC3339Nano)
+			}
 		}
 	}
 	release(s)
@@ -375,9 +385,20 @@ func retryNow(t *reevev1.Task, s *reevev1.Step, reason, actor string, now time.T
 // running or failed (not one whose compensation failed: retry that step
 // instead). Compensations canceled when the task failed run again.
 func Compensate(t *reevev1.Task, reason, actor string, now time.Time) error {
+	if t.GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
+		// Canceled without undoing (CancelTask's no_compensate): what it
+		// left done can still be undone.
+		if !LeftToUndo(t) {
+			return &StateError{Msg: fmt.Sprintf("task %s is CANCELED with nothing left to undo: compensate_task changes nothing", t.GetId()), Terminal: true}
+		}
+		t.EndTime = nil
+		startCompensation(t, orReason(reason, "compensation of a canceled task requested by an operator"), actor, now)
+		return nil
+	}
 	if err := needsTask(t, "compensate_task", CompensateAccepts); err != nil {
 		return err
 	}
+	t.Paused = false // the undo asked for runs at once
 	if t.GetState() == reevev1.TaskState_TASK_STATE_FAILED {
 		for _, s := range t.GetSteps() {
 			if s.GetCompensation() && s.GetState() == reevev1.StepState_STEP_STATE_FAILED {

@@ -39,7 +39,7 @@ func TestResultRefusalsSayWhatHappened(t *testing.T) {
 		{"unknown step", "x", "a-1", 0, func(*testing.T, *reevev1.Task) {}, `task t-1 has no step "x"`, taskstate.ErrUnknownStep},
 		{"canceled", "reserve", "a-1", 0, func(t *testing.T, task *reevev1.Task) {
 			claimBy(t, task, "reserve", "a-1")
-			if err := taskstate.Cancel(task, "", "client", t0); err != nil {
+			if err := taskstate.Cancel(task, "", "client", false, t0); err != nil {
 				t.Fatal(err)
 			}
 		}, `attempt 1 of step "reserve" is CANCELED and task t-1 is CANCELED: the result came too late`, taskstate.ErrStale},

@@ -109,6 +109,17 @@ func NextAttempt(t *reevev1.Task, s *reevev1.Step, cause Cause, stepErr *reevev1
 		return d
 	}
 	spec := Spec(t, s.GetName())
+	if cause == CauseFailure && stepErr.GetCode() == CodeBadInput && spec.GetEscalation() == reevev1.Escalation_ESCALATION_UNSPECIFIED {
+		// The agent could not read its input: a bug to fix, after which
+		// the step can run again. Undoing the whole saga for it (the
+		// default escalation of a workflow with compensations) would throw
+		// away work an operator can resume, so the task fails with an
+		// alert instead: fix the agent or the input, then retry the step
+		// (retry_step), or compensate the task (compensate_task). A step
+		// that sets its escalation explicitly gets it.
+		d.Action = ActionFail
+		return d
+	}
 	switch workflow.EffectiveEscalation(t.GetWorkflow(), spec) {
 	case reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY:
 		// A new round: after the wait the step gets its policy's attempts

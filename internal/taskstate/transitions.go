@@ -25,6 +25,9 @@ var (
 	ErrTerminal = errors.New("taskstate: task is terminal")
 	// ErrUnknownStep means the task has no step of that name.
 	ErrUnknownStep = errors.New("taskstate: unknown step")
+	// ErrUndoing means a cancel that undoes found the task already being
+	// undone (COMPENSATING): it changes nothing.
+	ErrUndoing = errors.New("taskstate: task is being compensated")
 )
 
 // MaxHistory is how many history events a task keeps; older ones are dropped
@@ -74,6 +77,9 @@ func Claim(t *reevev1.Task, name string, attempt int32, schedulerID, agentID str
 	}
 	if !Queued(s) || s.GetAttempt() != attempt {
 		return ErrNotQueued
+	}
+	if t.GetPaused() {
+		return ErrPaused
 	}
 	if nb := s.GetNotBefore(); nb != nil && now.Before(nb.AsTime()) {
 		return ErrNotDue
@@ -136,11 +142,34 @@ func Fail(t *reevev1.Task, ref *reevev1.StepRef, agentID string, stepErr *reevev
 	return nil
 }
 
-// Cancel ends a non-terminal task: running executions are canceled (their
-// agents are told through Revoked), steps never started are skipped.
-func Cancel(t *reevev1.Task, reason, actor string, now time.Time) error {
+// Cancel ends a non-terminal task at a client's or an operator's request.
+//
+// With undo, a task that holds work to undo (a succeeded step that declares
+// a compensation, or an interrupted compensation: needsUndo) is compensated
+// instead of dropped half done, as a saga's user expects: steps not started
+// are skipped, running executions are canceled (their agents are told
+// through Revoked) and the succeeded steps are undone in reverse dependency
+// order. It ends COMPENSATED when every undo succeeded (FAILED with an
+// alert when one cannot be), with the reason "canceled: <reason>"; the
+// history's task.compensating event names who canceled. A COMPENSATING task
+// is already being undone: the cancel changes nothing (ErrUndoing).
+//
+// Without undo, or with nothing to undo, the task ends CANCELED at once. A
+// CANCELED task that still holds work to undo (LeftToUndo) can be
+// compensated later (Compensate).
+func Cancel(t *reevev1.Task, reason, actor string, undo bool, now time.Time) error {
 	if TerminalTask(t.GetState()) {
 		return ErrTerminal
+	}
+	if undo {
+		if t.GetState() == reevev1.TaskState_TASK_STATE_COMPENSATING {
+			return ErrUndoing
+		}
+		if LeftToUndo(t) {
+			t.Paused = false // the undo asked for runs at once
+			startCompensation(t, "canceled: "+reason, actor, now)
+			return nil
+		}
 	}
 	stopSteps(t, now)
 	t.Reason = reason
@@ -474,6 +503,7 @@ func reach(t *reevev1.Task, name string, next func(string) []string) []string {
 func endTask(t *reevev1.Task, state reevev1.TaskState, now time.Time) {
 	t.State = state
 	t.EndTime = timestamppb.New(now)
+	t.Paused = false
 }
 
 func addHistory(t *reevev1.Task, now time.Time, kind, step string, attempt int32, actor, msg string) {

@@ -70,7 +70,7 @@ func healthy(t *testing.T, s *store.Store) {
 				})
 			}
 		case 3:
-			update(func(task *reevev1.Task) error { return taskstate.Cancel(task, "", "test", t0) })
+			update(func(task *reevev1.Task) error { return taskstate.Cancel(task, "", "test", false, t0) })
 		}
 	}
 }

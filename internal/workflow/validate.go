@@ -192,7 +192,7 @@ func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names 
 		df := fmt.Sprintf("%s.depends_on[%d]", field, j)
 		switch _, known := names[dep]; {
 		case !known:
-			return fieldErr(df, "unknown step %q", truncate(dep))
+			return fieldErr(df, "unknown step %q%s", truncate(dep), DidYouMean(dep, stepNames(w)))
 		case dep == s.GetName():
 			return fieldErr(df, "a step cannot depend on itself")
 		case deps[dep]:
@@ -270,6 +270,14 @@ func DisconnectGrace(s *reevev1.StepSpec) (grace time.Duration, ok bool) {
 	return 0, false
 }
 
+func stepNames(w *reevev1.Workflow) []string {
+	out := make([]string, 0, len(w.GetSteps()))
+	for _, s := range w.GetSteps() {
+		out = append(out, s.GetName())
+	}
+	return out
+}
+
 func anyCompensation(w *reevev1.Workflow) bool {
 	for _, s := range w.GetSteps() {
 		if s.GetCompensation() != nil {
@@ -306,7 +314,7 @@ func validateRetryPolicy(field string, p *reevev1.RetryPolicy) error {
 		return err
 	}
 	if p.GetInitialBackoff() != nil && p.GetMaxBackoff() != nil && p.GetInitialBackoff().AsDuration() > p.GetMaxBackoff().AsDuration() {
-		return fieldErr(field+".initial_backoff", "larger than max_backoff")
+		return fieldErr(field+".initial_backoff", "larger than maxBackoff")
 	}
 	if m := p.GetBackoffMultiplier(); m != 0 && (math.IsNaN(m) || m < 1 || m > 100) {
 		return fieldErr(field+".backoff_multiplier", "%v is outside [1, 100] (0 means %v)", m, DefaultBackoffMultiplier)

@@ -38,39 +38,40 @@ func TestValidateWorkflow(t *testing.T) {
 		}, "workflow.steps: 102 steps"},
 		{"duplicate step", func(w *reevev1.Workflow) { w.Steps[1].Name = "reserve" }, "workflow.steps[1].name: duplicate"},
 		{"missing type", func(w *reevev1.Workflow) { w.Steps[0].Type = "" }, "workflow.steps[0].type: required"},
-		{"unknown dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"ghost"} }, `workflow.steps[1].depends_on[0]: unknown step "ghost"`},
-		{"self dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"charge"} }, "workflow.steps[1].depends_on[0]: a step cannot depend on itself"},
-		{"duplicate dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"reserve", "reserve"} }, "workflow.steps[1].depends_on[1]: duplicate"},
+		{"unknown dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"ghost"} }, `workflow.steps[1].dependsOn[0]: unknown step "ghost"`},
+		{"self dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"charge"} }, "workflow.steps[1].dependsOn[0]: a step cannot depend on itself"},
+		{"misspelled dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"reserv"} }, `workflow.steps[1].dependsOn[0]: unknown step "reserv"; did you mean "reserve"?`},
+		{"duplicate dependency", func(w *reevev1.Workflow) { w.Steps[1].DependsOn = []string{"reserve", "reserve"} }, "workflow.steps[1].dependsOn[1]: duplicate"},
 		{"cycle", func(w *reevev1.Workflow) { w.Steps[0].DependsOn = []string{"charge"} }, "workflow.steps: cycle: reserve -> charge -> reserve"},
 		{"timeout too short", func(w *reevev1.Workflow) { w.Steps[0].Timeout = durationpb.New(time.Millisecond) }, "workflow.steps[0].timeout"},
 		{"timeout too long", func(w *reevev1.Workflow) { w.Steps[0].Timeout = durationpb.New(25 * time.Hour) }, "workflow.steps[0].timeout"},
-		{"default timeout", func(w *reevev1.Workflow) { w.DefaultTimeout = durationpb.New(0) }, "workflow.default_timeout"},
-		{"schedule-to-start too short", func(w *reevev1.Workflow) { w.Steps[0].ScheduleToStartTimeout = durationpb.New(time.Millisecond) }, "workflow.steps[0].schedule_to_start_timeout"},
-		{"schedule-to-start too long", func(w *reevev1.Workflow) { w.Steps[0].ScheduleToStartTimeout = durationpb.New(25 * time.Hour) }, "workflow.steps[0].schedule_to_start_timeout"},
-		{"default schedule-to-start", func(w *reevev1.Workflow) { w.DefaultScheduleToStartTimeout = durationpb.New(0) }, "workflow.default_schedule_to_start_timeout"},
-		{"negative attempts", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: -1} }, "workflow.steps[0].retry_policy.max_attempts"},
-		{"too many attempts", func(w *reevev1.Workflow) { w.DefaultRetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 101} }, "workflow.default_retry_policy.max_attempts"},
+		{"default timeout", func(w *reevev1.Workflow) { w.DefaultTimeout = durationpb.New(0) }, "workflow.defaultTimeout"},
+		{"schedule-to-start too short", func(w *reevev1.Workflow) { w.Steps[0].ScheduleToStartTimeout = durationpb.New(time.Millisecond) }, "workflow.steps[0].scheduleToStartTimeout"},
+		{"schedule-to-start too long", func(w *reevev1.Workflow) { w.Steps[0].ScheduleToStartTimeout = durationpb.New(25 * time.Hour) }, "workflow.steps[0].scheduleToStartTimeout"},
+		{"default schedule-to-start", func(w *reevev1.Workflow) { w.DefaultScheduleToStartTimeout = durationpb.New(0) }, "workflow.defaultScheduleToStartTimeout"},
+		{"negative attempts", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: -1} }, "workflow.steps[0].retryPolicy.maxAttempts"},
+		{"too many attempts", func(w *reevev1.Workflow) { w.DefaultRetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 101} }, "workflow.defaultRetryPolicy.maxAttempts"},
 		{"backoff order", func(w *reevev1.Workflow) {
 			w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{InitialBackoff: durationpb.New(time.Minute), MaxBackoff: durationpb.New(time.Second)}
-		}, "workflow.steps[0].retry_policy.initial_backoff: larger than max_backoff"},
-		{"multiplier", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{BackoffMultiplier: 0.5} }, "workflow.steps[0].retry_policy.backoff_multiplier"},
+		}, "workflow.steps[0].retryPolicy.initialBackoff: larger than maxBackoff"},
+		{"multiplier", func(w *reevev1.Workflow) { w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{BackoffMultiplier: 0.5} }, "workflow.steps[0].retryPolicy.backoffMultiplier"},
 		{"empty code", func(w *reevev1.Workflow) {
 			w.Steps[0].RetryPolicy = &reevev1.RetryPolicy{NonRetryableErrorCodes: []string{""}}
-		}, "non_retryable_error_codes[0]"},
+		}, "nonRetryableErrorCodes[0]"},
 		{"compensation type", func(w *reevev1.Workflow) { w.Steps[0].Compensation.Type = "" }, "workflow.steps[0].compensation.type: required"},
 		{"compensate without compensations", func(w *reevev1.Workflow) { w.Steps[0].Compensation = nil }, "workflow.steps[1].escalation: compensate needs"},
 		{"unknown escalation", func(w *reevev1.Workflow) { w.Steps[0].Escalation = 42 }, "workflow.steps[0].escalation: unknown"},
 		{"heartbeat over timeout", func(w *reevev1.Workflow) {
 			w.Steps[0].Timeout = durationpb.New(time.Second)
 			w.Steps[0].HeartbeatTimeout = durationpb.New(time.Minute)
-		}, "workflow.steps[0].heartbeat_timeout"},
+		}, "workflow.steps[0].heartbeatTimeout"},
 		{"reassign after disconnect over timeout", func(w *reevev1.Workflow) {
 			w.Steps[0].Timeout = durationpb.New(time.Second)
 			w.Steps[0].ReassignAfterDisconnect = durationpb.New(2 * time.Second)
-		}, "workflow.steps[0].reassign_after_disconnect"},
+		}, "workflow.steps[0].reassignAfterDisconnect"},
 		{"reassign after disconnect too short", func(w *reevev1.Workflow) {
 			w.Steps[0].ReassignAfterDisconnect = durationpb.New(time.Millisecond)
-		}, "workflow.steps[0].reassign_after_disconnect"},
+		}, "workflow.steps[0].reassignAfterDisconnect"},
 		{"config too large", func(w *reevev1.Workflow) {
 			w.Steps[0].Config = structpb.NewStringValue(strings.Repeat("x", workflow.MaxConfigBytes))
 		}, "workflow.steps[0].config"},
@@ -309,6 +310,51 @@ func TestDisconnectGrace(t *testing.T) {
 		}
 		if got, ok := workflow.DisconnectGrace(s); got != tc.want || ok != tc.wantGrace {
 			t.Errorf("%s: DisconnectGrace = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.wantGrace)
+		}
+	}
+}
+
+func TestClosestSuggestsATypoOnly(t *testing.T) {
+	cases := []struct {
+		name       string
+		candidates []string
+		want       string
+	}{
+		{"create_biling", []string{"create_account", "create_billing", "send_welcome"}, "create_billing"},
+		{"onboard.create_billing_customer", []string{"onboard.create_billing_customr", "onboard.send_email"}, "onboard.create_billing_customr"},
+		{"ship", []string{"reserve", "charge"}, ""},
+		{"charge", []string{"charge", "chargf"}, ""}, // a candidate itself
+		{"x", nil, ""},
+	}
+	for _, tc := range cases {
+		got, ok := workflow.Closest(tc.name, tc.candidates)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("Closest(%q, %v) = %q, %v; want %q", tc.name, tc.candidates, got, ok, tc.want)
+		}
+	}
+	if got := workflow.FilePath("inline_workflow.steps[2].retry_policy.non_retryable_error_codes[0]"); got != "inline_workflow.steps[2].retryPolicy.nonRetryableErrorCodes[0]" {
+		t.Errorf("FilePath: %q", got)
+	}
+	if got := workflow.FilePath("fence.election_key"); got != "fence.election_key" {
+		t.Errorf("FilePath of a path outside a workflow: %q, want it unchanged", got)
+	}
+}
+
+func TestNoAgentServesSuggestsTheNearestType(t *testing.T) {
+	cases := []struct {
+		typ    string
+		served []string
+		want   string
+	}{
+		{"onboard.create_billing_customer", []string{"onboard.create_account", "onboard.create_billing_customr", "onboard.send_welcome"},
+			"no agent serves onboard.create_billing_customer; agents serve onboard.create_billing_customr"},
+		{"pay.charge", []string{"ship.send", "inventory.reserve", "ship.send"}, "no agent serves pay.charge; agents serve inventory.reserve, ship.send"},
+		{"pay.charge", []string{"a1", "a2", "a3", "a4", "a5", "a6", "a7"}, "no agent serves pay.charge; agents serve a1, a2, a3, a4, a5 and 2 more"},
+		{"pay.charge", nil, "no agent serves pay.charge; no agent of its namespace is connected"},
+	}
+	for _, tc := range cases {
+		if got := workflow.NoAgentServes(tc.typ, tc.served); got != tc.want {
+			t.Errorf("NoAgentServes(%q, %v) = %q, want %q", tc.typ, tc.served, got, tc.want)
 		}
 	}
 }

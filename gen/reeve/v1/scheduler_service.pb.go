@@ -1446,7 +1446,15 @@ type CancelTaskRequest struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	TaskId    string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// Recorded in the task's history; at most 1 KiB.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// By default a task holding work to undo (a succeeded step that declares a
+	// compensation) is compensated: its succeeded steps are undone in reverse
+	// order and it ends COMPENSATED (FAILED with an alert when an undo
+	// cannot be done); a task already COMPENSATING is left to finish. Set, the
+	// task ends CANCELED at once without undoing anything; its done work can
+	// be compensated later (CompensateTask) while it stays in etcd for the
+	// retention.
+	NoCompensate  bool `protobuf:"varint,4,opt,name=no_compensate,json=noCompensate,proto3" json:"no_compensate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1502,6 +1510,13 @@ func (x *CancelTaskRequest) GetReason() string {
 	return ""
 }
 
+func (x *CancelTaskRequest) GetNoCompensate() bool {
+	if x != nil {
+		return x.NoCompensate
+	}
+	return false
+}
+
 type CancelTaskResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -1546,6 +1561,150 @@ func (x *CancelTaskResponse) GetTask() *Task {
 	return nil
 }
 
+type RerunTaskRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The task to run again.
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The step to run again, with every step downstream of it.
+	FromStep string `protobuf:"bytes,3,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"`
+	// The new task's input; unset: the old task's.
+	Input *structpb.Value `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
+	// The new task's id; empty: one is generated. Choose it to make a retry
+	// after a lost answer return the same task.
+	NewTaskId string `protobuf:"bytes,5,opt,name=new_task_id,json=newTaskId,proto3" json:"new_task_id,omitempty"`
+	// Recorded in the new task's history; at most 1 KiB.
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunTaskRequest) Reset() {
+	*x = RerunTaskRequest{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunTaskRequest) ProtoMessage() {}
+
+func (x *RerunTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunTaskRequest.ProtoReflect.Descriptor instead.
+func (*RerunTaskRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RerunTaskRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RerunTaskRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *RerunTaskRequest) GetFromStep() string {
+	if x != nil {
+		return x.FromStep
+	}
+	return ""
+}
+
+func (x *RerunTaskRequest) GetInput() *structpb.Value {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *RerunTaskRequest) GetNewTaskId() string {
+	if x != nil {
+		return x.NewTaskId
+	}
+	return ""
+}
+
+func (x *RerunTaskRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RerunTaskResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new task.
+	Task *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// False when new_task_id named a task this same request created before.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunTaskResponse) Reset() {
+	*x = RerunTaskResponse{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunTaskResponse) ProtoMessage() {}
+
+func (x *RerunTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunTaskResponse.ProtoReflect.Descriptor instead.
+func (*RerunTaskResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RerunTaskResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *RerunTaskResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
 type RegisterWorkflowRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Registering a definition equal to the latest version returns that
@@ -1557,7 +1716,7 @@ type RegisterWorkflowRequest struct {
 
 func (x *RegisterWorkflowRequest) Reset() {
 	*x = RegisterWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1728,7 @@ func (x *RegisterWorkflowRequest) String() string {
 func (*RegisterWorkflowRequest) ProtoMessage() {}
 
 func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1741,7 @@ func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterWorkflowRequest) GetWorkflow() *Workflow {
@@ -1603,7 +1762,7 @@ type RegisterWorkflowResponse struct {
 
 func (x *RegisterWorkflowResponse) Reset() {
 	*x = RegisterWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1774,7 @@ func (x *RegisterWorkflowResponse) String() string {
 func (*RegisterWorkflowResponse) ProtoMessage() {}
 
 func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1787,7 @@ func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegisterWorkflowResponse) GetWorkflow() *Workflow {
@@ -1657,7 +1816,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1828,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1841,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetWorkflowRequest) GetNamespace() string {
@@ -1715,7 +1874,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1886,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1899,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -1763,7 +1922,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1934,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1947,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListWorkflowsRequest) GetNamespace() string {
@@ -1822,7 +1981,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1993,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +2006,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{27}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -1963,13 +2122,24 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\"7\n" +
 	"\x11WatchTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"g\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\x8c\x01\n" +
 	"\x11CancelTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"8\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12#\n" +
+	"\rno_compensate\x18\x04 \x01(\bR\fnoCompensate\"8\n" +
 	"\x12CancelTaskResponse\x12\"\n" +
-	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"N\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\xd6\x01\n" +
+	"\x10RerunTaskRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12 \n" +
+	"\tfrom_step\x18\x03 \x01(\tB\x03\xe0A\x02R\bfromStep\x12,\n" +
+	"\x05input\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05input\x12\x1e\n" +
+	"\vnew_task_id\x18\x05 \x01(\tR\tnewTaskId\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"Q\n" +
+	"\x11RerunTaskResponse\x12\"\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"N\n" +
 	"\x17RegisterWorkflowRequest\x123\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x12.reeve.v1.WorkflowB\x03\xe0A\x02R\bworkflow\"d\n" +
 	"\x18RegisterWorkflowResponse\x12.\n" +
@@ -1992,7 +2162,7 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\bTaskView\x12\x19\n" +
 	"\x15TASK_VIEW_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fTASK_VIEW_BASIC\x10\x01\x12\x12\n" +
-	"\x0eTASK_VIEW_FULL\x10\x022\xc8\x06\n" +
+	"\x0eTASK_VIEW_FULL\x10\x022\x8e\a\n" +
 	"\x10SchedulerService\x12G\n" +
 	"\n" +
 	"SubmitTask\x12\x1b.reeve.v1.SubmitTaskRequest\x1a\x1c.reeve.v1.SubmitTaskResponse\x12>\n" +
@@ -2004,7 +2174,8 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"WatchTasks\x12\x1b.reeve.v1.WatchTasksRequest\x1a\x1c.reeve.v1.WatchTasksResponse0\x01\x12F\n" +
 	"\tWatchTask\x12\x1a.reeve.v1.WatchTaskRequest\x1a\x1b.reeve.v1.WatchTaskResponse0\x01\x12G\n" +
 	"\n" +
-	"CancelTask\x12\x1b.reeve.v1.CancelTaskRequest\x1a\x1c.reeve.v1.CancelTaskResponse\x12Y\n" +
+	"CancelTask\x12\x1b.reeve.v1.CancelTaskRequest\x1a\x1c.reeve.v1.CancelTaskResponse\x12D\n" +
+	"\tRerunTask\x12\x1a.reeve.v1.RerunTaskRequest\x1a\x1b.reeve.v1.RerunTaskResponse\x12Y\n" +
 	"\x10RegisterWorkflow\x12!.reeve.v1.RegisterWorkflowRequest\x1a\".reeve.v1.RegisterWorkflowResponse\x12J\n" +
 	"\vGetWorkflow\x12\x1c.reeve.v1.GetWorkflowRequest\x1a\x1d.reeve.v1.GetWorkflowResponse\x12P\n" +
 	"\rListWorkflows\x12\x1e.reeve.v1.ListWorkflowsRequest\x1a\x1f.reeve.v1.ListWorkflowsResponse\x12G\n" +
@@ -2024,7 +2195,7 @@ func file_reeve_v1_scheduler_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_scheduler_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(TaskView)(0),                    // 0: reeve.v1.TaskView
 	(*SubmitTaskRequest)(nil),        // 1: reeve.v1.SubmitTaskRequest
@@ -2049,74 +2220,80 @@ var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(*WatchTaskResponse)(nil),        // 20: reeve.v1.WatchTaskResponse
 	(*CancelTaskRequest)(nil),        // 21: reeve.v1.CancelTaskRequest
 	(*CancelTaskResponse)(nil),       // 22: reeve.v1.CancelTaskResponse
-	(*RegisterWorkflowRequest)(nil),  // 23: reeve.v1.RegisterWorkflowRequest
-	(*RegisterWorkflowResponse)(nil), // 24: reeve.v1.RegisterWorkflowResponse
-	(*GetWorkflowRequest)(nil),       // 25: reeve.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),      // 26: reeve.v1.GetWorkflowResponse
-	(*ListWorkflowsRequest)(nil),     // 27: reeve.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),    // 28: reeve.v1.ListWorkflowsResponse
-	nil,                              // 29: reeve.v1.CountTasksResponse.ByStateEntry
-	(*Workflow)(nil),                 // 30: reeve.v1.Workflow
-	(*structpb.Value)(nil),           // 31: google.protobuf.Value
-	(*Task)(nil),                     // 32: reeve.v1.Task
-	(TaskState)(0),                   // 33: reeve.v1.TaskState
-	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
+	(*RerunTaskRequest)(nil),         // 23: reeve.v1.RerunTaskRequest
+	(*RerunTaskResponse)(nil),        // 24: reeve.v1.RerunTaskResponse
+	(*RegisterWorkflowRequest)(nil),  // 25: reeve.v1.RegisterWorkflowRequest
+	(*RegisterWorkflowResponse)(nil), // 26: reeve.v1.RegisterWorkflowResponse
+	(*GetWorkflowRequest)(nil),       // 27: reeve.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),      // 28: reeve.v1.GetWorkflowResponse
+	(*ListWorkflowsRequest)(nil),     // 29: reeve.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),    // 30: reeve.v1.ListWorkflowsResponse
+	nil,                              // 31: reeve.v1.CountTasksResponse.ByStateEntry
+	(*Workflow)(nil),                 // 32: reeve.v1.Workflow
+	(*structpb.Value)(nil),           // 33: google.protobuf.Value
+	(*Task)(nil),                     // 34: reeve.v1.Task
+	(TaskState)(0),                   // 35: reeve.v1.TaskState
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
 	2,  // 0: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
-	30, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
-	31, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
-	32, // 3: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
-	32, // 4: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
-	33, // 5: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
-	34, // 6: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	34, // 7: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	32, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
+	33, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
+	34, // 3: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
+	34, // 4: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
+	35, // 5: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
+	36, // 6: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	36, // 7: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
 	0,  // 8: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
-	32, // 9: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
-	29, // 10: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
+	34, // 9: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
+	31, // 10: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
 	10, // 11: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
-	33, // 12: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
+	35, // 12: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
 	0,  // 13: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
 	13, // 14: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
 	14, // 15: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
-	32, // 16: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	34, // 16: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
 	17, // 17: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
 	18, // 18: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
-	34, // 19: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
-	34, // 20: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
-	32, // 21: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	32, // 22: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	30, // 23: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	30, // 24: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	30, // 25: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	30, // 26: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	1,  // 27: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	4,  // 28: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	6,  // 29: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	8,  // 30: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
-	11, // 31: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
-	19, // 32: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	21, // 33: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	23, // 34: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	25, // 35: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	27, // 36: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	15, // 37: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
-	3,  // 38: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	5,  // 39: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	7,  // 40: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	9,  // 41: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
-	12, // 42: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
-	20, // 43: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	22, // 44: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	24, // 45: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	26, // 46: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	28, // 47: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	16, // 48: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	36, // 19: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	36, // 20: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	34, // 21: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	34, // 22: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	33, // 23: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
+	34, // 24: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
+	32, // 25: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	32, // 26: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	32, // 27: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	32, // 28: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	1,  // 29: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	4,  // 30: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	6,  // 31: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	8,  // 32: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	11, // 33: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	19, // 34: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	21, // 35: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	23, // 36: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
+	25, // 37: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	27, // 38: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	29, // 39: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	15, // 40: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	3,  // 41: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	5,  // 42: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	7,  // 43: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	9,  // 44: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	12, // 45: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	20, // 46: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	22, // 47: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	24, // 48: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
+	26, // 49: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	28, // 50: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	30, // 51: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	16, // 52: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	41, // [41:53] is the sub-list for method output_type
+	29, // [29:41] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }
@@ -2140,7 +2317,7 @@ func file_reeve_v1_scheduler_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_scheduler_service_proto_rawDesc), len(file_reeve_v1_scheduler_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	SchedulerService_WatchTasks_FullMethodName       = "/reeve.v1.SchedulerService/WatchTasks"
 	SchedulerService_WatchTask_FullMethodName        = "/reeve.v1.SchedulerService/WatchTask"
 	SchedulerService_CancelTask_FullMethodName       = "/reeve.v1.SchedulerService/CancelTask"
+	SchedulerService_RerunTask_FullMethodName        = "/reeve.v1.SchedulerService/RerunTask"
 	SchedulerService_RegisterWorkflow_FullMethodName = "/reeve.v1.SchedulerService/RegisterWorkflow"
 	SchedulerService_GetWorkflow_FullMethodName      = "/reeve.v1.SchedulerService/GetWorkflow"
 	SchedulerService_ListWorkflows_FullMethodName    = "/reeve.v1.SchedulerService/ListWorkflows"
@@ -78,6 +79,14 @@ type SchedulerServiceClient interface {
 	// that returns the task, so a retry after a lost answer gets the canceled
 	// task (AIP-155).
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
+	// RerunTask runs a FAILED, COMPENSATED or SUCCEEDED task again from a
+	// step, as a new task linked to the old one (Task.rerun_of): the steps
+	// that succeeded and were not undone, other than from_step and the steps
+	// downstream of it, keep their outputs; every other step runs again in
+	// dependency order. The old task is left as it is (it may be archived).
+	// Needs the admin role of the namespace. A retry with the same
+	// new_task_id and request returns the task it created.
+	RerunTask(ctx context.Context, in *RerunTaskRequest, opts ...grpc.CallOption) (*RerunTaskResponse, error)
 	// RegisterWorkflow stores a new version of a named workflow. Registering a
 	// definition identical to the latest version returns that version.
 	RegisterWorkflow(ctx context.Context, in *RegisterWorkflowRequest, opts ...grpc.CallOption) (*RegisterWorkflowResponse, error)
@@ -187,6 +196,16 @@ func (c *schedulerServiceClient) CancelTask(ctx context.Context, in *CancelTaskR
 	return out, nil
 }
 
+func (c *schedulerServiceClient) RerunTask(ctx context.Context, in *RerunTaskRequest, opts ...grpc.CallOption) (*RerunTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RerunTaskResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_RerunTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *schedulerServiceClient) RegisterWorkflow(ctx context.Context, in *RegisterWorkflowRequest, opts ...grpc.CallOption) (*RegisterWorkflowResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RegisterWorkflowResponse)
@@ -273,6 +292,14 @@ type SchedulerServiceServer interface {
 	// that returns the task, so a retry after a lost answer gets the canceled
 	// task (AIP-155).
 	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
+	// RerunTask runs a FAILED, COMPENSATED or SUCCEEDED task again from a
+	// step, as a new task linked to the old one (Task.rerun_of): the steps
+	// that succeeded and were not undone, other than from_step and the steps
+	// downstream of it, keep their outputs; every other step runs again in
+	// dependency order. The old task is left as it is (it may be archived).
+	// Needs the admin role of the namespace. A retry with the same
+	// new_task_id and request returns the task it created.
+	RerunTask(context.Context, *RerunTaskRequest) (*RerunTaskResponse, error)
 	// RegisterWorkflow stores a new version of a named workflow. Registering a
 	// definition identical to the latest version returns that version.
 	RegisterWorkflow(context.Context, *RegisterWorkflowRequest) (*RegisterWorkflowResponse, error)
@@ -314,6 +341,9 @@ func (UnimplementedSchedulerServiceServer) WatchTask(*WatchTaskRequest, grpc.Ser
 }
 func (UnimplementedSchedulerServiceServer) CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelTask not implemented")
+}
+func (UnimplementedSchedulerServiceServer) RerunTask(context.Context, *RerunTaskRequest) (*RerunTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RerunTask not implemented")
 }
 func (UnimplementedSchedulerServiceServer) RegisterWorkflow(context.Context, *RegisterWorkflowRequest) (*RegisterWorkflowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterWorkflow not implemented")
@@ -460,6 +490,24 @@ func _SchedulerService_CancelTask_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_RerunTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RerunTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).RerunTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_RerunTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).RerunTask(ctx, req.(*RerunTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SchedulerService_RegisterWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RegisterWorkflowRequest)
 	if err := dec(in); err != nil {
@@ -558,6 +606,10 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTask",
 			Handler:    _SchedulerService_CancelTask_Handler,
+		},
+		{
+			MethodName: "RerunTask",
+			Handler:    _SchedulerService_RerunTask_Handler,
 		},
 		{
 			MethodName: "RegisterWorkflow",

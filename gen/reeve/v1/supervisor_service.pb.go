@@ -1310,6 +1310,234 @@ func (x *AckAlertResponse) GetAlert() *Alert {
 	return nil
 }
 
+type PauseTaskRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TaskId    string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Recorded in the task's history; at most 1 KiB.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// As RetryStepRequest.request_id.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseTaskRequest) Reset() {
+	*x = PauseTaskRequest{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseTaskRequest) ProtoMessage() {}
+
+func (x *PauseTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseTaskRequest.ProtoReflect.Descriptor instead.
+func (*PauseTaskRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PauseTaskRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PauseTaskRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *PauseTaskRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PauseTaskRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type PauseTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseTaskResponse) Reset() {
+	*x = PauseTaskResponse{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseTaskResponse) ProtoMessage() {}
+
+func (x *PauseTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseTaskResponse.ProtoReflect.Descriptor instead.
+func (*PauseTaskResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PauseTaskResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+type ResumeTaskRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TaskId    string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Recorded in the task's history; at most 1 KiB.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// As RetryStepRequest.request_id.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeTaskRequest) Reset() {
+	*x = ResumeTaskRequest{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeTaskRequest) ProtoMessage() {}
+
+func (x *ResumeTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeTaskRequest.ProtoReflect.Descriptor instead.
+func (*ResumeTaskRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ResumeTaskRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ResumeTaskRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ResumeTaskRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResumeTaskRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type ResumeTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeTaskResponse) Reset() {
+	*x = ResumeTaskResponse{}
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeTaskResponse) ProtoMessage() {}
+
+func (x *ResumeTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeTaskResponse.ProtoReflect.Descriptor instead.
+func (*ResumeTaskResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ResumeTaskResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 // ScheduleRef names a schedule.
 type ScheduleRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1321,7 +1549,7 @@ type ScheduleRef struct {
 
 func (x *ScheduleRef) Reset() {
 	*x = ScheduleRef{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1561,7 @@ func (x *ScheduleRef) String() string {
 func (*ScheduleRef) ProtoMessage() {}
 
 func (x *ScheduleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1574,7 @@ func (x *ScheduleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRef.ProtoReflect.Descriptor instead.
 func (*ScheduleRef) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{18}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ScheduleRef) GetNamespace() string {
@@ -1375,7 +1603,7 @@ type FireSchedulesRequest struct {
 
 func (x *FireSchedulesRequest) Reset() {
 	*x = FireSchedulesRequest{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1615,7 @@ func (x *FireSchedulesRequest) String() string {
 func (*FireSchedulesRequest) ProtoMessage() {}
 
 func (x *FireSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1628,7 @@ func (x *FireSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FireSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*FireSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{19}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FireSchedulesRequest) GetFence() *Fence {
@@ -1434,7 +1662,7 @@ type FireOutcome struct {
 
 func (x *FireOutcome) Reset() {
 	*x = FireOutcome{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1674,7 @@ func (x *FireOutcome) String() string {
 func (*FireOutcome) ProtoMessage() {}
 
 func (x *FireOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1687,7 @@ func (x *FireOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FireOutcome.ProtoReflect.Descriptor instead.
 func (*FireOutcome) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{20}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FireOutcome) GetApplied() bool {
@@ -1506,7 +1734,7 @@ type FireSchedulesResponse struct {
 
 func (x *FireSchedulesResponse) Reset() {
 	*x = FireSchedulesResponse{}
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1746,7 @@ func (x *FireSchedulesResponse) String() string {
 func (*FireSchedulesResponse) ProtoMessage() {}
 
 func (x *FireSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_supervisor_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1759,7 @@ func (x *FireSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FireSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*FireSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{21}
+	return file_reeve_v1_supervisor_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FireSchedulesResponse) GetOutcomes() []*FireOutcome {
@@ -1641,7 +1869,23 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\balert_id\x18\x02 \x01(\tB\x03\xe0A\x02R\aalertId\x12'\n" +
 	"\x0facknowledged_by\x18\x03 \x01(\tR\x0eacknowledgedBy\"9\n" +
 	"\x10AckAlertResponse\x12%\n" +
-	"\x05alert\x18\x01 \x01(\v2\x0f.reeve.v1.AlertR\x05alert\"?\n" +
+	"\x05alert\x18\x01 \x01(\v2\x0f.reeve.v1.AlertR\x05alert\"\x85\x01\n" +
+	"\x10PauseTaskRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"7\n" +
+	"\x11PauseTaskResponse\x12\"\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"\x86\x01\n" +
+	"\x11ResumeTaskRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"8\n" +
+	"\x12ResumeTaskResponse\x12\"\n" +
+	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\"?\n" +
 	"\vScheduleRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"w\n" +
@@ -1661,12 +1905,15 @@ const file_reeve_v1_supervisor_service_proto_rawDesc = "" +
 	"\x15RECOVERY_ACTION_RETRY\x10\x01\x12\x1e\n" +
 	"\x1aRECOVERY_ACTION_COMPENSATE\x10\x02\x12\x18\n" +
 	"\x14RECOVERY_ACTION_FAIL\x10\x03\x12\x1e\n" +
-	"\x1aRECOVERY_ACTION_AGENT_LOST\x10\x042\xec\x04\n" +
+	"\x1aRECOVERY_ACTION_AGENT_LOST\x10\x042\xfb\x05\n" +
 	"\x11SupervisorService\x12D\n" +
 	"\tRetryStep\x12\x1a.reeve.v1.RetryStepRequest\x1a\x1b.reeve.v1.RetryStepResponse\x12S\n" +
 	"\x0eCompensateTask\x12\x1f.reeve.v1.CompensateTaskRequest\x1a .reeve.v1.CompensateTaskResponse\x12A\n" +
 	"\bFailTask\x12\x19.reeve.v1.FailTaskRequest\x1a\x1a.reeve.v1.FailTaskResponse\x12M\n" +
-	"\fRecoverSteps\x12\x1d.reeve.v1.RecoverStepsRequest\x1a\x1e.reeve.v1.RecoverStepsResponse\x12G\n" +
+	"\fRecoverSteps\x12\x1d.reeve.v1.RecoverStepsRequest\x1a\x1e.reeve.v1.RecoverStepsResponse\x12D\n" +
+	"\tPauseTask\x12\x1a.reeve.v1.PauseTaskRequest\x1a\x1b.reeve.v1.PauseTaskResponse\x12G\n" +
+	"\n" +
+	"ResumeTask\x12\x1b.reeve.v1.ResumeTaskRequest\x1a\x1c.reeve.v1.ResumeTaskResponse\x12G\n" +
 	"\n" +
 	"ListAlerts\x12\x1b.reeve.v1.ListAlertsRequest\x1a\x1c.reeve.v1.ListAlertsResponse\x12L\n" +
 	"\vWatchAlerts\x12\x1c.reeve.v1.WatchAlertsRequest\x1a\x1d.reeve.v1.WatchAlertsResponse0\x01\x12A\n" +
@@ -1686,7 +1933,7 @@ func file_reeve_v1_supervisor_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_supervisor_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_supervisor_service_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_reeve_v1_supervisor_service_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_reeve_v1_supervisor_service_proto_goTypes = []any{
 	(RecoveryAction)(0),            // 0: reeve.v1.RecoveryAction
 	(*Fence)(nil),                  // 1: reeve.v1.Fence
@@ -1707,64 +1954,74 @@ var file_reeve_v1_supervisor_service_proto_goTypes = []any{
 	(*WatchAlertsResponse)(nil),    // 16: reeve.v1.WatchAlertsResponse
 	(*AckAlertRequest)(nil),        // 17: reeve.v1.AckAlertRequest
 	(*AckAlertResponse)(nil),       // 18: reeve.v1.AckAlertResponse
-	(*ScheduleRef)(nil),            // 19: reeve.v1.ScheduleRef
-	(*FireSchedulesRequest)(nil),   // 20: reeve.v1.FireSchedulesRequest
-	(*FireOutcome)(nil),            // 21: reeve.v1.FireOutcome
-	(*FireSchedulesResponse)(nil),  // 22: reeve.v1.FireSchedulesResponse
-	nil,                            // 23: reeve.v1.RecoveryDecision.TraceContextEntry
-	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
-	(*Task)(nil),                   // 25: reeve.v1.Task
-	(TaskState)(0),                 // 26: reeve.v1.TaskState
-	(*status.Status)(nil),          // 27: google.rpc.Status
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*PauseTaskRequest)(nil),       // 19: reeve.v1.PauseTaskRequest
+	(*PauseTaskResponse)(nil),      // 20: reeve.v1.PauseTaskResponse
+	(*ResumeTaskRequest)(nil),      // 21: reeve.v1.ResumeTaskRequest
+	(*ResumeTaskResponse)(nil),     // 22: reeve.v1.ResumeTaskResponse
+	(*ScheduleRef)(nil),            // 23: reeve.v1.ScheduleRef
+	(*FireSchedulesRequest)(nil),   // 24: reeve.v1.FireSchedulesRequest
+	(*FireOutcome)(nil),            // 25: reeve.v1.FireOutcome
+	(*FireSchedulesResponse)(nil),  // 26: reeve.v1.FireSchedulesResponse
+	nil,                            // 27: reeve.v1.RecoveryDecision.TraceContextEntry
+	(*durationpb.Duration)(nil),    // 28: google.protobuf.Duration
+	(*Task)(nil),                   // 29: reeve.v1.Task
+	(TaskState)(0),                 // 30: reeve.v1.TaskState
+	(*status.Status)(nil),          // 31: google.rpc.Status
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
 }
 var file_reeve_v1_supervisor_service_proto_depIdxs = []int32{
 	1,  // 0: reeve.v1.RetryStepRequest.fence:type_name -> reeve.v1.Fence
-	24, // 1: reeve.v1.RetryStepRequest.delay:type_name -> google.protobuf.Duration
-	25, // 2: reeve.v1.RetryStepResponse.task:type_name -> reeve.v1.Task
+	28, // 1: reeve.v1.RetryStepRequest.delay:type_name -> google.protobuf.Duration
+	29, // 2: reeve.v1.RetryStepResponse.task:type_name -> reeve.v1.Task
 	1,  // 3: reeve.v1.CompensateTaskRequest.fence:type_name -> reeve.v1.Fence
-	25, // 4: reeve.v1.CompensateTaskResponse.task:type_name -> reeve.v1.Task
+	29, // 4: reeve.v1.CompensateTaskResponse.task:type_name -> reeve.v1.Task
 	1,  // 5: reeve.v1.FailTaskRequest.fence:type_name -> reeve.v1.Fence
-	25, // 6: reeve.v1.FailTaskResponse.task:type_name -> reeve.v1.Task
+	29, // 6: reeve.v1.FailTaskResponse.task:type_name -> reeve.v1.Task
 	0,  // 7: reeve.v1.RecoveryDecision.action:type_name -> reeve.v1.RecoveryAction
-	24, // 8: reeve.v1.RecoveryDecision.delay:type_name -> google.protobuf.Duration
-	23, // 9: reeve.v1.RecoveryDecision.trace_context:type_name -> reeve.v1.RecoveryDecision.TraceContextEntry
+	28, // 8: reeve.v1.RecoveryDecision.delay:type_name -> google.protobuf.Duration
+	27, // 9: reeve.v1.RecoveryDecision.trace_context:type_name -> reeve.v1.RecoveryDecision.TraceContextEntry
 	1,  // 10: reeve.v1.RecoverStepsRequest.fence:type_name -> reeve.v1.Fence
 	8,  // 11: reeve.v1.RecoverStepsRequest.decisions:type_name -> reeve.v1.RecoveryDecision
-	26, // 12: reeve.v1.RecoveryOutcome.task_state:type_name -> reeve.v1.TaskState
-	27, // 13: reeve.v1.RecoveryOutcome.status:type_name -> google.rpc.Status
+	30, // 12: reeve.v1.RecoveryOutcome.task_state:type_name -> reeve.v1.TaskState
+	31, // 13: reeve.v1.RecoveryOutcome.status:type_name -> google.rpc.Status
 	10, // 14: reeve.v1.RecoverStepsResponse.outcomes:type_name -> reeve.v1.RecoveryOutcome
-	28, // 15: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
-	28, // 16: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
-	28, // 17: reeve.v1.Alert.resolve_time:type_name -> google.protobuf.Timestamp
+	32, // 15: reeve.v1.Alert.create_time:type_name -> google.protobuf.Timestamp
+	32, // 16: reeve.v1.Alert.ack_time:type_name -> google.protobuf.Timestamp
+	32, // 17: reeve.v1.Alert.resolve_time:type_name -> google.protobuf.Timestamp
 	12, // 18: reeve.v1.ListAlertsResponse.alerts:type_name -> reeve.v1.Alert
 	12, // 19: reeve.v1.WatchAlertsResponse.alert:type_name -> reeve.v1.Alert
 	12, // 20: reeve.v1.AckAlertResponse.alert:type_name -> reeve.v1.Alert
-	1,  // 21: reeve.v1.FireSchedulesRequest.fence:type_name -> reeve.v1.Fence
-	19, // 22: reeve.v1.FireSchedulesRequest.schedules:type_name -> reeve.v1.ScheduleRef
-	27, // 23: reeve.v1.FireOutcome.status:type_name -> google.rpc.Status
-	21, // 24: reeve.v1.FireSchedulesResponse.outcomes:type_name -> reeve.v1.FireOutcome
-	2,  // 25: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
-	4,  // 26: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
-	6,  // 27: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
-	9,  // 28: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
-	13, // 29: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
-	15, // 30: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
-	17, // 31: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
-	20, // 32: reeve.v1.SupervisorService.FireSchedules:input_type -> reeve.v1.FireSchedulesRequest
-	3,  // 33: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
-	5,  // 34: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
-	7,  // 35: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
-	11, // 36: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
-	14, // 37: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
-	16, // 38: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
-	18, // 39: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
-	22, // 40: reeve.v1.SupervisorService.FireSchedules:output_type -> reeve.v1.FireSchedulesResponse
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	29, // 21: reeve.v1.PauseTaskResponse.task:type_name -> reeve.v1.Task
+	29, // 22: reeve.v1.ResumeTaskResponse.task:type_name -> reeve.v1.Task
+	1,  // 23: reeve.v1.FireSchedulesRequest.fence:type_name -> reeve.v1.Fence
+	23, // 24: reeve.v1.FireSchedulesRequest.schedules:type_name -> reeve.v1.ScheduleRef
+	31, // 25: reeve.v1.FireOutcome.status:type_name -> google.rpc.Status
+	25, // 26: reeve.v1.FireSchedulesResponse.outcomes:type_name -> reeve.v1.FireOutcome
+	2,  // 27: reeve.v1.SupervisorService.RetryStep:input_type -> reeve.v1.RetryStepRequest
+	4,  // 28: reeve.v1.SupervisorService.CompensateTask:input_type -> reeve.v1.CompensateTaskRequest
+	6,  // 29: reeve.v1.SupervisorService.FailTask:input_type -> reeve.v1.FailTaskRequest
+	9,  // 30: reeve.v1.SupervisorService.RecoverSteps:input_type -> reeve.v1.RecoverStepsRequest
+	19, // 31: reeve.v1.SupervisorService.PauseTask:input_type -> reeve.v1.PauseTaskRequest
+	21, // 32: reeve.v1.SupervisorService.ResumeTask:input_type -> reeve.v1.ResumeTaskRequest
+	13, // 33: reeve.v1.SupervisorService.ListAlerts:input_type -> reeve.v1.ListAlertsRequest
+	15, // 34: reeve.v1.SupervisorService.WatchAlerts:input_type -> reeve.v1.WatchAlertsRequest
+	17, // 35: reeve.v1.SupervisorService.AckAlert:input_type -> reeve.v1.AckAlertRequest
+	24, // 36: reeve.v1.SupervisorService.FireSchedules:input_type -> reeve.v1.FireSchedulesRequest
+	3,  // 37: reeve.v1.SupervisorService.RetryStep:output_type -> reeve.v1.RetryStepResponse
+	5,  // 38: reeve.v1.SupervisorService.CompensateTask:output_type -> reeve.v1.CompensateTaskResponse
+	7,  // 39: reeve.v1.SupervisorService.FailTask:output_type -> reeve.v1.FailTaskResponse
+	11, // 40: reeve.v1.SupervisorService.RecoverSteps:output_type -> reeve.v1.RecoverStepsResponse
+	20, // 41: reeve.v1.SupervisorService.PauseTask:output_type -> reeve.v1.PauseTaskResponse
+	22, // 42: reeve.v1.SupervisorService.ResumeTask:output_type -> reeve.v1.ResumeTaskResponse
+	14, // 43: reeve.v1.SupervisorService.ListAlerts:output_type -> reeve.v1.ListAlertsResponse
+	16, // 44: reeve.v1.SupervisorService.WatchAlerts:output_type -> reeve.v1.WatchAlertsResponse
+	18, // 45: reeve.v1.SupervisorService.AckAlert:output_type -> reeve.v1.AckAlertResponse
+	26, // 46: reeve.v1.SupervisorService.FireSchedules:output_type -> reeve.v1.FireSchedulesResponse
+	37, // [37:47] is the sub-list for method output_type
+	27, // [27:37] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_supervisor_service_proto_init() }
@@ -1779,7 +2036,7 @@ func file_reeve_v1_supervisor_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_supervisor_service_proto_rawDesc), len(file_reeve_v1_supervisor_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,8 @@ const (
 	SupervisorService_CompensateTask_FullMethodName = "/reeve.v1.SupervisorService/CompensateTask"
 	SupervisorService_FailTask_FullMethodName       = "/reeve.v1.SupervisorService/FailTask"
 	SupervisorService_RecoverSteps_FullMethodName   = "/reeve.v1.SupervisorService/RecoverSteps"
+	SupervisorService_PauseTask_FullMethodName      = "/reeve.v1.SupervisorService/PauseTask"
+	SupervisorService_ResumeTask_FullMethodName     = "/reeve.v1.SupervisorService/ResumeTask"
 	SupervisorService_ListAlerts_FullMethodName     = "/reeve.v1.SupervisorService/ListAlerts"
 	SupervisorService_WatchAlerts_FullMethodName    = "/reeve.v1.SupervisorService/WatchAlerts"
 	SupervisorService_AckAlert_FullMethodName       = "/reeve.v1.SupervisorService/AckAlert"
@@ -73,6 +75,15 @@ type SupervisorServiceClient interface {
 	// changes nothing; a deposed leader's decisions are all refused with
 	// FAILED_PRECONDITION.
 	RecoverSteps(ctx context.Context, in *RecoverStepsRequest, opts ...grpc.CallOption) (*RecoverStepsResponse, error)
+	// PauseTask stops dispatching a PENDING, RUNNING or COMPENSATING task's
+	// steps: running attempts go on and report, steps that become ready wait,
+	// schedule-to-start timers stop. On a paused task it answers with the task
+	// unchanged. Operator only (no fence).
+	PauseTask(ctx context.Context, in *PauseTaskRequest, opts ...grpc.CallOption) (*PauseTaskResponse, error)
+	// ResumeTask dispatches a paused task's ready steps again (their
+	// schedule-to-start timers start over). On a task that is not paused it
+	// answers with the task unchanged.
+	ResumeTask(ctx context.Context, in *ResumeTaskRequest, opts ...grpc.CallOption) (*ResumeTaskResponse, error)
 	// ListAlerts lists a namespace's alerts, oldest first.
 	ListAlerts(ctx context.Context, in *ListAlertsRequest, opts ...grpc.CallOption) (*ListAlertsResponse, error)
 	// WatchAlerts streams the unacknowledged alerts, then every new or changed
@@ -130,6 +141,26 @@ func (c *supervisorServiceClient) RecoverSteps(ctx context.Context, in *RecoverS
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RecoverStepsResponse)
 	err := c.cc.Invoke(ctx, SupervisorService_RecoverSteps_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *supervisorServiceClient) PauseTask(ctx context.Context, in *PauseTaskRequest, opts ...grpc.CallOption) (*PauseTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseTaskResponse)
+	err := c.cc.Invoke(ctx, SupervisorService_PauseTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *supervisorServiceClient) ResumeTask(ctx context.Context, in *ResumeTaskRequest, opts ...grpc.CallOption) (*ResumeTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeTaskResponse)
+	err := c.cc.Invoke(ctx, SupervisorService_ResumeTask_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -229,6 +260,15 @@ type SupervisorServiceServer interface {
 	// changes nothing; a deposed leader's decisions are all refused with
 	// FAILED_PRECONDITION.
 	RecoverSteps(context.Context, *RecoverStepsRequest) (*RecoverStepsResponse, error)
+	// PauseTask stops dispatching a PENDING, RUNNING or COMPENSATING task's
+	// steps: running attempts go on and report, steps that become ready wait,
+	// schedule-to-start timers stop. On a paused task it answers with the task
+	// unchanged. Operator only (no fence).
+	PauseTask(context.Context, *PauseTaskRequest) (*PauseTaskResponse, error)
+	// ResumeTask dispatches a paused task's ready steps again (their
+	// schedule-to-start timers start over). On a task that is not paused it
+	// answers with the task unchanged.
+	ResumeTask(context.Context, *ResumeTaskRequest) (*ResumeTaskResponse, error)
 	// ListAlerts lists a namespace's alerts, oldest first.
 	ListAlerts(context.Context, *ListAlertsRequest) (*ListAlertsResponse, error)
 	// WatchAlerts streams the unacknowledged alerts, then every new or changed
@@ -263,6 +303,12 @@ func (UnimplementedSupervisorServiceServer) FailTask(context.Context, *FailTaskR
 }
 func (UnimplementedSupervisorServiceServer) RecoverSteps(context.Context, *RecoverStepsRequest) (*RecoverStepsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RecoverSteps not implemented")
+}
+func (UnimplementedSupervisorServiceServer) PauseTask(context.Context, *PauseTaskRequest) (*PauseTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseTask not implemented")
+}
+func (UnimplementedSupervisorServiceServer) ResumeTask(context.Context, *ResumeTaskRequest) (*ResumeTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeTask not implemented")
 }
 func (UnimplementedSupervisorServiceServer) ListAlerts(context.Context, *ListAlertsRequest) (*ListAlertsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAlerts not implemented")
@@ -369,6 +415,42 @@ func _SupervisorService_RecoverSteps_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SupervisorService_PauseTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SupervisorServiceServer).PauseTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SupervisorService_PauseTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SupervisorServiceServer).PauseTask(ctx, req.(*PauseTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SupervisorService_ResumeTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SupervisorServiceServer).ResumeTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SupervisorService_ResumeTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SupervisorServiceServer).ResumeTask(ctx, req.(*ResumeTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SupervisorService_ListAlerts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListAlertsRequest)
 	if err := dec(in); err != nil {
@@ -456,6 +538,14 @@ var SupervisorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecoverSteps",
 			Handler:    _SupervisorService_RecoverSteps_Handler,
+		},
+		{
+			MethodName: "PauseTask",
+			Handler:    _SupervisorService_PauseTask_Handler,
+		},
+		{
+			MethodName: "ResumeTask",
+			Handler:    _SupervisorService_ResumeTask_Handler,
 		},
 		{
 			MethodName: "ListAlerts",

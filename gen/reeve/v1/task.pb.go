@@ -193,8 +193,15 @@ type Task struct {
 	// counted in history_dropped).
 	History        []*HistoryEvent `protobuf:"bytes,11,rep,name=history,proto3" json:"history,omitempty"`
 	HistoryDropped int32           `protobuf:"varint,12,opt,name=history_dropped,json=historyDropped,proto3" json:"history_dropped,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Paused by an operator (PauseTask): none of its steps is dispatched
+	// until ResumeTask; attempts already running go on and report. Cleared
+	// when the task ends. A paused task is written in record version 2.
+	Paused bool `protobuf:"varint,20,opt,name=paused,proto3" json:"paused,omitempty"`
+	// The task this one runs again (RerunTask), in the same namespace; empty
+	// for a submitted task.
+	RerunOf       string `protobuf:"bytes,21,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -309,6 +316,20 @@ func (x *Task) GetHistoryDropped() int32 {
 		return x.HistoryDropped
 	}
 	return 0
+}
+
+func (x *Task) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Task) GetRerunOf() string {
+	if x != nil {
+		return x.RerunOf
+	}
+	return ""
 }
 
 // Step is the state record of one step of a task, as the pattern names it:
@@ -724,7 +745,7 @@ var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\x87\x04\n" +
+	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\xba\x04\n" +
 	"\x04Task\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12.\n" +
@@ -740,7 +761,9 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x120\n" +
 	"\ahistory\x18\v \x03(\v2\x16.reeve.v1.HistoryEventR\ahistory\x12'\n" +
-	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\"\x9d\a\n" +
+	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\x12\x16\n" +
+	"\x06paused\x18\x14 \x01(\bR\x06paused\x12\x19\n" +
+	"\brerun_of\x18\x15 \x01(\tR\arerunOf\"\x9d\a\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +

@@ -276,7 +276,7 @@ service:
 	cliEnv := append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+otlpHTTP, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "REEVE_ADDRESS="+addr)
 	for _, wf := range []string{"demo.compensate", "demo.timeout"} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cli := exec.CommandContext(ctx, reeve, "task", "submit", "--workflow", wf, "--input", `{"order_id":"o-e2e"}`, "--id", "e2e-"+wf, "--wait", "--timeout", "30s")
+		cli := exec.CommandContext(ctx, reeve, "task", "submit", "--workflow", wf, "--input", `{"order_id":"o-e2e"}`, "--id", "e2e-"+wf, "--wait", "--exit-code=false", "--timeout", "30s")
 		cli.Env = cliEnv
 		out, err := cli.CombinedOutput()
 		cancel()

@@ -46,6 +46,18 @@ type TaskRecord struct {
 	// the task: every span of the task joins this trace, also after a
 	// scheduler restart. Empty when the task was submitted without tracing.
 	TraceContext map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Set by the write that ended the task when its scheduler keeps finished
+	// tasks in an archive and the task ended with nothing an operator could
+	// act on (SUCCEEDED, COMPENSATED, or CANCELED with no forward success left
+	// to undo): its created-state and created-wf-state keys were deleted at
+	// its end, and its ended key's value also says its create time and
+	// workflow, so lists and counts find it there until it moves to the
+	// archive (docs/architecture.md, "Ended tasks with an archive"). Honoured
+	// only while the task is terminal; the store's index keys are a function
+	// of the record, this field included. Additive: a Reeve that does not know
+	// it derives the created keys, which the record does not have, and only
+	// ever deletes them (harmless). Record version 1.
+	EndedUnindexed bool `protobuf:"varint,4,opt,name=ended_unindexed,json=endedUnindexed,proto3" json:"ended_unindexed,omitempty"`
 	// The version of this record's format; 0 (absent) means 1. See the
 	// package comment.
 	RecordVersion uint32 `protobuf:"varint,1000,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
@@ -102,6 +114,13 @@ func (x *TaskRecord) GetTraceContext() map[string]string {
 		return x.TraceContext
 	}
 	return nil
+}
+
+func (x *TaskRecord) GetEndedUnindexed() bool {
+	if x != nil {
+		return x.EndedUnindexed
+	}
+	return false
 }
 
 func (x *TaskRecord) GetRecordVersion() uint32 {
@@ -319,16 +338,100 @@ func (x *AgentRecord) GetRecordVersion() uint32 {
 	return 0
 }
 
+// BatchRecord is a batch job (reeve.v1.BatchJob) with where its run is:
+// batches/<ns>/<id>.
+type BatchRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *v1.BatchJob           `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The position after the last task of the last saved page (a task's
+	// create time in unix ns and its id); unset before the first page.
+	AfterCreatedUnixNano int64  `protobuf:"varint,2,opt,name=after_created_unix_nano,json=afterCreatedUnixNano,proto3" json:"after_created_unix_nano,omitempty"`
+	AfterId              string `protobuf:"bytes,3,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// The request's digest, to tell a retry of StartBatch from another
+	// request with the same batch_id.
+	RequestDigest []byte `protobuf:"bytes,4,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
+	// The version of this record's format; 0 (absent) means 1.
+	RecordVersion uint32 `protobuf:"varint,1000,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRecord) Reset() {
+	*x = BatchRecord{}
+	mi := &file_reeve_store_v1_store_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRecord) ProtoMessage() {}
+
+func (x *BatchRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_store_v1_store_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRecord.ProtoReflect.Descriptor instead.
+func (*BatchRecord) Descriptor() ([]byte, []int) {
+	return file_reeve_store_v1_store_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BatchRecord) GetJob() *v1.BatchJob {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *BatchRecord) GetAfterCreatedUnixNano() int64 {
+	if x != nil {
+		return x.AfterCreatedUnixNano
+	}
+	return 0
+}
+
+func (x *BatchRecord) GetAfterId() string {
+	if x != nil {
+		return x.AfterId
+	}
+	return ""
+}
+
+func (x *BatchRecord) GetRequestDigest() []byte {
+	if x != nil {
+		return x.RequestDigest
+	}
+	return nil
+}
+
+func (x *BatchRecord) GetRecordVersion() uint32 {
+	if x != nil {
+		return x.RecordVersion
+	}
+	return 0
+}
+
 var File_reeve_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1areeve/store/v1/store.proto\x12\x0ereeve.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\x93\x02\n" +
+	"\x1areeve/store/v1/store.proto\x12\x0ereeve.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1creeve/v1/batch_service.proto\x1a\x13reeve/v1/task.proto\"\xbc\x02\n" +
 	"\n" +
 	"TaskRecord\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12%\n" +
 	"\x0erequest_digest\x18\x02 \x01(\fR\rrequestDigest\x12Q\n" +
-	"\rtrace_context\x18\x03 \x03(\v2,.reeve.store.v1.TaskRecord.TraceContextEntryR\ftraceContext\x12&\n" +
+	"\rtrace_context\x18\x03 \x03(\v2,.reeve.store.v1.TaskRecord.TraceContextEntryR\ftraceContext\x12'\n" +
+	"\x0fended_unindexed\x18\x04 \x01(\bR\x0eendedUnindexed\x12&\n" +
 	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersion\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -354,6 +457,12 @@ const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x06 \x01(\tR\tsessionId\x12=\n" +
 	"\fconnect_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTime\x12&\n" +
+	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersion\"\xd4\x01\n" +
+	"\vBatchRecord\x12$\n" +
+	"\x03job\x18\x01 \x01(\v2\x12.reeve.v1.BatchJobR\x03job\x125\n" +
+	"\x17after_created_unix_nano\x18\x02 \x01(\x03R\x14afterCreatedUnixNano\x12\x19\n" +
+	"\bafter_id\x18\x03 \x01(\tR\aafterId\x12%\n" +
+	"\x0erequest_digest\x18\x04 \x01(\fR\rrequestDigest\x12&\n" +
 	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersionB@Z>github.com/reeve-org/reeve/internal/gen/reeve/store/v1;storev1b\x06proto3"
 
 var (
@@ -368,25 +477,28 @@ func file_reeve_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_reeve_store_v1_store_proto_rawDescData
 }
 
-var file_reeve_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_reeve_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_reeve_store_v1_store_proto_goTypes = []any{
 	(*TaskRecord)(nil),            // 0: reeve.store.v1.TaskRecord
 	(*ReadyEntry)(nil),            // 1: reeve.store.v1.ReadyEntry
 	(*AgentRecord)(nil),           // 2: reeve.store.v1.AgentRecord
-	nil,                           // 3: reeve.store.v1.TaskRecord.TraceContextEntry
-	(*v1.Task)(nil),               // 4: reeve.v1.Task
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*BatchRecord)(nil),           // 3: reeve.store.v1.BatchRecord
+	nil,                           // 4: reeve.store.v1.TaskRecord.TraceContextEntry
+	(*v1.Task)(nil),               // 5: reeve.v1.Task
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*v1.BatchJob)(nil),           // 7: reeve.v1.BatchJob
 }
 var file_reeve_store_v1_store_proto_depIdxs = []int32{
-	4, // 0: reeve.store.v1.TaskRecord.task:type_name -> reeve.v1.Task
-	3, // 1: reeve.store.v1.TaskRecord.trace_context:type_name -> reeve.store.v1.TaskRecord.TraceContextEntry
-	5, // 2: reeve.store.v1.ReadyEntry.not_before:type_name -> google.protobuf.Timestamp
-	5, // 3: reeve.store.v1.AgentRecord.connect_time:type_name -> google.protobuf.Timestamp
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 0: reeve.store.v1.TaskRecord.task:type_name -> reeve.v1.Task
+	4, // 1: reeve.store.v1.TaskRecord.trace_context:type_name -> reeve.store.v1.TaskRecord.TraceContextEntry
+	6, // 2: reeve.store.v1.ReadyEntry.not_before:type_name -> google.protobuf.Timestamp
+	6, // 3: reeve.store.v1.AgentRecord.connect_time:type_name -> google.protobuf.Timestamp
+	7, // 4: reeve.store.v1.BatchRecord.job:type_name -> reeve.v1.BatchJob
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_reeve_store_v1_store_proto_init() }
@@ -400,7 +512,7 @@ func file_reeve_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_store_v1_store_proto_rawDesc), len(file_reeve_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
