@@ -173,8 +173,12 @@ func infoOf(sc *reevev1.Schedule) *reevev1.ScheduleInfo {
 // sooner while times are buffered (to see the running task end) or after a
 // failed firing; never while paused or when no calendar run remains.
 func (sch *schedules) setNextFire(sc *reevev1.Schedule, cal *schedule.Calendar, now time.Time, failed bool) {
+	if sc.GetPaused() {
+		sc.Info.NextFireTime = nil // buffered times wait for the resume too
+		return
+	}
 	var next time.Time
-	if !sc.GetPaused() && (sc.RemainingRuns == nil || sc.GetRemainingRuns() > 0) {
+	if sc.RemainingRuns == nil || sc.GetRemainingRuns() > 0 {
 		if t, ok := cal.Next(handledUntil(sc)); ok {
 			next = t.Add(cal.Jitter(sc.GetNamespace(), sc.GetName(), t))
 		}
