@@ -1,14 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
@@ -58,18 +57,8 @@ There is no confirmation prompt.`,
 			}
 			req := &reevev1.StartBatchRequest{Namespace: g.namespace, Action: action, Reason: reason, Step: step, NoCompensate: noCompensate,
 				BatchId: orNewRequestID(id), Filter: &reevev1.TaskFilter{State: st, Workflow: wf, TaskIdPrefix: prefix}}
-			for _, f := range []struct {
-				name, v string
-				dst     **timestamppb.Timestamp
-			}{{"--created-after", createdAfter, &req.Filter.CreatedAfter}, {"--created-before", createdBefore, &req.Filter.CreatedBefore}} {
-				if f.v == "" {
-					continue
-				}
-				at, err := time.Parse(time.RFC3339Nano, f.v)
-				if err != nil {
-					return usagef("%s: want an RFC 3339 time (2026-01-02T15:04:05Z): %v", f.name, err)
-				}
-				*f.dst = timestamppb.New(at)
+			if err := parseTimeFlags(timeFlag{"--created-after", createdAfter, &req.Filter.CreatedAfter}, timeFlag{"--created-before", createdBefore, &req.Filter.CreatedBefore}); err != nil {
+				return err
 			}
 			cc, err := g.connect()
 			if err != nil {
@@ -136,31 +125,26 @@ func newBatchListCmd(g *globals) *cobra.Command {
 }
 
 func newBatchGetCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "get ID",
-		Short: "Show a batch job and its progress",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cc, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer cc.Close()
-			ctx, cancel := g.requestCtx(cmd.Context())
-			defer cancel()
-			resp, err := reevev1.NewBatchServiceClient(cc).GetBatch(ctx, &reevev1.GetBatchRequest{Namespace: g.namespace, BatchId: args[0]})
-			if err != nil {
-				return err
-			}
-			return g.printBatch(cmd.OutOrStdout(), resp.GetJob())
-		},
-	}
+	return newBatchJobCmd(g, "get ID", "Show a batch job and its progress",
+		func(ctx context.Context, c reevev1.BatchServiceClient, id string) (*reevev1.BatchJob, error) {
+			resp, err := c.GetBatch(ctx, &reevev1.GetBatchRequest{Namespace: g.namespace, BatchId: id})
+			return resp.GetJob(), err
+		})
 }
 
 func newBatchCancelJobCmd(g *globals) *cobra.Command {
+	return newBatchJobCmd(g, "cancel-job ID", "Stop a running batch job (the tasks it acted on stay as they are)",
+		func(ctx context.Context, c reevev1.BatchServiceClient, id string) (*reevev1.BatchJob, error) {
+			resp, err := c.CancelBatch(ctx, &reevev1.CancelBatchRequest{Namespace: g.namespace, BatchId: id})
+			return resp.GetJob(), err
+		})
+}
+
+// newBatchJobCmd is a command that calls call on one job and prints it.
+func newBatchJobCmd(g *globals, use, short string, call func(ctx context.Context, c reevev1.BatchServiceClient, id string) (*reevev1.BatchJob, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "cancel-job ID",
-		Short: "Stop a running batch job (the tasks it acted on stay as they are)",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cc, err := g.connect()
@@ -170,11 +154,11 @@ func newBatchCancelJobCmd(g *globals) *cobra.Command {
 			defer cc.Close()
 			ctx, cancel := g.requestCtx(cmd.Context())
 			defer cancel()
-			resp, err := reevev1.NewBatchServiceClient(cc).CancelBatch(ctx, &reevev1.CancelBatchRequest{Namespace: g.namespace, BatchId: args[0]})
+			j, err := call(ctx, reevev1.NewBatchServiceClient(cc), args[0])
 			if err != nil {
 				return err
 			}
-			return g.printBatch(cmd.OutOrStdout(), resp.GetJob())
+			return g.printBatch(cmd.OutOrStdout(), j)
 		},
 	}
 }

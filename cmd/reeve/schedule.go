@@ -109,18 +109,8 @@ starts once.`,
 			if cmd.Flags().Changed("remaining-runs") {
 				sc.RemainingRuns = proto.Int64(remaining)
 			}
-			for _, b := range []struct {
-				flag, v string
-				out     **timestamppb.Timestamp
-			}{{"--start", start, &sc.Spec.StartTime}, {"--end", end, &sc.Spec.EndTime}} {
-				if b.v == "" {
-					continue
-				}
-				t, err := time.Parse(time.RFC3339, b.v)
-				if err != nil {
-					return usagef("%s: not an RFC 3339 time: %v", b.flag, err)
-				}
-				*b.out = timestamppb.New(t)
+			if err := parseTimeFlags(timeFlag{"--start", start, &sc.Spec.StartTime}, timeFlag{"--end", end, &sc.Spec.EndTime}); err != nil {
+				return err
 			}
 			return g.scheduleCall(cmd, func(c reevev1.ScheduleServiceClient, ctx context.Context) (*reevev1.Schedule, error) {
 				resp, err := c.CreateSchedule(ctx, &reevev1.CreateScheduleRequest{Schedule: sc})

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
@@ -220,18 +218,8 @@ those of the Task message either way.`,
 			default:
 				return usagef("--view: want basic or full, got %q", view)
 			}
-			for _, f := range []struct {
-				name, v string
-				dst     **timestamppb.Timestamp
-			}{{"--created-after", createdAfter, &req.CreatedAfter}, {"--created-before", createdBefore, &req.CreatedBefore}} {
-				if f.v == "" {
-					continue
-				}
-				at, err := time.Parse(time.RFC3339Nano, f.v)
-				if err != nil {
-					return usagef("%s: want an RFC 3339 time (2026-01-02T15:04:05Z): %v", f.name, err)
-				}
-				*f.dst = timestamppb.New(at)
+			if err := parseTimeFlags(timeFlag{"--created-after", createdAfter, &req.CreatedAfter}, timeFlag{"--created-before", createdBefore, &req.CreatedBefore}); err != nil {
+				return err
 			}
 			if limit < 0 || (all && limit > maxListPage) {
 				return usagef("--limit: want 1 to %d tasks a page with --all, or a positive count, got %d", maxListPage, limit)
