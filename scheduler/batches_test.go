@@ -134,3 +134,54 @@ func TestBatchTakenOverActsOnEachTaskOnce(t *testing.T) {
 		t.Fatalf("the same start again: %v, %v; want the job, not created", resp, err)
 	}
 }
+
+// A job canceled before it ran touches nothing, also once a runner could
+// claim it; a job that retries and reruns acts through those actions.
+func TestBatchCanceledJobTouchesNothing(t *testing.T) {
+	env, s, c := newEnv(t)
+	b := reevev1.NewBatchServiceClient(testenv.Dial(t, s.Addr))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for i := range 5 {
+		submit(t, c, &reevev1.SubmitTaskRequest{TaskId: fmt.Sprintf("k-%d", i), Workflow: inline(step("a", "nobody-serves-this"))})
+	}
+	// A runner holds the job (a lease of the test's) so that it cannot
+	// start before it is canceled.
+	etcd := env.Etcd.Client()
+	lease, err := etcd.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.Put(ctx, "/reeve/batch-owner/default/held", "", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.StartBatch(ctx, &reevev1.StartBatchRequest{BatchId: "held", Action: reevev1.BatchAction_BATCH_ACTION_CANCEL,
+		Filter: &reevev1.TaskFilter{TaskIdPrefix: "k-"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := b.CancelBatch(ctx, &reevev1.CancelBatchRequest{BatchId: "held"})
+	if err != nil || resp.GetJob().GetState() != reevev1.BatchState_BATCH_STATE_CANCELED {
+		t.Fatalf("cancel: %v, %v", resp.GetJob(), err)
+	}
+	if _, err := etcd.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A later job runs through the runner's next look at the jobs, which
+	// passes the canceled one by.
+	later, err := b.StartBatch(ctx, &reevev1.StartBatchRequest{Action: reevev1.BatchAction_BATCH_ACTION_PAUSE,
+		Filter: &reevev1.TaskFilter{TaskIdPrefix: "k-0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := waitBatch(t, b, later.GetJob().GetId()); j.GetApplied() != 1 {
+		t.Fatalf("later job %v, want 1 applied", j)
+	}
+	for i := range 5 {
+		if st := getTask(t, c, fmt.Sprintf("k-%d", i)).GetState(); st != reevev1.TaskState_TASK_STATE_PENDING {
+			t.Fatalf("k-%d is %v: the canceled job acted", i, st)
+		}
+	}
+	if j := waitBatch(t, b, "held"); j.GetMatched() != 0 {
+		t.Fatalf("canceled job %v, want nothing matched", j)
+	}
+}
