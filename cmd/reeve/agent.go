@@ -32,7 +32,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 		logs              logFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "agent (--demo | --chaos) | agent list",
+		Use:   "agent --schedulers A,B (--demo | --chaos)",
 		Short: "Run a built-in agent (--demo or --chaos), or list the connected agents (agent list)",
 		Long: `agent has two uses:
 

@@ -22,7 +22,7 @@ func TestTaskGetShowsQueuedStep(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("get exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "WAITING-FOR") || !strings.Contains(out, "no agent serves nobody.handles.this; agents serve ") || !strings.Contains(out, "; supervisor acts at ") {
+	if !strings.Contains(out, "WAITING-FOR") || !strings.Contains(out, "no agent serves nobody.handles.this; ") || !strings.Contains(out, "; supervisor acts at ") {
 		t.Fatalf("task get does not show the queued step:\n%s", out)
 	}
 }

@@ -130,12 +130,13 @@ func (s *serverSecurity) serverOptions(c *clientSecurity, log *slog.Logger) (opt
 		return nil, nil, usagef("--tokens-file: %v", err)
 	}
 	// Client certificates are required unless tokens are an alternative.
-	tlsCfg, err := tlsconfig.NewReloadable(tlsconfig.Files{CA: s.clientCA, Cert: c.cert, Key: c.key, CRL: s.crl}, s.clientCA != "" && len(tokens) == 0)
+	withTokens := s.tokensFile != "" || len(s.devTokens) > 0
+	tlsCfg, err := tlsconfig.NewReloadable(tlsconfig.Files{CA: s.clientCA, Cert: c.cert, Key: c.key, CRL: s.crl}, s.clientCA != "" && !withTokens)
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
 	opts = []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg.Config()))}
-	if s.clientCA == "" && len(tokens) == 0 {
+	if s.clientCA == "" && !withTokens {
 		log.Warn("serving TLS without authentication: set --tls-client-ca or --tokens-file (see docs/security.md)")
 		return opts, tlsCfg.Reload, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -73,16 +74,32 @@ func (a *namespaceAgents) unserved(t *reevev1.Task, s *reevev1.Step) string {
 	return ""
 }
 
-// warnUnserved writes to w a warning for each step type (and compensation
-// type) of wf that none of the namespace's connected agents serves: its
-// steps would wait for one.
+// warnUnserved writes to w warnings of the step types (and compensation
+// types) of wf that none of the namespace's connected agents serves: their
+// steps would wait for one. A type that looks like a typo of a served one
+// gets a line of its own naming it; the others share one line (their
+// agents may not have started yet).
 func warnUnserved(w io.Writer, wf *reevev1.Workflow, agents *namespaceAgents) {
-	for _, s := range wf.GetSteps() {
-		if !agents.served[s.GetType()] {
-			fmt.Fprintf(w, "reeve: warning: step %q: %s\n", s.GetName(), workflow.NoAgentServes(s.GetType(), agents.types))
-		}
-		if c := s.GetCompensation().GetType(); c != "" && !agents.served[c] {
-			fmt.Fprintf(w, "reeve: warning: compensation of step %q: %s\n", s.GetName(), workflow.NoAgentServes(c, agents.types))
+	var others []string
+	check := func(what, typ string) {
+		switch {
+		case typ == "" || agents.served[typ] || slices.Contains(others, typ):
+		case isTypo(typ, agents.types):
+			fmt.Fprintf(w, "reeve: warning: %s: %s\n", what, workflow.NoAgentServes(typ, agents.types))
+		default:
+			others = append(others, typ)
 		}
 	}
+	for _, s := range wf.GetSteps() {
+		check(fmt.Sprintf("step %q", s.GetName()), s.GetType())
+		check(fmt.Sprintf("compensation of step %q", s.GetName()), s.GetCompensation().GetType())
+	}
+	if len(others) > 0 {
+		fmt.Fprintf(w, "reeve: warning: no agent serves %s now: their steps wait for one\n", strings.Join(others, ", "))
+	}
+}
+
+func isTypo(typ string, served []string) bool {
+	_, ok := workflow.Closest(typ, served)
+	return ok
 }

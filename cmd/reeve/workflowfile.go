@@ -117,7 +117,7 @@ func checkMessage(v any, md protoreflect.MessageDescriptor, at []any) (any, *pat
 			fd = md.Fields().ByTextName(k)
 		}
 		if fd == nil {
-			return nil, failAt(append(at, k), "unknown field (the fields of %s: %s)", md.Name(), fieldNames(md))
+			return nil, failAt(append(at, k), "unknown field%s (the fields of %s: %s)", workflow.DidYouMean(k, jsonNames(md)), md.Name(), fieldNames(md))
 		}
 		fv, err := checkField(obj[k], fd, append(at, k))
 		if err != nil {
@@ -273,11 +273,15 @@ func enumNames(ed protoreflect.EnumDescriptor) string {
 }
 
 func fieldNames(md protoreflect.MessageDescriptor) string {
+	return strings.Join(jsonNames(md), ", ")
+}
+
+func jsonNames(md protoreflect.MessageDescriptor) []string {
 	var names []string
 	for i := range md.Fields().Len() {
 		names = append(names, md.Fields().Get(i).JSONName())
 	}
-	return strings.Join(names, ", ")
+	return names
 }
 
 func orList(names []string) string {

@@ -1,8 +1,11 @@
 package console_test
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -19,11 +22,36 @@ func unservedTask() *reevev1.SubmitTaskRequest {
 
 const unservedWords = "no agent serves payments.chargee; agents serve payments.charge"
 
+// waitServed waits, bounded, until ListAgents lists an agent serving typ
+// (the demo agent connects in the background).
+func (e *env) waitServed(typ string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		resp, err := e.sched.ListAgents(ctx, &reevev1.ListAgentsRequest{})
+		if err != nil {
+			e.t.Fatalf("list agents: %v", err)
+		}
+		for _, a := range resp.GetAgents() {
+			if slices.Contains(a.GetStepTypes(), typ) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			e.t.Fatalf("no agent serving %s is listed", typ)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // The task page says, from the start, that no agent serves a queued step's
 // type, naming the nearest type the namespace's agents serve; a served
 // step's page says nothing of the kind.
 func TestTaskPageSaysNoAgentServesAQueuedType(t *testing.T) {
 	e := newEnv(t)
+	e.waitServed("payments.charge")
 	task := e.submit(unservedTask())
 	b := e.browser()
 	if _, page := b.get("/tasks/" + task.GetId()); !strings.Contains(page, `<span class="unserved"`) || !strings.Contains(page, unservedWords) {
@@ -41,6 +69,7 @@ func TestBrowserTaskPageSaysNoAgentServes(t *testing.T) {
 	ctx, _ := chrome(t, nil)
 	e := newEnv(t)
 	dir := shots(t)
+	e.waitServed("payments.charge")
 	task := e.submit(unservedTask())
 	run(t, ctx, "open the task", chromedp.Navigate(e.url+"/tasks/"+task.GetId()), chromedp.WaitVisible(chromedp.CSS("#steps .unserved")))
 	if got := text(t, ctx, "#steps .unserved"); got != unservedWords {

@@ -6,7 +6,8 @@
 # trip whose card is declined ends COMPENSATED, its hotel and flight
 # undone by the agent, in that order. Then the same over mutual TLS
 # (`reeve dev --secure`): the agent with the agent certificate, the client
-# with the client certificate; a plaintext client is not served.
+# with the client certificate; a plaintext client is not served, and told
+# that the scheduler may serve TLS.
 #
 # Usage: scripts/e2e/trip.sh   (after `make build`)
 set -euo pipefail
@@ -62,4 +63,5 @@ grep -q '^trip trip-tls booked:' <<<"$out" || fail "over mutual TLS, trip-tls wa
 code=0
 out=$(timeout 60 "$E2E_DIR/trip-client" --address "$ADDR" --id trip-plain --timeout 10s 2>&1) || code=$?
 [ "$code" = 1 ] || fail "a plaintext client of a secure scheduler: exit $code, want 1: $out"
+grep -q "hint: the scheduler may serve TLS: set client.WithTLSFiles" <<<"$out" || fail "a plaintext client of a secure scheduler is not told it may serve TLS: $out"
 echo "PASS: the trip saga over mutual TLS"
