@@ -211,23 +211,11 @@ func printWorkflow(w io.Writer, wf *reevev1.Workflow) error {
 // own attempt, counted from 1 (the step's attempt goes on from its forward
 // attempts); otherwise the step's type and attempt.
 func execution(t *reevev1.Task, s *reevev1.Step) (string, int32) {
-	if !s.GetCompensation() {
-		return s.GetType(), s.GetAttempt()
+	typ, attempt := taskstate.Shown(t, s)
+	if s.GetCompensation() {
+		typ += " (compensation)"
 	}
-	typ := s.GetType()
-	if c := taskstate.Spec(t, s.GetName()).GetCompensation().GetType(); c != "" {
-		typ = c
-	}
-	typ += " (compensation)"
-	h := t.GetHistory()
-	for i := len(h) - 1; i >= 0; i-- { // the latest start of its compensation
-		if e := h[i]; e.GetKind() == "compensation.ready" && e.GetStep() == s.GetName() && e.GetAttempt() > 0 && e.GetAttempt() <= s.GetAttempt() {
-			return typ, s.GetAttempt() - e.GetAttempt() + 1
-		}
-	}
-	// Its start is no longer in the history (older events dropped): its
-	// failures so far, plus the execution now.
-	return typ, s.GetFailureCount() + 1
+	return typ, attempt
 }
 
 // escalation is what step s does when it fails for good: its escalation,

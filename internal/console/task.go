@@ -57,6 +57,10 @@ func (h historyFilter) keep(e *reevev1.HistoryEvent) bool {
 
 type stepView struct {
 	*reevev1.Step
+	// Type and Attempt are those of the step's latest execution: its
+	// compensation's once that started (taskstate.Shown).
+	Type      string
+	Attempt   int32
 	StateName string
 	Deadline  string
 	Overdue   bool
@@ -170,6 +174,7 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, archive
 		// not over, or of a FAILED task (which it resumes).
 		failed := st.GetState() == reevev1.StepState_STEP_STATE_FAILED
 		v := stepView{Step: st, StateName: shortEnum(st.GetState()), Retryable: failed && actionable}
+		v.Type, v.Attempt = taskstate.Shown(t, st)
 		if at, ok := taskstate.Deadline(st); ok && !d.Terminal && (taskstate.Dispatched(st) || !t.GetPaused()) {
 			dd := at.Sub(now)
 			v.Overdue = dd < 0

@@ -204,3 +204,26 @@ func EscalationReason(t *reevev1.Task, s *reevev1.Step) string {
 	}
 	return fmt.Sprintf("%s exhausted its %d %s: last error %s", what, s.GetFailureCount(), attempts, last)
 }
+
+// Shown is what a view of a task shows of step s: the type of its latest
+// execution (its compensation's once its compensation started) and that
+// execution's attempt counted from 1 (a compensation counts its own
+// attempts, from its compensation.ready event).
+func Shown(t *reevev1.Task, s *reevev1.Step) (typ string, attempt int32) {
+	if !s.GetCompensation() {
+		return s.GetType(), s.GetAttempt()
+	}
+	typ = s.GetType()
+	if c := Spec(t, s.GetName()).GetCompensation().GetType(); c != "" {
+		typ = c
+	}
+	h := t.GetHistory()
+	for i := len(h) - 1; i >= 0; i-- { // the latest start of its compensation
+		if e := h[i]; e.GetKind() == "compensation.ready" && e.GetStep() == s.GetName() && e.GetAttempt() > 0 && e.GetAttempt() <= s.GetAttempt() {
+			return typ, s.GetAttempt() - e.GetAttempt() + 1
+		}
+	}
+	// Its start is no longer in the history (older events dropped): its
+	// failures so far, plus the execution now.
+	return typ, s.GetFailureCount() + 1
+}
