@@ -21,7 +21,7 @@ import (
 
 func newScheduleCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "schedule", Short: "Start tasks on a calendar, once per time (docs/schedules.md)"}
-	cmd.AddCommand(newScheduleCreateCmd(g), newScheduleListCmd(g), newScheduleGetCmd(g),
+	cmd.AddCommand(newScheduleCreateCmd(g), newScheduleUpdateCmd(g), newScheduleListCmd(g), newScheduleGetCmd(g),
 		newSchedulePauseCmd(g, true), newSchedulePauseCmd(g, false), newScheduleTriggerCmd(g),
 		newScheduleBackfillCmd(g), newScheduleDeleteCmd(g))
 	return cmd
@@ -56,7 +56,14 @@ func (g *globals) scheduleCall(cmd *cobra.Command, call func(c reevev1.ScheduleS
 	return printSchedule(cmd.OutOrStdout(), sc)
 }
 
-func newScheduleCreateCmd(g *globals) *cobra.Command {
+func newScheduleCreateCmd(g *globals) *cobra.Command { return newScheduleWriteCmd(g, false) }
+
+func newScheduleUpdateCmd(g *globals) *cobra.Command { return newScheduleWriteCmd(g, true) }
+
+// newScheduleWriteCmd is `schedule create`, or with update `schedule
+// update`, which replaces a schedule's spec, action and policies with its
+// flags' (effective from the next time) and keeps its runs.
+func newScheduleWriteCmd(g *globals, update bool) *cobra.Command {
 	var (
 		workflow, cron, tz, overlap, input string
 		every, offset, jitter, catchUp     time.Duration
@@ -64,9 +71,13 @@ func newScheduleCreateCmd(g *globals) *cobra.Command {
 		version                            int32
 		remaining                          int64
 	)
+	use, short := "create", "Create a schedule that starts a task of a workflow at each time"
+	if update {
+		use, short = "update", "Replace a schedule's calendar, action and policies (from its next time on; its runs stay)"
+	}
 	cmd := &cobra.Command{
-		Use:   "create NAME --workflow W (--cron EXPR | --every DURATION) [--tz ZONE] [--overlap POLICY] [--catchup-window D] [--input JSON]",
-		Short: "Create a schedule that starts a task of a workflow at each time",
+		Use:   use + " NAME --workflow W (--cron EXPR | --every DURATION) [--tz ZONE] [--overlap POLICY] [--catchup-window D] [--input JSON]",
+		Short: short,
 		Long: `Create a schedule. --cron takes 5 fields (minute hour day-of-month month
 day-of-week) or a descriptor (@hourly, @daily, @weekly, @monthly, @yearly),
 read as wall-clock time in --tz; --every an interval of whole seconds (at
@@ -113,6 +124,10 @@ starts once.`,
 				return err
 			}
 			return g.scheduleCall(cmd, func(c reevev1.ScheduleServiceClient, ctx context.Context) (*reevev1.Schedule, error) {
+				if update {
+					resp, err := c.UpdateSchedule(ctx, &reevev1.UpdateScheduleRequest{Schedule: sc})
+					return resp.GetSchedule(), err
+				}
 				resp, err := c.CreateSchedule(ctx, &reevev1.CreateScheduleRequest{Schedule: sc})
 				return resp.GetSchedule(), err
 			})

@@ -69,6 +69,9 @@ func TestScheduleCommands(t *testing.T) {
 	if out := run("schedule", "resume", "orders"); !strings.Contains(out, "active") {
 		t.Fatalf("resume printed:\n%s", out)
 	}
+	if out := run("schedule", "update", "orders", "--workflow", "demo.orders", "--cron", "@hourly", "--tz", "Europe/Berlin"); !strings.Contains(out, "@hourly") || !strings.Contains(out, "RECENT RUNS") {
+		t.Fatalf("update printed:\n%s", out)
+	}
 	run("schedule", "delete", "orders")
 	if code, _, errOut := reeve(t, addr, "schedule", "get", "orders"); code != 1 || !strings.Contains(errOut, "NotFound") {
 		t.Fatalf("get after delete: exit %d, %s", code, errOut)
