@@ -194,6 +194,9 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	if err := ck.checkExpected(ctx); err != nil {
 		return nil, err
 	}
+	if err := ck.checkSchedules(ctx); err != nil {
+		return nil, err
+	}
 	return ck.rep, nil
 }
 
