@@ -68,6 +68,7 @@ type submitOptions struct {
 	namespace string
 	version   int32
 	inline    *reevev1.Workflow
+	labels    map[string]string
 }
 
 // SubmitOption configures one Submit.
@@ -88,6 +89,13 @@ func InNamespace(ns string) SubmitOption { return func(o *submitOptions) { o.nam
 // WithWorkflowVersion runs version v of the registered workflow; default 0,
 // the latest.
 func WithWorkflowVersion(v int32) SubmitOption { return func(o *submitOptions) { o.version = v } }
+
+// WithLabels gives the task labels to find it by (lists and batch jobs
+// filter by them): at most 16; keys 1-63 and values 0-63 characters from
+// [A-Za-z0-9._-].
+func WithLabels(labels map[string]string) SubmitOption {
+	return func(o *submitOptions) { o.labels = labels }
+}
 
 // WithInlineWorkflow runs w, a definition sent with the task, instead of a
 // registered workflow; Submit's workflow argument must then be "" or

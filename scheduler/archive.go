@@ -253,6 +253,7 @@ func archiveTask(rec *storev1.TaskRecord) (archive.Task, error) {
 		Namespace:  t.GetNamespace(),
 		ID:         t.GetId(),
 		Workflow:   t.GetWorkflow().GetName(),
+		Labels:     t.GetLabels(),
 		State:      t.GetState(),
 		CreateTime: t.GetCreateTime().AsTime(),
 		EndTime:    t.GetEndTime().AsTime(),

@@ -503,3 +503,51 @@ func TestCanceledWithWorkLeftToUndoStaysForTheRetention(t *testing.T) {
 	}
 	waitArchived(t, env, a, "undo-later")
 }
+
+// Labels (issue 37): a list by label finds the tasks that have it in etcd
+// and in the archive (where they moved when they ended), newest first, and
+// nothing else; a malformed label is INVALID_ARGUMENT naming it.
+func TestListByLabelAcrossTheArchive(t *testing.T) {
+	env := testenv.New(t)
+	a := openArchive(t, archiveDSN(t, "sqlite"))
+	c := env.StartScheduler("", archiving(a)...).Client(t)
+	var want []string
+	for i := range 12 {
+		id := fmt.Sprintf("l-%02d", i)
+		team := []string{"a", "b"}[i%2]
+		submit(t, c, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: inline(step("a", "nobody-serves-this")), Labels: map[string]string{"team": team}})
+		if team == "a" {
+			want = append([]string{id}, want...)
+		}
+	}
+	var moved []string
+	for i := 0; i < 12; i += 3 {
+		id := fmt.Sprintf("l-%02d", i)
+		cancelTask(t, c, id)
+		moved = append(moved, id)
+	}
+	waitArchived(t, env, a, moved...)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	var got []string
+	req := &reevev1.ListTasksRequest{PageSize: 2, Labels: map[string]string{"team": "a"}}
+	for range 20 {
+		resp, err := c.ListTasks(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range resp.GetTasks() {
+			got = append(got, task.GetId())
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			break
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("by label: %v, want %v", got, want)
+	}
+	_, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{Labels: map[string]string{"bad key": "x"}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), `labels["bad key"]`) {
+		t.Fatalf("a malformed label: %v, want INVALID_ARGUMENT naming it", err)
+	}
+}

@@ -117,6 +117,9 @@ func validateBatch(req *reevev1.StartBatchRequest) (string, error) {
 			return "", err
 		}
 	}
+	if err := workflow.ValidateLabels("filter.labels", f.GetLabels()); err != nil {
+		return "", err
+	}
 	if len(req.GetReason()) > workflow.MaxReasonBytes {
 		return "", &workflow.FieldError{Field: "reason", Reason: fmt.Sprintf("longer than %d bytes", workflow.MaxReasonBytes)}
 	}
@@ -353,7 +356,7 @@ func (r *batchRunner) page(ctx context.Context, rec *storev1.BatchRecord) (done 
 	f := j.GetFilter()
 	q := store.TaskQuery{
 		Namespace: j.GetNamespace(), State: f.GetState(), Workflow: f.GetWorkflow(), IDPrefix: f.GetTaskIdPrefix(),
-		CreatedBefore: j.GetCreateTime().AsTime(), Limit: batchPage, Basic: true,
+		CreatedBefore: j.GetCreateTime().AsTime(), Limit: batchPage, Basic: true, Labels: f.GetLabels(),
 	}
 	if b := f.GetCreatedBefore(); b != nil && b.AsTime().Before(q.CreatedBefore) {
 		q.CreatedBefore = b.AsTime()
@@ -396,9 +399,10 @@ func (r *batchRunner) page(ctx context.Context, rec *storev1.BatchRecord) (done 
 		})
 	}
 	wg.Wait()
-	if n := len(page.Tasks); n > 0 {
-		last := page.Tasks[n-1]
-		rec.AfterCreatedUnixNano, rec.AfterId = last.GetCreateTime().AsTime().UnixNano(), last.GetId()
+	// Where the next page starts: after the last task examined, which a
+	// page filtered as it reads (labels) may not have returned.
+	if page.Next != nil {
+		rec.AfterCreatedUnixNano, rec.AfterId = page.Next.Created.UnixNano(), page.Next.ID
 	}
 	return page.Next == nil, nil
 }

@@ -68,6 +68,9 @@ func taskQuery(req *reevev1.ListTasksRequest) (store.TaskQuery, reevev1.TaskView
 			return q, 0, err
 		}
 	}
+	if err := workflow.ValidateLabels("labels", req.GetLabels()); err != nil {
+		return q, 0, err
+	}
 	if p := req.GetTaskIdPrefix(); p != "" {
 		// A prefix of a valid id is itself a valid id.
 		if err := workflow.ValidateTaskID("task_id_prefix", p); err != nil {
@@ -104,6 +107,7 @@ func taskQuery(req *reevev1.ListTasksRequest) (store.TaskQuery, reevev1.TaskView
 		State:     req.GetState(),
 		Workflow:  req.GetWorkflow(),
 		IDPrefix:  req.GetTaskIdPrefix(),
+		Labels:    req.GetLabels(),
 		Limit:     size,
 	}
 	if req.GetCreatedAfter() != nil {
@@ -162,6 +166,9 @@ func listFilters(req *reevev1.ListTasksRequest) string {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%d\x00%s\x00%s\x00%v\x00%v", workflow.Namespace(req.GetNamespace()), req.GetState(),
 		req.GetWorkflow(), req.GetTaskIdPrefix(), req.GetCreatedAfter().AsTime().UnixNano(), req.GetCreatedBefore().AsTime().UnixNano())
+	for _, k := range slices.Sorted(maps.Keys(req.GetLabels())) {
+		fmt.Fprintf(h, "\x00%s=%s", k, req.GetLabels()[k])
+	}
 	return strconv.FormatUint(h.Sum64(), 16)
 }
 

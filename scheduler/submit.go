@@ -157,8 +157,10 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 	if d := svc.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
 		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
 	}
+	t := taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), svc.opts.clock.Now())
+	t.Labels = req.GetLabels()
 	rec := &storev1.TaskRecord{
-		Task:          taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), svc.opts.clock.Now()),
+		Task:          t,
 		RequestDigest: digest,
 		TraceContext:  telemetry.Inject(ctx),
 	}

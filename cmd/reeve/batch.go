@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -38,9 +40,10 @@ func newBatchActionCmd(g *globals, use, short string, action reevev1.BatchAction
 	var (
 		state, wf, prefix, createdAfter, createdBefore, reason, step, id string
 		noCompensate                                                     bool
+		labels                                                           []string
 	)
 	cmd := &cobra.Command{
-		Use:   use + " [--state STATE] [--workflow NAME] [--prefix P] [--created-after T] [--created-before T] --reason TEXT",
+		Use:   use + " [--state STATE] [--workflow NAME] [--prefix P] [--label K=V] [--created-after T] [--created-before T] --reason TEXT",
 		Short: short,
 		Long: short + `.
 
@@ -58,6 +61,9 @@ There is no confirmation prompt.`,
 			req := &reevev1.StartBatchRequest{Namespace: g.namespace, Action: action, Reason: reason, Step: step, NoCompensate: noCompensate,
 				BatchId: orNewRequestID(id), Filter: &reevev1.TaskFilter{State: st, Workflow: wf, TaskIdPrefix: prefix}}
 			if err := parseTimeFlags(timeFlag{"--created-after", createdAfter, &req.Filter.CreatedAfter}, timeFlag{"--created-before", createdBefore, &req.Filter.CreatedBefore}); err != nil {
+				return err
+			}
+			if req.Filter.Labels, err = parseLabels("--label", labels); err != nil {
 				return err
 			}
 			cc, err := g.connect()
@@ -78,6 +84,7 @@ There is no confirmation prompt.`,
 	f.StringVar(&state, "state", "", "only tasks in this state")
 	f.StringVar(&wf, "workflow", "", "only tasks of this workflow")
 	f.StringVar(&prefix, "prefix", "", "only tasks whose id starts with this")
+	f.StringArrayVar(&labels, "label", nil, "only tasks with this label KEY=VALUE (repeatable: every one)")
 	f.StringVar(&createdAfter, "created-after", "", "only tasks created at or after this RFC 3339 time")
 	f.StringVar(&createdBefore, "created-before", "", "only tasks created before this RFC 3339 time")
 	f.StringVar(&reason, "reason", "", "why, recorded in each task's history")
@@ -177,6 +184,9 @@ func (g *globals) printBatch(w io.Writer, j *reevev1.BatchJob) error {
 	}
 	if f.GetTaskIdPrefix() != "" {
 		filter = append(filter, "prefix="+f.GetTaskIdPrefix())
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.GetLabels())) {
+		filter = append(filter, "label "+k+"="+f.GetLabels()[k])
 	}
 	if f.GetCreatedAfter() != nil {
 		filter = append(filter, "created-after="+ts(f.GetCreatedAfter()))

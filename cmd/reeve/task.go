@@ -20,6 +20,7 @@ func newTaskCmd(g *globals) *cobra.Command {
 func newTaskSubmitCmd(g *globals) *cobra.Command {
 	var (
 		workflow, file, input, id string
+		labels                    []string
 		version                   int32
 		wait, exitCode            bool
 	)
@@ -57,6 +58,9 @@ SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
 				return err
 			}
 			req.Input = in
+			if req.Labels, err = parseLabels("--label", labels); err != nil {
+				return err
+			}
 			c, closeConn, err := g.dial()
 			if err != nil {
 				return err
@@ -94,6 +98,7 @@ SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
 	f.Int32Var(&version, "version", 0, "workflow version (default: the latest)")
 	f.StringVarP(&file, "file", "f", "", "inline workflow definition (.json or .yaml, protojson of reeve.v1.Workflow)")
 	f.StringVar(&input, "input", "", "task input as JSON")
+	f.StringArrayVar(&labels, "label", nil, "a label KEY=VALUE to find the task by (repeatable, at most 16)")
 	f.StringVar(&id, "id", "", "task id, for idempotent submission (default: generated)")
 	f.BoolVar(&wait, "wait", false, "wait until the task is terminal and print it")
 	f.BoolVar(&exitCode, "exit-code", true, "with --wait, exit 3 unless the task SUCCEEDED (--exit-code=false: exit 0 whatever its end)")
@@ -181,6 +186,7 @@ const (
 func newTaskListCmd(g *globals) *cobra.Command {
 	var (
 		state, token, wf, prefix, view string
+		labels                         []string
 		createdAfter, createdBefore    string
 		limit                          int32
 		all                            bool
@@ -205,6 +211,9 @@ those of the Task message either way.`,
 				return err
 			}
 			req := &reevev1.ListTasksRequest{Namespace: g.namespace, State: st, PageSize: limit, Workflow: wf, TaskIdPrefix: prefix}
+			if req.Labels, err = parseLabels("--label", labels); err != nil {
+				return err
+			}
 			switch view {
 			case "":
 				req.View = reevev1.TaskView_TASK_VIEW_BASIC
@@ -264,6 +273,7 @@ those of the Task message either way.`,
 	f.StringVar(&state, "state", "", "only tasks in this state (e.g. running, failed)")
 	f.StringVar(&wf, "workflow", "", "only tasks of this workflow (exact name)")
 	f.StringVar(&prefix, "prefix", "", "only tasks whose id starts with this")
+	f.StringArrayVar(&labels, "label", nil, "only tasks with this label KEY=VALUE (repeatable: every one)")
 	f.StringVar(&createdAfter, "created-after", "", "only tasks created at or after this RFC 3339 time")
 	f.StringVar(&createdBefore, "created-before", "", "only tasks created before this RFC 3339 time")
 	f.StringVar(&view, "view", "", "basic or full (default: basic, full with -o json)")

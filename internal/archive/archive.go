@@ -34,6 +34,9 @@ type Task struct {
 	// return); Record is the whole storev1.TaskRecord, encoded.
 	Summary []byte
 	Record  []byte
+	// Labels are the task's labels (reeve.v1.Task.labels): a list can
+	// select by them.
+	Labels map[string]string
 }
 
 // Position is where a list page ended: the create time and id of its last
@@ -55,6 +58,8 @@ type Query struct {
 	CreatedAfter, CreatedBefore time.Time
 	// IDPrefix, when set, keeps tasks whose id starts with it.
 	IDPrefix string
+	// Labels, when set, keeps tasks that have every one of them.
+	Labels map[string]string
 	// After, when set, continues after this position (exclusive).
 	After *Position
 	// Limit is the most tasks returned (at least 1).

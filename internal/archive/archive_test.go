@@ -226,7 +226,7 @@ func expect(tasks []archive.Task, q archive.Query) []string {
 			(q.Workflow != "" && t.Workflow != q.Workflow) ||
 			(!q.CreatedAfter.IsZero() && t.CreateTime.Before(q.CreatedAfter)) ||
 			(!q.CreatedBefore.IsZero() && !t.CreateTime.Before(q.CreatedBefore)) ||
-			!strings.HasPrefix(t.ID, q.IDPrefix) {
+			!strings.HasPrefix(t.ID, q.IDPrefix) || !hasLabels(t, q.Labels) {
 			continue
 		}
 		out = append(out, t)
@@ -238,6 +238,15 @@ func expect(tasks []archive.Task, q archive.Query) []string {
 		return strings.Compare(a.ID, b.ID)
 	})
 	return ids(out)
+}
+
+func hasLabels(t archive.Task, labels map[string]string) bool {
+	for k, v := range labels {
+		if got, ok := t.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // corpus is 300 tasks over two namespaces, three workflows, three states,
@@ -256,7 +265,17 @@ func corpus() []archive.Task {
 		}
 		id := fmt.Sprintf("%s%03d", prefixes[i%len(prefixes)], (i*37)%1000)
 		created := base.Add(time.Duration(i/7) * time.Minute)
-		tasks = append(tasks, task(ns, id, wfs[i%len(wfs)], states[(i/3)%len(states)], created))
+		tk := task(ns, id, wfs[i%len(wfs)], states[(i/3)%len(states)], created)
+		// Labels: team a or b, every fifth also env=prod, a key that is a
+		// prefix of another (tea) on every seventh.
+		tk.Labels = map[string]string{"team": []string{"a", "b"}[i%2]}
+		if i%5 == 0 {
+			tk.Labels["env"] = "prod"
+		}
+		if i%7 == 0 {
+			tk.Labels["tea"] = "m"
+		}
+		tasks = append(tasks, tk)
 	}
 	return tasks
 }
@@ -304,6 +323,11 @@ func TestListFilters(t *testing.T) {
 		{Namespace: "default", Workflow: "refund", State: failed, CreatedAfter: after, CreatedBefore: before, IDPrefix: "order"},
 		{Namespace: "default", Workflow: "checkout", CreatedAfter: after, IDPrefix: "order_"},
 		{Namespace: "default", State: succeeded, CreatedBefore: before, IDPrefix: "refund."},
+		{Namespace: "default", Labels: map[string]string{"team": "a"}},
+		{Namespace: "default", Labels: map[string]string{"team": "a", "env": "prod"}},
+		{Namespace: "default", Labels: map[string]string{"tea": "m"}},
+		{Namespace: "default", Labels: map[string]string{"team": "c"}},
+		{Namespace: "default", State: failed, Labels: map[string]string{"env": "prod"}, CreatedAfter: after},
 	}
 	eachKind(t, func(t *testing.T, a archive.Archive) {
 		put(t, a, tasks...)

@@ -186,10 +186,10 @@ const (
 	putNoMergeSQL = `SET LOCAL enable_mergejoin = off`
 	putDeleteSQL  = `DELETE FROM archived_tasks t USING unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS u(n, i, e, c)
 		WHERE t.namespace = u.n AND t.id = u.i AND t.ended_ns >= u.c - $5 AND t.ended_ns <> u.e`
-	putUpsertSQL = `INSERT INTO archived_tasks (namespace, id, workflow, state, created_ns, ended_ns, summary, record)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bytea[], $8::bytea[])
+	putUpsertSQL = `INSERT INTO archived_tasks (namespace, id, workflow, state, created_ns, ended_ns, summary, record, labels)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bytea[], $8::bytea[], $9::text[])
 		ON CONFLICT (namespace, id, ended_ns) DO UPDATE SET workflow = excluded.workflow, state = excluded.state,
-			created_ns = excluded.created_ns, summary = excluded.summary, record = excluded.record`
+			created_ns = excluded.created_ns, summary = excluded.summary, record = excluded.record, labels = excluded.labels`
 )
 
 func (p *postgres) Put(ctx context.Context, tasks []Task) error {
@@ -224,12 +224,14 @@ func (p *postgres) put(ctx context.Context, tasks []Task) error {
 		states          = make([]int16, n)
 		created, ended  = make([]int64, n), make([]int64, n)
 		summary, record = make([][]byte, n), make([][]byte, n)
+		labels          = make([]string, n)
 	)
 	for i, t := range tasks {
 		ns[i], ids[i], wfs[i] = t.Namespace, t.ID, t.Workflow
 		states[i] = int16(t.State)
 		created[i], ended[i] = toNS(t.CreateTime), toNS(t.EndTime)
 		summary[i], record[i] = nonNil(t.Summary), nonNil(t.Record)
+		labels[i] = labelsText(t.Labels)
 	}
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
@@ -237,7 +239,7 @@ func (p *postgres) put(ctx context.Context, tasks []Task) error {
 		b.Queue(putNoMergeSQL)
 		b.Queue(putLockSQL, putLockClass, ns, ids)
 		b.Queue(putDeleteSQL, ns, ids, ended, created, endSlack)
-		b.Queue(putUpsertSQL, ns, ids, wfs, states, created, ended, summary, record)
+		b.Queue(putUpsertSQL, ns, ids, wfs, states, created, ended, summary, record, labels)
 		res := tx.SendBatch(ctx, b)
 		for range b.Len() {
 			if _, err := res.Exec(); err != nil {
@@ -270,7 +272,8 @@ func pgPrefix(l *listSQL, p string) {
 }
 
 func (p *postgres) List(ctx context.Context, q Query) ([]Task, error) {
-	sql, args, err := buildList(q, dialect{ph: pgPlaceholder, idPrefix: pgPrefix, endBound: true})
+	sql, args, err := buildList(q, dialect{ph: pgPlaceholder, idPrefix: pgPrefix, endBound: true,
+		contains: func(col, ph string) string { return "strpos(" + col + ", " + ph + ") > 0" }})
 	if err != nil {
 		return nil, err
 	}

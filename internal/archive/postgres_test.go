@@ -62,8 +62,8 @@ func TestPostgresMigrationsFromEmpty(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if v := pgQuery[string](t, dsn, "SELECT name FROM archive_schema_version ORDER BY version"); !slices.Equal(v, []string{"0001_archived_tasks.sql"}) {
-		t.Fatalf("archive_schema_version: %v, want the one migration once", v)
+	if v := pgQuery[string](t, dsn, "SELECT name FROM archive_schema_version ORDER BY version"); !slices.Equal(v, []string{"0001_archived_tasks.sql", "0002_labels.sql"}) {
+		t.Fatalf("archive_schema_version: %v, want each migration once", v)
 	}
 	idx := pgQuery[string](t, dsn, "SELECT indexname::text FROM pg_indexes WHERE tablename = 'archived_tasks' ORDER BY 1")
 	want := []string{"archived_tasks_ns_created", "archived_tasks_ns_state_created", "archived_tasks_ns_wf_created", "archived_tasks_ns_wf_state_created", "archived_tasks_pkey"}

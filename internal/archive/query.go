@@ -3,6 +3,8 @@ package archive
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +77,9 @@ type dialect struct {
 	ph func(n int) string
 	// idPrefix adds the condition of an id prefix.
 	idPrefix func(l *listSQL, p string)
+	// contains is the condition that column col holds the text of
+	// placeholder ph.
+	contains func(col, ph string) string
 	// endBound adds ended_ns >= CreatedAfter - endSlack, so that
 	// PostgreSQL skips the partitions of days before it.
 	endBound bool
@@ -111,6 +116,9 @@ func buildList(q Query, d dialect) (string, []any, error) {
 	if q.IDPrefix != "" {
 		d.idPrefix(l, q.IDPrefix)
 	}
+	for _, k := range slices.Sorted(maps.Keys(q.Labels)) {
+		l.cond(d.contains("labels", l.arg("\n"+k+"="+q.Labels[k]+"\n")))
+	}
 	if q.After != nil {
 		c := toNS(q.After.Created)
 		// created_ns <= c first: a range the index seeks to, not a scan
@@ -126,6 +134,20 @@ func buildList(q Query, d dialect) (string, []any, error) {
 	sql := "SELECT " + cols + " FROM archived_tasks WHERE " + strings.Join(l.where, " AND ") +
 		" ORDER BY created_ns DESC, id ASC LIMIT " + strconv.Itoa(q.Limit)
 	return sql, l.args, nil
+}
+
+// labelsText is how the labels column holds a task's labels: "\n" and then
+// each "key=value" (sorted) followed by "\n"; "" for none.
+func labelsText(labels map[string]string) string {
+	if len(labels) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n")
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		b.WriteString(k + "=" + labels[k] + "\n")
+	}
+	return b.String()
 }
 
 // listColumns are the columns every read returns, in scan order.

@@ -114,10 +114,10 @@ func (s *sqlite) writeTx(ctx context.Context, f func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-const sqliteUpsertSQL = `INSERT INTO archived_tasks (namespace, id, workflow, state, created_ns, ended_ns, summary, record)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+const sqliteUpsertSQL = `INSERT INTO archived_tasks (namespace, id, workflow, state, created_ns, ended_ns, summary, record, labels)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (namespace, id) DO UPDATE SET workflow = excluded.workflow, state = excluded.state,
-		created_ns = excluded.created_ns, ended_ns = excluded.ended_ns, summary = excluded.summary, record = excluded.record`
+		created_ns = excluded.created_ns, ended_ns = excluded.ended_ns, summary = excluded.summary, record = excluded.record, labels = excluded.labels`
 
 func (s *sqlite) Put(ctx context.Context, tasks []Task) error {
 	if len(tasks) == 0 {
@@ -131,7 +131,7 @@ func (s *sqlite) Put(ctx context.Context, tasks []Task) error {
 		defer st.Close()
 		for _, t := range tasks {
 			if _, err := st.ExecContext(ctx, t.Namespace, t.ID, t.Workflow, int16(t.State),
-				toNS(t.CreateTime), toNS(t.EndTime), nonNil(t.Summary), nonNil(t.Record)); err != nil {
+				toNS(t.CreateTime), toNS(t.EndTime), nonNil(t.Summary), nonNil(t.Record), labelsText(t.Labels)); err != nil {
 				return err
 			}
 		}
@@ -168,7 +168,8 @@ func sqlitePrefix(l *listSQL, p string) {
 }
 
 func (s *sqlite) List(ctx context.Context, q Query) ([]Task, error) {
-	query, args, err := buildList(q, dialect{ph: sqlitePlaceholder, idPrefix: sqlitePrefix})
+	query, args, err := buildList(q, dialect{ph: sqlitePlaceholder, idPrefix: sqlitePrefix,
+		contains: func(col, ph string) string { return "instr(" + col + ", " + ph + ") > 0" }})
 	if err != nil {
 		return nil, err
 	}

@@ -36,8 +36,8 @@ func TestSQLiteCreatesFile(t *testing.T) {
 	if err := db.QueryRow("SELECT group_concat(name) FROM archive_schema_version").Scan(&versions); err != nil {
 		t.Fatal(err)
 	}
-	if versions != "0001_archived_tasks.sql" {
-		t.Fatalf("archive_schema_version: %q, want the one migration once", versions)
+	if versions != "0001_archived_tasks.sql,0002_labels.sql" {
+		t.Fatalf("archive_schema_version: %q, want each migration once", versions)
 	}
 	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 		t.Fatalf("journal mode %q, %v; want wal", mode, err)

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +52,14 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 		dst = append(dst, indexKey{build(k.prefix, "created-state/", ns, "/", st, "/", a, "/", id), ""})
 		if wf != "" {
 			dst = append(dst, indexKey{build(k.prefix, "created-wf-state/", ns, "/", wf, "/", st, "/", a, "/", id), ""})
+		}
+	}
+	// The label index, one key a label, whatever the state, until the task
+	// leaves etcd (also when it ended unindexed): lists by label filter the
+	// rest as they read (list.go).
+	if a != "" {
+		for _, lk := range slices.Sorted(maps.Keys(t.GetLabels())) {
+			dst = append(dst, indexKey{build(k.prefix, "labels/", ns, "/", lk, "=", t.GetLabels()[lk], "/", a, "/", id), ""})
 		}
 	}
 	if terminal && t.GetEndTime() != nil {

@@ -45,6 +45,8 @@ import (
 //	schedulers/<scheduler-id>                   empty, under the scheduler's lease
 //	moved/<move-time:%020d>/<random>            fingerprints of tasks moved to the archive, for the
 //	                                            deduplication window (moved.go)
+//	labels/<ns>/<key>=<value>/<age>/<task-id>   empty: tasks of one label, newest first (as created-state); a
+//	                                            task's labels are validated to hold no "/" or "="
 //	batches/<ns>/<id>                           BatchRecord: a batch job and where its run is (batches.go)
 //	batch-owner/<ns>/<id>                       empty: the scheduler running the job, under its lease
 //	supervisor/election/...                     concurrency.Election of the supervisors
@@ -115,6 +117,11 @@ func (k keys) createdOf(ns, wf, state string) string {
 // createdPrefixes returns the created indexes a listing of namespace ns
 // reads, optionally of one workflow and one state ("" for any): the one
 // state's, or one per state.
+// labelOf is the prefix of one label's index keys.
+func (k keys) labelOf(ns, key, value string) string {
+	return k.prefix + "labels/" + ns + "/" + key + "=" + value + "/"
+}
+
 func (k keys) createdPrefixes(ns, wf, state string) []string {
 	if state != "" {
 		return []string{k.createdOf(ns, wf, state)}

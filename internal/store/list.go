@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -54,6 +55,11 @@ type TaskQuery struct {
 	CreatedAfter, CreatedBefore time.Time
 	// IDPrefix, when set, keeps tasks whose id starts with it.
 	IDPrefix string
+	// Labels, when set, keeps tasks that have every one of them. The page
+	// then reads the label index of one of them and filters by State,
+	// Workflow and the other labels as it reads records, within MaxScan
+	// keys: a page may come back short, or empty with a next position.
+	Labels map[string]string
 	// After continues a previous page: the position it returned.
 	After *ListPosition
 	// Limit is the most tasks a page holds (at least 1).
@@ -108,7 +114,8 @@ type TaskPage struct {
 // q.Unindexed, also the q.Limit first matching ended keys.
 func (s *Store) QueryTasks(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	page, err := s.queryCreated(ctx, q)
-	if err != nil || !q.Unindexed || !unindexedState(q.State) {
+	// The label index holds the tasks that ended unindexed too.
+	if err != nil || !q.Unindexed || !unindexedState(q.State) || len(q.Labels) > 0 {
 		return page, err
 	}
 	return s.withUnindexed(ctx, q, page)
@@ -135,6 +142,25 @@ func (s *Store) queryCreated(ctx context.Context, q TaskQuery) (TaskPage, error)
 	// scan works on suffixes, reads the same stretch of each index at one
 	// revision, and merges them in key order.
 	prefixes := s.k.createdPrefixes(q.Namespace, q.Workflow, state)
+	// With labels: the index of the first label (its keys have the same
+	// <age>/<task-id> suffix), the rest of the filter applied to records.
+	var match func(*reevev1.Task) bool
+	if len(q.Labels) > 0 {
+		first := slices.Min(slices.Collect(maps.Keys(q.Labels)))
+		prefixes = []string{s.k.labelOf(q.Namespace, first, q.Labels[first])}
+		match = func(t *reevev1.Task) bool {
+			if (q.State != reevev1.TaskState_TASK_STATE_UNSPECIFIED && t.GetState() != q.State) ||
+				(q.Workflow != "" && t.GetWorkflow().GetName() != q.Workflow) {
+				return false
+			}
+			for k, v := range q.Labels {
+				if got, ok := t.GetLabels()[k]; !ok || got != v {
+					return false
+				}
+			}
+			return true
+		}
+	}
 	// Newest first: the range starts at created_before and ends after
 	// created_after (ages grow into the past). "" as the end is the end of
 	// the index.
@@ -208,6 +234,10 @@ func (s *Store) queryCreated(ctx context.Context, q TaskQuery) (TaskPage, error)
 				if err != nil {
 					return false, err
 				}
+				if match != nil && !match(t) {
+					consumed = ids[i]
+					continue
+				}
 				if q.Trim != nil {
 					q.Trim(t)
 				}
@@ -219,6 +249,12 @@ func (s *Store) queryCreated(ctx context.Context, q TaskQuery) (TaskPage, error)
 				bytes += size
 				page.Tasks = append(page.Tasks, t)
 				consumed = ids[i]
+				if match != nil && len(page.Tasks) == q.Limit {
+					// Full: the next page starts after this task (the
+					// candidates not read yet are read again then).
+					page.Next = prevOf(t)
+					return true, nil
+				}
 			}
 			ids = ids[n:]
 			batch = min(listFetchBatch, max(1, listFetchBytes/max(largest, 1)))
@@ -230,7 +266,7 @@ func (s *Store) queryCreated(ctx context.Context, q TaskQuery) (TaskPage, error)
 		// With a prefix, the rest of the scan budget in one read: etcd
 		// counts the window's keys once per read, so fewer reads cost less.
 		chunk := maxScan - scanned
-		if q.IDPrefix == "" {
+		if q.IDPrefix == "" && match == nil {
 			chunk = q.Limit - len(page.Tasks) + 1
 		}
 		winTo := to
@@ -252,7 +288,7 @@ func (s *Store) queryCreated(ctx context.Context, q TaskQuery) (TaskPage, error)
 			if strings.HasPrefix(p.ID, q.IDPrefix) {
 				ids = append(ids, p)
 			}
-			if len(page.Tasks)+len(ids) > q.Limit {
+			if match == nil && len(page.Tasks)+len(ids) > q.Limit {
 				// One more match than the page holds: the page is full
 				// unless the byte budget cuts it first, and tasks remain.
 				ids = ids[:len(ids)-1]

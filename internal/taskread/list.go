@@ -48,7 +48,7 @@ func (r *Reader) List(ctx context.Context, q store.TaskQuery, full bool) (store.
 func (r *Reader) withArchived(ctx context.Context, q store.TaskQuery, full bool, page store.TaskPage) (store.TaskPage, []string, error) {
 	aq := archive.Query{
 		Namespace: q.Namespace, State: q.State, Workflow: q.Workflow,
-		CreatedAfter: q.CreatedAfter, CreatedBefore: q.CreatedBefore, IDPrefix: q.IDPrefix,
+		CreatedAfter: q.CreatedAfter, CreatedBefore: q.CreatedBefore, IDPrefix: q.IDPrefix, Labels: q.Labels,
 		Limit: q.Limit, Full: full,
 	}
 	if q.After != nil {

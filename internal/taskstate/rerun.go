@@ -49,6 +49,7 @@ func Rerun(old *reevev1.Task, newID, from string, input *structpb.Value, reason,
 		CreateTime: timestamppb.New(now),
 		UpdateTime: timestamppb.New(now),
 		RerunOf:    old.GetId(),
+		Labels:     old.GetLabels(),
 	}
 	again := downstreamOf(wf, from)
 	var kept []string

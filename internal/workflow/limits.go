@@ -30,6 +30,10 @@ const (
 	MaxDescriptionBytes = 1024
 	// MaxReasonBytes bounds a cancel reason.
 	MaxReasonBytes = 1024
+	// MaxLabels bounds a task's labels, and MaxLabelBytes a label's key
+	// and its value.
+	MaxLabels     = 16
+	MaxLabelBytes = 63
 	// MaxErrorMessageBytes bounds a step error's message.
 	MaxErrorMessageBytes = 4096
 	// MaxErrorDetailsBytes bounds a step error's details (encoded).

@@ -357,7 +357,43 @@ func ValidateSubmit(req *reevev1.SubmitTaskRequest) error {
 	default:
 		return fieldErr("workflow", "one of workflow_ref or inline_workflow is required")
 	}
+	if err := ValidateLabels("labels", req.GetLabels()); err != nil {
+		return err
+	}
 	return ValidateValue("input", req.GetInput(), MaxInputBytes)
+}
+
+// ValidateLabels checks a task's labels, or a filter of them: at most
+// MaxLabels; keys 1-63 and values 0-63 characters from [A-Za-z0-9._-], a
+// key starting with a letter or digit. (The label index keeps them in etcd
+// keys, whose separators they must not contain.)
+func ValidateLabels(field string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return fieldErr(field, fmt.Sprintf("%d labels, more than %d", len(labels), MaxLabels))
+	}
+	for k, v := range labels {
+		f := fmt.Sprintf("%s[%q]", field, k)
+		if k == "" || len(k) > MaxLabelBytes || !labelChars(k) || !isAlnum(k[0]) {
+			return fieldErr(f, fmt.Sprintf("a label key is 1-%d characters from [A-Za-z0-9._-], starting with a letter or digit", MaxLabelBytes))
+		}
+		if len(v) > MaxLabelBytes || !labelChars(v) {
+			return fieldErr(f, fmt.Sprintf("a label value is 0-%d characters from [A-Za-z0-9._-]", MaxLabelBytes))
+		}
+	}
+	return nil
+}
+
+func labelChars(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 // ValidateRegister checks an agent's Register message.

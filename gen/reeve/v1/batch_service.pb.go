@@ -160,7 +160,9 @@ type TaskFilter struct {
 	// Only tasks created before this time (and always before the job).
 	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	// Only tasks whose id starts with this prefix.
-	TaskIdPrefix  string `protobuf:"bytes,5,opt,name=task_id_prefix,json=taskIdPrefix,proto3" json:"task_id_prefix,omitempty"`
+	TaskIdPrefix string `protobuf:"bytes,5,opt,name=task_id_prefix,json=taskIdPrefix,proto3" json:"task_id_prefix,omitempty"`
+	// Only tasks that have every one of these labels.
+	Labels        map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,6 +230,13 @@ func (x *TaskFilter) GetTaskIdPrefix() string {
 		return x.TaskIdPrefix
 	}
 	return ""
+}
+
+func (x *TaskFilter) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type BatchJob struct {
@@ -898,14 +907,18 @@ var File_reeve_v1_batch_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_batch_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1creeve/v1/batch_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\xfd\x01\n" +
+	"\x1creeve/v1/batch_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\"\xf2\x02\n" +
 	"\n" +
 	"TaskFilter\x12)\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x13.reeve.v1.TaskStateR\x05state\x12\x1a\n" +
 	"\bworkflow\x18\x02 \x01(\tR\bworkflow\x12?\n" +
 	"\rcreated_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
 	"\x0ecreated_before\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12$\n" +
-	"\x0etask_id_prefix\x18\x05 \x01(\tR\ftaskIdPrefix\"\xfa\x04\n" +
+	"\x0etask_id_prefix\x18\x05 \x01(\tR\ftaskIdPrefix\x128\n" +
+	"\x06labels\x18\x06 \x03(\v2 .reeve.v1.TaskFilter.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x04\n" +
 	"\bBatchJob\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12-\n" +
@@ -990,7 +1003,7 @@ func file_reeve_v1_batch_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_batch_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_reeve_v1_batch_service_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_reeve_v1_batch_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_reeve_v1_batch_service_proto_goTypes = []any{
 	(BatchAction)(0),              // 0: reeve.v1.BatchAction
 	(BatchState)(0),               // 1: reeve.v1.BatchState
@@ -1005,39 +1018,41 @@ var file_reeve_v1_batch_service_proto_goTypes = []any{
 	(*ListBatchesResponse)(nil),   // 10: reeve.v1.ListBatchesResponse
 	(*CancelBatchRequest)(nil),    // 11: reeve.v1.CancelBatchRequest
 	(*CancelBatchResponse)(nil),   // 12: reeve.v1.CancelBatchResponse
-	(TaskState)(0),                // 13: reeve.v1.TaskState
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	nil,                           // 13: reeve.v1.TaskFilter.LabelsEntry
+	(TaskState)(0),                // 14: reeve.v1.TaskState
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_reeve_v1_batch_service_proto_depIdxs = []int32{
-	13, // 0: reeve.v1.TaskFilter.state:type_name -> reeve.v1.TaskState
-	14, // 1: reeve.v1.TaskFilter.created_after:type_name -> google.protobuf.Timestamp
-	14, // 2: reeve.v1.TaskFilter.created_before:type_name -> google.protobuf.Timestamp
-	0,  // 3: reeve.v1.BatchJob.action:type_name -> reeve.v1.BatchAction
-	2,  // 4: reeve.v1.BatchJob.filter:type_name -> reeve.v1.TaskFilter
-	1,  // 5: reeve.v1.BatchJob.state:type_name -> reeve.v1.BatchState
-	14, // 6: reeve.v1.BatchJob.create_time:type_name -> google.protobuf.Timestamp
-	14, // 7: reeve.v1.BatchJob.update_time:type_name -> google.protobuf.Timestamp
-	14, // 8: reeve.v1.BatchJob.end_time:type_name -> google.protobuf.Timestamp
-	4,  // 9: reeve.v1.BatchJob.errors:type_name -> reeve.v1.BatchTaskError
-	0,  // 10: reeve.v1.StartBatchRequest.action:type_name -> reeve.v1.BatchAction
-	2,  // 11: reeve.v1.StartBatchRequest.filter:type_name -> reeve.v1.TaskFilter
-	3,  // 12: reeve.v1.StartBatchResponse.job:type_name -> reeve.v1.BatchJob
-	3,  // 13: reeve.v1.GetBatchResponse.job:type_name -> reeve.v1.BatchJob
-	3,  // 14: reeve.v1.ListBatchesResponse.jobs:type_name -> reeve.v1.BatchJob
-	3,  // 15: reeve.v1.CancelBatchResponse.job:type_name -> reeve.v1.BatchJob
-	5,  // 16: reeve.v1.BatchService.StartBatch:input_type -> reeve.v1.StartBatchRequest
-	7,  // 17: reeve.v1.BatchService.GetBatch:input_type -> reeve.v1.GetBatchRequest
-	9,  // 18: reeve.v1.BatchService.ListBatches:input_type -> reeve.v1.ListBatchesRequest
-	11, // 19: reeve.v1.BatchService.CancelBatch:input_type -> reeve.v1.CancelBatchRequest
-	6,  // 20: reeve.v1.BatchService.StartBatch:output_type -> reeve.v1.StartBatchResponse
-	8,  // 21: reeve.v1.BatchService.GetBatch:output_type -> reeve.v1.GetBatchResponse
-	10, // 22: reeve.v1.BatchService.ListBatches:output_type -> reeve.v1.ListBatchesResponse
-	12, // 23: reeve.v1.BatchService.CancelBatch:output_type -> reeve.v1.CancelBatchResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	14, // 0: reeve.v1.TaskFilter.state:type_name -> reeve.v1.TaskState
+	15, // 1: reeve.v1.TaskFilter.created_after:type_name -> google.protobuf.Timestamp
+	15, // 2: reeve.v1.TaskFilter.created_before:type_name -> google.protobuf.Timestamp
+	13, // 3: reeve.v1.TaskFilter.labels:type_name -> reeve.v1.TaskFilter.LabelsEntry
+	0,  // 4: reeve.v1.BatchJob.action:type_name -> reeve.v1.BatchAction
+	2,  // 5: reeve.v1.BatchJob.filter:type_name -> reeve.v1.TaskFilter
+	1,  // 6: reeve.v1.BatchJob.state:type_name -> reeve.v1.BatchState
+	15, // 7: reeve.v1.BatchJob.create_time:type_name -> google.protobuf.Timestamp
+	15, // 8: reeve.v1.BatchJob.update_time:type_name -> google.protobuf.Timestamp
+	15, // 9: reeve.v1.BatchJob.end_time:type_name -> google.protobuf.Timestamp
+	4,  // 10: reeve.v1.BatchJob.errors:type_name -> reeve.v1.BatchTaskError
+	0,  // 11: reeve.v1.StartBatchRequest.action:type_name -> reeve.v1.BatchAction
+	2,  // 12: reeve.v1.StartBatchRequest.filter:type_name -> reeve.v1.TaskFilter
+	3,  // 13: reeve.v1.StartBatchResponse.job:type_name -> reeve.v1.BatchJob
+	3,  // 14: reeve.v1.GetBatchResponse.job:type_name -> reeve.v1.BatchJob
+	3,  // 15: reeve.v1.ListBatchesResponse.jobs:type_name -> reeve.v1.BatchJob
+	3,  // 16: reeve.v1.CancelBatchResponse.job:type_name -> reeve.v1.BatchJob
+	5,  // 17: reeve.v1.BatchService.StartBatch:input_type -> reeve.v1.StartBatchRequest
+	7,  // 18: reeve.v1.BatchService.GetBatch:input_type -> reeve.v1.GetBatchRequest
+	9,  // 19: reeve.v1.BatchService.ListBatches:input_type -> reeve.v1.ListBatchesRequest
+	11, // 20: reeve.v1.BatchService.CancelBatch:input_type -> reeve.v1.CancelBatchRequest
+	6,  // 21: reeve.v1.BatchService.StartBatch:output_type -> reeve.v1.StartBatchResponse
+	8,  // 22: reeve.v1.BatchService.GetBatch:output_type -> reeve.v1.GetBatchResponse
+	10, // 23: reeve.v1.BatchService.ListBatches:output_type -> reeve.v1.ListBatchesResponse
+	12, // 24: reeve.v1.BatchService.CancelBatch:output_type -> reeve.v1.CancelBatchResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_batch_service_proto_init() }
@@ -1052,7 +1067,7 @@ func file_reeve_v1_batch_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_batch_service_proto_rawDesc), len(file_reeve_v1_batch_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

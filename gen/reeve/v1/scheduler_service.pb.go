@@ -93,7 +93,12 @@ type SubmitTaskRequest struct {
 	//	*SubmitTaskRequest_InlineWorkflow
 	Workflow isSubmitTaskRequest_Workflow `protobuf_oneof:"workflow"`
 	// Input passed to every step; at most 64 KiB encoded.
-	Input         *structpb.Value `protobuf:"bytes,5,opt,name=input,proto3" json:"input,omitempty"`
+	Input *structpb.Value `protobuf:"bytes,5,opt,name=input,proto3" json:"input,omitempty"`
+	// Labels to find the task by (ListTasksRequest.labels, batch jobs, the
+	// console): at most 16; keys 1-63 and values 0-63 characters from
+	// [A-Za-z0-9._-], a key starting with a letter or digit. Kept with the
+	// task, also in the archive.
+	Labels        map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -170,6 +175,13 @@ func (x *SubmitTaskRequest) GetInlineWorkflow() *Workflow {
 func (x *SubmitTaskRequest) GetInput() *structpb.Value {
 	if x != nil {
 		return x.Input
+	}
+	return nil
+}
+
+func (x *SubmitTaskRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
 	}
 	return nil
 }
@@ -424,7 +436,13 @@ type ListTasksRequest struct {
 	// Only tasks whose id starts with this prefix.
 	TaskIdPrefix string `protobuf:"bytes,8,opt,name=task_id_prefix,json=taskIdPrefix,proto3" json:"task_id_prefix,omitempty"`
 	// How much of each task to return; TASK_VIEW_BASIC when unspecified.
-	View          TaskView `protobuf:"varint,9,opt,name=view,proto3,enum=reeve.v1.TaskView" json:"view,omitempty"`
+	View TaskView `protobuf:"varint,9,opt,name=view,proto3,enum=reeve.v1.TaskView" json:"view,omitempty"`
+	// Only tasks that have every one of these labels (key and value). With
+	// labels the page reads the label index of one of them and filters by
+	// the rest (state, workflow, the other labels) as it reads records: a
+	// page may come back short, or empty with a next_page_token, and each
+	// page examines at most 10,000 keys.
+	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -520,6 +538,13 @@ func (x *ListTasksRequest) GetView() TaskView {
 		return x.View
 	}
 	return TaskView_TASK_VIEW_UNSPECIFIED
+}
+
+func (x *ListTasksRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type ListTasksResponse struct {
@@ -2027,13 +2052,17 @@ var File_reeve_v1_scheduler_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\n" +
-	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xff\x01\n" +
+	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xfb\x02\n" +
 	"\x11SubmitTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12:\n" +
 	"\fworkflow_ref\x18\x03 \x01(\v2\x15.reeve.v1.WorkflowRefH\x00R\vworkflowRef\x12=\n" +
 	"\x0finline_workflow\x18\x04 \x01(\v2\x12.reeve.v1.WorkflowH\x00R\x0einlineWorkflow\x12,\n" +
-	"\x05input\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x05inputB\n" +
+	"\x05input\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x05input\x12?\n" +
+	"\x06labels\x18\x06 \x03(\v2'.reeve.v1.SubmitTaskRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
 	"\n" +
 	"\bworkflow\"@\n" +
 	"\vWorkflowRef\x12\x17\n" +
@@ -2047,7 +2076,7 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\"Q\n" +
 	"\x0fGetTaskResponse\x12\"\n" +
 	"\x04task\x18\x01 \x01(\v2\x0e.reeve.v1.TaskR\x04task\x12\x1a\n" +
-	"\barchived\x18\x02 \x01(\bR\barchived\"\x85\x03\n" +
+	"\barchived\x18\x02 \x01(\bR\barchived\"\x80\x04\n" +
 	"\x10ListTasksRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.reeve.v1.TaskStateR\x05state\x12\x1b\n" +
@@ -2058,7 +2087,12 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\rcreated_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
 	"\x0ecreated_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12$\n" +
 	"\x0etask_id_prefix\x18\b \x01(\tR\ftaskIdPrefix\x12&\n" +
-	"\x04view\x18\t \x01(\x0e2\x12.reeve.v1.TaskViewR\x04view\"\xa9\x01\n" +
+	"\x04view\x18\t \x01(\x0e2\x12.reeve.v1.TaskViewR\x04view\x12>\n" +
+	"\x06labels\x18\n" +
+	" \x03(\v2&.reeve.v1.ListTasksRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x01\n" +
 	"\x11ListTasksResponse\x12$\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x0e.reeve.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
@@ -2195,7 +2229,7 @@ func file_reeve_v1_scheduler_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_scheduler_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(TaskView)(0),                    // 0: reeve.v1.TaskView
 	(*SubmitTaskRequest)(nil),        // 1: reeve.v1.SubmitTaskRequest
@@ -2228,72 +2262,76 @@ var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(*GetWorkflowResponse)(nil),      // 28: reeve.v1.GetWorkflowResponse
 	(*ListWorkflowsRequest)(nil),     // 29: reeve.v1.ListWorkflowsRequest
 	(*ListWorkflowsResponse)(nil),    // 30: reeve.v1.ListWorkflowsResponse
-	nil,                              // 31: reeve.v1.CountTasksResponse.ByStateEntry
-	(*Workflow)(nil),                 // 32: reeve.v1.Workflow
-	(*structpb.Value)(nil),           // 33: google.protobuf.Value
-	(*Task)(nil),                     // 34: reeve.v1.Task
-	(TaskState)(0),                   // 35: reeve.v1.TaskState
-	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	nil,                              // 31: reeve.v1.SubmitTaskRequest.LabelsEntry
+	nil,                              // 32: reeve.v1.ListTasksRequest.LabelsEntry
+	nil,                              // 33: reeve.v1.CountTasksResponse.ByStateEntry
+	(*Workflow)(nil),                 // 34: reeve.v1.Workflow
+	(*structpb.Value)(nil),           // 35: google.protobuf.Value
+	(*Task)(nil),                     // 36: reeve.v1.Task
+	(TaskState)(0),                   // 37: reeve.v1.TaskState
+	(*timestamppb.Timestamp)(nil),    // 38: google.protobuf.Timestamp
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
 	2,  // 0: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
-	32, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
-	33, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
-	34, // 3: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
-	34, // 4: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
-	35, // 5: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
-	36, // 6: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	36, // 7: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	0,  // 8: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
-	34, // 9: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
-	31, // 10: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
-	10, // 11: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
-	35, // 12: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
-	0,  // 13: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
-	13, // 14: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
-	14, // 15: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
-	34, // 16: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
-	17, // 17: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
-	18, // 18: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
-	36, // 19: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
-	36, // 20: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
-	34, // 21: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	34, // 22: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	33, // 23: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
-	34, // 24: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
-	32, // 25: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	32, // 26: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	32, // 27: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	32, // 28: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	1,  // 29: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	4,  // 30: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	6,  // 31: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	8,  // 32: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
-	11, // 33: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
-	19, // 34: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	21, // 35: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	23, // 36: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
-	25, // 37: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	27, // 38: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	29, // 39: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	15, // 40: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
-	3,  // 41: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	5,  // 42: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	7,  // 43: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	9,  // 44: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
-	12, // 45: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
-	20, // 46: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	22, // 47: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	24, // 48: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
-	26, // 49: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	28, // 50: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	30, // 51: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	16, // 52: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
-	41, // [41:53] is the sub-list for method output_type
-	29, // [29:41] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	34, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
+	35, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
+	31, // 3: reeve.v1.SubmitTaskRequest.labels:type_name -> reeve.v1.SubmitTaskRequest.LabelsEntry
+	36, // 4: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
+	36, // 5: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
+	37, // 6: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
+	38, // 7: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	38, // 8: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	0,  // 9: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
+	32, // 10: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
+	36, // 11: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
+	33, // 12: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
+	10, // 13: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
+	37, // 14: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
+	0,  // 15: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
+	13, // 16: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
+	14, // 17: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
+	36, // 18: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	17, // 19: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
+	18, // 20: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
+	38, // 21: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	38, // 22: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	36, // 23: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	36, // 24: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	35, // 25: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
+	36, // 26: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
+	34, // 27: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	34, // 28: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	34, // 29: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	34, // 30: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	1,  // 31: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	4,  // 32: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	6,  // 33: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	8,  // 34: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	11, // 35: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	19, // 36: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	21, // 37: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	23, // 38: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
+	25, // 39: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	27, // 40: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	29, // 41: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	15, // 42: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	3,  // 43: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	5,  // 44: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	7,  // 45: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	9,  // 46: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	12, // 47: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	20, // 48: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	22, // 49: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	24, // 50: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
+	26, // 51: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	28, // 52: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	30, // 53: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	16, // 54: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	43, // [43:55] is the sub-list for method output_type
+	31, // [31:43] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }
@@ -2317,7 +2355,7 @@ func file_reeve_v1_scheduler_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_scheduler_service_proto_rawDesc), len(file_reeve_v1_scheduler_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

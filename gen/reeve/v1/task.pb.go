@@ -199,7 +199,9 @@ type Task struct {
 	Paused bool `protobuf:"varint,20,opt,name=paused,proto3" json:"paused,omitempty"`
 	// The task this one runs again (RerunTask), in the same namespace; empty
 	// for a submitted task.
-	RerunOf       string `protobuf:"bytes,21,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
+	RerunOf string `protobuf:"bytes,21,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
+	// The labels it was submitted with (SubmitTaskRequest.labels).
+	Labels        map[string]string `protobuf:"bytes,22,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,6 +332,13 @@ func (x *Task) GetRerunOf() string {
 		return x.RerunOf
 	}
 	return ""
+}
+
+func (x *Task) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // Step is the state record of one step of a task, as the pattern names it:
@@ -745,7 +754,7 @@ var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\xba\x04\n" +
+	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\xa9\x05\n" +
 	"\x04Task\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12.\n" +
@@ -763,7 +772,11 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\ahistory\x18\v \x03(\v2\x16.reeve.v1.HistoryEventR\ahistory\x12'\n" +
 	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\x12\x16\n" +
 	"\x06paused\x18\x14 \x01(\bR\x06paused\x12\x19\n" +
-	"\brerun_of\x18\x15 \x01(\tR\arerunOf\"\x9d\a\n" +
+	"\brerun_of\x18\x15 \x01(\tR\arerunOf\x122\n" +
+	"\x06labels\x18\x16 \x03(\v2\x1a.reeve.v1.Task.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\a\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
@@ -839,7 +852,7 @@ func file_reeve_v1_task_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_reeve_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_reeve_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_reeve_v1_task_proto_goTypes = []any{
 	(TaskState)(0),                // 0: reeve.v1.TaskState
 	(StepState)(0),                // 1: reeve.v1.StepState
@@ -847,38 +860,40 @@ var file_reeve_v1_task_proto_goTypes = []any{
 	(*Step)(nil),                  // 3: reeve.v1.Step
 	(*StepError)(nil),             // 4: reeve.v1.StepError
 	(*HistoryEvent)(nil),          // 5: reeve.v1.HistoryEvent
-	(*Workflow)(nil),              // 6: reeve.v1.Workflow
-	(*structpb.Value)(nil),        // 7: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
+	nil,                           // 6: reeve.v1.Task.LabelsEntry
+	(*Workflow)(nil),              // 7: reeve.v1.Workflow
+	(*structpb.Value)(nil),        // 8: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
 }
 var file_reeve_v1_task_proto_depIdxs = []int32{
-	6,  // 0: reeve.v1.Task.workflow:type_name -> reeve.v1.Workflow
+	7,  // 0: reeve.v1.Task.workflow:type_name -> reeve.v1.Workflow
 	0,  // 1: reeve.v1.Task.state:type_name -> reeve.v1.TaskState
-	7,  // 2: reeve.v1.Task.input:type_name -> google.protobuf.Value
+	8,  // 2: reeve.v1.Task.input:type_name -> google.protobuf.Value
 	3,  // 3: reeve.v1.Task.steps:type_name -> reeve.v1.Step
-	8,  // 4: reeve.v1.Task.create_time:type_name -> google.protobuf.Timestamp
-	8,  // 5: reeve.v1.Task.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 6: reeve.v1.Task.end_time:type_name -> google.protobuf.Timestamp
+	9,  // 4: reeve.v1.Task.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 5: reeve.v1.Task.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 6: reeve.v1.Task.end_time:type_name -> google.protobuf.Timestamp
 	5,  // 7: reeve.v1.Task.history:type_name -> reeve.v1.HistoryEvent
-	1,  // 8: reeve.v1.Step.state:type_name -> reeve.v1.StepState
-	8,  // 9: reeve.v1.Step.complete_by:type_name -> google.protobuf.Timestamp
-	8,  // 10: reeve.v1.Step.ready_time:type_name -> google.protobuf.Timestamp
-	8,  // 11: reeve.v1.Step.not_before:type_name -> google.protobuf.Timestamp
-	8,  // 12: reeve.v1.Step.start_time:type_name -> google.protobuf.Timestamp
-	8,  // 13: reeve.v1.Step.end_time:type_name -> google.protobuf.Timestamp
-	7,  // 14: reeve.v1.Step.output:type_name -> google.protobuf.Value
-	4,  // 15: reeve.v1.Step.last_error:type_name -> reeve.v1.StepError
-	8,  // 16: reeve.v1.Step.schedule_to_start_deadline:type_name -> google.protobuf.Timestamp
-	7,  // 17: reeve.v1.Step.heartbeat_details:type_name -> google.protobuf.Value
-	7,  // 18: reeve.v1.StepError.details:type_name -> google.protobuf.Value
-	9,  // 19: reeve.v1.StepError.retry_after:type_name -> google.protobuf.Duration
-	8,  // 20: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	6,  // 8: reeve.v1.Task.labels:type_name -> reeve.v1.Task.LabelsEntry
+	1,  // 9: reeve.v1.Step.state:type_name -> reeve.v1.StepState
+	9,  // 10: reeve.v1.Step.complete_by:type_name -> google.protobuf.Timestamp
+	9,  // 11: reeve.v1.Step.ready_time:type_name -> google.protobuf.Timestamp
+	9,  // 12: reeve.v1.Step.not_before:type_name -> google.protobuf.Timestamp
+	9,  // 13: reeve.v1.Step.start_time:type_name -> google.protobuf.Timestamp
+	9,  // 14: reeve.v1.Step.end_time:type_name -> google.protobuf.Timestamp
+	8,  // 15: reeve.v1.Step.output:type_name -> google.protobuf.Value
+	4,  // 16: reeve.v1.Step.last_error:type_name -> reeve.v1.StepError
+	9,  // 17: reeve.v1.Step.schedule_to_start_deadline:type_name -> google.protobuf.Timestamp
+	8,  // 18: reeve.v1.Step.heartbeat_details:type_name -> google.protobuf.Value
+	8,  // 19: reeve.v1.StepError.details:type_name -> google.protobuf.Value
+	10, // 20: reeve.v1.StepError.retry_after:type_name -> google.protobuf.Duration
+	9,  // 21: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_task_proto_init() }
@@ -893,7 +908,7 @@ func file_reeve_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_task_proto_rawDesc), len(file_reeve_v1_task_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
