@@ -432,3 +432,22 @@ func TestConfirmedActionPostedTwiceActsOnce(t *testing.T) {
 		t.Fatalf("%d task.compensating events with the request id, want 1: %v", n, got.GetTask().GetHistory())
 	}
 }
+
+// The tasks page filters by label (issue 37): only the labeled task is
+// listed; a malformed label is shown as the filter's error.
+func TestTasksPageFiltersByLabel(t *testing.T) {
+	e := newEnv(t)
+	plain := e.submit(stuck())
+	req := stuck()
+	req.Labels = map[string]string{"team": "payments"}
+	labeled := e.submit(req)
+	b := e.browser()
+	_, page := b.get("/tasks?label=team%3Dpayments")
+	if !strings.Contains(page, labeled.GetId()) || strings.Contains(page, plain.GetId()) {
+		t.Fatalf("label filter: want %s listed and %s not:\n%.600s", labeled.GetId(), plain.GetId(), textOf(page))
+	}
+	_, page = b.get("/tasks?label=nokeyvalue")
+	if !strings.Contains(page, "label: want key=value") {
+		t.Fatalf("a malformed label filter: %.400s", textOf(page))
+	}
+}

@@ -39,7 +39,7 @@ func (s *Server) listTasks(ctx context.Context, opts []grpc.CallOption, f taskFi
 	var p taskPage
 	for i := 0; i < listCalls; i++ {
 		req := &reevev1.ListTasksRequest{Namespace: f.NS, State: f.state, PageSize: int32(size - len(p.Tasks)), PageToken: page,
-			Workflow: f.Workflow, TaskIdPrefix: f.Prefix, CreatedAfter: timeOf(f.after), CreatedBefore: timeOf(f.before), View: reevev1.TaskView_TASK_VIEW_BASIC}
+			Workflow: f.Workflow, TaskIdPrefix: f.Prefix, Labels: f.labels, CreatedAfter: timeOf(f.after), CreatedBefore: timeOf(f.before), View: reevev1.TaskView_TASK_VIEW_BASIC}
 		resp, err := s.sched.ListTasks(ctx, req, opts...)
 		if err != nil {
 			return taskPage{}, err

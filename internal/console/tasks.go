@@ -27,6 +27,7 @@ type taskFilter struct {
 	State    string
 	Workflow string
 	Prefix   string
+	Label    string // "key=value[,key=value...]"
 	After    string
 	Before   string
 	Page     string // opaque page token
@@ -35,13 +36,14 @@ type taskFilter struct {
 
 	state         reevev1.TaskState
 	after, before time.Time
+	labels        map[string]string
 }
 
 // parseTaskFilter reads the filters of the tasks page; a malformed one is an
 // error naming it.
 func parseTaskFilter(q url.Values) (taskFilter, error) {
 	f := taskFilter{NS: workflow.Namespace(q.Get("ns")), State: q.Get("state"), Workflow: strings.TrimSpace(q.Get("workflow")),
-		Prefix: strings.TrimSpace(q.Get("prefix")), After: strings.TrimSpace(q.Get("after")), Before: strings.TrimSpace(q.Get("before")),
+		Prefix: strings.TrimSpace(q.Get("prefix")), Label: strings.TrimSpace(q.Get("label")), After: strings.TrimSpace(q.Get("after")), Before: strings.TrimSpace(q.Get("before")),
 		Page: q.Get("page"), PageNo: 1, Size: defaultPageSize}
 	if err := workflow.ValidateNamespace("ns", f.NS); err != nil {
 		return f, err
@@ -60,6 +62,19 @@ func parseTaskFilter(q url.Values) (taskFilter, error) {
 	}
 	if f.Prefix != "" && len(f.Prefix) > 128 {
 		return f, fmt.Errorf("prefix: at most 128 characters")
+	}
+	if f.Label != "" {
+		f.labels = map[string]string{}
+		for _, kv := range strings.Split(f.Label, ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok {
+				return f, fmt.Errorf("label: want key=value (several separated by commas), got %q", kv)
+			}
+			f.labels[k] = v
+		}
+		if err := workflow.ValidateLabels("label", f.labels); err != nil {
+			return f, err
+		}
 	}
 	var err error
 	if f.after, err = parseWhen("after", f.After); err != nil {
@@ -106,7 +121,7 @@ func parseWhen(field, v string) (time.Time, error) {
 func (f taskFilter) query(page string, pageNo int) string {
 	q := url.Values{}
 	q.Set("ns", f.NS)
-	for k, v := range map[string]string{"state": f.State, "workflow": f.Workflow, "prefix": f.Prefix, "after": f.After, "before": f.Before, "page": page} {
+	for k, v := range map[string]string{"state": f.State, "workflow": f.Workflow, "prefix": f.Prefix, "label": f.Label, "after": f.After, "before": f.Before, "page": page} {
 		if v != "" {
 			q.Set(k, v)
 		}
