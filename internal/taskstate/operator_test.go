@@ -78,9 +78,13 @@ func TestOperatorActionsAcceptOnlyTheirStates(t *testing.T) {
 		"cancel undo": func(task *reevev1.Task) error { return taskstate.Cancel(task, "", "operator", true, t0) },
 		"pause":       func(task *reevev1.Task) error { return taskstate.Pause(task, "", "operator", t0) },
 		"resume":      func(task *reevev1.Task) error { return taskstate.Resume(task, "", "operator", t0) },
-		"fail":        func(task *reevev1.Task) error { return taskstate.FailTask(task, "", "operator", t0) },
-		"compensate":  func(task *reevev1.Task) error { return taskstate.Compensate(task, "", "operator", t0) },
-		"retry ship":  func(task *reevev1.Task) error { return taskstate.RetryFailed(task, "ship", 0, "", "operator", t0) },
+		"rerun ship": func(task *reevev1.Task) error {
+			_, err := taskstate.Rerun(task, "t-2", "ship", nil, "", "operator", t0)
+			return err
+		},
+		"fail":       func(task *reevev1.Task) error { return taskstate.FailTask(task, "", "operator", t0) },
+		"compensate": func(task *reevev1.Task) error { return taskstate.Compensate(task, "", "operator", t0) },
+		"retry ship": func(task *reevev1.Task) error { return taskstate.RetryFailed(task, "ship", 0, "", "operator", t0) },
 	}
 	cases := []struct {
 		state, action string
@@ -133,6 +137,14 @@ func TestOperatorActionsAcceptOnlyTheirStates(t *testing.T) {
 		{"PAUSED", "compensate", ""},
 		{"RUNNING", "resume", "nothing to change"},
 		{"FAILED", "resume", "nothing to change"},
+		{"PENDING", "rerun ship", "task t-1 is PENDING: rerun_task needs the task FAILED, COMPENSATED or SUCCEEDED"},
+		{"RUNNING", "rerun ship", "task t-1 is RUNNING: rerun_task needs"},
+		{"PAUSED", "rerun ship", "task t-1 is RUNNING: rerun_task needs"},
+		{"COMPENSATING", "rerun ship", "task t-1 is COMPENSATING: rerun_task needs"},
+		{"CANCELED", "rerun ship", "task t-1 is CANCELED: rerun_task needs"},
+		{"FAILED", "rerun ship", ""},
+		{"COMPENSATED", "rerun ship", ""},
+		{"SUCCEEDED", "rerun ship", ""},
 		{"FAILED_FORWARD", "retry ship", `step "ship" of task t-1 is SKIPPED: retry_step needs the step FAILED`},
 	}
 	for _, tc := range cases {
