@@ -53,8 +53,20 @@ func TestGracefulStopStrandsNoClaim(t *testing.T) {
 		}
 	}()
 
-	// Stop s1 while claims are in flight.
-	ids := submitDuring(t, c, tasks, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "x"))}, func() { s1.Stop() })
+	// Stop s1 while claims are in flight: once a third of the tasks were
+	// submitted and s1 has dispatched at least one (on a loaded machine its
+	// watch of the ready queue can lag the submissions).
+	ids := submitDuring(t, c, tasks, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "x"))}, func() {
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			gotMu.Lock()
+			n := len(got)
+			gotMu.Unlock()
+			if n > 0 {
+				break
+			}
+		}
+		s1.Stop()
+	})
 	agent.Close()
 	<-readerDone
 
@@ -139,6 +151,9 @@ func TestGracefulStopUnderLoadStrandsNoClaim(t *testing.T) {
 
 	var began time.Time
 	ids := submitDuring(t, c, tasks, &reevev1.SubmitTaskRequest{Workflow: inline(&reevev1.StepSpec{Name: "a", Type: "x", Timeout: durationpb.New(10 * time.Minute)})}, func() {
+		// Not before s1 ran a step (its watch can lag on a busy machine).
+		for deadline := time.Now().Add(wait); onS1.Load() == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		}
 		began = time.Now()
 		s1.Stop()
 		s1Serving.Store(false)
