@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -71,7 +72,7 @@ func WithCatchUpWindow(d time.Duration) ScheduleOption {
 // WithRemainingRuns stops the schedule after n more times; default
 // unlimited.
 func WithRemainingRuns(n int64) ScheduleOption {
-	return func(sc *reevev1.Schedule) error { sc.RemainingRuns = &n; return nil }
+	return func(sc *reevev1.Schedule) error { sc.RemainingRuns = wrapperspb.Int64(n); return nil }
 }
 
 // WithJitter delays each time by up to d, the same delay on every firer;

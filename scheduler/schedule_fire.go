@@ -123,7 +123,7 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 			// (an error, no run left), up to the last time handled.
 			last := plan.Last
 			for _, t := range plan.Run {
-				if sc.RemainingRuns != nil && sc.GetRemainingRuns() <= 0 {
+				if sc.RemainingRuns != nil && sc.GetRemainingRuns().GetValue() <= 0 {
 					last = t.Add(-time.Second)
 					break
 				}
@@ -178,7 +178,7 @@ func (sch *schedules) setNextFire(sc *reevev1.Schedule, cal *schedule.Calendar, 
 		return
 	}
 	var next time.Time
-	if sc.RemainingRuns == nil || sc.GetRemainingRuns() > 0 {
+	if sc.RemainingRuns == nil || sc.GetRemainingRuns().GetValue() > 0 {
 		if t, ok := cal.Next(handledUntil(sc)); ok {
 			next = t.Add(cal.Jitter(sc.GetNamespace(), sc.GetName(), t))
 		}
@@ -288,7 +288,7 @@ func (f *firing) offer(ctx context.Context, t time.Time, origin string) bool {
 		}
 	}
 	if counts && f.sc.RemainingRuns != nil {
-		*f.sc.RemainingRuns--
+		f.sc.RemainingRuns.Value--
 	}
 	return true
 }

@@ -158,7 +158,7 @@ func validateSchedule(sc *reevev1.Schedule) (*schedule.Calendar, error) {
 			return nil, &workflow.FieldError{Field: "schedule.policies.catchup_window", Reason: fmt.Sprintf("from 0 to %v", MaxCatchUpWindow)}
 		}
 	}
-	if sc.RemainingRuns != nil && sc.GetRemainingRuns() < 0 {
+	if sc.RemainingRuns != nil && sc.GetRemainingRuns().GetValue() < 0 {
 		return nil, &workflow.FieldError{Field: "schedule.remaining_runs", Reason: "negative"}
 	}
 	return cal, nil

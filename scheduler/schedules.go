@@ -116,10 +116,10 @@ func (svc *scheduleService) GetSchedule(ctx context.Context, req *reevev1.GetSch
 func (sch *schedules) showSchedule(ctx context.Context, sc *reevev1.Schedule, outcomes bool) *reevev1.Schedule {
 	sc = proto.Clone(sc).(*reevev1.Schedule)
 	sc.Info = infoOf(sc)
-	if cal, err := scheduleCalendar("spec", sc.GetSpec()); err == nil && !sc.GetPaused() && (sc.RemainingRuns == nil || sc.GetRemainingRuns() > 0) {
+	if cal, err := scheduleCalendar("spec", sc.GetSpec()); err == nil && !sc.GetPaused() && (sc.RemainingRuns == nil || sc.GetRemainingRuns().GetValue() > 0) {
 		n := nextTimes
 		if sc.RemainingRuns != nil {
-			n = int(min(int64(n), sc.GetRemainingRuns()))
+			n = int(min(int64(n), sc.GetRemainingRuns().GetValue()))
 		}
 		for _, t := range cal.NextN(handledUntil(sc), n) {
 			sc.Info.NextTimes = append(sc.Info.NextTimes, timestamppb.New(t))

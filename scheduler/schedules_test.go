@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"slices"
 	"strings"
 	"testing"
@@ -214,7 +215,7 @@ func TestScheduleValidationNamesTheField(t *testing.T) {
 		{"unregistered workflow", with(func(sc *reevev1.Schedule) { sc.Action.Workflow.Name = "ghost" }), "schedule.action.workflow"},
 		{"overlap", with(func(sc *reevev1.Schedule) { sc.Policies.Overlap = 42 }), "schedule.policies.overlap"},
 		{"catch-up window", with(func(sc *reevev1.Schedule) { sc.Policies.CatchupWindow = durationpb.New(-time.Second) }), "schedule.policies.catchup_window"},
-		{"remaining runs", with(func(sc *reevev1.Schedule) { sc.RemainingRuns = proto.Int64(-1) }), "schedule.remaining_runs"},
+		{"remaining runs", with(func(sc *reevev1.Schedule) { sc.RemainingRuns = wrapperspb.Int64(-1) }), "schedule.remaining_runs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.sc.CreateSchedule(testCtx(t), &reevev1.CreateScheduleRequest{Schedule: tc.sc})
@@ -387,7 +388,7 @@ func TestScheduleFenceRefusesADeposedFirer(t *testing.T) {
 func TestScheduleRemainingRuns(t *testing.T) {
 	e := newSchedEnv(t)
 	sc := everyMinute("s", reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_ALLOW_ALL)
-	sc.RemainingRuns = proto.Int64(2)
+	sc.RemainingRuns = wrapperspb.Int64(2)
 	if got := e.create(t, sc); len(got.GetInfo().GetNextTimes()) != 2 {
 		t.Fatalf("next times %v, want the 2 remaining", got.GetInfo().GetNextTimes())
 	}
@@ -400,11 +401,11 @@ func TestScheduleRemainingRuns(t *testing.T) {
 		t.Fatalf("a schedule without runs left started %d", o.GetStarted())
 	}
 	got := e.get(t, "s")
-	if got.GetRemainingRuns() != 0 || got.GetInfo().GetNextFireTime() != nil || len(got.GetInfo().GetNextTimes()) != 0 || len(e.taskIDs(t, "sched-s-")) != 2 {
+	if got.GetRemainingRuns().GetValue() != 0 || got.GetInfo().GetNextFireTime() != nil || len(got.GetInfo().GetNextTimes()) != 0 || len(e.taskIDs(t, "sched-s-")) != 2 {
 		t.Fatalf("remaining %d, next fire %v, next times %v, tasks %v; want 0, none, none, 2",
-			got.GetRemainingRuns(), got.GetInfo().GetNextFireTime(), got.GetInfo().GetNextTimes(), e.taskIDs(t, "sched-s-"))
+			got.GetRemainingRuns().GetValue(), got.GetInfo().GetNextFireTime(), got.GetInfo().GetNextTimes(), e.taskIDs(t, "sched-s-"))
 	}
-	if resp, err := e.sc.TriggerSchedule(testCtx(t), &reevev1.TriggerScheduleRequest{Name: "s"}); err != nil || resp.GetTask() == nil || resp.GetSchedule().GetRemainingRuns() != 0 {
+	if resp, err := e.sc.TriggerSchedule(testCtx(t), &reevev1.TriggerScheduleRequest{Name: "s"}); err != nil || resp.GetTask() == nil || resp.GetSchedule().GetRemainingRuns().GetValue() != 0 {
 		t.Fatalf("trigger with no runs left: %v %v", resp, err)
 	}
 }

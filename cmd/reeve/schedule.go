@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -118,7 +118,7 @@ starts once.`,
 				sc.Policies.CatchupWindow = durationpb.New(catchUp)
 			}
 			if cmd.Flags().Changed("remaining-runs") {
-				sc.RemainingRuns = proto.Int64(remaining)
+				sc.RemainingRuns = wrapperspb.Int64(remaining)
 			}
 			if err := parseTimeFlags(timeFlag{"--start", start, &sc.Spec.StartTime}, timeFlag{"--end", end, &sc.Spec.EndTime}); err != nil {
 				return err
@@ -356,7 +356,7 @@ func printSchedule(w io.Writer, sc *reevev1.Schedule) error {
 	}
 	remaining := "unlimited"
 	if sc.RemainingRuns != nil {
-		remaining = fmt.Sprint(sc.GetRemainingRuns())
+		remaining = fmt.Sprint(sc.GetRemainingRuns().GetValue())
 	}
 	fmt.Fprintf(tw, "SCHEDULE:\t%s (namespace %s)\n", sc.GetName(), sc.GetNamespace())
 	fmt.Fprintf(tw, "SPEC:\t%s\n", specString(sc.GetSpec()))

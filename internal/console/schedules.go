@@ -141,7 +141,7 @@ func policiesText(sc *reevev1.Schedule) string {
 	}
 	limit := "no run limit"
 	if sc.RemainingRuns != nil {
-		limit = strconv.FormatInt(sc.GetRemainingRuns(), 10) + " runs remain"
+		limit = strconv.FormatInt(sc.GetRemainingRuns().GetValue(), 10) + " runs remain"
 	}
 	return "overlap " + overlap + " · catch-up window " + window + " · " + limit
 }

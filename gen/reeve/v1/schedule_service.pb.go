@@ -13,6 +13,7 @@ import (
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
+	wrapperspb "google.golang.org/protobuf/types/known/wrapperspb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -614,7 +615,7 @@ type Schedule struct {
 	Note string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
 	// How many more nominal times run; unlimited when unset. At 0 the
 	// schedule stops firing (triggers and backfills still run).
-	RemainingRuns *int64                 `protobuf:"varint,8,opt,name=remaining_runs,json=remainingRuns,proto3,oneof" json:"remaining_runs,omitempty"`
+	RemainingRuns *wrapperspb.Int64Value `protobuf:"bytes,8,opt,name=remaining_runs,json=remainingRuns,proto3" json:"remaining_runs,omitempty"`
 	Info          *ScheduleInfo          `protobuf:"bytes,9,opt,name=info,proto3" json:"info,omitempty"`
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
@@ -701,11 +702,11 @@ func (x *Schedule) GetNote() string {
 	return ""
 }
 
-func (x *Schedule) GetRemainingRuns() int64 {
-	if x != nil && x.RemainingRuns != nil {
-		return *x.RemainingRuns
+func (x *Schedule) GetRemainingRuns() *wrapperspb.Int64Value {
+	if x != nil {
+		return x.RemainingRuns
 	}
-	return 0
+	return nil
 }
 
 func (x *Schedule) GetInfo() *ScheduleInfo {
@@ -1681,7 +1682,7 @@ var File_reeve_v1_schedule_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_schedule_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1freeve/v1/schedule_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a reeve/v1/scheduler_service.proto\x1a\x13reeve/v1/task.proto\"\xc8\x02\n" +
+	"\x1freeve/v1/schedule_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a reeve/v1/scheduler_service.proto\x1a\x13reeve/v1/task.proto\"\xc8\x02\n" +
 	"\fScheduleSpec\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12/\n" +
 	"\x05every\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05every\x121\n" +
@@ -1724,7 +1725,7 @@ const file_reeve_v1_schedule_service_proto_rawDesc = "" +
 	"\x0ebuffered_times\x18\x05 \x03(\v2\x1a.google.protobuf.TimestampR\rbufferedTimes\x12&\n" +
 	"\x0factive_task_ids\x18\x06 \x03(\tR\ractiveTaskIds\x12@\n" +
 	"\x0enext_fire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\fnextFireTime\x12\x1b\n" +
-	"\trun_count\x18\b \x01(\x03R\brunCount\"\x93\x04\n" +
+	"\trun_count\x18\b \x01(\x03R\brunCount\"\x98\x04\n" +
 	"\bSchedule\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\x04name\x18\x02 \x01(\tB\x03\xe0A\x02R\x04name\x12/\n" +
@@ -1732,15 +1733,14 @@ const file_reeve_v1_schedule_service_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\v2\x18.reeve.v1.ScheduleActionB\x03\xe0A\x02R\x06action\x126\n" +
 	"\bpolicies\x18\x05 \x01(\v2\x1a.reeve.v1.SchedulePoliciesR\bpolicies\x12\x1b\n" +
 	"\x06paused\x18\x06 \x01(\bB\x03\xe0A\x03R\x06paused\x12\x17\n" +
-	"\x04note\x18\a \x01(\tB\x03\xe0A\x03R\x04note\x12*\n" +
-	"\x0eremaining_runs\x18\b \x01(\x03H\x00R\rremainingRuns\x88\x01\x01\x12/\n" +
+	"\x04note\x18\a \x01(\tB\x03\xe0A\x03R\x04note\x12B\n" +
+	"\x0eremaining_runs\x18\b \x01(\v2\x1b.google.protobuf.Int64ValueR\rremainingRuns\x12/\n" +
 	"\x04info\x18\t \x01(\v2\x16.reeve.v1.ScheduleInfoB\x03\xe0A\x03R\x04info\x12@\n" +
 	"\vcreate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"createTime\x12@\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
-	"updateTimeB\x11\n" +
-	"\x0f_remaining_runsJ\x06\b\xe8\a\x10\xe9\a\"L\n" +
+	"updateTimeJ\x06\b\xe8\a\x10\xe9\a\"L\n" +
 	"\x15CreateScheduleRequest\x123\n" +
 	"\bschedule\x18\x01 \x01(\v2\x12.reeve.v1.ScheduleB\x03\xe0A\x02R\bschedule\"H\n" +
 	"\x16CreateScheduleResponse\x12.\n" +
@@ -1861,7 +1861,8 @@ var file_reeve_v1_schedule_service_proto_goTypes = []any{
 	(*WorkflowRef)(nil),              // 28: reeve.v1.WorkflowRef
 	(*structpb.Value)(nil),           // 29: google.protobuf.Value
 	(TaskState)(0),                   // 30: reeve.v1.TaskState
-	(*Task)(nil),                     // 31: reeve.v1.Task
+	(*wrapperspb.Int64Value)(nil),    // 31: google.protobuf.Int64Value
+	(*Task)(nil),                     // 32: reeve.v1.Task
 }
 var file_reeve_v1_schedule_service_proto_depIdxs = []int32{
 	26, // 0: reeve.v1.ScheduleSpec.every:type_name -> google.protobuf.Duration
@@ -1888,45 +1889,46 @@ var file_reeve_v1_schedule_service_proto_depIdxs = []int32{
 	1,  // 21: reeve.v1.Schedule.spec:type_name -> reeve.v1.ScheduleSpec
 	2,  // 22: reeve.v1.Schedule.action:type_name -> reeve.v1.ScheduleAction
 	3,  // 23: reeve.v1.Schedule.policies:type_name -> reeve.v1.SchedulePolicies
-	6,  // 24: reeve.v1.Schedule.info:type_name -> reeve.v1.ScheduleInfo
-	27, // 25: reeve.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	27, // 26: reeve.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	7,  // 27: reeve.v1.CreateScheduleRequest.schedule:type_name -> reeve.v1.Schedule
-	7,  // 28: reeve.v1.CreateScheduleResponse.schedule:type_name -> reeve.v1.Schedule
-	7,  // 29: reeve.v1.GetScheduleResponse.schedule:type_name -> reeve.v1.Schedule
-	7,  // 30: reeve.v1.ListSchedulesResponse.schedules:type_name -> reeve.v1.Schedule
-	7,  // 31: reeve.v1.UpdateScheduleRequest.schedule:type_name -> reeve.v1.Schedule
-	7,  // 32: reeve.v1.UpdateScheduleResponse.schedule:type_name -> reeve.v1.Schedule
-	7,  // 33: reeve.v1.PauseScheduleResponse.schedule:type_name -> reeve.v1.Schedule
-	7,  // 34: reeve.v1.ResumeScheduleResponse.schedule:type_name -> reeve.v1.Schedule
-	31, // 35: reeve.v1.TriggerScheduleResponse.task:type_name -> reeve.v1.Task
-	7,  // 36: reeve.v1.TriggerScheduleResponse.schedule:type_name -> reeve.v1.Schedule
-	27, // 37: reeve.v1.BackfillScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
-	27, // 38: reeve.v1.BackfillScheduleRequest.end_time:type_name -> google.protobuf.Timestamp
-	7,  // 39: reeve.v1.BackfillScheduleResponse.schedule:type_name -> reeve.v1.Schedule
-	8,  // 40: reeve.v1.ScheduleService.CreateSchedule:input_type -> reeve.v1.CreateScheduleRequest
-	10, // 41: reeve.v1.ScheduleService.GetSchedule:input_type -> reeve.v1.GetScheduleRequest
-	12, // 42: reeve.v1.ScheduleService.ListSchedules:input_type -> reeve.v1.ListSchedulesRequest
-	14, // 43: reeve.v1.ScheduleService.UpdateSchedule:input_type -> reeve.v1.UpdateScheduleRequest
-	16, // 44: reeve.v1.ScheduleService.PauseSchedule:input_type -> reeve.v1.PauseScheduleRequest
-	18, // 45: reeve.v1.ScheduleService.ResumeSchedule:input_type -> reeve.v1.ResumeScheduleRequest
-	20, // 46: reeve.v1.ScheduleService.TriggerSchedule:input_type -> reeve.v1.TriggerScheduleRequest
-	22, // 47: reeve.v1.ScheduleService.BackfillSchedule:input_type -> reeve.v1.BackfillScheduleRequest
-	24, // 48: reeve.v1.ScheduleService.DeleteSchedule:input_type -> reeve.v1.DeleteScheduleRequest
-	9,  // 49: reeve.v1.ScheduleService.CreateSchedule:output_type -> reeve.v1.CreateScheduleResponse
-	11, // 50: reeve.v1.ScheduleService.GetSchedule:output_type -> reeve.v1.GetScheduleResponse
-	13, // 51: reeve.v1.ScheduleService.ListSchedules:output_type -> reeve.v1.ListSchedulesResponse
-	15, // 52: reeve.v1.ScheduleService.UpdateSchedule:output_type -> reeve.v1.UpdateScheduleResponse
-	17, // 53: reeve.v1.ScheduleService.PauseSchedule:output_type -> reeve.v1.PauseScheduleResponse
-	19, // 54: reeve.v1.ScheduleService.ResumeSchedule:output_type -> reeve.v1.ResumeScheduleResponse
-	21, // 55: reeve.v1.ScheduleService.TriggerSchedule:output_type -> reeve.v1.TriggerScheduleResponse
-	23, // 56: reeve.v1.ScheduleService.BackfillSchedule:output_type -> reeve.v1.BackfillScheduleResponse
-	25, // 57: reeve.v1.ScheduleService.DeleteSchedule:output_type -> reeve.v1.DeleteScheduleResponse
-	49, // [49:58] is the sub-list for method output_type
-	40, // [40:49] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	31, // 24: reeve.v1.Schedule.remaining_runs:type_name -> google.protobuf.Int64Value
+	6,  // 25: reeve.v1.Schedule.info:type_name -> reeve.v1.ScheduleInfo
+	27, // 26: reeve.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	27, // 27: reeve.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	7,  // 28: reeve.v1.CreateScheduleRequest.schedule:type_name -> reeve.v1.Schedule
+	7,  // 29: reeve.v1.CreateScheduleResponse.schedule:type_name -> reeve.v1.Schedule
+	7,  // 30: reeve.v1.GetScheduleResponse.schedule:type_name -> reeve.v1.Schedule
+	7,  // 31: reeve.v1.ListSchedulesResponse.schedules:type_name -> reeve.v1.Schedule
+	7,  // 32: reeve.v1.UpdateScheduleRequest.schedule:type_name -> reeve.v1.Schedule
+	7,  // 33: reeve.v1.UpdateScheduleResponse.schedule:type_name -> reeve.v1.Schedule
+	7,  // 34: reeve.v1.PauseScheduleResponse.schedule:type_name -> reeve.v1.Schedule
+	7,  // 35: reeve.v1.ResumeScheduleResponse.schedule:type_name -> reeve.v1.Schedule
+	32, // 36: reeve.v1.TriggerScheduleResponse.task:type_name -> reeve.v1.Task
+	7,  // 37: reeve.v1.TriggerScheduleResponse.schedule:type_name -> reeve.v1.Schedule
+	27, // 38: reeve.v1.BackfillScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
+	27, // 39: reeve.v1.BackfillScheduleRequest.end_time:type_name -> google.protobuf.Timestamp
+	7,  // 40: reeve.v1.BackfillScheduleResponse.schedule:type_name -> reeve.v1.Schedule
+	8,  // 41: reeve.v1.ScheduleService.CreateSchedule:input_type -> reeve.v1.CreateScheduleRequest
+	10, // 42: reeve.v1.ScheduleService.GetSchedule:input_type -> reeve.v1.GetScheduleRequest
+	12, // 43: reeve.v1.ScheduleService.ListSchedules:input_type -> reeve.v1.ListSchedulesRequest
+	14, // 44: reeve.v1.ScheduleService.UpdateSchedule:input_type -> reeve.v1.UpdateScheduleRequest
+	16, // 45: reeve.v1.ScheduleService.PauseSchedule:input_type -> reeve.v1.PauseScheduleRequest
+	18, // 46: reeve.v1.ScheduleService.ResumeSchedule:input_type -> reeve.v1.ResumeScheduleRequest
+	20, // 47: reeve.v1.ScheduleService.TriggerSchedule:input_type -> reeve.v1.TriggerScheduleRequest
+	22, // 48: reeve.v1.ScheduleService.BackfillSchedule:input_type -> reeve.v1.BackfillScheduleRequest
+	24, // 49: reeve.v1.ScheduleService.DeleteSchedule:input_type -> reeve.v1.DeleteScheduleRequest
+	9,  // 50: reeve.v1.ScheduleService.CreateSchedule:output_type -> reeve.v1.CreateScheduleResponse
+	11, // 51: reeve.v1.ScheduleService.GetSchedule:output_type -> reeve.v1.GetScheduleResponse
+	13, // 52: reeve.v1.ScheduleService.ListSchedules:output_type -> reeve.v1.ListSchedulesResponse
+	15, // 53: reeve.v1.ScheduleService.UpdateSchedule:output_type -> reeve.v1.UpdateScheduleResponse
+	17, // 54: reeve.v1.ScheduleService.PauseSchedule:output_type -> reeve.v1.PauseScheduleResponse
+	19, // 55: reeve.v1.ScheduleService.ResumeSchedule:output_type -> reeve.v1.ResumeScheduleResponse
+	21, // 56: reeve.v1.ScheduleService.TriggerSchedule:output_type -> reeve.v1.TriggerScheduleResponse
+	23, // 57: reeve.v1.ScheduleService.BackfillSchedule:output_type -> reeve.v1.BackfillScheduleResponse
+	25, // 58: reeve.v1.ScheduleService.DeleteSchedule:output_type -> reeve.v1.DeleteScheduleResponse
+	50, // [50:59] is the sub-list for method output_type
+	41, // [41:50] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_schedule_service_proto_init() }
@@ -1936,7 +1938,6 @@ func file_reeve_v1_schedule_service_proto_init() {
 	}
 	file_reeve_v1_scheduler_service_proto_init()
 	file_reeve_v1_task_proto_init()
-	file_reeve_v1_schedule_service_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
