@@ -369,15 +369,15 @@ func ValidateSubmit(req *reevev1.SubmitTaskRequest) error {
 // keys, whose separators they must not contain.)
 func ValidateLabels(field string, labels map[string]string) error {
 	if len(labels) > MaxLabels {
-		return fieldErr(field, fmt.Sprintf("%d labels, more than %d", len(labels), MaxLabels))
+		return fieldErr(field, "%d labels, more than %d", len(labels), MaxLabels)
 	}
 	for k, v := range labels {
 		f := fmt.Sprintf("%s[%q]", field, k)
 		if k == "" || len(k) > MaxLabelBytes || !labelChars(k) || !isAlnum(k[0]) {
-			return fieldErr(f, fmt.Sprintf("a label key is 1-%d characters from [A-Za-z0-9._-], starting with a letter or digit", MaxLabelBytes))
+			return fieldErr(f, "a label key is 1-%d characters from [A-Za-z0-9._-], starting with a letter or digit", MaxLabelBytes)
 		}
 		if len(v) > MaxLabelBytes || !labelChars(v) {
-			return fieldErr(f, fmt.Sprintf("a label value is 0-%d characters from [A-Za-z0-9._-]", MaxLabelBytes))
+			return fieldErr(f, "a label value is 0-%d characters from [A-Za-z0-9._-]", MaxLabelBytes)
 		}
 	}
 	return nil
