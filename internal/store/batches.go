@@ -175,10 +175,14 @@ func (s *Store) DeleteBatch(ctx context.Context, ns, id string, rev int64) error
 	return etcdErr(ctx, "delete batch", err)
 }
 
-// WatchBatches calls fn whenever a job is written after revision rev, until
-// ctx ends.
+// WatchBatches calls fn whenever a job is written (after revision rev; 0:
+// from now), until ctx ends or the watch fails (callers poll as well).
 func (s *Store) WatchBatches(ctx context.Context, rev int64, fn func()) {
-	for resp := range s.c.Watch(clientv3.WithRequireLeader(ctx), s.k.batches(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev+1))
+	}
+	for resp := range s.c.Watch(clientv3.WithRequireLeader(ctx), s.k.batches(), opts...) {
 		if resp.Err() != nil {
 			return
 		}
