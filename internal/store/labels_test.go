@@ -45,22 +45,8 @@ func TestListByLabels(t *testing.T) {
 	}
 	slices.Reverse(want)
 	for _, size := range []int{1, 3, 100} {
-		var got []string
-		q := store.TaskQuery{Namespace: "default", State: reevev1.TaskState_TASK_STATE_PENDING, Limit: size,
-			Labels: map[string]string{"team": "a", "env": "prod"}}
-		for range 100 {
-			page, err := s.QueryTasks(ctx(t), q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, task := range page.Tasks {
-				got = append(got, task.GetId())
-			}
-			if page.Next == nil {
-				break
-			}
-			q.After = page.Next
-		}
+		got := pagedIDs(t, s, store.TaskQuery{Namespace: "default", State: reevev1.TaskState_TASK_STATE_PENDING, Limit: size,
+			Labels: map[string]string{"team": "a", "env": "prod"}})
 		if !slices.Equal(got, want) {
 			t.Fatalf("pages of %d: %v, want %v", size, got, want)
 		}

@@ -216,21 +216,7 @@ func TestQueryTasksSkipsIndexKeysWithoutRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := store.TaskQuery{Namespace: "default", Limit: 2}
-	var got []string
-	for range 10 {
-		page, err := s.QueryTasks(ctx(t), q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, task := range page.Tasks {
-			got = append(got, task.GetId())
-		}
-		if page.Next == nil {
-			break
-		}
-		q.After = page.Next
-	}
+	got := pagedIDs(t, s, store.TaskQuery{Namespace: "default", Limit: 2})
 	if fmt.Sprint(got) != "[task-000001 task-000000]" {
 		t.Fatalf("listed %v, want the two tasks with records", got)
 	}
@@ -282,4 +268,25 @@ func TestQueryTasksBasicEqualsTrimmedRecords(t *testing.T) {
 			t.Fatalf("task %d: the basic view has an input or an output", i)
 		}
 	}
+}
+
+// pagedIDs follows q's pages (at most 100) and returns the ids listed.
+func pagedIDs(t *testing.T, s *store.Store, q store.TaskQuery) []string {
+	t.Helper()
+	var got []string
+	for range 100 {
+		page, err := s.QueryTasks(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range page.Tasks {
+			got = append(got, task.GetId())
+		}
+		if page.Next == nil {
+			return got
+		}
+		q.After = page.Next
+	}
+	t.Fatalf("%+v: more than 100 pages", q)
+	return nil
 }
