@@ -546,7 +546,20 @@ func TestListByLabelAcrossTheArchive(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("by label: %v, want %v", got, want)
 	}
-	_, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{Labels: map[string]string{"bad key": "x"}})
+	// Counted the same way: team a is l-00..l-10 even, of which l-00 and
+	// l-06 were canceled (and moved).
+	counts, err := c.CountTasks(ctx, &reevev1.CountTasksRequest{Labels: map[string]string{"team": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byState := map[reevev1.TaskState]int64{}
+	for _, sc := range counts.GetCounts() {
+		byState[sc.GetState()] = sc.GetCount()
+	}
+	if byState[reevev1.TaskState_TASK_STATE_PENDING] != 4 || byState[reevev1.TaskState_TASK_STATE_CANCELED] != 2 {
+		t.Fatalf("counts by label %v, want 4 PENDING and 2 CANCELED", byState)
+	}
+	_, err = c.ListTasks(ctx, &reevev1.ListTasksRequest{Labels: map[string]string{"bad key": "x"}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), `labels["bad key"]`) {
 		t.Fatalf("a malformed label: %v, want INVALID_ARGUMENT naming it", err)
 	}

@@ -93,7 +93,7 @@ func toStatus(err error) *status.Status {
 		}})
 	}
 	switch {
-	case code != codes.ResourceExhausted && code != codes.Unavailable, errors.Is(err, store.ErrTooLarge):
+	case code != codes.ResourceExhausted && code != codes.Unavailable, errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrTooManyToCount):
 		return st
 	case errors.Is(err, store.ErrNoSpace):
 		return withDetail(st, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfterNoSpace)})
@@ -153,6 +153,9 @@ func classify(err error) (codes.Code, string, string) {
 		return codes.FailedPrecondition, ReasonUnknownRecordVersion, err.Error()
 	case errors.Is(err, store.ErrNoSpace):
 		return codes.ResourceExhausted, ReasonNoSpace, "etcd is out of space: new work is refused until an operator compacts and defragments it (" + err.Error() + ")"
+	case errors.Is(err, store.ErrTooManyToCount):
+		// Not retryable: the same count reads as many tasks again.
+		return codes.ResourceExhausted, ReasonTooManyToCount, err.Error()
 	case errors.Is(err, store.ErrTooManyOps):
 		// Not retryable: the same write needs as many operations again.
 		return codes.FailedPrecondition, ReasonTooManyOperations, err.Error()

@@ -198,9 +198,19 @@ func (svc *schedulerService) CountTasks(ctx context.Context, req *reevev1.CountT
 			return nil, statusErr(err)
 		}
 	}
+	if err := workflow.ValidateLabels("labels", req.GetLabels()); err != nil {
+		return nil, statusErr(err)
+	}
 	ns := workflow.Namespace(req.GetNamespace())
 	// A task moving to the archive is counted twice for that moment.
-	counts, rev, err := svc.tasks.Count(ctx, ns, req.GetWorkflow())
+	var counts map[reevev1.TaskState]int64
+	var rev int64
+	var err error
+	if len(req.GetLabels()) > 0 {
+		counts, rev, err = svc.tasks.CountLabeled(ctx, ns, req.GetWorkflow(), req.GetLabels())
+	} else {
+		counts, rev, err = svc.tasks.Count(ctx, ns, req.GetWorkflow())
+	}
 	if err != nil {
 		return nil, statusErr(err)
 	}

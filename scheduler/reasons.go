@@ -30,6 +30,7 @@ const (
 	ReasonStepNotFound       = "STEP_NOT_FOUND"       // the task has no step of that name
 	ReasonStepNotQueued      = "STEP_NOT_QUEUED"      // the step is not waiting for an agent
 	ReasonTaskPaused         = "TASK_PAUSED"          // the task is paused: its steps are not dispatched
+	ReasonTooManyToCount     = "TOO_MANY_TO_COUNT"    // a count by labels would read more than 100,000 live tasks
 	ReasonBatchNotFound      = "BATCH_NOT_FOUND"      // no batch job with that id in the namespace
 	ReasonBatchAlreadyExists = "BATCH_ALREADY_EXISTS" // the batch_id names a job started by another request
 	ReasonStepNotDue         = "STEP_NOT_DUE"         // the step is backing off

@@ -90,6 +90,8 @@ type Archive interface {
 	// Count returns the number of archived tasks of namespace ns (and of
 	// workflow wf when not empty) per state; states without tasks absent.
 	Count(ctx context.Context, ns, wf string) (map[reevev1.TaskState]int64, error)
+	// CountLabeled is Count of the tasks that have every one of labels.
+	CountLabeled(ctx context.Context, ns, wf string, labels map[string]string) (map[reevev1.TaskState]int64, error)
 	// Has returns which of the given ids of namespace ns are archived: the
 	// map holds those only, each true.
 	Has(ctx context.Context, ns string, ids []string) (map[string]bool, error)

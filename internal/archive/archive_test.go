@@ -332,6 +332,17 @@ func TestListFilters(t *testing.T) {
 	eachKind(t, func(t *testing.T, a archive.Archive) {
 		put(t, a, tasks...)
 		for _, q := range queries {
+			// Counts by labels (and workflow) agree with the list.
+			if q.State == 0 && q.CreatedAfter.IsZero() && q.CreatedBefore.IsZero() && q.IDPrefix == "" {
+				counts, err := a.CountLabeled(ctxT(t), q.Namespace, q.Workflow, q.Labels)
+				var n int64
+				for _, c := range counts {
+					n += c
+				}
+				if err != nil || n != int64(len(expect(tasks, q))) {
+					t.Errorf("%+v: counted %d (%v), want %d", q, n, err, len(expect(tasks, q)))
+				}
+			}
 			for _, limit := range []int{4, 500} {
 				q.Limit = limit
 				got, want := ids(listAll(t, a, q)), expect(tasks, q)

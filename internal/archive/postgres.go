@@ -271,9 +271,12 @@ func pgPrefix(l *listSQL, p string) {
 	l.cond(`id LIKE ` + l.arg(likeEscape(p)+"%") + ` ESCAPE '\'`)
 }
 
+// pgContains is the condition that column col holds the text of ph.
+func pgContains(col, ph string) string { return "strpos(" + col + ", " + ph + ") > 0" }
+
 func (p *postgres) List(ctx context.Context, q Query) ([]Task, error) {
 	sql, args, err := buildList(q, dialect{ph: pgPlaceholder, idPrefix: pgPrefix, endBound: true,
-		contains: func(col, ph string) string { return "strpos(" + col + ", " + ph + ") > 0" }})
+		contains: pgContains})
 	if err != nil {
 		return nil, err
 	}
@@ -286,11 +289,12 @@ func (p *postgres) List(ctx context.Context, q Query) ([]Task, error) {
 }
 
 func (p *postgres) Count(ctx context.Context, ns, wf string) (map[reevev1.TaskState]int64, error) {
-	sql, args := "SELECT state, count(*) FROM archived_tasks WHERE namespace = $1", []any{ns}
-	if wf != "" {
-		sql, args = sql+" AND workflow = $2", append(args, wf)
-	}
-	rows, err := p.pool.Query(ctx, sql+" GROUP BY state", args...)
+	return p.CountLabeled(ctx, ns, wf, nil)
+}
+
+func (p *postgres) CountLabeled(ctx context.Context, ns, wf string, labels map[string]string) (map[reevev1.TaskState]int64, error) {
+	sql, args := countSQL(ns, wf, labels, pgPlaceholder, pgContains)
+	rows, err := p.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("archive: count: %w", err)
 	}

@@ -136,6 +136,20 @@ func buildList(q Query, d dialect) (string, []any, error) {
 	return sql, l.args, nil
 }
 
+// countSQL is the query of a count per state of namespace ns (workflow wf
+// when not empty) of the tasks with every one of labels.
+func countSQL(ns, wf string, labels map[string]string, ph func(int) string, contains func(col, ph string) string) (string, []any) {
+	l := &listSQL{ph: ph}
+	l.cond("namespace = " + l.arg(ns))
+	if wf != "" {
+		l.cond("workflow = " + l.arg(wf))
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		l.cond(contains("labels", l.arg("\n"+k+"="+labels[k]+"\n")))
+	}
+	return "SELECT state, count(*) FROM archived_tasks WHERE " + strings.Join(l.where, " AND ") + " GROUP BY state", l.args
+}
+
 // labelsText is how the labels column holds a task's labels: "\n" and then
 // each "key=value" (sorted) followed by "\n"; "" for none.
 func labelsText(labels map[string]string) string {

@@ -167,9 +167,12 @@ func sqlitePrefix(l *listSQL, p string) {
 	}
 }
 
+// sqliteContains is the condition that column col holds the text of ph.
+func sqliteContains(col, ph string) string { return "instr(" + col + ", " + ph + ") > 0" }
+
 func (s *sqlite) List(ctx context.Context, q Query) ([]Task, error) {
 	query, args, err := buildList(q, dialect{ph: sqlitePlaceholder, idPrefix: sqlitePrefix,
-		contains: func(col, ph string) string { return "instr(" + col + ", " + ph + ") > 0" }})
+		contains: sqliteContains})
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +185,12 @@ func (s *sqlite) List(ctx context.Context, q Query) ([]Task, error) {
 }
 
 func (s *sqlite) Count(ctx context.Context, ns, wf string) (map[reevev1.TaskState]int64, error) {
-	query, args := "SELECT state, count(*) FROM archived_tasks WHERE namespace = ?", []any{ns}
-	if wf != "" {
-		query, args = query+" AND workflow = ?", append(args, wf)
-	}
-	rows, err := s.r.QueryContext(ctx, query+" GROUP BY state", args...)
+	return s.CountLabeled(ctx, ns, wf, nil)
+}
+
+func (s *sqlite) CountLabeled(ctx context.Context, ns, wf string, labels map[string]string) (map[reevev1.TaskState]int64, error) {
+	query, args := countSQL(ns, wf, labels, sqlitePlaceholder, sqliteContains)
+	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("archive: count: %w", err)
 	}

@@ -66,7 +66,7 @@ func (s *Server) listTasks(ctx context.Context, opts []grpc.CallOption, f taskFi
 // counts returns the number of tasks per state for f's namespace (and
 // workflow), or nil when the API cannot count.
 func (s *Server) counts(ctx context.Context, opts []grpc.CallOption, f taskFilter) []stateCount {
-	resp, err := s.sched.CountTasks(ctx, &reevev1.CountTasksRequest{Namespace: f.NS, Workflow: f.Workflow}, opts...)
+	resp, err := s.sched.CountTasks(ctx, &reevev1.CountTasksRequest{Namespace: f.NS, Workflow: f.Workflow, Labels: f.labels}, opts...)
 	if err != nil {
 		if status.Code(err) != codes.Unimplemented {
 			s.log.DebugContext(ctx, "console: count tasks", "err", err)

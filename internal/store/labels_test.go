@@ -51,6 +51,10 @@ func TestListByLabels(t *testing.T) {
 			t.Fatalf("pages of %d: %v, want %v", size, got, want)
 		}
 	}
+	counts, _, err := s.CountByLabels(ctx(t), "default", "", map[string]string{"team": "a", "env": "prod"})
+	if err != nil || counts[reevev1.TaskState_TASK_STATE_PENDING] != int64(len(want)) || counts[reevev1.TaskState_TASK_STATE_CANCELED] != 5 {
+		t.Fatalf("counts %v (%v), want %d PENDING and 5 CANCELED", counts, err, len(want))
+	}
 	if n := len(keys(t, c, "labels/")); n != 60+20 {
 		t.Fatalf("%d label keys, want one a label of each task (80)", n)
 	}

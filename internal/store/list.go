@@ -149,16 +149,8 @@ func (s *Store) queryCreated(ctx context.Context, q TaskQuery) (TaskPage, error)
 		first := slices.Min(slices.Collect(maps.Keys(q.Labels)))
 		prefixes = []string{s.k.labelOf(q.Namespace, first, q.Labels[first])}
 		match = func(t *reevev1.Task) bool {
-			if (q.State != reevev1.TaskState_TASK_STATE_UNSPECIFIED && t.GetState() != q.State) ||
-				(q.Workflow != "" && t.GetWorkflow().GetName() != q.Workflow) {
-				return false
-			}
-			for k, v := range q.Labels {
-				if got, ok := t.GetLabels()[k]; !ok || got != v {
-					return false
-				}
-			}
-			return true
+			return (q.State == reevev1.TaskState_TASK_STATE_UNSPECIFIED || t.GetState() == q.State) &&
+				(q.Workflow == "" || t.GetWorkflow().GetName() == q.Workflow) && hasLabels(t, q.Labels)
 		}
 	}
 	// Newest first: the range starts at created_before and ends after

@@ -145,6 +145,24 @@ func (r *Reader) InArchive(ctx context.Context, ns string, ids []string) (map[st
 // archive, etcd's count includes the tasks that ended without created keys
 // (store.CountEndedUnindexed, at the same revision); past its budget the
 // count fails as when the archive cannot answer.
+// CountLabeled is Count of the tasks that have every one of labels: from
+// the label index in etcd (store.CountByLabels: the tasks that ended
+// unindexed keep their label keys) and the archive.
+func (r *Reader) CountLabeled(ctx context.Context, ns, wf string, labels map[string]string) (map[reevev1.TaskState]int64, int64, error) {
+	counts, rev, err := r.st.CountByLabels(ctx, ns, wf, labels)
+	if err != nil || r.a == nil {
+		return counts, rev, err
+	}
+	archived, err := r.a.CountLabeled(ctx, ns, wf, labels)
+	if err != nil {
+		return nil, 0, archiveErr(err)
+	}
+	for st, n := range archived {
+		counts[st] += n
+	}
+	return counts, rev, nil
+}
+
 func (r *Reader) Count(ctx context.Context, ns, wf string) (map[reevev1.TaskState]int64, int64, error) {
 	counts, rev, err := r.st.CountTasksByState(ctx, ns, wf)
 	if err != nil || r.a == nil {

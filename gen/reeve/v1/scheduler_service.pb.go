@@ -627,7 +627,11 @@ type CountTasksRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Only tasks of this workflow (exact name); all when empty.
-	Workflow      string `protobuf:"bytes,2,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Workflow string `protobuf:"bytes,2,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// Only tasks that have every one of these labels. Counted by reading the
+	// label index of one of them and the records it names (at most 100,000
+	// live tasks; more is RESOURCE_EXHAUSTED), and the archive.
+	Labels        map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -674,6 +678,13 @@ func (x *CountTasksRequest) GetWorkflow() string {
 		return x.Workflow
 	}
 	return ""
+}
+
+func (x *CountTasksRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type CountTasksResponse struct {
@@ -2097,10 +2108,14 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x0e.reeve.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12*\n" +
-	"\x11archived_task_ids\x18\x04 \x03(\tR\x0farchivedTaskIds\"M\n" +
+	"\x11archived_task_ids\x18\x04 \x03(\tR\x0farchivedTaskIds\"\xc9\x01\n" +
 	"\x11CountTasksRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
-	"\bworkflow\x18\x02 \x01(\tR\bworkflow\"\xe4\x01\n" +
+	"\bworkflow\x18\x02 \x01(\tR\bworkflow\x12?\n" +
+	"\x06labels\x18\x03 \x03(\v2'.reeve.v1.CountTasksRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x01\n" +
 	"\x12CountTasksResponse\x12H\n" +
 	"\bby_state\x18\x01 \x03(\v2).reeve.v1.CountTasksResponse.ByStateEntryB\x02\x18\x01R\abyState\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12,\n" +
@@ -2229,7 +2244,7 @@ func file_reeve_v1_scheduler_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_scheduler_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(TaskView)(0),                    // 0: reeve.v1.TaskView
 	(*SubmitTaskRequest)(nil),        // 1: reeve.v1.SubmitTaskRequest
@@ -2264,74 +2279,76 @@ var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(*ListWorkflowsResponse)(nil),    // 30: reeve.v1.ListWorkflowsResponse
 	nil,                              // 31: reeve.v1.SubmitTaskRequest.LabelsEntry
 	nil,                              // 32: reeve.v1.ListTasksRequest.LabelsEntry
-	nil,                              // 33: reeve.v1.CountTasksResponse.ByStateEntry
-	(*Workflow)(nil),                 // 34: reeve.v1.Workflow
-	(*structpb.Value)(nil),           // 35: google.protobuf.Value
-	(*Task)(nil),                     // 36: reeve.v1.Task
-	(TaskState)(0),                   // 37: reeve.v1.TaskState
-	(*timestamppb.Timestamp)(nil),    // 38: google.protobuf.Timestamp
+	nil,                              // 33: reeve.v1.CountTasksRequest.LabelsEntry
+	nil,                              // 34: reeve.v1.CountTasksResponse.ByStateEntry
+	(*Workflow)(nil),                 // 35: reeve.v1.Workflow
+	(*structpb.Value)(nil),           // 36: google.protobuf.Value
+	(*Task)(nil),                     // 37: reeve.v1.Task
+	(TaskState)(0),                   // 38: reeve.v1.TaskState
+	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
 	2,  // 0: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
-	34, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
-	35, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
+	35, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
+	36, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
 	31, // 3: reeve.v1.SubmitTaskRequest.labels:type_name -> reeve.v1.SubmitTaskRequest.LabelsEntry
-	36, // 4: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
-	36, // 5: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
-	37, // 6: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
-	38, // 7: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	38, // 8: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	37, // 4: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
+	37, // 5: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
+	38, // 6: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
+	39, // 7: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	39, // 8: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
 	0,  // 9: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
 	32, // 10: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
-	36, // 11: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
-	33, // 12: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
-	10, // 13: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
-	37, // 14: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
-	0,  // 15: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
-	13, // 16: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
-	14, // 17: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
-	36, // 18: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
-	17, // 19: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
-	18, // 20: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
-	38, // 21: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
-	38, // 22: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
-	36, // 23: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	36, // 24: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	35, // 25: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
-	36, // 26: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
-	34, // 27: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	34, // 28: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	34, // 29: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	34, // 30: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	1,  // 31: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	4,  // 32: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	6,  // 33: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	8,  // 34: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
-	11, // 35: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
-	19, // 36: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	21, // 37: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	23, // 38: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
-	25, // 39: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	27, // 40: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	29, // 41: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	15, // 42: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
-	3,  // 43: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	5,  // 44: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	7,  // 45: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	9,  // 46: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
-	12, // 47: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
-	20, // 48: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	22, // 49: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	24, // 50: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
-	26, // 51: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	28, // 52: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	30, // 53: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	16, // 54: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
-	43, // [43:55] is the sub-list for method output_type
-	31, // [31:43] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	37, // 11: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
+	33, // 12: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
+	34, // 13: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
+	10, // 14: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
+	38, // 15: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
+	0,  // 16: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
+	13, // 17: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
+	14, // 18: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
+	37, // 19: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	17, // 20: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
+	18, // 21: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
+	39, // 22: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	39, // 23: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	37, // 24: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	37, // 25: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	36, // 26: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
+	37, // 27: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
+	35, // 28: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	35, // 29: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	35, // 30: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	35, // 31: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	1,  // 32: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	4,  // 33: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	6,  // 34: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	8,  // 35: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	11, // 36: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	19, // 37: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	21, // 38: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	23, // 39: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
+	25, // 40: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	27, // 41: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	29, // 42: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	15, // 43: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	3,  // 44: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	5,  // 45: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	7,  // 46: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	9,  // 47: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	12, // 48: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	20, // 49: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	22, // 50: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	24, // 51: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
+	26, // 52: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	28, // 53: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	30, // 54: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	16, // 55: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	44, // [44:56] is the sub-list for method output_type
+	32, // [32:44] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }
@@ -2355,7 +2372,7 @@ func file_reeve_v1_scheduler_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_scheduler_service_proto_rawDesc), len(file_reeve_v1_scheduler_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
