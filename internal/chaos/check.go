@@ -209,6 +209,9 @@ func checkHistory(t *reevev1.Task, rep *Report) {
 		case "task.paused":
 			paused = true
 			rep.Pauses++
+			if strings.HasPrefix(ev.GetMessage(), "batch ") {
+				rep.BatchPauses++
+			}
 		case "task.resumed", "task.compensating", "task.succeeded", "task.failed", "task.canceled", "task.compensated":
 			paused = false
 		case "step.dispatched", "compensation.dispatched":

@@ -53,7 +53,15 @@ type plannedTask struct {
 	// it was accepted (0: never) and resumes it PauseFor later; nothing of
 	// it may be dispatched in between.
 	PauseAfter, PauseFor time.Duration
+	// InBatch: the task carries the label batchLabel, which batch jobs
+	// pause and resume, round after round (batchPauseResume).
+	InBatch bool
 }
+
+// batchLabel marks the tasks batch jobs act on; batchShare is their share.
+var batchLabel = map[string]string{"chaos-batch": "1"}
+
+const batchShare = 0.2
 
 // cancelShare, compensateShare and retryShare are the shares of tasks an
 // operator cancels, compensates, or retries once they failed.
@@ -126,6 +134,10 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 			pt.RetryWrongAfter, pt.RetryWrongStep = after, slices.Delete(slices.Clone(workload.StepNames), step, step+1)[wrongStep]
 		}
 	}
+	batch := rand.New(rand.NewPCG(cfg.Seed^0xba7c4, cfg.Seed))
+	for i := range out {
+		out[i].InBatch = batch.Float64() < batchShare
+	}
 	pause := rand.New(rand.NewPCG(cfg.Seed^0x9a05e, cfg.Seed))
 	for i := range out {
 		pick, after, dur := pause.Float64(), time.Duration(pause.Int64N(int64(2*time.Second)))+time.Millisecond, time.Duration(pause.Int64N(int64(time.Second)))
@@ -134,6 +146,51 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 		}
 	}
 	return out
+}
+
+// batchRounds is how many times batchPauseResume pauses and resumes.
+const batchRounds = 5
+
+// batchPauseResume, batchRounds times: starts a batch job that pauses the
+// tasks labeled batchLabel a second after the last round, waits for it to
+// end, and after half a second more starts one that resumes them (each
+// retried through faults, as operatorAct does), and waits for that to end.
+func batchPauseResume(ctx context.Context, b reevev1.BatchServiceClient) error {
+	type step struct {
+		after  time.Duration
+		action reevev1.BatchAction
+	}
+	var steps []step
+	for range batchRounds {
+		steps = append(steps, step{time.Second, reevev1.BatchAction_BATCH_ACTION_PAUSE}, step{500 * time.Millisecond, reevev1.BatchAction_BATCH_ACTION_RESUME})
+	}
+	for i, step := range steps {
+		id := fmt.Sprintf("chaos-batch-%d", i)
+		if err := operatorAct(ctx, step.after, "start batch "+id, func(rctx context.Context) error {
+			_, err := b.StartBatch(rctx, &reevev1.StartBatchRequest{BatchId: id, Action: step.action, Reason: "chaos: batch",
+				Filter: &reevev1.TaskFilter{Labels: batchLabel}})
+			return err
+		}); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			resp, err := b.GetBatch(rctx, &reevev1.GetBatchRequest{BatchId: id})
+			cancel()
+			if err == nil && resp.GetJob().GetState() != reevev1.BatchState_BATCH_STATE_RUNNING {
+				break
+			}
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				return fmt.Errorf("batch %s did not end: %w", id, errors.Join(err, ctx.Err()))
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond): // polling the job's progress
+			}
+		}
+	}
+	return nil
 }
 
 // pauseOne pauses the task after its delay and resumes it PauseFor later,
@@ -177,12 +234,19 @@ func submit(ctx context.Context, addrs []string, client, operator tlsconfig.File
 	sup := reevev1.NewSupervisorServiceClient(opc)
 	var accepted atomic.Int64
 	var wg sync.WaitGroup
+	var firstErr error
+	var errOnce sync.Once
+	// An operator pauses the labeled tasks with a batch job, and resumes
+	// them with another once it ended, a few rounds (batchPauseResume).
+	wg.Go(func() {
+		if err := batchPauseResume(ctx, reevev1.NewBatchServiceClient(opc)); err != nil {
+			errOnce.Do(func() { firstErr = err })
+		}
+	})
 	sem := make(chan struct{}, 32)
 	every := time.Duration(float64(time.Second) / rate)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	var firstErr error
-	var errOnce sync.Once
 	for i, pt := range plan {
 		if i > 0 {
 			select {
@@ -246,6 +310,9 @@ func submitOne(ctx context.Context, c reevev1.SchedulerServiceClient, pt planned
 		return err
 	}
 	req := &reevev1.SubmitTaskRequest{TaskId: pt.ID, Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: pt.Workflow}}, Input: in}
+	if pt.InBatch {
+		req.Labels = batchLabel
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -31,7 +31,10 @@ type Report struct {
 	OperatorCompensations int `json:"operator_compensations"`
 	// Pauses: tasks an operator paused at a random point (and resumed
 	// later); nothing of them may be dispatched while paused.
-	Pauses                int `json:"pauses"`
+	Pauses int `json:"pauses"`
+	// BatchPauses: of them, the tasks a batch job paused (and a second one
+	// resumed).
+	BatchPauses           int `json:"batch_pauses"`
 	CompensatedByOperator int `json:"compensated_by_operator"`
 	CompensatedByFaults   int `json:"compensated_by_faults"`
 	// RetryTasks: tasks designed to end FAILED (their fail step fails for
@@ -131,6 +134,7 @@ func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
 	row("canceled by an operator at a random point", r.OperatorCancels)
 	row("compensated by an operator at a random point", r.OperatorCompensations)
 	row("paused by an operator at a random point, then resumed", r.Pauses)
+	row("of them paused and resumed by batch jobs", r.BatchPauses)
 	row("  of which ended COMPENSATED", r.CompensatedByOperator)
 	row("compensated after faults exhausted retries", r.CompensatedByFaults)
 	row("designed to end FAILED for an operator retry", r.RetryTasks)
