@@ -46,33 +46,15 @@ func newTaskRetryCmd(g *globals) *cobra.Command {
 
 // newTaskCompensateCmd is the operator's request to undo a task.
 func newTaskCompensateCmd(g *globals) *cobra.Command {
-	var reason, requestID string
-	cmd := &cobra.Command{
-		Use:   "compensate ID [--reason TEXT]",
-		Short: "Undo a running or failed task: compensate its succeeded steps in reverse order",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closeConn, err := g.dialOperator()
-			if err != nil {
-				return err
-			}
-			defer closeConn()
-			ctx, cancel := g.requestCtx(cmd.Context())
-			defer cancel()
-			resp, err := c.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: g.namespace, TaskId: args[0], Reason: reason, RequestId: orNewRequestID(requestID)})
-			if err != nil {
-				return err
-			}
-			return g.printTask(cmd.OutOrStdout(), resp.GetTask())
-		},
-	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the task's history")
-	cmd.Flags().StringVar(&requestID, "request-id", "", requestIDUsage)
-	return cmd
+	return newTaskActionCmd(g, "compensate", "Undo a running, failed or canceled task: compensate its succeeded steps in reverse order",
+		func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error) {
+			resp, err := c.CompensateTask(ctx, &reevev1.CompensateTaskRequest{Namespace: g.namespace, TaskId: id, Reason: reason, RequestId: requestID})
+			return resp.GetTask(), err
+		})
 }
 
 func newTaskPauseCmd(g *globals) *cobra.Command {
-	return newPauseResumeCmd(g, "pause", "Pause a task: none of its steps is dispatched until it is resumed; running steps go on",
+	return newTaskActionCmd(g, "pause", "Pause a task: none of its steps is dispatched until it is resumed; running steps go on",
 		func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error) {
 			resp, err := c.PauseTask(ctx, &reevev1.PauseTaskRequest{Namespace: g.namespace, TaskId: id, Reason: reason, RequestId: requestID})
 			return resp.GetTask(), err
@@ -80,15 +62,16 @@ func newTaskPauseCmd(g *globals) *cobra.Command {
 }
 
 func newTaskResumeCmd(g *globals) *cobra.Command {
-	return newPauseResumeCmd(g, "resume", "Resume a paused task: its ready steps are dispatched again",
+	return newTaskActionCmd(g, "resume", "Resume a paused task: its ready steps are dispatched again",
 		func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error) {
 			resp, err := c.ResumeTask(ctx, &reevev1.ResumeTaskRequest{Namespace: g.namespace, TaskId: id, Reason: reason, RequestId: requestID})
 			return resp.GetTask(), err
 		})
 }
 
-// newPauseResumeCmd is `task pause` or `task resume` (use), which call.
-func newPauseResumeCmd(g *globals, use, short string,
+// newTaskActionCmd is an operator's action on one task (`task use ID
+// [--reason TEXT] [--request-id ID]`), which call sends.
+func newTaskActionCmd(g *globals, use, short string,
 	call func(ctx context.Context, c reevev1.SupervisorServiceClient, id, reason, requestID string) (*reevev1.Task, error)) *cobra.Command {
 	var reason, requestID string
 	cmd := &cobra.Command{
