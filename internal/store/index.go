@@ -96,9 +96,11 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 			dst = append(dst, indexKey{k.beating(ns, s.GetLockedByAgent(), id, s.GetName(), s.GetAttempt()), ""})
 		}
 		// Every execution someone must act on by a time has one deadline
-		// key: a dispatched one at its complete-by, a queued one with a
-		// schedule-to-start timeout at its schedule-to-start deadline.
-		if at, ok := taskstate.Deadline(s); ok && (taskstate.Dispatched(s) || !t.GetPaused()) {
+		// key: a dispatched or waiting one at its complete-by (a paused
+		// task's too: they are not the scheduler's to hold back), a queued
+		// one with a schedule-to-start timeout at its schedule-to-start
+		// deadline.
+		if at, ok := taskstate.Deadline(s); ok && (taskstate.Dispatched(s) || taskstate.Waiting(s) || !t.GetPaused()) {
 			dst = append(dst, indexKey{k.deadline(at, ns, id, s.GetName(), s.GetAttempt()), ""})
 		}
 	}

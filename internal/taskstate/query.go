@@ -63,13 +63,20 @@ func QueueExpiring(s *reevev1.Step) bool {
 	return Queued(s) && s.GetScheduleToStartDeadline() != nil
 }
 
+// Waiting reports whether the step waits without an agent (WAITING): for a
+// completion from outside or for its sleep to end, until its complete-by.
+func Waiting(s *reevev1.Step) bool {
+	return s.GetState() == reevev1.StepState_STEP_STATE_WAITING
+}
+
 // Deadline is the time by which someone must act on the step's current
-// execution: its complete-by while dispatched, its schedule-to-start
-// deadline while queued with one. ok is false when nothing is due (waiting
-// for dependencies, queued without a schedule-to-start timeout, or done).
+// execution: its complete-by while dispatched or waiting, its
+// schedule-to-start deadline while queued with one. ok is false when nothing
+// is due (waiting for dependencies, queued without a schedule-to-start
+// timeout, or done).
 func Deadline(s *reevev1.Step) (at time.Time, ok bool) {
 	switch {
-	case Dispatched(s):
+	case Dispatched(s), Waiting(s) && s.GetCompleteBy() != nil:
 		return s.GetCompleteBy().AsTime(), true
 	case QueueExpiring(s):
 		return s.GetScheduleToStartDeadline().AsTime(), true

@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -98,7 +99,19 @@ type SubmitTaskRequest struct {
 	// console): at most 16; keys 1-63 and values 0-63 characters from
 	// [A-Za-z0-9._-], a key starting with a letter or digit. Kept with the
 	// task, also in the archive.
-	Labels        map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Start the task later: no step is dispatched before this time; until
+	// then the task is PENDING, listed as waiting to start, and may be
+	// canceled. At most 1 year ahead. (Issue 35.)
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Overrides the workflow's task_timeout. (Issue 35.)
+	TaskTimeout *durationpb.Duration `protobuf:"bytes,8,opt,name=task_timeout,json=taskTimeout,proto3" json:"task_timeout,omitempty"`
+	// 1 (highest) to 5; 3 when 0. (Issue 36.)
+	Priority int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Ready steps of a queue are dispatched fairly across these keys within a
+	// priority (e.g. the tenant); at most 63 characters. Overrides the
+	// workflow's fairness_key expression. (Issue 36.)
+	FairnessKey   string `protobuf:"bytes,10,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -184,6 +197,34 @@ func (x *SubmitTaskRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *SubmitTaskRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *SubmitTaskRequest) GetTaskTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.TaskTimeout
+	}
+	return nil
+}
+
+func (x *SubmitTaskRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *SubmitTaskRequest) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
 }
 
 type isSubmitTaskRequest_Workflow interface {
@@ -2063,14 +2104,20 @@ var File_reeve_v1_scheduler_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\n" +
-	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xfb\x02\n" +
+	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xb3\x04\n" +
 	"\x11SubmitTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12:\n" +
 	"\fworkflow_ref\x18\x03 \x01(\v2\x15.reeve.v1.WorkflowRefH\x00R\vworkflowRef\x12=\n" +
 	"\x0finline_workflow\x18\x04 \x01(\v2\x12.reeve.v1.WorkflowH\x00R\x0einlineWorkflow\x12,\n" +
 	"\x05input\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x05input\x12?\n" +
-	"\x06labels\x18\x06 \x03(\v2'.reeve.v1.SubmitTaskRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x06 \x03(\v2'.reeve.v1.SubmitTaskRequest.LabelsEntryR\x06labels\x129\n" +
+	"\n" +
+	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12<\n" +
+	"\ftask_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\vtaskTimeout\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\x12!\n" +
+	"\ffairness_key\x18\n" +
+	" \x01(\tR\vfairnessKey\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
@@ -2283,72 +2330,75 @@ var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	nil,                              // 34: reeve.v1.CountTasksResponse.ByStateEntry
 	(*Workflow)(nil),                 // 35: reeve.v1.Workflow
 	(*structpb.Value)(nil),           // 36: google.protobuf.Value
-	(*Task)(nil),                     // 37: reeve.v1.Task
-	(TaskState)(0),                   // 38: reeve.v1.TaskState
-	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
+	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 38: google.protobuf.Duration
+	(*Task)(nil),                     // 39: reeve.v1.Task
+	(TaskState)(0),                   // 40: reeve.v1.TaskState
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
 	2,  // 0: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
 	35, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
 	36, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
 	31, // 3: reeve.v1.SubmitTaskRequest.labels:type_name -> reeve.v1.SubmitTaskRequest.LabelsEntry
-	37, // 4: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
-	37, // 5: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
-	38, // 6: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
-	39, // 7: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	39, // 8: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	0,  // 9: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
-	32, // 10: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
-	37, // 11: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
-	33, // 12: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
-	34, // 13: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
-	10, // 14: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
-	38, // 15: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
-	0,  // 16: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
-	13, // 17: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
-	14, // 18: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
-	37, // 19: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
-	17, // 20: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
-	18, // 21: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
-	39, // 22: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
-	39, // 23: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
-	37, // 24: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	37, // 25: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	36, // 26: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
-	37, // 27: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
-	35, // 28: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	35, // 29: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	35, // 30: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	35, // 31: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	1,  // 32: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	4,  // 33: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	6,  // 34: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	8,  // 35: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
-	11, // 36: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
-	19, // 37: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	21, // 38: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	23, // 39: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
-	25, // 40: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	27, // 41: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	29, // 42: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	15, // 43: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
-	3,  // 44: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	5,  // 45: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	7,  // 46: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	9,  // 47: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
-	12, // 48: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
-	20, // 49: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	22, // 50: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	24, // 51: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
-	26, // 52: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	28, // 53: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	30, // 54: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	16, // 55: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
-	44, // [44:56] is the sub-list for method output_type
-	32, // [32:44] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	37, // 4: reeve.v1.SubmitTaskRequest.start_time:type_name -> google.protobuf.Timestamp
+	38, // 5: reeve.v1.SubmitTaskRequest.task_timeout:type_name -> google.protobuf.Duration
+	39, // 6: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
+	39, // 7: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
+	40, // 8: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
+	37, // 9: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	37, // 10: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	0,  // 11: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
+	32, // 12: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
+	39, // 13: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
+	33, // 14: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
+	34, // 15: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
+	10, // 16: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
+	40, // 17: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
+	0,  // 18: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
+	13, // 19: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
+	14, // 20: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
+	39, // 21: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	17, // 22: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
+	18, // 23: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
+	37, // 24: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	37, // 25: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	39, // 26: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	39, // 27: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	36, // 28: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
+	39, // 29: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
+	35, // 30: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	35, // 31: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	35, // 32: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	35, // 33: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	1,  // 34: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	4,  // 35: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	6,  // 36: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	8,  // 37: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	11, // 38: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	19, // 39: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	21, // 40: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	23, // 41: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
+	25, // 42: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	27, // 43: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	29, // 44: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	15, // 45: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	3,  // 46: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	5,  // 47: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	7,  // 48: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	9,  // 49: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	12, // 50: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	20, // 51: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	22, // 52: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	24, // 53: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
+	26, // 54: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	28, // 55: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	30, // 56: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	16, // 57: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	46, // [46:58] is the sub-list for method output_type
+	34, // [34:46] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }

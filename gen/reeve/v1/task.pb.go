@@ -116,6 +116,13 @@ const (
 	// Never ran because the task ended first.
 	StepState_STEP_STATE_SKIPPED  StepState = 7
 	StepState_STEP_STATE_CANCELED StepState = 8
+	// Waiting without an agent (issue 35): for a completion from outside
+	// (StepSpec.wait_for "external", completed by CompleteStep) or for its
+	// sleep to end (StepSpec.sleep). complete_by is when the wait ends at the
+	// latest: a sleep then succeeds, an external wait expires and the
+	// supervisor applies the step's policy. A task with a WAITING step is
+	// RUNNING. (A step an agent deferred stays RUNNING: Step.deferred.)
+	StepState_STEP_STATE_WAITING StepState = 9
 )
 
 // Enum value maps for StepState.
@@ -130,6 +137,7 @@ var (
 		6: "STEP_STATE_COMPENSATED",
 		7: "STEP_STATE_SKIPPED",
 		8: "STEP_STATE_CANCELED",
+		9: "STEP_STATE_WAITING",
 	}
 	StepState_value = map[string]int32{
 		"STEP_STATE_UNSPECIFIED":  0,
@@ -141,6 +149,7 @@ var (
 		"STEP_STATE_COMPENSATED":  6,
 		"STEP_STATE_SKIPPED":      7,
 		"STEP_STATE_CANCELED":     8,
+		"STEP_STATE_WAITING":      9,
 	}
 )
 
@@ -201,7 +210,22 @@ type Task struct {
 	// for a submitted task.
 	RerunOf string `protobuf:"bytes,21,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
 	// The labels it was submitted with (SubmitTaskRequest.labels).
-	Labels        map[string]string `protobuf:"bytes,22,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,22,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Fields 23-29: waiting work (issue 35).
+	// No step is dispatched before this time (SubmitTaskRequest.start_time);
+	// until then the task is PENDING and listed as waiting to start.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When the whole task must have ended (Workflow.task_timeout or
+	// SubmitTaskRequest.task_timeout, from submission): past it the task
+	// escalates as its workflow says, whatever step it is in.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// Fields 30-39: flow control (issue 36).
+	// 1 (highest) to 5; 3 when submitted without one.
+	Priority int32 `protobuf:"varint,30,opt,name=priority,proto3" json:"priority,omitempty"`
+	// The key ready steps are dispatched fairly across within a priority
+	// (SubmitTaskRequest.fairness_key or Workflow.fairness_key); empty: the
+	// shared key.
+	FairnessKey   string `protobuf:"bytes,31,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -339,6 +363,34 @@ func (x *Task) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *Task) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *Task) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *Task) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Task) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
 }
 
 // Step is the state record of one step of a task, as the pattern names it:
@@ -754,7 +806,7 @@ var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\xa9\x05\n" +
+	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\xdb\x06\n" +
 	"\x04Task\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12.\n" +
@@ -773,7 +825,12 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x0fhistory_dropped\x18\f \x01(\x05R\x0ehistoryDropped\x12\x16\n" +
 	"\x06paused\x18\x14 \x01(\bR\x06paused\x12\x19\n" +
 	"\brerun_of\x18\x15 \x01(\tR\arerunOf\x122\n" +
-	"\x06labels\x18\x16 \x03(\v2\x1a.reeve.v1.Task.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x16 \x03(\v2\x1a.reeve.v1.Task.LabelsEntryR\x06labels\x129\n" +
+	"\n" +
+	"start_time\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x126\n" +
+	"\bdeadline\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
+	"\bpriority\x18\x1e \x01(\x05R\bpriority\x12!\n" +
+	"\ffairness_key\x18\x1f \x01(\tR\vfairnessKey\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\a\n" +
@@ -827,7 +884,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x11TASK_STATE_FAILED\x10\x04\x12\x1b\n" +
 	"\x17TASK_STATE_COMPENSATING\x10\x05\x12\x1a\n" +
 	"\x16TASK_STATE_COMPENSATED\x10\x06\x12\x17\n" +
-	"\x13TASK_STATE_CANCELED\x10\a*\xf2\x01\n" +
+	"\x13TASK_STATE_CANCELED\x10\a*\x8a\x02\n" +
 	"\tStepState\x12\x1a\n" +
 	"\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12STEP_STATE_PENDING\x10\x01\x12\x16\n" +
@@ -837,7 +894,8 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x17STEP_STATE_COMPENSATING\x10\x05\x12\x1a\n" +
 	"\x16STEP_STATE_COMPENSATED\x10\x06\x12\x16\n" +
 	"\x12STEP_STATE_SKIPPED\x10\a\x12\x17\n" +
-	"\x13STEP_STATE_CANCELED\x10\bB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
+	"\x13STEP_STATE_CANCELED\x10\b\x12\x16\n" +
+	"\x12STEP_STATE_WAITING\x10\tB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
 
 var (
 	file_reeve_v1_task_proto_rawDescOnce sync.Once
@@ -876,24 +934,26 @@ var file_reeve_v1_task_proto_depIdxs = []int32{
 	9,  // 6: reeve.v1.Task.end_time:type_name -> google.protobuf.Timestamp
 	5,  // 7: reeve.v1.Task.history:type_name -> reeve.v1.HistoryEvent
 	6,  // 8: reeve.v1.Task.labels:type_name -> reeve.v1.Task.LabelsEntry
-	1,  // 9: reeve.v1.Step.state:type_name -> reeve.v1.StepState
-	9,  // 10: reeve.v1.Step.complete_by:type_name -> google.protobuf.Timestamp
-	9,  // 11: reeve.v1.Step.ready_time:type_name -> google.protobuf.Timestamp
-	9,  // 12: reeve.v1.Step.not_before:type_name -> google.protobuf.Timestamp
-	9,  // 13: reeve.v1.Step.start_time:type_name -> google.protobuf.Timestamp
-	9,  // 14: reeve.v1.Step.end_time:type_name -> google.protobuf.Timestamp
-	8,  // 15: reeve.v1.Step.output:type_name -> google.protobuf.Value
-	4,  // 16: reeve.v1.Step.last_error:type_name -> reeve.v1.StepError
-	9,  // 17: reeve.v1.Step.schedule_to_start_deadline:type_name -> google.protobuf.Timestamp
-	8,  // 18: reeve.v1.Step.heartbeat_details:type_name -> google.protobuf.Value
-	8,  // 19: reeve.v1.StepError.details:type_name -> google.protobuf.Value
-	10, // 20: reeve.v1.StepError.retry_after:type_name -> google.protobuf.Duration
-	9,  // 21: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	9,  // 9: reeve.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	9,  // 10: reeve.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	1,  // 11: reeve.v1.Step.state:type_name -> reeve.v1.StepState
+	9,  // 12: reeve.v1.Step.complete_by:type_name -> google.protobuf.Timestamp
+	9,  // 13: reeve.v1.Step.ready_time:type_name -> google.protobuf.Timestamp
+	9,  // 14: reeve.v1.Step.not_before:type_name -> google.protobuf.Timestamp
+	9,  // 15: reeve.v1.Step.start_time:type_name -> google.protobuf.Timestamp
+	9,  // 16: reeve.v1.Step.end_time:type_name -> google.protobuf.Timestamp
+	8,  // 17: reeve.v1.Step.output:type_name -> google.protobuf.Value
+	4,  // 18: reeve.v1.Step.last_error:type_name -> reeve.v1.StepError
+	9,  // 19: reeve.v1.Step.schedule_to_start_deadline:type_name -> google.protobuf.Timestamp
+	8,  // 20: reeve.v1.Step.heartbeat_details:type_name -> google.protobuf.Value
+	8,  // 21: reeve.v1.StepError.details:type_name -> google.protobuf.Value
+	10, // 22: reeve.v1.StepError.retry_after:type_name -> google.protobuf.Duration
+	9,  // 23: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_task_proto_init() }

@@ -111,8 +111,19 @@ type Workflow struct {
 	// (--schedule-to-start-timeout: 1h unless configured; a scheduler set to 0
 	// leaves it unset, and queued steps then wait without limit).
 	DefaultScheduleToStartTimeout *durationpb.Duration `protobuf:"bytes,9,opt,name=default_schedule_to_start_timeout,json=defaultScheduleToStartTimeout,proto3" json:"default_schedule_to_start_timeout,omitempty"`
-	unknownFields                 protoimpl.UnknownFields
-	sizeCache                     protoimpl.SizeCache
+	// How long a task of this workflow may take from submission (from its
+	// start time when it starts later); past it the task escalates (compensate
+	// when a step declares a compensation, else fail and alert), whatever
+	// step it is in. Unset: no limit. (Issue 35.)
+	TaskTimeout *durationpb.Duration `protobuf:"bytes,10,opt,name=task_timeout,json=taskTimeout,proto3" json:"task_timeout,omitempty"`
+	// Live tasks per key: a task over its key's limit stays PENDING, queued in
+	// submission order, until a task of that key ends. (Issue 36.)
+	Concurrency *ConcurrencySpec `protobuf:"bytes,11,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// CEL expression over the task's input giving its fairness key when the
+	// submission sets none (SubmitTaskRequest.fairness_key). (Issue 36.)
+	FairnessKey   string `protobuf:"bytes,12,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Workflow) Reset() {
@@ -208,6 +219,27 @@ func (x *Workflow) GetDefaultScheduleToStartTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Workflow) GetTaskTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.TaskTimeout
+	}
+	return nil
+}
+
+func (x *Workflow) GetConcurrency() *ConcurrencySpec {
+	if x != nil {
+		return x.Concurrency
+	}
+	return nil
+}
+
+func (x *Workflow) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
 // StepSpec defines one step of a workflow.
 type StepSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -257,8 +289,17 @@ type StepSpec struct {
 	// step's timeout. With a heartbeat_timeout too, the earlier of the two
 	// deadlines applies (last heartbeat + heartbeat_timeout, stream end + this).
 	ReassignAfterDisconnect *durationpb.Duration `protobuf:"bytes,12,opt,name=reassign_after_disconnect,json=reassignAfterDisconnect,proto3" json:"reassign_after_disconnect,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// "external": the step is completed from outside (CompleteStep, by its
+	// completion token or by name), not by an agent; type is then empty, and
+	// timeout (which may be up to 30 days) is how long it waits. (Issue 35.)
+	WaitFor string `protobuf:"bytes,13,opt,name=wait_for,json=waitFor,proto3" json:"wait_for,omitempty"`
+	// A durable timer: the step succeeds this long after it became ready,
+	// with no agent; type is then empty. (Issue 35.)
+	Sleep *durationpb.Duration `protobuf:"bytes,14,opt,name=sleep,proto3" json:"sleep,omitempty"`
+	// Running attempts of this step per key. (Issue 36.)
+	Concurrency   *ConcurrencySpec `protobuf:"bytes,15,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepSpec) Reset() {
@@ -375,6 +416,84 @@ func (x *StepSpec) GetReassignAfterDisconnect() *durationpb.Duration {
 	return nil
 }
 
+func (x *StepSpec) GetWaitFor() string {
+	if x != nil {
+		return x.WaitFor
+	}
+	return ""
+}
+
+func (x *StepSpec) GetSleep() *durationpb.Duration {
+	if x != nil {
+		return x.Sleep
+	}
+	return nil
+}
+
+func (x *StepSpec) GetConcurrency() *ConcurrencySpec {
+	if x != nil {
+		return x.Concurrency
+	}
+	return nil
+}
+
+// ConcurrencySpec limits how many tasks (on a workflow) or running attempts
+// (on a step) share one key. (Issue 36.)
+type ConcurrencySpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CEL expression over the task's input, e.g. "input.customer_id"; its
+	// value, as a string, is the key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// At most this many at once per key; at least 1.
+	MaxRunning    int32 `protobuf:"varint,2,opt,name=max_running,json=maxRunning,proto3" json:"max_running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConcurrencySpec) Reset() {
+	*x = ConcurrencySpec{}
+	mi := &file_reeve_v1_workflow_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConcurrencySpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConcurrencySpec) ProtoMessage() {}
+
+func (x *ConcurrencySpec) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_workflow_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConcurrencySpec.ProtoReflect.Descriptor instead.
+func (*ConcurrencySpec) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_workflow_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConcurrencySpec) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ConcurrencySpec) GetMaxRunning() int32 {
+	if x != nil {
+		return x.MaxRunning
+	}
+	return 0
+}
+
 // RetryPolicy bounds how often, and how fast, a step is attempted.
 type RetryPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -394,7 +513,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_reeve_v1_workflow_proto_msgTypes[2]
+	mi := &file_reeve_v1_workflow_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +525,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_workflow_proto_msgTypes[2]
+	mi := &file_reeve_v1_workflow_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +538,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_workflow_proto_rawDescGZIP(), []int{2}
+	return file_reeve_v1_workflow_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -476,7 +595,7 @@ type CompensationSpec struct {
 
 func (x *CompensationSpec) Reset() {
 	*x = CompensationSpec{}
-	mi := &file_reeve_v1_workflow_proto_msgTypes[3]
+	mi := &file_reeve_v1_workflow_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +607,7 @@ func (x *CompensationSpec) String() string {
 func (*CompensationSpec) ProtoMessage() {}
 
 func (x *CompensationSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_workflow_proto_msgTypes[3]
+	mi := &file_reeve_v1_workflow_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +620,7 @@ func (x *CompensationSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompensationSpec.ProtoReflect.Descriptor instead.
 func (*CompensationSpec) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_workflow_proto_rawDescGZIP(), []int{3}
+	return file_reeve_v1_workflow_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CompensationSpec) GetType() string {
@@ -543,7 +662,7 @@ var File_reeve_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x17reeve/v1/workflow.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x03\n" +
+	"\x17reeve/v1/workflow.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x05\n" +
 	"\bWorkflow\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -554,7 +673,11 @@ const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\x0fdefault_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0edefaultTimeout\x12@\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"createTime\x12c\n" +
-	"!default_schedule_to_start_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x1ddefaultScheduleToStartTimeoutJ\x06\b\xe8\a\x10\xe9\a\"\x9f\x05\n" +
+	"!default_schedule_to_start_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x1ddefaultScheduleToStartTimeout\x12<\n" +
+	"\ftask_timeout\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\vtaskTimeout\x12;\n" +
+	"\vconcurrency\x18\v \x01(\v2\x19.reeve.v1.ConcurrencySpecR\vconcurrency\x12!\n" +
+	"\ffairness_key\x18\f \x01(\tR\vfairnessKeyJ\x06\b\xe8\a\x10\xe9\a\"\xa8\x06\n" +
 	"\bStepSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1d\n" +
@@ -571,7 +694,14 @@ const file_reeve_v1_workflow_proto_rawDesc = "" +
 	"\x11heartbeat_timeout\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\x12T\n" +
 	"\x19schedule_to_start_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x16scheduleToStartTimeout\x12U\n" +
-	"\x19reassign_after_disconnect\x18\f \x01(\v2\x19.google.protobuf.DurationR\x17reassignAfterDisconnect\"\x9a\x02\n" +
+	"\x19reassign_after_disconnect\x18\f \x01(\v2\x19.google.protobuf.DurationR\x17reassignAfterDisconnect\x12\x19\n" +
+	"\bwait_for\x18\r \x01(\tR\awaitFor\x12/\n" +
+	"\x05sleep\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x05sleep\x12;\n" +
+	"\vconcurrency\x18\x0f \x01(\v2\x19.reeve.v1.ConcurrencySpecR\vconcurrency\"D\n" +
+	"\x0fConcurrencySpec\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
+	"\vmax_running\x18\x02 \x01(\x05R\n" +
+	"maxRunning\"\x9a\x02\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x12B\n" +
 	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12:\n" +
@@ -605,43 +735,48 @@ func file_reeve_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_reeve_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_reeve_v1_workflow_proto_goTypes = []any{
 	(Escalation)(0),               // 0: reeve.v1.Escalation
 	(*Workflow)(nil),              // 1: reeve.v1.Workflow
 	(*StepSpec)(nil),              // 2: reeve.v1.StepSpec
-	(*RetryPolicy)(nil),           // 3: reeve.v1.RetryPolicy
-	(*CompensationSpec)(nil),      // 4: reeve.v1.CompensationSpec
-	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 7: google.protobuf.Value
+	(*ConcurrencySpec)(nil),       // 3: reeve.v1.ConcurrencySpec
+	(*RetryPolicy)(nil),           // 4: reeve.v1.RetryPolicy
+	(*CompensationSpec)(nil),      // 5: reeve.v1.CompensationSpec
+	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 8: google.protobuf.Value
 }
 var file_reeve_v1_workflow_proto_depIdxs = []int32{
 	2,  // 0: reeve.v1.Workflow.steps:type_name -> reeve.v1.StepSpec
-	3,  // 1: reeve.v1.Workflow.default_retry_policy:type_name -> reeve.v1.RetryPolicy
-	5,  // 2: reeve.v1.Workflow.default_timeout:type_name -> google.protobuf.Duration
-	6,  // 3: reeve.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
-	5,  // 4: reeve.v1.Workflow.default_schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	7,  // 5: reeve.v1.StepSpec.config:type_name -> google.protobuf.Value
-	5,  // 6: reeve.v1.StepSpec.timeout:type_name -> google.protobuf.Duration
-	3,  // 7: reeve.v1.StepSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
-	4,  // 8: reeve.v1.StepSpec.compensation:type_name -> reeve.v1.CompensationSpec
-	0,  // 9: reeve.v1.StepSpec.escalation:type_name -> reeve.v1.Escalation
-	5,  // 10: reeve.v1.StepSpec.escalation_wait:type_name -> google.protobuf.Duration
-	5,  // 11: reeve.v1.StepSpec.heartbeat_timeout:type_name -> google.protobuf.Duration
-	5,  // 12: reeve.v1.StepSpec.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	5,  // 13: reeve.v1.StepSpec.reassign_after_disconnect:type_name -> google.protobuf.Duration
-	5,  // 14: reeve.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	5,  // 15: reeve.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	7,  // 16: reeve.v1.CompensationSpec.config:type_name -> google.protobuf.Value
-	5,  // 17: reeve.v1.CompensationSpec.timeout:type_name -> google.protobuf.Duration
-	3,  // 18: reeve.v1.CompensationSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
-	5,  // 19: reeve.v1.CompensationSpec.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	4,  // 1: reeve.v1.Workflow.default_retry_policy:type_name -> reeve.v1.RetryPolicy
+	6,  // 2: reeve.v1.Workflow.default_timeout:type_name -> google.protobuf.Duration
+	7,  // 3: reeve.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
+	6,  // 4: reeve.v1.Workflow.default_schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	6,  // 5: reeve.v1.Workflow.task_timeout:type_name -> google.protobuf.Duration
+	3,  // 6: reeve.v1.Workflow.concurrency:type_name -> reeve.v1.ConcurrencySpec
+	8,  // 7: reeve.v1.StepSpec.config:type_name -> google.protobuf.Value
+	6,  // 8: reeve.v1.StepSpec.timeout:type_name -> google.protobuf.Duration
+	4,  // 9: reeve.v1.StepSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
+	5,  // 10: reeve.v1.StepSpec.compensation:type_name -> reeve.v1.CompensationSpec
+	0,  // 11: reeve.v1.StepSpec.escalation:type_name -> reeve.v1.Escalation
+	6,  // 12: reeve.v1.StepSpec.escalation_wait:type_name -> google.protobuf.Duration
+	6,  // 13: reeve.v1.StepSpec.heartbeat_timeout:type_name -> google.protobuf.Duration
+	6,  // 14: reeve.v1.StepSpec.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	6,  // 15: reeve.v1.StepSpec.reassign_after_disconnect:type_name -> google.protobuf.Duration
+	6,  // 16: reeve.v1.StepSpec.sleep:type_name -> google.protobuf.Duration
+	3,  // 17: reeve.v1.StepSpec.concurrency:type_name -> reeve.v1.ConcurrencySpec
+	6,  // 18: reeve.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	6,  // 19: reeve.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	8,  // 20: reeve.v1.CompensationSpec.config:type_name -> google.protobuf.Value
+	6,  // 21: reeve.v1.CompensationSpec.timeout:type_name -> google.protobuf.Duration
+	4,  // 22: reeve.v1.CompensationSpec.retry_policy:type_name -> reeve.v1.RetryPolicy
+	6,  // 23: reeve.v1.CompensationSpec.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_workflow_proto_init() }
@@ -655,7 +790,7 @@ func file_reeve_v1_workflow_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_workflow_proto_rawDesc), len(file_reeve_v1_workflow_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
