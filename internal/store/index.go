@@ -104,7 +104,7 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 			dst = append(dst, indexKey{k.deadline(at, ns, id, s.GetName(), s.GetAttempt()), ""})
 		}
 	}
-	return dst
+	return k.appendTimerKeys(dst, rec) // timers.go
 }
 
 // indexKeys returns every index key a task record implies, with its value.
