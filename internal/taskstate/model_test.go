@@ -143,7 +143,13 @@ func randomWorkflow(r *rand.Rand) *reevev1.Workflow {
 		case 1, 2:
 			sp.Escalation = reevev1.Escalation_ESCALATION_COMPENSATE
 		}
+		if r.IntN(6) == 0 { // a durable timer (issue 35): no agent, no policy
+			sp = &reevev1.StepSpec{Name: sp.GetName(), DependsOn: sp.GetDependsOn(), Sleep: durationpb.New(time.Duration(1+r.IntN(60)) * time.Second)}
+		}
 		wf.Steps = append(wf.Steps, sp)
+	}
+	if r.IntN(4) == 0 {
+		wf.TaskTimeout = durationpb.New(time.Duration(10+r.IntN(300)) * time.Second)
 	}
 	hasComp := slices.ContainsFunc(wf.Steps, func(sp *reevev1.StepSpec) bool { return sp.GetCompensation() != nil })
 	for _, sp := range wf.Steps {
@@ -397,6 +403,9 @@ func (m *model) dropped() (string, error) {
 // supervisor does (taskstate.Decide), sometimes too early or for a
 // superseded attempt.
 func (m *model) supervise() (string, error) {
+	if at, ok := taskstate.TaskDeadline(m.task); ok && m.r.IntN(4) == 0 {
+		return m.taskTimeout(at)
+	}
 	s := m.pick(func(s *reevev1.Step) bool { _, ok := taskstate.Deadline(s); return ok })
 	if s == nil {
 		m.now = m.now.Add(time.Duration(m.r.IntN(90)) * time.Second)
@@ -421,6 +430,11 @@ func (m *model) supervise() (string, error) {
 		err = taskstate.CompensateExpired(m.task, s.GetName(), attempt, "", "supervisor/x", m.now)
 	case taskstate.ActionFail:
 		err = taskstate.FailExpired(m.task, s.GetName(), attempt, "", "supervisor/x", m.now)
+	case taskstate.ActionWake:
+		err = taskstate.Wake(m.task, s.GetName(), attempt, "supervisor/x", m.now)
+		if err == nil && taskstate.FindStep(m.task, s.GetName()).GetState() != reevev1.StepState_STEP_STATE_SUCCEEDED {
+			return what, violation("a woken sleep step is %s, not SUCCEEDED", taskstate.FindStep(m.task, s.GetName()).GetState())
+		}
 	}
 	due := !m.now.Before(at) && attempt == cur
 	if due != (err == nil) {
@@ -451,6 +465,25 @@ func (m *model) operator() (string, error) {
 	return "operator retry " + s.GetName(), taskstate.RetryFailed(m.task, s.GetName(), 0, "", "operator", m.now)
 }
 
+// taskTimeout acts on the task's deadline as the supervisor does
+// (taskstate.DecideTimer), sometimes too early.
+func (m *model) taskTimeout(at time.Time) (string, error) {
+	if m.r.IntN(5) != 0 && m.now.Before(at) {
+		m.now = at
+	}
+	act, _ := taskstate.DecideTimer(m.task, taskstate.DeadlineMark)
+	what := fmt.Sprintf("supervisor task deadline %v (deadline %s)", act, at.Sub(t0))
+	err := taskstate.ExpireTask(m.task, act, "", "supervisor/x", m.now)
+	if due := !m.now.Before(at); due != (err == nil) {
+		return what, violation("task deadline action, due=%v: err %v", due, err)
+	}
+	if err == nil && m.task.GetState() != reevev1.TaskState_TASK_STATE_FAILED && m.task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATING &&
+		m.task.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED {
+		return what, violation("a task past its deadline is %s", taskstate.StateName(m.task.GetState()))
+	}
+	return what, nil
+}
+
 var errViolation = errors.New("INVARIANT")
 
 func violation(format string, args ...any) error {
@@ -469,8 +502,11 @@ func (m *model) check() error {
 			return violation("task %s keeps step %s %s queued or dispatched (ready/deadline keys)", taskstate.StateName(t.GetState()), s.GetName(), taskstate.StateName(s.GetState()))
 		case taskstate.Dispatched(s) && !deadline:
 			return violation("step %s is dispatched without a deadline", s.GetName())
-		case taskstate.Queued(s) || taskstate.Dispatched(s):
+		case taskstate.Queued(s) || taskstate.Dispatched(s) || taskstate.Waiting(s):
 			moving = true
+		}
+		if taskstate.Waiting(s) && (terminal || !deadline || !taskstate.Sleeping(t, s)) {
+			return violation("step %s WAITING (task %s, deadline %v, sleep %v)", s.GetName(), taskstate.StateName(t.GetState()), deadline, taskstate.Sleeping(t, s))
 		}
 		if s.GetState() == reevev1.StepState_STEP_STATE_RUNNING {
 			for _, u := range taskstate.Upstream(t, s.GetName()) {

@@ -373,6 +373,7 @@ func RetryFailed(t *reevev1.Task, name string, attempt int32, reason, actor stri
 	}
 	s.State = reevev1.StepState_STEP_STATE_PENDING
 	t.State = reevev1.TaskState_TASK_STATE_RUNNING
+	dropPassedDeadline(t, actor, now) // timers.go
 	retryNow(t, s, reason, actor, now)
 	advance(t, now)
 	return nil

@@ -227,3 +227,23 @@ func ExpireTask(t *reevev1.Task, action Action, reason, actor string, now time.T
 	}
 	return nil
 }
+
+// rerunDeadline gives a rerun the workflow's task_timeout from its own
+// creation (a rerun is a new task; it does not inherit the old one's
+// start time or deadline).
+func rerunDeadline(t *reevev1.Task, now time.Time) {
+	if d := t.GetWorkflow().GetTaskTimeout(); d != nil {
+		t.Deadline = timestamppb.New(now.Add(d.AsDuration()))
+	}
+}
+
+// dropPassedDeadline clears a deadline that passed, when an operator's
+// retry_step takes a FAILED task back to RUNNING: the deadline did its
+// work (it failed the task, or the task failed before it), and kept it
+// would fail the task again at once. The history says so.
+func dropPassedDeadline(t *reevev1.Task, actor string, now time.Time) {
+	if d := t.GetDeadline(); d != nil && !now.Before(d.AsTime()) {
+		t.Deadline = nil
+		addHistory(t, now, "task.deadline_cleared", "", 0, actor, "the deadline "+d.AsTime().UTC().Format(time.RFC3339Nano)+" passed; the retried task has none")
+	}
+}

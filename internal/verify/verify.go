@@ -336,7 +336,13 @@ func (ck *checker) checkMoves(t *reevev1.Task) {
 		case taskstate.Dispatched(s):
 			live = append(live, s.GetName()+" (dispatched)")
 			moves = moves || hasDeadline
+		case taskstate.Waiting(s):
+			live = append(live, s.GetName()+" (waiting)")
+			moves = moves || hasDeadline
 		}
+	}
+	if _, ok := taskstate.AwaitingStart(t); ok {
+		moves = true // its @start key moves it (taskstate/timers.go)
 	}
 	key := ck.opts.Prefix + "tasks/" + t.GetNamespace() + "/" + t.GetId()
 	if taskstate.TerminalTask(t.GetState()) {
@@ -348,7 +354,7 @@ func (ck *checker) checkMoves(t *reevev1.Task) {
 	}
 	if !moves {
 		ck.add(Violation{Kind: KindWedged, Key: key, Namespace: t.GetNamespace(), TaskID: t.GetId(),
-			Detail: fmt.Sprintf("%s task with no queued step and no dispatched step with a deadline", t.GetState())})
+			Detail: fmt.Sprintf("%s task with no queued step, no dispatched or waiting step with a deadline, and no start time ahead", t.GetState())})
 	}
 }
 
