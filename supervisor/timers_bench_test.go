@@ -27,6 +27,8 @@ import (
 // with the production tick (5 s), no agent.
 //
 //	REEVE_BENCH_TIMERS=10000 go test ./supervisor/ -run TestTimerFiringBench -v -timeout 15m
+//
+// REEVE_BENCH_FIRING_PROFILE=PATH writes a CPU profile of the firing.
 func TestTimerFiringBench(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("REEVE_BENCH_TIMERS"))
 	if n <= 0 {
@@ -54,7 +56,21 @@ func TestTimerFiringBench(t *testing.T) {
 	if time.Now().After(due.Add(-time.Second)) {
 		t.Fatalf("submitting took too long: the first timer is due at %v", due)
 	}
+	if path := os.Getenv("REEVE_BENCH_FIRING_PROFILE"); path != "" {
+		// A CPU profile from just before the first timer is due to the last
+		// task done: go tool pprof -top PATH
+		time.Sleep(time.Until(due.Add(-100 * time.Millisecond)))
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	waitSucceeded(t, ctx, c, n, 5*time.Minute)
+	pprof.StopCPUProfile()
 
 	var late []time.Duration
 	first, last := time.Time{}, time.Time{}
