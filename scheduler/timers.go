@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
@@ -68,4 +72,26 @@ func timerRecovery(t *reevev1.Task, step string, attempt int32, d *reevev1.Recov
 	return taskstate.ActionWake.String(), true, claim.run(t, "", now, func() error {
 		return taskstate.Wake(t, step, attempt, actor, now)
 	})
+}
+
+// SpanSleep is a sleep step's wait, from when it became ready to its wake,
+// in the task's trace (recorded once the wake is written).
+const SpanSleep = "reeve.step.sleep"
+
+// timerWritten records what a committed timer decision did: a wake's
+// sleep as a span in the task's trace.
+func (e *engine) timerWritten(action string, rec *storev1.TaskRecord, step string) {
+	if action != taskstate.ActionWake.String() {
+		return
+	}
+	t := rec.GetTask()
+	st := taskstate.FindStep(t, step)
+	ctx := taskContext(rec)
+	if st == nil || !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
+	_, span := e.tel.tracer.Start(ctx, SpanSleep, trace.WithTimestamp(st.GetReadyTime().AsTime()),
+		trace.WithAttributes(stepAttrs(t, st)...),
+		trace.WithAttributes(attribute.String("reeve.sleep", taskstate.Spec(t, step).GetSleep().AsDuration().String())))
+	span.End(trace.WithTimestamp(st.GetEndTime().AsTime()))
 }

@@ -26,6 +26,7 @@ type instruments struct {
 	id         string
 	recoveries metric.Int64Counter
 	pruned     metric.Int64Counter
+	timerLate  metric.Float64Histogram // timers.go
 }
 
 func newInstruments(s *Supervisor) *instruments {
@@ -33,6 +34,7 @@ func newInstruments(s *Supervisor) *instruments {
 	in := &instruments{tracer: s.opts.tracer.Tracer(telemetry.ScopeName + "/supervisor"), id: s.opts.id}
 	in.recoveries, _ = m.Int64Counter("reeve.supervisor.recoveries",
 		metric.WithDescription("Expired executions recovered by the leading supervisor, by action (retry, compensate, fail)"))
+	in.timerLate = newTimerLateness(m) // timers.go
 	in.pruned, _ = m.Int64Counter("reeve.supervisor.deadline_keys_pruned",
 		metric.WithDescription("Deadline index keys removed because no task record implies them any more (task deleted, ended or moved on)"))
 	overdue, _ := m.Float64ObservableGauge("reeve.steps.overdue.oldest_age", metric.WithUnit("s"),

@@ -6,11 +6,17 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
 
@@ -254,5 +260,54 @@ func TestTaskTimeoutEscalates(t *testing.T) {
 				t.Fatalf("alerts %v; want one only when the task failed", alerts)
 			}
 		})
+	}
+}
+
+// A sleep is seen: its wait is a span in the task's trace (from ready to
+// wake), and the leader records how late it decided the timer.
+func TestSleepSpanAndTimerLateness(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithIDGenerator(telemetry.IDGenerator()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	reader := sdkmetric.NewManualReader()
+	env := testenv.New(t)
+	s := env.StartScheduler("", scheduler.WithTracerProvider(tp))
+	env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	c := s.Client(t)
+	submitReq(t, c, inline("traced", &reevev1.Workflow{Name: "sup", Steps: []*reevev1.StepSpec{sleepStep("nap", time.Second)}}))
+	final := testenv.WaitTask(t, c, "default", "traced", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task %v", final.GetState())
+	}
+	// The span is recorded once the wake's write returned, just after the
+	// task became SUCCEEDED.
+	var sleep *tracetest.SpanStub
+	waitFor(t, "the reeve.step.sleep span", func() bool {
+		for _, sp := range spans.GetSpans() {
+			if sp.Name == "reeve.step.sleep" {
+				sleep = &sp
+			}
+		}
+		return sleep != nil
+	})
+	if d := sleep.EndTime.Sub(sleep.StartTime); d < time.Second {
+		t.Fatalf("sleep span lasts %v, want at least the 1s sleep", d)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "reeve.supervisor.timer.lateness" {
+				for _, dp := range h.DataPoints {
+					n += dp.Count
+				}
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d timer lateness samples, want 1", n)
 	}
 }
