@@ -79,7 +79,7 @@ func TestTimerDecisionsRefusals(t *testing.T) {
 		d("later", "@start", 0, fail),
 		d("later", "@deadline", 0, retry),
 		delayed,
-		d("later", "@start", 0, retry),        // not due
+		d("later", "@start", 0, retry),         // not due
 		d("later", "@deadline", 0, compensate), // not due
 		d("napping", "nap", 1, retry),          // not due
 		d("napping", "nap", 1, fail),           // not due: a sleep is never failed
@@ -115,4 +115,3 @@ func TestTimerDecisionsRefusals(t *testing.T) {
 		}
 	}
 }
-

@@ -230,4 +230,3 @@ func dbInUse(t *testing.T, ctx context.Context, cli *clientv3.Client) int64 {
 	}
 	return st.DbSizeInUse
 }
-
