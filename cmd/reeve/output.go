@@ -199,6 +199,9 @@ func printWorkflow(w io.Writer, wf *reevev1.Workflow) error {
 	fmt.Fprintf(tw, "NAMESPACE:\t%s\n", wf.GetNamespace())
 	fmt.Fprintf(tw, "CREATED:\t%s\n", ts(wf.GetCreateTime()))
 	fmt.Fprintf(tw, "DESCRIPTION:\t%s\n", orDash(wf.GetDescription()))
+	if d := wf.GetTaskTimeout(); d != nil {
+		fmt.Fprintf(tw, "TASK TIMEOUT:\t%s\n", d.AsDuration())
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
