@@ -62,8 +62,8 @@ func TestSleepStepSucceedsAfterItsDurationAndNextStepRuns(t *testing.T) {
 
 	got := getTask(t, c, "nap")
 	napping := got.GetSteps()[0]
-	if napping.GetState() != reevev1.StepState_STEP_STATE_WAITING || napping.GetType() != "" {
-		t.Fatalf("sleep step %v type %q, want WAITING with no type", napping.GetState(), napping.GetType())
+	if napping.GetState() != reevev1.StepState_STEP_STATE_WAITING || napping.GetType() != "" || got.GetState() != reevev1.TaskState_TASK_STATE_RUNNING {
+		t.Fatalf("sleep step %v type %q in a %v task, want WAITING with no type in a RUNNING task", napping.GetState(), napping.GetType(), got.GetState())
 	}
 	until := napping.GetCompleteBy().AsTime()
 	if d := until.Sub(napping.GetReadyTime().AsTime()); d != nap {

@@ -124,6 +124,9 @@ func startSleep(t *reevev1.Task, s *reevev1.Step, now time.Time) bool {
 	s.ReadyTime = timestamppb.New(now)
 	s.StartTime = timestamppb.New(now)
 	s.CompleteBy = timestamppb.New(until)
+	if t.GetState() == reevev1.TaskState_TASK_STATE_PENDING {
+		t.State = reevev1.TaskState_TASK_STATE_RUNNING // a task whose step sleeps runs
+	}
 	addHistory(t, now, "step.sleeping", s.GetName(), s.GetAttempt(), "scheduler", "until "+until.UTC().Format(time.RFC3339Nano))
 	return true
 }
