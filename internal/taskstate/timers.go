@@ -28,7 +28,8 @@ import (
 //     <deadline>/<ns>/<id>/@deadline/0 (DeadlineMark) while the task is
 //     PENDING or RUNNING. When it passes, ExpireTask compensates the task
 //     (when a step of its workflow declares a compensation) or fails it (an
-//     alert is raised), whatever step it is in; running attempts are
+//     alert is raised), whatever step it is in, paused or not (a paused
+//     task's undo runs at once, as a cancel's); running attempts are
 //     revoked as in a cancel.
 //
 // Marks start with '@', which no step name can (workflow.ValidateName), so
@@ -222,6 +223,7 @@ func ExpireTask(t *reevev1.Task, action Action, reason, actor string, now time.T
 	addHistory(t, now, "task.timed_out", "", 0, actor, reason)
 	switch action {
 	case ActionCompensate:
+		t.Paused = false // the undo the deadline asks for runs at once, as a cancel's
 		startCompensation(t, reason, actor, now)
 	case ActionFail:
 		failTask(t, reason, actor, now)
