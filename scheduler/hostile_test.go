@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/testenv"
@@ -102,6 +103,25 @@ func TestHostileInputIsRefusedOnEveryRPC(t *testing.T) {
 		{"submit: unknown workflow", unary(func(ctx context.Context) (any, error) {
 			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: "ghost"}}})
 		}), codes.NotFound, "ghost"},
+		{"submit: start time two years ahead", unary(func(ctx context.Context) (any, error) {
+			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "t")), StartTime: timestamppb.New(time.Now().Add(2 * 365 * 24 * time.Hour))})
+		}), codes.InvalidArgument, "start_time"},
+		{"submit: invalid start time", unary(func(ctx context.Context) (any, error) {
+			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "t")), StartTime: &timestamppb.Timestamp{Seconds: -1 << 62}})
+		}), codes.InvalidArgument, "start_time"},
+		{"submit: zero task timeout", unary(func(ctx context.Context) (any, error) {
+			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "t")), TaskTimeout: durationpb.New(0)})
+		}), codes.InvalidArgument, "task_timeout"},
+		{"submit: sleep of a millisecond", unary(func(ctx context.Context) (any, error) {
+			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(&reevev1.StepSpec{Name: "a", Sleep: durationpb.New(time.Millisecond)})})
+		}), codes.InvalidArgument, "inline_workflow.steps[0].sleep"},
+		{"submit: sleep step with a type", unary(func(ctx context.Context) (any, error) {
+			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(&reevev1.StepSpec{Name: "a", Type: "t", Sleep: durationpb.New(time.Minute)})})
+		}), codes.InvalidArgument, "inline_workflow.steps[0].type"},
+		{"submit: task timeout of two years", unary(func(ctx context.Context) (any, error) {
+			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{Name: "w",
+				TaskTimeout: durationpb.New(2 * 365 * 24 * time.Hour), Steps: []*reevev1.StepSpec{step("a", "t")}}}})
+		}), codes.InvalidArgument, "inline_workflow.taskTimeout"},
 		{"submit: negative workflow version", unary(func(ctx context.Context) (any, error) {
 			return c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: "w", Version: -1}}})
 		}), codes.InvalidArgument, "version"},
