@@ -82,6 +82,9 @@ func walk(a, b uint64) (err error) {
 		return fmt.Errorf("generated an invalid workflow: %v", err)
 	}
 	m.task = taskstate.New("default", "t-1", wf, nil, t0)
+	if r.IntN(5) == 0 { // a delayed start (issue 35)
+		m.task = taskstate.NewAt("default", "t-1", wf, nil, t0, t0.Add(time.Duration(1+r.IntN(120))*time.Second), 0)
+	}
 	defer func() {
 		if err != nil {
 			tail := m.log[max(0, len(m.log)-25):]
@@ -403,6 +406,9 @@ func (m *model) dropped() (string, error) {
 // supervisor does (taskstate.Decide), sometimes too early or for a
 // superseded attempt.
 func (m *model) supervise() (string, error) {
+	if at, ok := taskstate.AwaitingStart(m.task); ok && m.r.IntN(2) == 0 {
+		return m.start(at)
+	}
 	if at, ok := taskstate.TaskDeadline(m.task); ok && m.r.IntN(4) == 0 {
 		return m.taskTimeout(at)
 	}
@@ -465,6 +471,24 @@ func (m *model) operator() (string, error) {
 	return "operator retry " + s.GetName(), taskstate.RetryFailed(m.task, s.GetName(), 0, "", "operator", m.now)
 }
 
+// start starts a task waiting for its start time as the supervisor does
+// (taskstate.DecideTimer), sometimes too early.
+func (m *model) start(at time.Time) (string, error) {
+	if m.r.IntN(5) != 0 && m.now.Before(at) {
+		m.now = at
+	}
+	act, _ := taskstate.DecideTimer(m.task, taskstate.StartMark)
+	what := fmt.Sprintf("supervisor %v (start time %s)", act, at.Sub(t0))
+	err := taskstate.StartTask(m.task, "supervisor/x", m.now)
+	if due := !m.now.Before(at); due != (err == nil) {
+		return what, violation("start, due=%v: err %v", due, err)
+	}
+	if _, still := taskstate.AwaitingStart(m.task); err == nil && still {
+		return what, violation("a started task still waits to start")
+	}
+	return what, nil
+}
+
 // taskTimeout acts on the task's deadline as the supervisor does
 // (taskstate.DecideTimer), sometimes too early.
 func (m *model) taskTimeout(at time.Time) (string, error) {
@@ -515,6 +539,14 @@ func (m *model) check() error {
 				}
 			}
 		}
+	}
+	if _, ok := taskstate.AwaitingStart(t); ok {
+		for _, s := range t.GetSteps() {
+			if s.GetAttempt() != 0 || s.GetReadyTime() != nil {
+				return violation("step %s of a task waiting to start is at attempt %d", s.GetName(), s.GetAttempt())
+			}
+		}
+		moving = true // its start key moves it
 	}
 	if !terminal && !moving {
 		return violation("task %s has nothing that will move it (no queued or dispatched step)", taskstate.StateName(t.GetState()))
