@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -112,7 +113,7 @@ func TestScheduleFiringBench(t *testing.T) {
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
-	cpu1, wall1 := cpuTime(t), time.Now()
+	cpu1, wall1, etcd1 := cpuTime(t), time.Now(), etcdStats(t)
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		resp, err := c.CountTasks(ctx, &reevev1.CountTasksRequest{})
@@ -130,6 +131,7 @@ func TestScheduleFiringBench(t *testing.T) {
 			// An upper bound: the count polls every 200 ms.
 			t.Logf("firing: the process used %v of CPU in %v (from 100 ms before the time until every task exists)",
 				(cpuTime(t) - cpu1).Round(time.Millisecond), time.Since(wall1).Round(time.Millisecond))
+			etcdStats(t).logSince(t, etcd1)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -164,6 +166,46 @@ func TestScheduleFiringBench(t *testing.T) {
 	q := func(p float64) time.Duration { return late[min(len(late)-1, int(p*float64(len(late))))] }
 	t.Logf("first firing of %d schedules: task created after its time p50 %v, p99 %v, max %v",
 		n, q(0.50).Round(time.Millisecond), q(0.99).Round(time.Millisecond), late[len(late)-1].Round(time.Millisecond))
+}
+
+// etcdStat is what the embedded etcd did, from its metrics on the default
+// Prometheus registry (the one etcd of this process): raft proposals
+// committed, WAL fsyncs and backend commits (count and seconds), keys put.
+type etcdStat struct {
+	proposals, puts                   float64
+	fsyncs, fsyncSec, commits, comSec float64
+}
+
+func etcdStats(t *testing.T) etcdStat {
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s etcdStat
+	for _, mf := range families {
+		if len(mf.GetMetric()) != 1 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		switch mf.GetName() {
+		case "etcd_server_proposals_committed_total":
+			s.proposals = m.GetGauge().GetValue()
+		case "etcd_mvcc_put_total":
+			s.puts = m.GetCounter().GetValue()
+		case "etcd_disk_wal_fsync_duration_seconds":
+			s.fsyncs, s.fsyncSec = float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
+		case "etcd_disk_backend_commit_duration_seconds":
+			s.commits, s.comSec = float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
+		}
+	}
+	return s
+}
+
+func (s etcdStat) logSince(t *testing.T, s0 etcdStat) {
+	ms := func(sec, n float64) float64 { return 1000 * sec / max(n, 1) }
+	t.Logf("etcd during the firing: %.0f raft proposals, %.0f keys put, %.0f WAL fsyncs (mean %.2f ms, %.2f s in all), %.0f backend commits (mean %.2f ms, %.2f s in all)",
+		s.proposals-s0.proposals, s.puts-s0.puts, s.fsyncs-s0.fsyncs, ms(s.fsyncSec-s0.fsyncSec, s.fsyncs-s0.fsyncs), s.fsyncSec-s0.fsyncSec,
+		s.commits-s0.commits, ms(s.comSec-s0.comSec, s.commits-s0.commits), s.comSec-s0.comSec)
 }
 
 // cpuTime is the process's user and system CPU time.
