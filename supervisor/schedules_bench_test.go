@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -113,7 +116,13 @@ func TestScheduleFiringBench(t *testing.T) {
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
-	cpu1, wall1, etcd1 := cpuTime(t), time.Now(), etcdStats(t)
+	// REEVE_BENCH_FIRE_BLOCK_PROFILE=PATH writes where goroutines waited
+	// during the firing (a block profile: channels, mutexes, selects).
+	blockPath := os.Getenv("REEVE_BENCH_FIRE_BLOCK_PROFILE")
+	if blockPath != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+	}
+	cpu1, wall1, etcd1, wait1 := cpuTime(t), time.Now(), etcdStats(t), runQueueWait()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		resp, err := c.CountTasks(ctx, &reevev1.CountTasksRequest{})
@@ -132,6 +141,21 @@ func TestScheduleFiringBench(t *testing.T) {
 			t.Logf("firing: the process used %v of CPU in %v (from 100 ms before the time until every task exists)",
 				(cpuTime(t) - cpu1).Round(time.Millisecond), time.Since(wall1).Round(time.Millisecond))
 			etcdStats(t).logSince(t, etcd1)
+			if blockPath != "" {
+				runtime.SetBlockProfileRate(0)
+				f, err := os.Create(blockPath)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := pprof.Lookup("block").WriteTo(f, 0); err != nil {
+					t.Fatal(err)
+				}
+				_ = f.Close()
+			}
+			// Linux: how long the process's threads were runnable but not
+			// running (the box's other load, or more runnable threads than
+			// cores).
+			t.Logf("firing: the process's threads waited %v for a CPU", (runQueueWait() - wait1).Round(time.Millisecond))
 			break
 		}
 		if time.Now().After(deadline) {
@@ -206,6 +230,25 @@ func (s etcdStat) logSince(t *testing.T, s0 etcdStat) {
 	t.Logf("etcd during the firing: %.0f raft proposals, %.0f keys put, %.0f WAL fsyncs (mean %.2f ms, %.2f s in all), %.0f backend commits (mean %.2f ms, %.2f s in all)",
 		s.proposals-s0.proposals, s.puts-s0.puts, s.fsyncs-s0.fsyncs, ms(s.fsyncSec-s0.fsyncSec, s.fsyncs-s0.fsyncs), s.fsyncSec-s0.fsyncSec,
 		s.commits-s0.commits, ms(s.comSec-s0.comSec, s.commits-s0.commits), s.comSec-s0.comSec)
+}
+
+// runQueueWait is the time the process's threads spent runnable, waiting
+// for a CPU (the second field of /proc/self/task/*/schedstat; threads that
+// exited are not counted); 0 where that is not readable.
+func runQueueWait() time.Duration {
+	paths, _ := filepath.Glob("/proc/self/task/*/schedstat")
+	var sum time.Duration
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
 }
 
 // cpuTime is the process's user and system CPU time.
