@@ -27,7 +27,9 @@ import (
 // under the overlap policy (SubmitTask with the id schedule.TaskID derives
 // from schedule and time: a time submitted twice starts one task) and
 // writes the record, with its next due key, in a transaction that compares
-// the record's revision and the fence. A lost compare repeats the whole
+// the record's revision and the fence (the store group-commits the writes
+// of concurrent firings, each keeping its own compares:
+// internal/store/schedulebatch.go). A lost compare repeats the whole
 // firing; the submissions it repeats return the tasks that exist. So a
 // firer deposed mid-way, or two firers at once, start each time once.
 

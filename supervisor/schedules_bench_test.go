@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -100,6 +104,25 @@ func TestScheduleFiringBench(t *testing.T) {
 	t.Logf("idle: the process used %.2f%% of one core (etcd, scheduler and supervisor together)", idle*100)
 
 	// The first firing: wait until every schedule's task exists.
+	// REEVE_BENCH_FIRE_PROFILE=PATH writes a CPU profile of the firing.
+	time.Sleep(time.Until(first.Add(-100 * time.Millisecond)))
+	if path := os.Getenv("REEVE_BENCH_FIRE_PROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	// REEVE_BENCH_FIRE_BLOCK_PROFILE=PATH writes where goroutines waited
+	// during the firing (a block profile: channels, mutexes, selects).
+	blockPath := os.Getenv("REEVE_BENCH_FIRE_BLOCK_PROFILE")
+	if blockPath != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+	}
+	cpu1, wall1, etcd1, wait1 := cpuTime(t), time.Now(), etcdStats(t), runQueueWait()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		resp, err := c.CountTasks(ctx, &reevev1.CountTasksRequest{})
@@ -111,6 +134,28 @@ func TestScheduleFiringBench(t *testing.T) {
 			total += sc.GetCount()
 		}
 		if total >= int64(n) {
+			if os.Getenv("REEVE_BENCH_FIRE_PROFILE") != "" {
+				pprof.StopCPUProfile()
+			}
+			// An upper bound: the count polls every 200 ms.
+			t.Logf("firing: the process used %v of CPU in %v (from 100 ms before the time until every task exists)",
+				(cpuTime(t) - cpu1).Round(time.Millisecond), time.Since(wall1).Round(time.Millisecond))
+			etcdStats(t).logSince(t, etcd1)
+			if blockPath != "" {
+				runtime.SetBlockProfileRate(0)
+				f, err := os.Create(blockPath)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := pprof.Lookup("block").WriteTo(f, 0); err != nil {
+					t.Fatal(err)
+				}
+				_ = f.Close()
+			}
+			// Linux: how long the process's threads were runnable but not
+			// running (the box's other load, or more runnable threads than
+			// cores).
+			t.Logf("firing: the process's threads waited %v for a CPU", (runQueueWait() - wait1).Round(time.Millisecond))
 			break
 		}
 		if time.Now().After(deadline) {
@@ -145,6 +190,65 @@ func TestScheduleFiringBench(t *testing.T) {
 	q := func(p float64) time.Duration { return late[min(len(late)-1, int(p*float64(len(late))))] }
 	t.Logf("first firing of %d schedules: task created after its time p50 %v, p99 %v, max %v",
 		n, q(0.50).Round(time.Millisecond), q(0.99).Round(time.Millisecond), late[len(late)-1].Round(time.Millisecond))
+}
+
+// etcdStat is what the embedded etcd did, from its metrics on the default
+// Prometheus registry (the one etcd of this process): raft proposals
+// committed, WAL fsyncs and backend commits (count and seconds), keys put.
+type etcdStat struct {
+	proposals, puts                   float64
+	fsyncs, fsyncSec, commits, comSec float64
+}
+
+func etcdStats(t *testing.T) etcdStat {
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s etcdStat
+	for _, mf := range families {
+		if len(mf.GetMetric()) != 1 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		switch mf.GetName() {
+		case "etcd_server_proposals_committed_total":
+			s.proposals = m.GetGauge().GetValue()
+		case "etcd_mvcc_put_total":
+			s.puts = m.GetCounter().GetValue()
+		case "etcd_disk_wal_fsync_duration_seconds":
+			s.fsyncs, s.fsyncSec = float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
+		case "etcd_disk_backend_commit_duration_seconds":
+			s.commits, s.comSec = float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
+		}
+	}
+	return s
+}
+
+func (s etcdStat) logSince(t *testing.T, s0 etcdStat) {
+	ms := func(sec, n float64) float64 { return 1000 * sec / max(n, 1) }
+	t.Logf("etcd during the firing: %.0f raft proposals, %.0f keys put, %.0f WAL fsyncs (mean %.2f ms, %.2f s in all), %.0f backend commits (mean %.2f ms, %.2f s in all)",
+		s.proposals-s0.proposals, s.puts-s0.puts, s.fsyncs-s0.fsyncs, ms(s.fsyncSec-s0.fsyncSec, s.fsyncs-s0.fsyncs), s.fsyncSec-s0.fsyncSec,
+		s.commits-s0.commits, ms(s.comSec-s0.comSec, s.commits-s0.commits), s.comSec-s0.comSec)
+}
+
+// runQueueWait is the time the process's threads spent runnable, waiting
+// for a CPU (the second field of /proc/self/task/*/schedstat; threads that
+// exited are not counted); 0 where that is not readable.
+func runQueueWait() time.Duration {
+	paths, _ := filepath.Glob("/proc/self/task/*/schedstat")
+	var sum time.Duration
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
 }
 
 // cpuTime is the process's user and system CPU time.

@@ -140,8 +140,10 @@ func (s *Store) ListSchedules(ctx context.Context, ns, after string, limit int) 
 
 // UpdateSchedule reads a schedule, lets fn change a copy of it, and writes
 // the copy with the due key it implies (moved or deleted with it) in one
-// transaction that compares the record's revision and, when set, fence (a
-// supervisor leader's election: ErrFenced when it fails). A lost compare
+// transaction (nested in a group commit with other schedules' writes when
+// they come together: schedulebatch.go) that compares the record's
+// revision and, when set, fence (a supervisor leader's election: ErrFenced
+// when it fails). A lost compare
 // reads again and calls fn again (so fn must be safe to repeat), at most 20
 // times (ErrConflict). fn's error aborts the update and is returned.
 func (s *Store) UpdateSchedule(ctx context.Context, ns, name string, fence clientv3.Cmp, fn func(*reevev1.Schedule) error) (*reevev1.Schedule, error) {
@@ -181,7 +183,8 @@ func (s *Store) UpdateScheduleFrom(ctx context.Context, ns, name string, cur *re
 		if newDue != "" {
 			ops = append(ops, clientv3.OpPut(newDue, ""))
 		}
-		fenced, ok, err := s.guardedTxn(ctx, "update schedule", clientv3.Compare(clientv3.ModRevision(key), "=", rev), fence, ops)
+		// Group-committed with other schedules' writes (schedulebatch.go).
+		fenced, ok, err := s.writeSchedule(ctx, key, rev, fence, ops)
 		if err != nil {
 			return nil, err
 		}

@@ -87,9 +87,11 @@ type Store struct {
 	endedUnindexed                     bool         // WithEndedUnindexed
 	defrag                             func() error // WithDefragmenter
 	commits                            *committer
+	schedCommits                       *scheduleCommitter // schedulebatch.go
 	cache                              *recordCache
 	workflows                          *workflowCache
 	txns, taskWrites                   atomic.Int64
+	scheduleTxns                       atomic.Int64 // batches of schedule writes committed (schedulebatch.go)
 	meters                             metric.MeterProvider
 	metrics                            storeMetrics
 	log                                *slog.Logger     // WithLogger
@@ -172,6 +174,7 @@ func New(c *clientv3.Client, opts ...Option) *Store {
 	}
 	s.commits = newCommitter(s, s.maxBatch, s.maxCommitters, s.maxQueued)
 	s.commits.window.length = s.commitWindow
+	s.schedCommits = newScheduleCommitter(s)
 	s.cache = newRecordCache(s.cacheSize)
 	s.workflows = newWorkflowCache()
 	s.metrics = newStoreMetrics(s.meters)
