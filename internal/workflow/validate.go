@@ -360,6 +360,12 @@ func ValidateSubmit(req *reevev1.SubmitTaskRequest) error {
 	if err := ValidateLabels("labels", req.GetLabels()); err != nil {
 		return err
 	}
+	if err := ValidatePriority("priority", req.GetPriority()); err != nil {
+		return err
+	}
+	if err := ValidateFairnessKey("fairness_key", req.GetFairnessKey()); err != nil {
+		return err
+	}
 	return ValidateValue("input", req.GetInput(), MaxInputBytes)
 }
 
