@@ -1,0 +1,143 @@
+package scheduler
+
+import (
+	"fmt"
+	"testing"
+
+	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+)
+
+func fqItem(id string, prio int32, key string) *readyItem {
+	return &readyItem{key: id, heapIdx: -1, entry: &storev1.ReadyEntry{TaskId: id, Priority: prio, FairnessKey: key}}
+}
+
+// drain pops every item and returns their ids in order.
+func drain(q *fairQueue) []string {
+	var out []string
+	for q.Len() > 0 {
+		if p := q.peek(); p == nil {
+			panic("peek nil on a non-empty queue")
+		}
+		want := q.peek()
+		it := q.pop()
+		if it != want {
+			panic("pop is not what peek said")
+		}
+		out = append(out, it.entry.GetTaskId())
+	}
+	if q.pop() != nil || q.peek() != nil || q.oldest() != nil {
+		panic("empty queue returned an item")
+	}
+	return out
+}
+
+func eqIDs(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}
+
+// Priority first (0 is the default, 3), FIFO within a key.
+func TestFairQueuePriorityThenFIFO(t *testing.T) {
+	q := newFairQueue()
+	for _, it := range []*readyItem{fqItem("d1", 0, ""), fqItem("l1", 5, ""), fqItem("h1", 1, ""), fqItem("d2", 3, ""), fqItem("h2", 1, ""), fqItem("p2", 2, "")} {
+		q.push(it)
+	}
+	if o := q.oldest(); o.entry.GetTaskId() != "d1" {
+		t.Fatalf("oldest %s, want d1", o.entry.GetTaskId())
+	}
+	eqIDs(t, drain(q), "h1", "h2", "p2", "d1", "d2", "l1")
+}
+
+// Round-robin across keys within a priority; a key that joins waits for
+// the end of the current round; the shared key "" is one key.
+func TestFairQueueRoundRobin(t *testing.T) {
+	q := newFairQueue()
+	for i := range 4 {
+		q.push(fqItem(fmt.Sprint("a", i), 0, "A"))
+	}
+	q.push(fqItem("s0", 0, ""))
+	q.push(fqItem("s1", 0, ""))
+	eqIDs(t, []string{q.pop().entry.GetTaskId()}, "a0") // A's turn, then ""'s
+	q.push(fqItem("b0", 0, "B"))                         // joins after "" and A
+	eqIDs(t, drain(q), "s0", "a1", "b0", "s1", "a2", "a3")
+}
+
+// A flood of one key delays another key's next item by one item.
+func TestFairQueueFlood(t *testing.T) {
+	q := newFairQueue()
+	for i := range 100_000 {
+		q.push(fqItem(fmt.Sprint("a", i), 0, "A"))
+	}
+	for i := range 10 {
+		q.pop()
+		q.push(fqItem(fmt.Sprint("b", i), 0, "B"))
+		if got := q.pop().entry.GetTaskId(); got[0] != 'a' {
+			t.Fatalf("round %d: %s before A's turn", i, got)
+		}
+		if got := q.pop().entry.GetTaskId(); got != fmt.Sprint("b", i) {
+			t.Fatalf("round %d: popped %s, want b%d", i, got, i)
+		}
+	}
+	if q.Len() != 100_000-20 {
+		t.Fatalf("len %d", q.Len())
+	}
+}
+
+// Removing any item (a claim by another scheduler, a changed entry) keeps
+// the order of the rest and the turn; a key emptied by removal leaves the
+// ring.
+func TestFairQueueRemove(t *testing.T) {
+	q := newFairQueue()
+	items := map[string]*readyItem{}
+	for _, it := range []*readyItem{fqItem("a0", 0, "A"), fqItem("b0", 0, "B"), fqItem("c0", 0, "C"), fqItem("a1", 0, "A"), fqItem("b1", 0, "B"), fqItem("x", 1, "A")} {
+		items[it.entry.GetTaskId()] = it
+		q.push(it)
+	}
+	q.remove(items["x"]) // a level emptied
+	q.remove(items["a0"])
+	if items["a0"].elem != nil || items["a0"].fk != nil {
+		t.Fatal("removed item still linked")
+	}
+	q.remove(items["b0"])
+	q.remove(items["b1"]) // B leaves the ring
+	if o := q.oldest(); o.entry.GetTaskId() != "c0" {
+		t.Fatalf("oldest %s, want c0", o.entry.GetTaskId())
+	}
+	eqIDs(t, drain(q), "a1", "c0")
+	if len(q.levels[2].keys) != 0 || len(q.levels[1].keys) != 0 {
+		t.Fatal("empty keys kept")
+	}
+}
+
+func TestFairQueueWaitsAtOrAbove(t *testing.T) {
+	q := newFairQueue()
+	q.push(fqItem("l", 4, "A"))
+	for p, want := range map[int32]bool{1: false, 2: false, 0: false, 3: false, 4: true, 5: true} {
+		if got := q.waitsAtOrAbove(p); got != want {
+			t.Errorf("waitsAtOrAbove(%d) = %v with a priority 4 queued, want %v", p, got, want)
+		}
+	}
+	q.push(fqItem("bad", 9, "")) // out of range: the default
+	if !q.waitsAtOrAbove(3) || q.waitsAtOrAbove(2) {
+		t.Error("an out-of-range priority is not queued as the default")
+	}
+}
+
+// Pop is O(1) whatever the number of keys and items.
+func BenchmarkFairQueue(b *testing.B) {
+	for _, keys := range []int{1, 1000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			q := newFairQueue()
+			for i := range 100_000 {
+				q.push(fqItem("x", int32(i%5+1), fmt.Sprint(i%keys)))
+			}
+			b.ResetTimer()
+			for range b.N {
+				it := q.pop()
+				q.push(it)
+			}
+		})
+	}
+}
