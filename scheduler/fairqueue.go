@@ -3,6 +3,10 @@ package scheduler
 import (
 	"container/list"
 
+	"go.opentelemetry.io/otel/attribute"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/telemetry"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
 
@@ -156,4 +160,15 @@ func (q *fairQueue) waitsAtOrAbove(p int32) bool {
 		}
 	}
 	return false
+}
+
+// dispatchOrderAttrs are the attributes of an attempt's span that say
+// where it stood in its queue: its priority, and its fairness key when it
+// has one.
+func dispatchOrderAttrs(t *reevev1.Task) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{telemetry.KeyPriority.Int(int(workflow.EffectivePriority(t.GetPriority())))}
+	if k := t.GetFairnessKey(); k != "" {
+		attrs = append(attrs, telemetry.KeyFairnessKey.String(k))
+	}
+	return attrs
 }
