@@ -60,7 +60,7 @@ func TestFairQueueRoundRobin(t *testing.T) {
 	q.push(fqItem("s0", 0, ""))
 	q.push(fqItem("s1", 0, ""))
 	eqIDs(t, []string{q.pop().entry.GetTaskId()}, "a0") // A's turn, then ""'s
-	q.push(fqItem("b0", 0, "B"))                         // joins after "" and A
+	q.push(fqItem("b0", 0, "B"))                        // joins after "" and A
 	eqIDs(t, drain(q), "s0", "a1", "b0", "s1", "a2", "a3")
 }
 
