@@ -298,7 +298,8 @@ func (d *dispatcher) loads() map[string]agentLoad {
 }
 
 // queueHeads snapshots the ready queues of namespace ns: depth and the
-// step at the head (dispatched next).
+// step that waited longest (with priorities and fairness keys, not always
+// the one dispatched next).
 func (d *dispatcher) queueHeads(ns string) []queueHead {
 	d.lock()
 	defer d.unlock()
@@ -308,7 +309,7 @@ func (d *dispatcher) queueHeads(ns string) []queueHead {
 			continue
 		}
 		h := queueHead{typ: k.typ, depth: q.Len()}
-		if it := q.peek(); it != nil {
+		if it := q.oldest(); it != nil {
 			h.taskID, h.step = it.entry.GetTaskId(), it.entry.GetStep()
 		}
 		out = append(out, h)
