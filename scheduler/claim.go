@@ -142,9 +142,10 @@ func (e *engine) takeBack(ref *reevev1.StepRef, agentID, reason string) {
 // deleted). When an agent of this scheduler has room for the step's type and
 // nothing of that type waits in this scheduler's ready queue at the step's
 // priority or a higher one (claimed steps do not overtake queued ones that
-// would be dispatched before them; fairqueue.go), the write claims the step for that agent
-// too: one write, no ready key, the same record and history as the two
-// writes would leave (step.dispatched after the write's own events). The
+// would be dispatched before them; fairqueue.go), the write claims the step
+// for that agent too: one write, no ready key, the same record and history
+// as the two writes would leave (step.dispatched after the write's own
+// events). The
 // write keeps its own compares (a creation's, a result's, a supervisor's
 // fence), so everything that holds for it holds for the claim.
 //
