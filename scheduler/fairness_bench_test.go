@@ -15,6 +15,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
 )
 
 // TestFairnessBench measures fairness under a flood (issue 36's target:
@@ -52,7 +53,9 @@ func TestFairnessBench(t *testing.T) {
 		bKey = "B"
 	}
 	env := testenv.New(t)
-	s := env.StartScheduler("")
+	// Records as a scheduler without an archive keeps them (testenv turns
+	// compression on).
+	s := env.StartScheduler("", scheduler.WithRecordCompression(false))
 	c := s.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
 	defer cancel()
