@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
 )
 
@@ -139,5 +142,37 @@ func BenchmarkFairQueue(b *testing.B) {
 				q.push(it)
 			}
 		})
+	}
+}
+
+// A claim inside a write (reserveDirect) skips the queue only when nothing
+// of its priority or a higher one waits: with a priority 4 step queued and
+// an agent with room, a priority 1, 2 or default (3) step may take the
+// agent at once; a priority 4 or 5 step queues behind it.
+func TestReserveDirectByPriority(t *testing.T) {
+	d := newDispatcher(dispatchDeps{id: "s", clock: clockwork.NewFakeClock(), claimConcurrency: 1, work: newWorkGroup()})
+	conn := newAgentConn("session", &reevev1.Register{AgentId: "a", Namespace: "ns", StepTypes: []string{"t"}, MaxConcurrentSteps: 1}, 1<<20)
+	d.agents.add(conn)
+	k := queueKey{"ns", "t"}
+	if sl := d.reserveDirect(k, 5); sl == nil {
+		t.Fatal("nothing queued: no slot")
+	} else {
+		d.unreserve(sl)
+	}
+	it := fqItem("low", 4, "A")
+	it.entry.Namespace, it.entry.Type = "ns", "t"
+	d.lock()
+	d.items[it.key] = it
+	d.enqueue(it)
+	d.unlock()
+	for p, want := range map[int32]bool{1: true, 2: true, 0: true, 3: true, 4: false, 5: false} {
+		sl := d.reserveDirect(k, p)
+		if (sl != nil) != want {
+			t.Errorf("priority %d with a priority 4 step queued: slot %v, want %v", p, sl != nil, want)
+		}
+		d.unreserve(sl)
+	}
+	if conn.reserved != 0 {
+		t.Fatalf("reservations left: %d", conn.reserved)
 	}
 }
