@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"container/heap"
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -27,9 +26,8 @@ type queueKey struct{ ns, typ string }
 type readyItem struct {
 	key      string
 	entry    *storev1.ReadyEntry
-	elem     *list.Element // in its queue while due and not being claimed (fairqueue.go)
-	allElem  *list.Element // in its queue's list by wait
-	fk       *fairKey      // its fairness key's items, while in its queue
+	fk       *fairKey    // its key's items while in its queue, due and not being claimed (fairqueue.go)
+	links    [2]itemLink // in its key's items and its queue's list of all items
 	due      time.Time
 	queuedAt time.Time // when it last entered its queue (reeve.steps.queued.oldest_age)
 	heapIdx  int       // in the delayed heap while not due; -1 otherwise
@@ -190,7 +188,7 @@ func (d *dispatcher) enqueue(it *readyItem) {
 }
 
 func (d *dispatcher) unlink(it *readyItem) {
-	if it.elem != nil {
+	if it.fk != nil {
 		k := queueKey{it.entry.GetNamespace(), it.entry.GetType()}
 		if q := d.queues[k]; q != nil {
 			q.remove(it)

@@ -25,8 +25,7 @@ const numPriorities = workflow.LowestPriority - workflow.HighestPriority + 1
 // fairQueue is the due, unclaimed items of one queueKey. Not safe for
 // concurrent use: the dispatcher's mutex guards it.
 type fairQueue struct {
-	n      int
-	all    list.List // every item, in the order queued: the front waited longest
+	all    itemList // every item, in the order queued: the front waited longest
 	levels [numPriorities]fairLevel
 }
 
@@ -42,14 +41,14 @@ type fairLevel struct {
 type fairKey struct {
 	name  string
 	level *fairLevel
-	items list.List     // of *readyItem
+	items itemList
 	elem  *list.Element // in level.ring
 }
 
-func newFairQueue() *fairQueue { return &fairQueue{} }
+func newFairQueue() *fairQueue { return &fairQueue{all: itemList{link: linkAll}} }
 
 // Len is the number of items queued.
-func (q *fairQueue) Len() int { return q.n }
+func (q *fairQueue) Len() int { return q.all.n }
 
 // levelOf is the index of the level of an item's priority. A priority out
 // of range (a record written by another Reeve) counts as the default.
@@ -72,7 +71,7 @@ func (q *fairQueue) push(it *readyItem) {
 		if lv.keys == nil {
 			lv.keys = map[string]*fairKey{}
 		}
-		fk = &fairKey{name: name, level: lv}
+		fk = &fairKey{name: name, level: lv, items: itemList{link: linkKey}}
 		lv.keys[name] = fk
 		if lv.turn == nil {
 			fk.elem = lv.ring.PushBack(fk)
@@ -82,19 +81,17 @@ func (q *fairQueue) push(it *readyItem) {
 		}
 	}
 	it.fk = fk
-	it.elem = fk.items.PushBack(it)
-	it.allElem = q.all.PushBack(it)
-	q.n++
+	fk.items.pushBack(it)
+	q.all.pushBack(it)
 }
 
-// remove takes a queued item (it.elem set) out of the queue.
+// remove takes a queued item (it.fk set) out of the queue.
 func (q *fairQueue) remove(it *readyItem) {
 	fk := it.fk
-	fk.items.Remove(it.elem)
-	q.all.Remove(it.allElem)
-	it.elem, it.allElem, it.fk = nil, nil, nil
-	q.n--
-	if fk.items.Len() == 0 {
+	fk.items.remove(it)
+	q.all.remove(it)
+	it.fk = nil
+	if fk.items.n == 0 {
 		lv := fk.level
 		if lv.turn == fk.elem {
 			lv.advance()
@@ -118,7 +115,7 @@ func (lv *fairLevel) advance() {
 func (q *fairQueue) peek() *readyItem {
 	for i := range q.levels {
 		if lv := &q.levels[i]; lv.turn != nil {
-			return lv.turn.Value.(*fairKey).items.Front().Value.(*readyItem)
+			return lv.turn.Value.(*fairKey).items.head
 		}
 	}
 	return nil
@@ -134,7 +131,7 @@ func (q *fairQueue) pop() *readyItem {
 			continue
 		}
 		fk := lv.turn.Value.(*fairKey)
-		it := fk.items.Front().Value.(*readyItem)
+		it := fk.items.head
 		lv.advance() // before remove, which drops fk when it was its last
 		q.remove(it)
 		return it
@@ -144,10 +141,7 @@ func (q *fairQueue) pop() *readyItem {
 
 // oldest returns the item that has waited longest, or nil when empty.
 func (q *fairQueue) oldest() *readyItem {
-	if f := q.all.Front(); f != nil {
-		return f.Value.(*readyItem)
-	}
-	return nil
+	return q.all.head
 }
 
 // waitsAtOrAbove reports whether an item of priority p (0: the default) or
@@ -160,6 +154,52 @@ func (q *fairQueue) waitsAtOrAbove(p int32) bool {
 		}
 	}
 	return false
+}
+
+// itemList is a doubly linked list of readyItems through one of their
+// links (intrusive: queueing an item allocates nothing).
+type itemList struct {
+	head, tail *readyItem
+	n          int
+	link       int // linkKey or linkAll: which of readyItem.links
+}
+
+// itemLink is an item's place in one itemList.
+type itemLink struct{ prev, next *readyItem }
+
+// The links of a readyItem: in its fairness key's items, in its queue's
+// list of all items.
+const (
+	linkKey = iota
+	linkAll
+)
+
+func (l *itemList) pushBack(it *readyItem) {
+	ln := &it.links[l.link]
+	ln.prev, ln.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.links[l.link].next = it
+	} else {
+		l.head = it
+	}
+	l.tail = it
+	l.n++
+}
+
+func (l *itemList) remove(it *readyItem) {
+	ln := &it.links[l.link]
+	if ln.prev != nil {
+		ln.prev.links[l.link].next = ln.next
+	} else {
+		l.head = ln.next
+	}
+	if ln.next != nil {
+		ln.next.links[l.link].prev = ln.prev
+	} else {
+		l.tail = ln.prev
+	}
+	ln.prev, ln.next = nil, nil
+	l.n--
 }
 
 // dispatchOrderAttrs are the attributes of an attempt's span that say

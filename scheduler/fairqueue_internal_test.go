@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/jonboulle/clockwork"
@@ -100,7 +102,7 @@ func TestFairQueueRemove(t *testing.T) {
 	}
 	q.remove(items["x"]) // a level emptied
 	q.remove(items["a0"])
-	if items["a0"].elem != nil || items["a0"].fk != nil {
+	if l := items["a0"].links; items["a0"].fk != nil || l[0] != (itemLink{}) || l[1] != (itemLink{}) {
 		t.Fatal("removed item still linked")
 	}
 	q.remove(items["b0"])
@@ -176,3 +178,66 @@ func TestReserveDirectByPriority(t *testing.T) {
 		t.Fatalf("reservations left: %d", conn.reserved)
 	}
 }
+
+// Random pushes, pops and removals keep the queue's invariants: a pop
+// takes the highest priority with items and the first item of its key; the
+// oldest is the first pushed of those left; the lists' links and counts
+// agree.
+func TestFairQueueRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	q := newFairQueue()
+	var live []*readyItem // in push order
+	drop := func(it *readyItem) {
+		live = slices.DeleteFunc(live, func(x *readyItem) bool { return x == it })
+	}
+	for i := range 20_000 {
+		switch op := rng.IntN(10); {
+		case op < 5:
+			it := fqItem(fmt.Sprint(i), int32(rng.IntN(6)), fmt.Sprint(rng.IntN(4)))
+			q.push(it)
+			live = append(live, it)
+		case op < 8:
+			it := q.pop()
+			if it == nil {
+				if len(live) != 0 {
+					t.Fatalf("pop nil with %d queued", len(live))
+				}
+				continue
+			}
+			best := int32(9)
+			for _, x := range live {
+				best = min(best, workflowPriority(x))
+			}
+			if workflowPriority(it) != best {
+				t.Fatalf("popped priority %d while %d was queued", workflowPriority(it), best)
+			}
+			for _, x := range live {
+				if x.entry.GetFairnessKey() == it.entry.GetFairnessKey() && workflowPriority(x) == best {
+					if x != it {
+						t.Fatalf("popped %s before %s of the same key", it.key, x.key)
+					}
+					break
+				}
+			}
+			drop(it)
+		default:
+			if len(live) > 0 {
+				it := live[rng.IntN(len(live))]
+				q.remove(it)
+				drop(it)
+			}
+		}
+		if q.Len() != len(live) || (len(live) > 0) != (q.oldest() != nil) || len(live) > 0 && q.oldest() != live[0] {
+			t.Fatalf("step %d: len %d, want %d; oldest wrong", i, q.Len(), len(live))
+		}
+		n := 0
+		for it := q.all.head; it != nil; it = it.links[linkAll].next {
+			n++
+		}
+		if n != len(live) {
+			t.Fatalf("step %d: the list of all holds %d, want %d", i, n, len(live))
+		}
+	}
+}
+
+func workflowPriority(it *readyItem) int32 { return int32(levelOf(it)) + 1 }
