@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/reeve-org/reeve/agentsdk"
-	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/client"
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
 // WithPriority and WithFairnessKey reach the task (issue 36); a priority
