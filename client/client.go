@@ -92,7 +92,7 @@ func (c *Client) Submit(ctx context.Context, workflow string, input any, opts ..
 	if o.taskID == "" {
 		o.taskID = uuid.NewString()
 	}
-	req := &reevev1.SubmitTaskRequest{Namespace: o.namespace, TaskId: o.taskID, Labels: o.labels}
+	req := &reevev1.SubmitTaskRequest{Namespace: o.namespace, TaskId: o.taskID, Labels: o.labels, Priority: o.priority, FairnessKey: o.fairness}
 	o.timers.apply(req, time.Now())
 	switch {
 	case o.inline != nil:

@@ -70,6 +70,8 @@ type submitOptions struct {
 	inline    *reevev1.Workflow
 	labels    map[string]string
 	timers    submitTimers // timers.go
+	priority  int32
+	fairness  string
 }
 
 // SubmitOption configures one Submit.
@@ -104,3 +106,15 @@ func WithLabels(labels map[string]string) SubmitOption {
 func WithInlineWorkflow(w *reevev1.Workflow) SubmitOption {
 	return func(o *submitOptions) { o.inline = w }
 }
+
+// WithPriority gives the task a priority, 1 (highest) to 5: the ready steps
+// of a step type are dispatched in priority order. Default 3.
+func WithPriority(p int32) SubmitOption { return func(o *submitOptions) { o.priority = p } }
+
+// WithFairnessKey gives the task a fairness key, e.g. its tenant: within a
+// priority, the ready steps of a step type are dispatched fairly across
+// keys, so that one key's backlog does not hold up another's next step. At
+// most 63 bytes of UTF-8 without control characters. Default: the
+// workflow's fairness_key expression, else the key shared by every task
+// without one.
+func WithFairnessKey(k string) SubmitOption { return func(o *submitOptions) { o.fairness = k } }

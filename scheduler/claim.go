@@ -140,10 +140,12 @@ func (e *engine) takeBack(ref *reevev1.StepRef, agentID, reason string) {
 // a second task write before an agent has the step: the first (a ready key
 // written, the watch tells every scheduler) and the claim (the ready key
 // deleted). When an agent of this scheduler has room for the step's type and
-// nothing of that type waits in this scheduler's ready queue (claimed steps
-// do not overtake queued ones), the write claims the step for that agent
-// too: one write, no ready key, the same record and history as the two
-// writes would leave (step.dispatched after the write's own events). The
+// nothing of that type waits in this scheduler's ready queue at the step's
+// priority or a higher one (claimed steps do not overtake queued ones that
+// would be dispatched before them; fairqueue.go), the write claims the step
+// for that agent too: one write, no ready key, the same record and history
+// as the two writes would leave (step.dispatched after the write's own
+// events). The
 // write keeps its own compares (a creation's, a result's, a supervisor's
 // fence), so everything that holds for it holds for the claim.
 //
@@ -211,7 +213,7 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 	}
 	k := queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)}
 	if c.slot == nil {
-		c.slot = c.d.reserveDirect(k)
+		c.slot = c.d.reserveDirect(k, t.GetPriority())
 	}
 	if c.slot == nil || !c.slot.serves(k) {
 		return nil

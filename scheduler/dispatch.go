@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"container/heap"
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +26,8 @@ type queueKey struct{ ns, typ string }
 type readyItem struct {
 	key      string
 	entry    *storev1.ReadyEntry
-	elem     *list.Element // in its queue while due and not being claimed
+	fk       *fairKey    // its key's items while in its queue, due and not being claimed (fairqueue.go)
+	links    [2]itemLink // in its key's items and its queue's list of all items
 	due      time.Time
 	queuedAt time.Time // when it last entered its queue (reeve.steps.queued.oldest_age)
 	heapIdx  int       // in the delayed heap while not due; -1 otherwise
@@ -47,7 +47,7 @@ type dispatcher struct {
 
 	mu      sync.Mutex // guards what follows and every agentConn's counters
 	items   map[string]*readyItem
-	queues  map[queueKey]*list.List
+	queues  map[queueKey]*fairQueue
 	delayed delayHeap
 	agents  agentSet
 	seq     uint64 // the last agentConn.seq given
@@ -84,7 +84,7 @@ func newDispatcher(deps dispatchDeps) *dispatcher {
 		wake:         make(chan struct{}, 1),
 		sem:          make(chan struct{}, deps.claimConcurrency),
 		items:        map[string]*readyItem{},
-		queues:       map[queueKey]*list.List{},
+		queues:       map[queueKey]*fairQueue{},
 		agents:       newAgentSet(),
 	}
 }
@@ -180,23 +180,22 @@ func (d *dispatcher) enqueue(it *readyItem) {
 	k := queueKey{it.entry.GetNamespace(), it.entry.GetType()}
 	q := d.queues[k]
 	if q == nil {
-		q = list.New()
+		q = newFairQueue()
 		d.queues[k] = q
 	}
 	it.queuedAt = d.clock.Now()
-	it.elem = q.PushBack(it)
+	q.push(it)
 }
 
 func (d *dispatcher) unlink(it *readyItem) {
-	if it.elem != nil {
+	if it.fk != nil {
 		k := queueKey{it.entry.GetNamespace(), it.entry.GetType()}
 		if q := d.queues[k]; q != nil {
-			q.Remove(it.elem)
+			q.remove(it)
 			if q.Len() == 0 {
 				delete(d.queues, k)
 			}
 		}
-		it.elem = nil
 	}
 	if it.heapIdx >= 0 {
 		heap.Remove(&d.delayed, it.heapIdx)
@@ -232,8 +231,7 @@ func (d *dispatcher) match() {
 			default:
 				return // claims saturated; a finishing claim pokes us
 			}
-			it := q.Remove(q.Front()).(*readyItem)
-			it.elem = nil
+			it := q.pop() // by priority, fairly across keys
 			it.claiming = true
 			conn.reserved++
 			if !d.work.goOptional(func() { d.claim(it, conn) }) {

@@ -249,8 +249,8 @@ type queueStat struct {
 }
 
 // queueStats returns, for every queue with due steps or connected agents,
-// how many steps wait and the wait of the oldest. A queue is FIFO by the
-// time its items were queued, so the front is the oldest: O(queues).
+// how many steps wait and the wait of the oldest. A queue also keeps its
+// items in the order queued, so the oldest is found at once: O(queues).
 func (d *dispatcher) queueStats() map[queueKey]queueStat {
 	d.lock()
 	defer d.unlock()
@@ -263,8 +263,8 @@ func (d *dispatcher) queueStats() map[queueKey]queueStat {
 	}
 	for k, q := range d.queues {
 		st := queueStat{n: q.Len()}
-		if f := q.Front(); f != nil {
-			st.oldest = max(now.Sub(f.Value.(*readyItem).queuedAt), 0)
+		if f := q.oldest(); f != nil {
+			st.oldest = max(now.Sub(f.queuedAt), 0)
 		}
 		out[k] = st
 	}
@@ -298,7 +298,8 @@ func (d *dispatcher) loads() map[string]agentLoad {
 }
 
 // queueHeads snapshots the ready queues of namespace ns: depth and the
-// step at the head (dispatched next).
+// step that waited longest (with priorities and fairness keys, not always
+// the one dispatched next).
 func (d *dispatcher) queueHeads(ns string) []queueHead {
 	d.lock()
 	defer d.unlock()
@@ -308,7 +309,7 @@ func (d *dispatcher) queueHeads(ns string) []queueHead {
 			continue
 		}
 		h := queueHead{typ: k.typ, depth: q.Len()}
-		if it, ok := q.Front().Value.(*readyItem); ok {
+		if it := q.oldest(); it != nil {
 			h.taskID, h.step = it.entry.GetTaskId(), it.entry.GetStep()
 		}
 		out = append(out, h)
@@ -316,19 +317,20 @@ func (d *dispatcher) queueHeads(ns string) []queueHead {
 	return out
 }
 
-// reserveDirect reserves room for one assignment of type k on an eligible
-// agent, or returns nil (no agent with room, steps of that type are queued
+// reserveDirect reserves room for one assignment of type k, for a step of
+// the given priority, on an eligible agent, or returns nil (no agent with
+// room, steps of that type and of that priority or a higher one are queued
 // here and go first, or the scheduler is stopping). The slot holds the
 // scheduler's shutdown until it is delivered or given back, so that a
 // claim it makes is delivered or taken back before Run returns.
-func (d *dispatcher) reserveDirect(k queueKey) *directSlot {
+func (d *dispatcher) reserveDirect(k queueKey, priority int32) *directSlot {
 	release, ok := d.work.hold()
 	if !ok {
 		return nil
 	}
 	d.lock()
 	defer d.unlock()
-	if q := d.queues[k]; q != nil && q.Len() > 0 {
+	if q := d.queues[k]; q != nil && q.waitsAtOrAbove(priority) {
 		release()
 		return nil
 	}

@@ -315,6 +315,11 @@ func (f *firing) cancelActive(ctx context.Context) bool {
 // firing before this one started it) counts as started.
 func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool {
 	sc := f.sc
+	// No priority and no fairness key: a schedule's tasks run at the
+	// default priority, with the workflow's fairness key if it has one
+	// (issue 36). Should ScheduleAction carry them one day, they go here:
+	// the id derived from the time keeps the submission idempotent, and the
+	// request digest then includes them.
 	req := &reevev1.SubmitTaskRequest{Namespace: sc.GetNamespace(), TaskId: id,
 		Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: proto.Clone(sc.GetAction().GetWorkflow()).(*reevev1.WorkflowRef)},
 		Input:    scheduledInput(sc, t)}

@@ -70,6 +70,9 @@ func (svc *schedulerService) validate(ctx context.Context, req *reevev1.SubmitTa
 	}
 	req = proto.Clone(req).(*reevev1.SubmitTaskRequest)
 	req.Namespace = workflow.Namespace(req.GetNamespace())
+	// The default priority, given or not, is kept as 0: the same task and
+	// digest as a submission without one (priority.go).
+	req.Priority = workflow.NormalPriority(req.GetPriority())
 	sub := &submission{req: req, generated: req.GetTaskId() == ""}
 	if sub.generated {
 		id, err := uuid.NewV7()
@@ -164,6 +167,7 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 	start, _ := workflow.ValidateStartTime("start_time", req.GetStartTime(), now) // checked in validate
 	t := taskstate.NewAt(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), now, start, workflow.TaskTimeout(wf, req))
 	t.Labels = req.GetLabels()
+	t.Priority, t.FairnessKey = req.GetPriority(), req.GetFairnessKey()
 	rec := &storev1.TaskRecord{
 		Task:          t,
 		RequestDigest: digest,

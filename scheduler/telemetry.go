@@ -210,6 +210,7 @@ func (in *instruments) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *ree
 		trace.WithTimestamp(due),
 		trace.WithAttributes(attrs...),
 		trace.WithAttributes(telemetry.KeyAgentID.String(agentID), telemetry.KeySchedulerID.String(schedulerID), telemetry.KeyQueueWait.Int64(wait.Milliseconds())),
+		trace.WithAttributes(dispatchOrderAttrs(t)...),
 	}
 	if st.GetAttempt() > 1 {
 		prev := telemetry.AttemptSpanContext(task, t.GetNamespace(), t.GetId(), st.GetName(), st.GetAttempt()-1)

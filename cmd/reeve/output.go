@@ -93,6 +93,13 @@ func printTask(w io.Writer, t *reevev1.Task, agents *namespaceAgents) error {
 	if t.GetRerunOf() != "" {
 		fmt.Fprintf(tw, "RERUN OF:\t%s\n", t.GetRerunOf())
 	}
+	// Priority and fairness key only when the task has them (issue 36).
+	if p := t.GetPriority(); p != 0 && p != workflow.DefaultPriority {
+		fmt.Fprintf(tw, "PRIORITY:\t%d\n", p)
+	}
+	if k := t.GetFairnessKey(); k != "" {
+		fmt.Fprintf(tw, "FAIRNESS KEY:\t%s\n", k)
+	}
 	fmt.Fprintf(tw, "CREATED:\t%s\n", ts(t.GetCreateTime()))
 	if start, deadline := timerLines(t); start != "" || deadline != "" { // timers.go
 		fmt.Fprintf(tw, "STARTS:\t%s\n", orDash(start))
@@ -179,6 +186,9 @@ func printTaskList(w io.Writer, tasks []*reevev1.Task, next string) error {
 		state := shortState(t.GetState(), "TASK_STATE_")
 		if t.GetPaused() {
 			state += " (paused)"
+		}
+		if p := t.GetPriority(); p != 0 && p != workflow.DefaultPriority {
+			state += fmt.Sprintf(" (priority %d)", p)
 		}
 		state = listState(t, state)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetId(), workflowName(t.GetWorkflow()), state, ts(t.GetCreateTime()), ts(t.GetEndTime()))

@@ -25,9 +25,11 @@ func newTaskSubmitCmd(g *globals) *cobra.Command {
 		version                   int32
 		wait, exitCode            bool
 		timers                    timerFlags // timers.go
+		priority                  int32
+		fairnessKey               string
 	)
 	cmd := &cobra.Command{
-		Use:   "submit (--workflow NAME [--version N] | -f FILE) [--input JSON] [--id ID] [--start-in DURATION | --start-at TIME] [--task-timeout DURATION] [--wait [--exit-code=false]]",
+		Use:   "submit (--workflow NAME [--version N] | -f FILE) [--input JSON] [--id ID] [--priority N] [--fairness-key K] [--start-in DURATION | --start-at TIME] [--task-timeout DURATION] [--wait [--exit-code=false]]",
 		Short: "Submit a task running a registered workflow or an inline definition",
 		Long: `submit starts a task. With --id the submission is idempotent: submitting the
 same request again returns the existing task. With --wait it follows the task
@@ -41,7 +43,7 @@ to this command's clock: for an idempotent retry with --id, use --start-at.
 --task-timeout bounds the whole task from its start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := &reevev1.SubmitTaskRequest{Namespace: g.namespace, TaskId: id}
+			req := &reevev1.SubmitTaskRequest{Namespace: g.namespace, TaskId: id, Priority: priority, FairnessKey: fairnessKey}
 			switch {
 			case (workflow == "") == (file == ""):
 				return usagef("exactly one of --workflow or -f is required")
@@ -110,6 +112,8 @@ to this command's clock: for an idempotent retry with --id, use --start-at.
 	f.StringVar(&input, "input", "", "task input as JSON")
 	f.StringArrayVar(&labels, "label", nil, "a label KEY=VALUE to find the task by (repeatable, at most 16)")
 	f.StringVar(&id, "id", "", "task id, for idempotent submission (default: generated)")
+	f.Int32Var(&priority, "priority", 0, "1 (highest) to 5: ready steps of higher priority are dispatched first (default 3)")
+	f.StringVar(&fairnessKey, "fairness-key", "", "e.g. the tenant: within a priority, ready steps are dispatched fairly across keys (default: the workflow's fairness_key, else the shared key)")
 	f.BoolVar(&wait, "wait", false, "wait until the task is terminal and print it")
 	timers.add(f)
 	f.BoolVar(&exitCode, "exit-code", true, "with --wait, exit 3 unless the task SUCCEEDED (--exit-code=false: exit 0 whatever its end)")

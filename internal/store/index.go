@@ -81,6 +81,10 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 				Attempt:      s.GetAttempt(),
 				NotBefore:    s.GetNotBefore(),
 				Compensation: taskstate.Compensating(s),
+				// 0 and empty (the default) are not encoded: the entry
+				// of a task without them is as before.
+				Priority:    t.GetPriority(),
+				FairnessKey: t.GetFairnessKey(),
 			}
 			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(entry)
 			if err != nil {

@@ -50,6 +50,9 @@ func Rerun(old *reevev1.Task, newID, from string, input *structpb.Value, reason,
 		UpdateTime: timestamppb.New(now),
 		RerunOf:    old.GetId(),
 		Labels:     old.GetLabels(),
+		// The rerun is dispatched as the old task was.
+		Priority:    old.GetPriority(),
+		FairnessKey: old.GetFairnessKey(),
 	}
 	again := downstreamOf(wf, from)
 	var kept []string

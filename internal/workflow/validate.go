@@ -370,6 +370,12 @@ func ValidateSubmit(req *reevev1.SubmitTaskRequest) error {
 	if err := validateSubmitTimers(req); err != nil {
 		return err
 	}
+	if err := ValidatePriority("priority", req.GetPriority()); err != nil {
+		return err
+	}
+	if err := ValidateFairnessKey("fairness_key", req.GetFairnessKey()); err != nil {
+		return err
+	}
 	return ValidateValue("input", req.GetInput(), MaxInputBytes)
 }
 

@@ -220,7 +220,9 @@ type Task struct {
 	// escalates as its workflow says, whatever step it is in.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// Fields 30-39: flow control (issue 36).
-	// 1 (highest) to 5; 3 when submitted without one.
+	// 1 (highest) to 5; 0 when submitted without one or with the default,
+	// 3, which it is dispatched at (kept as 0 so that such a task's record is
+	// as it was before priorities).
 	Priority int32 `protobuf:"varint,30,opt,name=priority,proto3" json:"priority,omitempty"`
 	// The key ready steps are dispatched fairly across within a priority
 	// (SubmitTaskRequest.fairness_key or Workflow.fairness_key); empty: the

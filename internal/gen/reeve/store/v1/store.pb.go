@@ -142,6 +142,13 @@ type ReadyEntry struct {
 	NotBefore *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	// True when the step to run is the compensation of the named step.
 	Compensation bool `protobuf:"varint,7,opt,name=compensation,proto3" json:"compensation,omitempty"`
+	// The task's priority (reeve.v1.Task.priority; 0: the default, 3) and
+	// fairness key (empty: the shared key), by which the dispatcher orders the
+	// queue (docs/architecture.md, "Dispatch: priority and fairness"). Absent
+	// for a task without them, so its entry is as before. Record version 1: a
+	// Reeve that does not know them dispatches the entry FIFO.
+	Priority    int32  `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
+	FairnessKey string `protobuf:"bytes,9,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
 	// The version of this entry's format; 0 (absent) means 1. See the package
 	// comment.
 	RecordVersion uint32 `protobuf:"varint,1000,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
@@ -226,6 +233,20 @@ func (x *ReadyEntry) GetCompensation() bool {
 		return x.Compensation
 	}
 	return false
+}
+
+func (x *ReadyEntry) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *ReadyEntry) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
 }
 
 func (x *ReadyEntry) GetRecordVersion() uint32 {
@@ -435,7 +456,7 @@ const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersion\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcb\x02\n" +
 	"\n" +
 	"ReadyEntry\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
@@ -445,7 +466,9 @@ const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\x05R\aattempt\x129\n" +
 	"\n" +
 	"not_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\"\n" +
-	"\fcompensation\x18\a \x01(\bR\fcompensation\x12&\n" +
+	"\fcompensation\x18\a \x01(\bR\fcompensation\x12\x1a\n" +
+	"\bpriority\x18\b \x01(\x05R\bpriority\x12!\n" +
+	"\ffairness_key\x18\t \x01(\tR\vfairnessKey\x12&\n" +
 	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersion\"\xc0\x02\n" +
 	"\vAgentRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x19\n" +
