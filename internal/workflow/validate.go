@@ -184,8 +184,12 @@ func ValidateWorkflow(field string, w *reevev1.Workflow, requireName bool) error
 }
 
 func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names map[string]int) error {
-	if err := ValidateName(field+".type", s.GetType()); err != nil {
+	if waits, err := validateWaitFor(field, s); err != nil {
 		return err
+	} else if !waits {
+		if err := ValidateName(field+".type", s.GetType()); err != nil {
+			return err
+		}
 	}
 	deps := make(map[string]bool, len(s.GetDependsOn()))
 	for j, dep := range s.GetDependsOn() {
@@ -203,7 +207,7 @@ func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names 
 	if err := ValidateValue(field+".config", s.GetConfig(), MaxConfigBytes); err != nil {
 		return err
 	}
-	if err := validateDuration(field+".timeout", s.GetTimeout(), MinTimeout, MaxTimeout); err != nil {
+	if err := validateDuration(field+".timeout", s.GetTimeout(), MinTimeout, maxStepTimeout(s)); err != nil {
 		return err
 	}
 	if err := validateRetryPolicy(field+".retry_policy", s.GetRetryPolicy()); err != nil {
