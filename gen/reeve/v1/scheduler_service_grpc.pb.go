@@ -31,6 +31,7 @@ const (
 	SchedulerService_GetWorkflow_FullMethodName      = "/reeve.v1.SchedulerService/GetWorkflow"
 	SchedulerService_ListWorkflows_FullMethodName    = "/reeve.v1.SchedulerService/ListWorkflows"
 	SchedulerService_ListAgents_FullMethodName       = "/reeve.v1.SchedulerService/ListAgents"
+	SchedulerService_CompleteStep_FullMethodName     = "/reeve.v1.SchedulerService/CompleteStep"
 )
 
 // SchedulerServiceClient is the client API for SchedulerService service.
@@ -98,6 +99,13 @@ type SchedulerServiceClient interface {
 	// cluster, by agent id, and returns, on the first page, the ready queue of
 	// every step type.
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
+	// Completes a step from outside: one that waits (StepSpec.wait_for
+	// "external", WAITING) or that its agent deferred, by its completion
+	// token (any authenticated caller: the token is the capability) or by
+	// (namespace, task_id, step) (the admin or approver role of the
+	// namespace). The same completion sent again is answered as the first
+	// was and changes nothing. (Issue 35.)
+	CompleteStep(ctx context.Context, in *CompleteStepRequest, opts ...grpc.CallOption) (*CompleteStepResponse, error)
 }
 
 type schedulerServiceClient struct {
@@ -246,6 +254,16 @@ func (c *schedulerServiceClient) ListAgents(ctx context.Context, in *ListAgentsR
 	return out, nil
 }
 
+func (c *schedulerServiceClient) CompleteStep(ctx context.Context, in *CompleteStepRequest, opts ...grpc.CallOption) (*CompleteStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteStepResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_CompleteStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchedulerServiceServer is the server API for SchedulerService service.
 // All implementations must embed UnimplementedSchedulerServiceServer
 // for forward compatibility.
@@ -311,6 +329,13 @@ type SchedulerServiceServer interface {
 	// cluster, by agent id, and returns, on the first page, the ready queue of
 	// every step type.
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
+	// Completes a step from outside: one that waits (StepSpec.wait_for
+	// "external", WAITING) or that its agent deferred, by its completion
+	// token (any authenticated caller: the token is the capability) or by
+	// (namespace, task_id, step) (the admin or approver role of the
+	// namespace). The same completion sent again is answered as the first
+	// was and changes nothing. (Issue 35.)
+	CompleteStep(context.Context, *CompleteStepRequest) (*CompleteStepResponse, error)
 	mustEmbedUnimplementedSchedulerServiceServer()
 }
 
@@ -356,6 +381,9 @@ func (UnimplementedSchedulerServiceServer) ListWorkflows(context.Context, *ListW
 }
 func (UnimplementedSchedulerServiceServer) ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAgents not implemented")
+}
+func (UnimplementedSchedulerServiceServer) CompleteStep(context.Context, *CompleteStepRequest) (*CompleteStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteStep not implemented")
 }
 func (UnimplementedSchedulerServiceServer) mustEmbedUnimplementedSchedulerServiceServer() {}
 func (UnimplementedSchedulerServiceServer) testEmbeddedByValue()                          {}
@@ -580,6 +608,24 @@ func _SchedulerService_ListAgents_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_CompleteStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).CompleteStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_CompleteStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).CompleteStep(ctx, req.(*CompleteStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchedulerService_ServiceDesc is the grpc.ServiceDesc for SchedulerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -626,6 +672,10 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAgents",
 			Handler:    _SchedulerService_ListAgents_Handler,
+		},
+		{
+			MethodName: "CompleteStep",
+			Handler:    _SchedulerService_CompleteStep_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
