@@ -127,6 +127,9 @@ func expired(t *reevev1.Task, name string, attempt int32, actor string, now time
 		return s, d, nil
 	}
 	msg := "no result before complete-by " + by
+	if Waiting(s) || s.GetDeferred() {
+		msg = "not completed from outside before complete-by " + by
+	}
 	if agent := s.GetLockedByAgent(); agent != "" {
 		msg += " from agent " + agent
 		if disconnected(t, name, attempt) {

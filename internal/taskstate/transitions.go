@@ -195,6 +195,8 @@ func current(t *reevev1.Task, ref *reevev1.StepRef, agentID string) (*reevev1.St
 		return nil, &refusal{ErrStale, fmt.Sprintf("%s was superseded: the step is at attempt %d (%s); this result changes nothing", exec, s.GetAttempt(), state)}
 	case attempt > s.GetAttempt():
 		return nil, &refusal{ErrStale, fmt.Sprintf("%s does not exist: the step is at attempt %d (%s)", exec, s.GetAttempt(), state)}
+	case s.GetDeferred():
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s was handed off (deferred): it is completed with its completion token, not by an agent's result", exec)}
 	case Dispatched(s) && s.GetLockedByAgent() != agentID:
 		return nil, &refusal{ErrStale, fmt.Sprintf("%s is held by agent %s, not %s", exec, s.GetLockedByAgent(), agentID)}
 	case Dispatched(s) && !TerminalTask(t.GetState()):
@@ -264,10 +266,13 @@ func escalate(t *reevev1.Task, s *reevev1.Step, d RetryDecision, actor string, n
 
 // requeue makes the step's next attempt ready no earlier than now+delay.
 func requeue(t *reevev1.Task, s *reevev1.Step, now time.Time, delay time.Duration) {
-	if s.GetState() == reevev1.StepState_STEP_STATE_RUNNING {
+	if s.GetState() == reevev1.StepState_STEP_STATE_RUNNING || Waiting(s) {
 		s.State = reevev1.StepState_STEP_STATE_PENDING
 	}
 	s.Attempt++
+	if startWait(t, s, now) { // wait.go
+		return
+	}
 	enqueue(t, s, now, now.Add(delay))
 }
 
@@ -300,10 +305,15 @@ func release(s *reevev1.Step) {
 	s.CompleteBy = nil
 	s.LockedByAgent = ""
 	s.LockedByScheduler = ""
+	s.Deferred = false
+	s.WaitStartTime = nil
 }
 
 func markReady(t *reevev1.Task, s *reevev1.Step, now time.Time) {
 	s.Attempt++
+	if startWait(t, s, now) { // wait.go
+		return
+	}
 	enqueue(t, s, now, time.Time{})
 	addHistory(t, now, "step.ready", s.GetName(), s.GetAttempt(), "scheduler", "")
 }
@@ -354,7 +364,7 @@ func stopSteps(t *reevev1.Task, now time.Time) {
 				s.State = reevev1.StepState_STEP_STATE_CANCELED
 				s.EndTime = timestamppb.New(now)
 			}
-		case reevev1.StepState_STEP_STATE_RUNNING, reevev1.StepState_STEP_STATE_COMPENSATING:
+		case reevev1.StepState_STEP_STATE_RUNNING, reevev1.StepState_STEP_STATE_COMPENSATING, reevev1.StepState_STEP_STATE_WAITING:
 			s.State = reevev1.StepState_STEP_STATE_CANCELED
 			s.EndTime = timestamppb.New(now)
 		default:
