@@ -73,14 +73,19 @@ func (c *completionTokens) load(ctx context.Context) ([]byte, error) {
 }
 
 // forStep returns the token of st's current attempt in t, or "" when the
-// key is not loaded yet (Run loads it before dispatching) or the execution
-// is a compensation (never completed from outside).
+// execution is a compensation (never completed from outside) or the key
+// cannot be read (etcd unavailable: the agent then cannot defer the
+// attempt). Run loads the key before it dispatches; an agent may be served
+// before, and the first assignment then reads it (once per process).
 func (c *completionTokens) forStep(t *reevev1.Task, st *reevev1.Step) string {
-	k := c.key.Load()
-	if k == nil || taskstate.Compensating(st) || st.GetCompensation() {
+	if taskstate.Compensating(st) || st.GetCompensation() {
 		return ""
 	}
-	return makeToken(*k, t, st.GetName(), st.GetAttempt())
+	k, err := c.load(context.Background()) // bounded by the store's operation timeout
+	if err != nil {
+		return ""
+	}
+	return makeToken(k, t, st.GetName(), st.GetAttempt())
 }
 
 func tokenPayload(ns, id, step string, attempt int32) []byte {
