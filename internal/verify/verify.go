@@ -322,8 +322,8 @@ func newerEntry(prefix, key string, val []byte) bool {
 	return err == nil && v > store.RecordVersion
 }
 
-// checkMoves reports a terminal task with queued or dispatched steps, and a
-// non-terminal one nothing will move.
+// checkMoves reports a terminal task with queued, dispatched or waiting
+// steps, and a non-terminal one nothing will move.
 func (ck *checker) checkMoves(t *reevev1.Task) {
 	var live []string
 	moves := false
@@ -335,6 +335,9 @@ func (ck *checker) checkMoves(t *reevev1.Task) {
 			moves = true
 		case taskstate.Dispatched(s):
 			live = append(live, s.GetName()+" (dispatched)")
+			moves = moves || hasDeadline
+		case taskstate.Waiting(s): // its complete-by moves it
+			live = append(live, s.GetName()+" (waiting)")
 			moves = moves || hasDeadline
 		}
 	}
@@ -348,7 +351,7 @@ func (ck *checker) checkMoves(t *reevev1.Task) {
 	}
 	if !moves {
 		ck.add(Violation{Kind: KindWedged, Key: key, Namespace: t.GetNamespace(), TaskID: t.GetId(),
-			Detail: fmt.Sprintf("%s task with no queued step and no dispatched step with a deadline", t.GetState())})
+			Detail: fmt.Sprintf("%s task with no queued step and no dispatched or waiting step with a deadline", t.GetState())})
 	}
 }
 
