@@ -234,7 +234,7 @@ func (svc *schedulerService) CompleteStep(ctx context.Context, req *reevev1.Comp
 		return nil
 	}
 	c.Actor = completionActor(ctx, byToken)
-	w, err := svc.eng.update(ctx, taskWrite{ns: ns, id: id, claim: "claim with a completion", until: svc.eng.clock.Now().Add(resultRetryWindow),
+	w, err := svc.eng.update(ctx, taskWrite{ns: ns, id: id, claim: "claim with a completion",
 		change: func(t *reevev1.Task, now time.Time, claim *writeClaim) (effects, error) {
 			if err := judge(t); err != nil {
 				return effects{}, err

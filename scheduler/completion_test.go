@@ -330,3 +330,39 @@ func TestDeferredStepCompletedByToken(t *testing.T) {
 		t.Fatalf("ship assignment %v", ship)
 	}
 }
+
+// The token is valid from the assignment on: a completion that comes
+// before the agent's deferral completes the attempt, the agent is told to
+// stop, and its later deferral or result is refused.
+func TestCompletionByTokenBeforeTheDeferral(t *testing.T) {
+	_, s, c := newEnv(t)
+	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 1, "pay"))
+	pay := step("pay", "pay")
+	pay.Timeout = durationpb.New(time.Hour)
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "t", Workflow: inline(pay)})
+	as := agent.NextAssignment(wait)
+	// By name it does not wait yet: its agent has not handed it off.
+	_, err := completeStep(c, &reevev1.CompleteStepRequest{TaskId: "t", Step: "pay", Outcome: output("x")})
+	wantRefusal(t, "by name while its agent runs it", err, codes.FailedPrecondition, scheduler.ReasonStepNotWaiting)
+	if _, err := completeStep(c, &reevev1.CompleteStepRequest{Token: as.GetCompletionToken(), Outcome: output("early webhook")}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m := agent.Next(wait)
+		if cs := m.GetCancel(); cs != nil {
+			if cs.GetRef().GetTaskId() != "t" || cs.GetRef().GetAttempt() != as.GetRef().GetAttempt() {
+				t.Fatalf("cancel %v", cs)
+			}
+			break
+		}
+	}
+	agent.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: as.GetRef(),
+		Outcome: &reevev1.StepResult_Deferred{Deferred: &reevev1.StepDeferred{}}}}})
+	if ack := agent.NextResultAck(wait); ack.GetAccepted() {
+		t.Fatalf("a deferral after the completion: %v, want refused", ack)
+	}
+	final := testenv.WaitTask(t, c, "default", "t", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || stepOf(final, "pay").GetOutput().GetStringValue() != "early webhook" {
+		t.Fatalf("task %v, pay %v", final.GetState(), stepOf(final, "pay"))
+	}
+}
