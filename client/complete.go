@@ -97,3 +97,16 @@ func outputOf(v any) (*reevev1.CompleteStepRequest_Output, error) {
 func errorOf(code, message string) *reevev1.CompleteStepRequest_Error {
 	return &reevev1.CompleteStepRequest_Error{Error: &reevev1.CompletionError{Code: code, Message: message}}
 }
+
+// WaitingSteps lists the steps of the Client's namespace that wait for a
+// completion from outside (WAITING, or deferred by their agent), oldest
+// first, a page at a time: pass "" as pageToken first, then the next token
+// it returned, until that is "". It needs the client, approver or admin
+// role of the namespace.
+func (c *Client) WaitingSteps(ctx context.Context, pageToken string) (steps []*reevev1.WaitingStep, next string, err error) {
+	resp, err := c.scheduler.ListWaitingSteps(ctx, &reevev1.ListWaitingStepsRequest{Namespace: c.namespace, PageToken: pageToken})
+	if err != nil {
+		return nil, "", fmt.Errorf("client: list waiting steps: %w", err)
+	}
+	return resp.GetSteps(), resp.GetNextPageToken(), nil
+}

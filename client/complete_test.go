@@ -54,6 +54,9 @@ func TestRunCompleteStepAndByToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitingStep(t, ctx, r)
+	if steps, next, err := e.c.WaitingSteps(ctx, ""); err != nil || len(steps) != 1 || steps[0].GetRef().GetTaskId() != r.ID() || next != "" {
+		t.Fatalf("waiting steps %v, %q, %v", steps, next, err)
+	}
 	if _, err := r.CompleteStep(ctx, "approve", map[string]string{"by": "ann"}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,4 +89,3 @@ func TestRunCompleteStepAndByToken(t *testing.T) {
 		t.Fatalf("task %v, %v; want FAILED", final.GetState(), err)
 	}
 }
-

@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -365,4 +366,61 @@ func TestCompletionByTokenBeforeTheDeferral(t *testing.T) {
 	if final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED || stepOf(final, "pay").GetOutput().GetStringValue() != "early webhook" {
 		t.Fatalf("task %v, pay %v", final.GetState(), stepOf(final, "pay"))
 	}
+}
+
+// The steps waiting for a completion from outside are listed from the
+// waiting index, oldest first, in pages; a completed one leaves it, a
+// deferred one is in it.
+func TestListWaitingSteps(t *testing.T) {
+	_, s, c := newEnv(t)
+	wait1 := &reevev1.StepSpec{Name: "approve", WaitFor: "external", Timeout: durationpb.New(time.Hour)}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		submit(t, c, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: inline(wait1)})
+		pollTask(t, c, "", id, waitingAt(1))
+	}
+	list := func(size int32, token string) *reevev1.ListWaitingStepsResponse {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		resp, err := c.ListWaitingSteps(ctx, &reevev1.ListWaitingStepsRequest{PageSize: size, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	p1 := list(2, "")
+	if len(p1.GetSteps()) != 2 || p1.GetNextPageToken() == "" || p1.GetSteps()[0].GetRef().GetTaskId() != "w1" || p1.GetSteps()[1].GetRef().GetTaskId() != "w2" {
+		t.Fatalf("first page %v", p1)
+	}
+	w := p1.GetSteps()[0]
+	if w.GetRef().GetStep() != "approve" || w.GetRef().GetAttempt() != 1 || w.GetWorkflow() != "test" || w.GetDeferred() ||
+		!w.GetCompleteBy().AsTime().After(w.GetWaitStartTime().AsTime()) {
+		t.Fatalf("entry %v", w)
+	}
+	if p2 := list(2, p1.GetNextPageToken()); len(p2.GetSteps()) != 1 || p2.GetSteps()[0].GetRef().GetTaskId() != "w3" || p2.GetNextPageToken() != "" {
+		t.Fatalf("second page %v", p2)
+	}
+	if _, err := completeStep(c, &reevev1.CompleteStepRequest{TaskId: "w2", Step: "approve", Outcome: output(true)}); err != nil {
+		t.Fatal(err)
+	}
+	// A deferred step is listed too.
+	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 1, "pay"))
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "d1", Workflow: inline(step("pay", "pay"))})
+	as := agent.NextAssignment(wait)
+	agent.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: as.GetRef(),
+		Outcome: &reevev1.StepResult_Deferred{Deferred: &reevev1.StepDeferred{}}}}})
+	if ack := agent.NextResultAck(wait); !ack.GetAccepted() {
+		t.Fatal(ack)
+	}
+	all := list(0, "")
+	var got []string
+	for _, w := range all.GetSteps() {
+		got = append(got, fmt.Sprintf("%s/%s deferred=%v", w.GetRef().GetTaskId(), w.GetRef().GetStep(), w.GetDeferred()))
+	}
+	want := []string{"w1/approve deferred=false", "w3/approve deferred=false", "d1/pay deferred=true"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("waiting steps %v, want %v", got, want)
+	}
+	_, err := c.ListWaitingSteps(context.Background(), &reevev1.ListWaitingStepsRequest{PageToken: "!!"})
+	wantRefusal(t, "a bad page token", err, codes.InvalidArgument, scheduler.ReasonInvalidField)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -130,4 +131,66 @@ approver role of the namespace. The token is a secret: do not log it.`,
 			return err
 		},
 	}
+}
+
+// newTaskWaitingCmd is `reeve task waiting`: the namespace's steps that
+// wait for a completion from outside, oldest first.
+func newTaskWaitingCmd(g *globals) *cobra.Command {
+	var limit int32
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "waiting [--limit N] [--all]",
+		Short: "List the steps waiting for a completion from outside (approvals, callbacks, deferred steps), oldest first",
+		Long: `waiting lists the namespace's steps that wait for a completion from outside:
+WAITING steps (waitFor: external) and steps their agent handed off (deferred),
+oldest wait first, with since when and until when (complete-by). Complete one
+with 'reeve task complete TASK_ID STEP'. Needs the client, approver or admin
+role of the namespace.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, closeConn, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			out := &reevev1.ListWaitingStepsResponse{}
+			token := ""
+			for {
+				ctx, cancel := g.requestCtx(cmd.Context())
+				resp, err := c.ListWaitingSteps(ctx, &reevev1.ListWaitingStepsRequest{Namespace: g.namespace, PageSize: limit, PageToken: token})
+				cancel()
+				if err != nil {
+					return err
+				}
+				out.Steps = append(out.Steps, resp.GetSteps()...)
+				out.NextPageToken, token = resp.GetNextPageToken(), resp.GetNextPageToken()
+				if !all || token == "" {
+					break
+				}
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), out)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TASK\tSTEP\tATTEMPT\tWORKFLOW\tKIND\tSINCE\tCOMPLETE-BY")
+			for _, w := range out.GetSteps() {
+				kind := "external"
+				if w.GetDeferred() {
+					kind = "deferred"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", w.GetRef().GetTaskId(), w.GetRef().GetStep(), w.GetRef().GetAttempt(),
+					orDash(w.GetWorkflow()), kind, ts(w.GetWaitStartTime()), ts(w.GetCompleteBy()))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if !all && out.GetNextPageToken() != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), "(more: --all)")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().Int32Var(&limit, "limit", 100, "steps per page (at most 1000)")
+	cmd.Flags().BoolVar(&all, "all", false, "follow the pages to the end")
+	return cmd
 }

@@ -47,6 +47,9 @@ func TestContractTaskComplete(t *testing.T) {
 		t.Fatalf("task list:\n%s", out)
 	}
 
+	if code, out, errOut := reeve(t, addr, "task", "waiting"); code != 0 || strings.Count(out, "approve") != 3 || !strings.Contains(out, "external") {
+		t.Fatalf("task waiting: exit %d:\n%s%s", code, out, errOut)
+	}
 	code, out, errOut := reeve(t, addr, "task", "complete", "t1", "approve", "--result", `{"by":"ann"}`)
 	if code != 0 || !strings.Contains(out, "completed: SUCCEEDED") {
 		t.Fatalf("complete by name: exit %d: %s%s", code, out, errOut)

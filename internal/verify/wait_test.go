@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -49,5 +50,17 @@ func TestWaitingSteps(t *testing.T) {
 	want := []string{verify.KindWedged + " stuck", verify.KindTerminalLive + " term"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("violations %v, want %v", got, want)
+	}
+	// The waiting index is checked as every index: its key removed is
+	// missing.
+	if resp, err := c.Delete(ctx(t), "/reeve/waiting/default/", clientv3.WithPrefix()); err != nil || resp.Deleted != 2 {
+		t.Fatalf("delete the waiting key: %v, %d deleted, want 2 (waiting, stuck)", err, resp.Deleted)
+	}
+	rep, err = verify.Check(ctx(t), c, verify.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kindsOf(rep); !slices.Contains(got, verify.KindMissing+" waiting") {
+		t.Fatalf("violations %v, want the missing waiting key of task waiting", got)
 	}
 }
