@@ -163,3 +163,33 @@ func TestDeferredStep(t *testing.T) {
 		t.Fatalf("reserve %v, charge %v", s, taskstate.FindStep(task, "charge"))
 	}
 }
+
+// A deferred attempt that is not completed before its complete-by expires
+// as any: the retry is queued for an agent again, no longer deferred.
+func TestDeferredStepExpires(t *testing.T) {
+	task := taskstate.New("default", "t", orders(), nil, t0)
+	ref := run(t, task, "reserve", t0)
+	if err := taskstate.Defer(task, ref, "a", "", t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s := taskstate.FindStep(task, "reserve")
+	by, ok := taskstate.Deadline(s)
+	if !ok {
+		t.Fatal("a deferred step has no deadline")
+	}
+	if err := taskstate.ExpireNow(task, "reserve", ref.GetAttempt(), "scheduler/s1", t0.Add(2*time.Second)); !errors.Is(err, taskstate.ErrStale) {
+		t.Fatalf("a missed heartbeat of a deferred step: %v, want ErrStale", err)
+	}
+	if act, _ := taskstate.Decide(task, s); act != taskstate.ActionRetry {
+		t.Fatalf("decision %v, want retry", act)
+	}
+	if err := taskstate.RetryExpired(task, "reserve", ref.GetAttempt(), 0, "supervisor/x", by); err != nil {
+		t.Fatal(err)
+	}
+	if !taskstate.Queued(s) || s.GetDeferred() || s.GetAttempt() != 2 || s.GetLastError().GetCode() != taskstate.CodeDeadlineExceeded {
+		t.Fatalf("after the expiry: %v, want queued at attempt 2, not deferred", s)
+	}
+	if err := taskstate.CompleteFromOutside(task, "reserve", taskstate.Completion{Attempt: 1, Output: structpb.NewBoolValue(true)}, by); !errors.Is(err, taskstate.ErrNotWaiting) {
+		t.Fatalf("the expired attempt's token: %v, want ErrNotWaiting", err)
+	}
+}
