@@ -193,3 +193,32 @@ func TestDeferredStepExpires(t *testing.T) {
 		t.Fatalf("the expired attempt's token: %v, want ErrNotWaiting", err)
 	}
 }
+
+// With wait_then_retry, a rejection escalates to a new round: the step
+// waits again (a new attempt, so a new token), and the rejection sent again
+// by its token is still recognized as the first.
+func TestRejectionWithWaitThenRetryWaitsAgain(t *testing.T) {
+	wf := approvals()
+	wf.Steps[1].Escalation = reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY
+	wf.Steps[1].EscalationWait = durationpb.New(time.Hour)
+	task := taskstate.New("default", "t", wf, nil, t0)
+	if err := taskstate.Complete(task, run(t, task, "reserve", t0), "a", nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	no := taskstate.Completion{Attempt: 1, Error: &reevev1.StepError{Code: "rejected"}}
+	if err := taskstate.CompleteFromOutside(task, "approve", no, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	s := taskstate.FindStep(task, "approve")
+	if !taskstate.Waiting(s) || s.GetAttempt() != 2 || task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING {
+		t.Fatalf("approve %v of a %v task: want WAITING again at attempt 2", s, task.GetState())
+	}
+	if !taskstate.Repeated(task, s, no) {
+		t.Fatal("the rejection sent again by its token is not recognized")
+	}
+	// By name, the same rejection completes the new wait.
+	byName := taskstate.Completion{Error: &reevev1.StepError{Code: "rejected"}}
+	if taskstate.Repeated(task, s, byName) {
+		t.Fatal("by name, a new wait is taken for a repeat")
+	}
+}
