@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -423,4 +425,43 @@ func TestListWaitingSteps(t *testing.T) {
 	}
 	_, err := c.ListWaitingSteps(context.Background(), &reevev1.ListWaitingStepsRequest{PageToken: "!!"})
 	wantRefusal(t, "a bad page token", err, codes.InvalidArgument, scheduler.ReasonInvalidField)
+}
+
+// The waits are counted: the waits begun, the completions from outside by
+// outcome and kind, and the steps waiting now.
+func TestWaitMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	s := testenv.New(t).StartScheduler("", scheduler.WithMeterProvider(mp))
+	c := s.Client(t)
+	a := &reevev1.StepSpec{Name: "approve", WaitFor: "external", Timeout: durationpb.New(time.Hour)}
+	for _, id := range []string{"m1", "m2", "m3"} {
+		submit(t, c, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: inline(a)})
+		pollTask(t, c, "", id, waitingAt(1))
+	}
+	if _, err := completeStep(c, &reevev1.CompleteStepRequest{TaskId: "m1", Step: "approve", Outcome: output(true)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := completeStep(c, &reevev1.CompleteStepRequest{TaskId: "m1", Step: "approve", Outcome: output(true)}); err != nil { // a repeat: not counted
+		t.Fatal(err)
+	}
+	if _, err := completeStep(c, &reevev1.CompleteStepRequest{Token: tokenOf(t, c, "", "m2", "approve"), Outcome: reject("no", "")}); err != nil {
+		t.Fatal(err)
+	}
+	kv := func(k, v string) func(attribute.Set) bool {
+		return func(s attribute.Set) bool { x, ok := s.Value(attribute.Key(k)); return ok && x.AsString() == v }
+	}
+	if n := testenv.CounterSum(t, reader, "reeve.steps.waits", kv("reeve.wait.kind", "external")); n != 3 {
+		t.Errorf("reeve.steps.waits{external} = %d, want 3", n)
+	}
+	if n := testenv.CounterSum(t, reader, "reeve.steps.completed_from_outside", kv("reeve.completion.by", "name")); n != 1 {
+		t.Errorf("completions by name = %d, want 1 (the repeat not counted)", n)
+	}
+	if n := testenv.CounterSum(t, reader, "reeve.steps.completed_from_outside", kv("reeve.step.outcome", "failed")); n != 1 {
+		t.Errorf("failed completions = %d, want 1", n)
+	}
+	if n := testenv.GaugeSum(t, reader, "reeve.steps.waiting", nil); n != 1 {
+		t.Errorf("reeve.steps.waiting = %d, want 1 (m3)", n)
+	}
 }

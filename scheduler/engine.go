@@ -245,6 +245,7 @@ func (e *engine) create(ctx context.Context, rec *storev1.TaskRecord, ofLatest b
 	t := rec.GetTask()
 	e.created(t.GetNamespace())
 	e.tel.submittedOne(ctx, t.GetNamespace())
+	e.tel.waitsStarted(nil, t) // a root step that waits from the start
 	e.log.InfoContext(ctx, "task submitted", "task_id", t.GetId(), "namespace", t.GetNamespace(), "workflow", t.GetWorkflow().GetName())
 	e.deliverClaim(rec, next)
 	return existing, created, nil
