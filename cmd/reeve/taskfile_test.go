@@ -19,7 +19,7 @@ func TestWorkflowFileErrorsNameLineFieldAndAcceptedValues(t *testing.T) {
 		{"unknown enum value", "wf.yaml", "name: trip\nsteps:\n  - name: a\n    type: t\n  - name: b\n    type: t\n    escalation: undo\n",
 			`-f wf.yaml:7: steps[1].escalation: want one of fail, compensate or wait_then_retry, got "undo"`},
 		{"unknown field", "wf.json", "{\"name\": \"trip\",\n \"steps\": [{\"name\": \"a\", \"type\": \"t\",\n   \"timeot\": \"1s\"}]}",
-			`-f wf.json:3: steps[0].timeot: unknown field; did you mean "timeout"? (the fields of StepSpec: name, type, dependsOn, config, timeout, retryPolicy, compensation, escalation, escalationWait, heartbeatTimeout, scheduleToStartTimeout, reassignAfterDisconnect)`},
+			`-f wf.json:3: steps[0].timeot: unknown field; did you mean "timeout"? (the fields of StepSpec: name, type, dependsOn, config, timeout, retryPolicy, compensation, escalation, escalationWait, heartbeatTimeout, scheduleToStartTimeout, reassignAfterDisconnect, waitFor, sleep, concurrency)`},
 		{"number where a string goes", "wf.yaml", "name: 42\n", `-f wf.yaml:1: name: want a string (quote it: "42"), got 42`},
 		{"nested policy", "wf.yaml", "name: trip\ndefaultRetryPolicy:\n  maxAttempts: three\n",
 			`-f wf.yaml:3: defaultRetryPolicy.maxAttempts: want a whole number, got "three"`},
