@@ -465,3 +465,56 @@ func TestWaitMetrics(t *testing.T) {
 		t.Errorf("reeve.steps.waiting = %d, want 1 (m3)", n)
 	}
 }
+
+// A wait outlives its supervisor: the leader is killed while steps wait,
+// and the next leader escalates them when their complete-by passes.
+func TestWaitExpiresAfterSupervisorFailover(t *testing.T) {
+	env, s, c := newEnv(t)
+	first := env.StartSupervisor([]*testenv.Scheduler{s})
+	a := &reevev1.StepSpec{Name: "approve", WaitFor: "external", Timeout: durationpb.New(3 * time.Second), RetryPolicy: &reevev1.RetryPolicy{MaxAttempts: 1}}
+	for _, id := range []string{"f1", "f2"} {
+		submit(t, c, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: inline(a)})
+		pollTask(t, c, "", id, waitingAt(1))
+	}
+	first.Kill()
+	env.StartSupervisor([]*testenv.Scheduler{s})
+	for _, id := range []string{"f1", "f2"} {
+		final := testenv.WaitTask(t, c, "default", id, wait)
+		if final.GetState() != reevev1.TaskState_TASK_STATE_FAILED || stepOf(final, "approve").GetLastError().GetCode() != "deadline_exceeded" {
+			t.Fatalf("%s: %v, approve %v; want FAILED by its expiry", id, final.GetState(), stepOf(final, "approve"))
+		}
+	}
+}
+
+// A wait outlives its scheduler: the one that made the step wait is
+// killed, and another completes it; the token it gave still works there.
+func TestWaitSurvivesSchedulerKill(t *testing.T) {
+	env, s1, c1 := newEnv(t)
+	submit(t, c1, &reevev1.SubmitTaskRequest{TaskId: "k1", Workflow: approvalFlow(time.Hour, nil)})
+	submit(t, c1, &reevev1.SubmitTaskRequest{TaskId: "k2", Workflow: approvalFlow(time.Hour, nil)})
+	agent := testenv.ConnectRaw(t, s1.Addr, register("a-1", 4, "inv"))
+	for range 2 {
+		agent.Succeed(agent.NextAssignment(wait).GetRef(), nil)
+	}
+	pollTask(t, c1, "", "k1", waitingAt(1))
+	pollTask(t, c1, "", "k2", waitingAt(1))
+	tok := tokenOf(t, c1, "", "k2", "approve")
+	s1.Kill()
+	s2 := env.StartScheduler("")
+	c2 := s2.Client(t)
+	ship := testenv.ConnectRaw(t, s2.Addr, register("a-2", 4, "ship"))
+	if _, err := completeStep(c2, &reevev1.CompleteStepRequest{TaskId: "k1", Step: "approve", Outcome: output("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := completeStep(c2, &reevev1.CompleteStepRequest{Token: tok, Outcome: output("ok")}); err != nil {
+		t.Fatalf("a token of the killed scheduler at another: %v", err)
+	}
+	for range 2 {
+		ship.Succeed(ship.NextAssignment(wait).GetRef(), nil)
+	}
+	for _, id := range []string{"k1", "k2"} {
+		if final := testenv.WaitTask(t, c2, "default", id, wait); final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+			t.Fatalf("%s: %v", id, final.GetState())
+		}
+	}
+}
