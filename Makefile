@@ -190,7 +190,8 @@ check-fmt:
 FUZZTIME ?=
 FUZZ_TARGETS := ./internal/workflow:FuzzValidateWorkflow:60000 ./internal/workflow:FuzzValidateWorkflowJSON:60000 \
 	./internal/workflow:FuzzValidateSubmit:60000 ./cmd/reeve:FuzzParseWorkflowFile:40000 ./cmd/reeve:FuzzParseInput:30000 \
-	./internal/taskstate:FuzzResultFencing:60000 ./internal/taskstate:FuzzStateMachineModel:10000 ./scheduler:FuzzAgentStream:20000
+	./internal/taskstate:FuzzResultFencing:60000 ./internal/taskstate:FuzzStateMachineModel:10000 ./scheduler:FuzzAgentStream:20000 \
+	./scheduler:FuzzParseToken:20000
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -55,6 +55,9 @@ type engine struct {
 	// created counts a task created in a namespace against its cap on
 	// active tasks (admission.created).
 	created func(ns string)
+
+	// tokens derives and verifies completion tokens (completion.go).
+	tokens *completionTokens
 }
 
 // effects is what a task write did, as its change function reports it on
@@ -73,6 +76,10 @@ type effects struct {
 	assignTo, assignStep string
 	// action names what a recovery did, for its span and log.
 	action string
+	// completed is the step a completion from outside completed (by its
+	// token when byToken): its wait's span and count (completion.go).
+	completed string
+	byToken   bool
 }
 
 // change applies a write to the fresh record t at now and reports what it
@@ -189,9 +196,12 @@ func (e *engine) apply(w *written, claim *writeClaim) {
 	now := e.clock.Now()
 	if w.result != nil {
 		e.tel.resulted(w.before, w.after, w.result.GetRef(), w.result, w.resultAgent, now)
+	} else if w.completed != "" {
+		e.tel.completedOutside(w.before, w.after, w.completed, w.byToken, now)
 	} else {
 		e.tel.ended1(bt, at)
 	}
+	e.tel.waitsStarted(bt, at)
 	if w.assignTo != "" {
 		st := taskstate.FindStep(at, w.assignStep)
 		w.assignment = assignment(at, st)
@@ -235,6 +245,7 @@ func (e *engine) create(ctx context.Context, rec *storev1.TaskRecord, ofLatest b
 	t := rec.GetTask()
 	e.created(t.GetNamespace())
 	e.tel.submittedOne(ctx, t.GetNamespace())
+	e.tel.waitsStarted(nil, t) // a root step that waits from the start
 	e.log.InfoContext(ctx, "task submitted", "task_id", t.GetId(), "namespace", t.GetNamespace(), "workflow", t.GetWorkflow().GetName())
 	e.deliverClaim(rec, next)
 	return existing, created, nil

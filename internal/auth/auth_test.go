@@ -69,6 +69,7 @@ func newSecureEnv(t *testing.T, extra ...grpc.ServerOption) *secureEnv {
 		{Name: "client-a", URIs: grants("reeve://client/a")},
 		{Name: "supervisor-a", URIs: grants("reeve://supervisor/a")},
 		{Name: "admin-a", URIs: grants("reeve://admin/a")},
+		{Name: "approver-a", URIs: grants("reeve://approver/a")},
 		{Name: "agent-of-a", URIs: grants("reeve://agent/a")},
 		{Name: "nobody"},
 	}, tlsconfig.InitOptions{})

@@ -102,6 +102,9 @@ var rules = map[string]rule{
 	reevev1.SchedulerService_ListWorkflows_FullMethodName:            {roles: clientRoles, check: namespaceOf(RoleClient)},
 	reevev1.SchedulerService_RegisterWorkflow_FullMethodName:         {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SchedulerService_RerunTask_FullMethodName:                {roles: adminRoles, check: namespaceOf(RoleAdmin)},
+	reevev1.SchedulerService_CompleteStep_FullMethodName:             {any: true, check: completeStep},
+	reevev1.SchedulerService_GetCompletionToken_FullMethodName:       {roles: []Role{RoleApprover, RoleAdmin}, check: namespaceOf(RoleApprover)},
+	reevev1.SchedulerService_ListWaitingSteps_FullMethodName:         {roles: []Role{RoleClient, RoleApprover, RoleAdmin}, check: clientOrApprover},
 	reevev1.SupervisorService_RetryStep_FullMethodName:               {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_CompensateTask_FullMethodName:          {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_FailTask_FullMethodName:                {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
@@ -196,6 +199,31 @@ func recovery(p *Principal, req any) error {
 		return status.Errorf(codes.PermissionDenied, "fence: %s is a supervisor: a recovery without a fence is an operator action (admin role)", p.Name)
 	}
 	return status.Errorf(codes.PermissionDenied, "namespace: %s may not recover tasks in namespace %q", p.Name, ns)
+}
+
+// completeStep: by token, any authenticated caller (the token is the
+// capability: the scheduler verifies it, and it names its namespace); by
+// name, the approver role (an admin is one too) of the namespace.
+func completeStep(p *Principal, req any) error {
+	r := req.(*reevev1.CompleteStepRequest)
+	if r.GetToken() != "" {
+		return nil
+	}
+	ns := workflow.Namespace(r.GetNamespace())
+	if !p.Allows(RoleApprover, ns) {
+		return status.Errorf(codes.PermissionDenied, "namespace: %s may not complete steps by name in namespace %q (admin or approver role; or complete with the step's token)", p.Name, ns)
+	}
+	return nil
+}
+
+// clientOrApprover: the client or the approver role of the request's
+// namespace (an admin is both).
+func clientOrApprover(p *Principal, req any) error {
+	ns := requestNamespace(req)
+	if !p.Allows(RoleClient, ns) && !p.Allows(RoleApprover, ns) {
+		return status.Errorf(codes.PermissionDenied, "namespace: %s may act neither as client nor as approver in namespace %q", p.Name, ns)
+	}
+	return nil
 }
 
 // recoverSteps: the caller must be a supervisor (an admin is one too) in

@@ -6,7 +6,7 @@
 //
 //	reeve://<role>/<namespace>[?step_types=a,b.*&agent_ids=pay-*]
 //
-// where role is client, agent, supervisor or admin, namespace is a namespace
+// where role is client, agent, supervisor, approver or admin, namespace is a namespace
 // or * for all, and for agents step_types and agent_ids restrict the step
 // types it may register and the agent ids it may use (exact names, or a
 // prefix followed by *; unrestricted when absent). Certificates carry grants
@@ -41,8 +41,14 @@ const (
 	// RoleSupervisor calls the recovery RPCs with an election fence.
 	RoleSupervisor Role = "supervisor"
 	// RoleAdmin (an operator) may call every client, workflow, alert and
-	// recovery RPC; it does not serve steps.
+	// recovery RPC, and complete waiting steps by name; it does not serve
+	// steps.
 	RoleAdmin Role = "admin"
+	// RoleApprover completes the steps of its namespaces that wait for a
+	// completion from outside, by name (CompleteStep with namespace, task
+	// and step): a person's approval, a callback service. It reads
+	// nothing else. (A completion by token needs no role.)
+	RoleApprover Role = "approver"
 )
 
 // URIScheme is the scheme of grant URIs.
@@ -94,9 +100,9 @@ func grantFromURI(u *url.URL) (Grant, error) {
 	}
 	g := Grant{Role: Role(u.Host), Namespace: strings.TrimPrefix(u.Path, "/")}
 	switch g.Role {
-	case RoleClient, RoleAgent, RoleSupervisor, RoleAdmin:
+	case RoleClient, RoleAgent, RoleSupervisor, RoleAdmin, RoleApprover:
 	default:
-		return bad("role must be client, agent, supervisor or admin")
+		return bad("role must be client, agent, supervisor, approver or admin")
 	}
 	if g.Namespace != AllNamespaces {
 		if g.Namespace == "" {
@@ -125,12 +131,12 @@ func grantFromURI(u *url.URL) (Grant, error) {
 }
 
 // covers reports whether the grant allows role in namespace ns. Admin covers
-// client and supervisor.
+// client, supervisor and approver.
 func (g Grant) covers(role Role, ns string) bool {
 	if g.Namespace != AllNamespaces && g.Namespace != ns {
 		return false
 	}
-	return g.Role == role || (g.Role == RoleAdmin && (role == RoleClient || role == RoleSupervisor))
+	return g.Role == role || (g.Role == RoleAdmin && (role == RoleClient || role == RoleSupervisor || role == RoleApprover))
 }
 
 // match reports whether name matches one of patterns (empty: any).

@@ -150,7 +150,7 @@ type Holder struct {
 func Revoked(before, after *reevev1.Task, except *reevev1.StepRef) []Holder {
 	var out []Holder
 	for _, old := range before.GetSteps() {
-		if !Dispatched(old) {
+		if !Dispatched(old) || old.GetDeferred() { // a deferred one is no agent's
 			continue
 		}
 		if except != nil && except.GetStep() == old.GetName() && except.GetAttempt() == old.GetAttempt() {

@@ -200,6 +200,8 @@ func current(t *reevev1.Task, ref *reevev1.StepRef, agentID string) (*reevev1.St
 		return nil, &refusal{ErrStale, fmt.Sprintf("%s was superseded: the step is at attempt %d (%s); this result changes nothing", exec, s.GetAttempt(), state)}
 	case attempt > s.GetAttempt():
 		return nil, &refusal{ErrStale, fmt.Sprintf("%s does not exist: the step is at attempt %d (%s)", exec, s.GetAttempt(), state)}
+	case s.GetDeferred():
+		return nil, &refusal{ErrStale, fmt.Sprintf("%s was handed off (deferred): it is completed with its completion token, not by an agent's result", exec)}
 	case Dispatched(s) && s.GetLockedByAgent() != agentID:
 		return nil, &refusal{ErrStale, fmt.Sprintf("%s is held by agent %s, not %s", exec, s.GetLockedByAgent(), agentID)}
 	case Dispatched(s) && !TerminalTask(t.GetState()):
@@ -269,10 +271,13 @@ func escalate(t *reevev1.Task, s *reevev1.Step, d RetryDecision, actor string, n
 
 // requeue makes the step's next attempt ready no earlier than now+delay.
 func requeue(t *reevev1.Task, s *reevev1.Step, now time.Time, delay time.Duration) {
-	if s.GetState() == reevev1.StepState_STEP_STATE_RUNNING {
+	if s.GetState() == reevev1.StepState_STEP_STATE_RUNNING || Waiting(s) {
 		s.State = reevev1.StepState_STEP_STATE_PENDING
 	}
 	s.Attempt++
+	if startSleep(t, s, now) || startWait(t, s, now) { // timers.go, wait.go: sleep or wait again
+		return
+	}
 	enqueue(t, s, now, now.Add(delay))
 }
 
@@ -305,11 +310,13 @@ func release(s *reevev1.Step) {
 	s.CompleteBy = nil
 	s.LockedByAgent = ""
 	s.LockedByScheduler = ""
+	s.Deferred = false
+	s.WaitStartTime = nil
 }
 
 func markReady(t *reevev1.Task, s *reevev1.Step, now time.Time) {
 	s.Attempt++
-	if startSleep(t, s, now) { // timers.go
+	if startSleep(t, s, now) || startWait(t, s, now) { // timers.go, wait.go
 		return
 	}
 	enqueue(t, s, now, time.Time{})

@@ -191,8 +191,12 @@ func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names 
 		if err := validateSleepStep(field, s); err != nil {
 			return err
 		}
-	} else if err := ValidateName(field+".type", s.GetType()); err != nil {
+	} else if waits, err := validateWaitFor(field, s); err != nil {
 		return err
+	} else if !waits {
+		if err := ValidateName(field+".type", s.GetType()); err != nil {
+			return err
+		}
 	}
 	deps := make(map[string]bool, len(s.GetDependsOn()))
 	for j, dep := range s.GetDependsOn() {
@@ -210,7 +214,7 @@ func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names 
 	if err := ValidateValue(field+".config", s.GetConfig(), MaxConfigBytes); err != nil {
 		return err
 	}
-	if err := validateDuration(field+".timeout", s.GetTimeout(), MinTimeout, MaxTimeout); err != nil {
+	if err := validateDuration(field+".timeout", s.GetTimeout(), MinTimeout, maxStepTimeout(s)); err != nil {
 		return err
 	}
 	if err := validateRetryPolicy(field+".retry_policy", s.GetRetryPolicy()); err != nil {

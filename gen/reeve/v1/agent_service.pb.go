@@ -815,8 +815,15 @@ type StepAssignment struct {
 	// handles); details reported since the last write of a scheduler that
 	// crashed are lost.
 	HeartbeatDetails *structpb.Value `protobuf:"bytes,12,opt,name=heartbeat_details,json=heartbeatDetails,proto3" json:"heartbeat_details,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The completion token of this attempt of a forward step (empty for a
+	// compensation, and from a scheduler that does not support deferral):
+	// whoever holds it may complete the attempt from outside
+	// (SchedulerService.CompleteStep). A handler that starts a long external
+	// job passes it on (e.g. in a webhook's URL) and answers
+	// StepResult.deferred. A secret: never log it.
+	CompletionToken string `protobuf:"bytes,13,opt,name=completion_token,json=completionToken,proto3" json:"completion_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StepAssignment) Reset() {
@@ -933,6 +940,13 @@ func (x *StepAssignment) GetHeartbeatDetails() *structpb.Value {
 	return nil
 }
 
+func (x *StepAssignment) GetCompletionToken() string {
+	if x != nil {
+		return x.CompletionToken
+	}
+	return ""
+}
+
 // AssignmentAck tells the scheduler the agent took an assignment. Send it at
 // once on receipt, before running the step: the ack is what makes the
 // execution the agent's. An assignment not acknowledged within the
@@ -1002,6 +1016,7 @@ type StepResult struct {
 	//
 	//	*StepResult_Output
 	//	*StepResult_Error
+	//	*StepResult_Deferred
 	Outcome       isStepResult_Outcome `protobuf_oneof:"outcome"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1069,6 +1084,15 @@ func (x *StepResult) GetError() *StepError {
 	return nil
 }
 
+func (x *StepResult) GetDeferred() *StepDeferred {
+	if x != nil {
+		if x, ok := x.Outcome.(*StepResult_Deferred); ok {
+			return x.Deferred
+		}
+	}
+	return nil
+}
+
 type isStepResult_Outcome interface {
 	isStepResult_Outcome()
 }
@@ -1090,9 +1114,68 @@ type StepResult_Error struct {
 	Error *StepError `protobuf:"bytes,3,opt,name=error,proto3,oneof"`
 }
 
+type StepResult_Deferred struct {
+	// The agent hands the execution off: it stays RUNNING, no longer the
+	// agent's (no heartbeats, its slot is free, its disconnect does not
+	// recover it), until someone completes it with its completion token
+	// (StepAssignment.completion_token) or its complete_by passes. Only
+	// for a forward step sent with a completion token; anything else is
+	// refused (FAILED_PRECONDITION).
+	Deferred *StepDeferred `protobuf:"bytes,4,opt,name=deferred,proto3,oneof"`
+}
+
 func (*StepResult_Output) isStepResult_Outcome() {}
 
 func (*StepResult_Error) isStepResult_Outcome() {}
+
+func (*StepResult_Deferred) isStepResult_Outcome() {}
+
+// StepDeferred is an agent's hand-off of an execution (StepResult.deferred).
+type StepDeferred struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why, for the task's history (at most 1 KiB), e.g. "waiting for the
+	// payment provider's webhook".
+	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepDeferred) Reset() {
+	*x = StepDeferred{}
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepDeferred) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepDeferred) ProtoMessage() {}
+
+func (x *StepDeferred) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepDeferred.ProtoReflect.Descriptor instead.
+func (*StepDeferred) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *StepDeferred) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
 
 // ResultAck answers a StepResult. Whatever it says, the agent then forgets
 // the result and never sends it again:
@@ -1134,7 +1217,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1229,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1242,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{10}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResultAck) GetRef() *StepRef {
@@ -1202,7 +1285,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1297,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1310,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{11}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Heartbeat) GetRefs() []*StepRef {
@@ -1255,7 +1338,7 @@ type HeartbeatDetails struct {
 
 func (x *HeartbeatDetails) Reset() {
 	*x = HeartbeatDetails{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1350,7 @@ func (x *HeartbeatDetails) String() string {
 func (*HeartbeatDetails) ProtoMessage() {}
 
 func (x *HeartbeatDetails) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1363,7 @@ func (x *HeartbeatDetails) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatDetails.ProtoReflect.Descriptor instead.
 func (*HeartbeatDetails) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{12}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatDetails) GetRef() *StepRef {
@@ -1313,7 +1396,7 @@ type CancelStep struct {
 
 func (x *CancelStep) Reset() {
 	*x = CancelStep{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1408,7 @@ func (x *CancelStep) String() string {
 func (*CancelStep) ProtoMessage() {}
 
 func (x *CancelStep) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1421,7 @@ func (x *CancelStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelStep.ProtoReflect.Descriptor instead.
 func (*CancelStep) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{13}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelStep) GetRef() *StepRef {
@@ -1372,7 +1455,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1467,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_agent_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_agent_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1480,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{14}
+	return file_reeve_v1_agent_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Drain) GetReason() string {
@@ -1464,7 +1547,7 @@ const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"\vack_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"ackTimeout\x12=\n" +
 	"\x1bmax_heartbeat_details_bytes\x18\x04 \x01(\x03R\x18maxHeartbeatDetailsBytes\x12A\n" +
-	"\x0fmax_retry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rmaxRetryAfter\"\xe5\x06\n" +
+	"\x0fmax_retry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rmaxRetryAfter\"\x90\a\n" +
 	"\x0eStepAssignment\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12'\n" +
@@ -1479,7 +1562,8 @@ const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"\fcompensation\x18\n" +
 	" \x01(\bR\fcompensation\x12U\n" +
 	"\x19reassign_after_disconnect\x18\v \x01(\v2\x19.google.protobuf.DurationR\x17reassignAfterDisconnect\x12C\n" +
-	"\x11heartbeat_details\x18\f \x01(\v2\x16.google.protobuf.ValueR\x10heartbeatDetails\x1a\\\n" +
+	"\x11heartbeat_details\x18\f \x01(\v2\x16.google.protobuf.ValueR\x10heartbeatDetails\x12)\n" +
+	"\x10completion_token\x18\r \x01(\tR\x0fcompletionToken\x1a\\\n" +
 	"\x16DependencyOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value:\x028\x01\x1a?\n" +
@@ -1487,13 +1571,16 @@ const file_reeve_v1_agent_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"4\n" +
 	"\rAssignmentAck\x12#\n" +
-	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\"\x9b\x01\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\"\xd1\x01\n" +
 	"\n" +
 	"StepResult\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x120\n" +
 	"\x06output\x18\x02 \x01(\v2\x16.google.protobuf.ValueH\x00R\x06output\x12+\n" +
-	"\x05error\x18\x03 \x01(\v2\x13.reeve.v1.StepErrorH\x00R\x05errorB\t\n" +
-	"\aoutcome\"\x93\x01\n" +
+	"\x05error\x18\x03 \x01(\v2\x13.reeve.v1.StepErrorH\x00R\x05error\x124\n" +
+	"\bdeferred\x18\x04 \x01(\v2\x16.reeve.v1.StepDeferredH\x00R\bdeferredB\t\n" +
+	"\aoutcome\"&\n" +
+	"\fStepDeferred\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x93\x01\n" +
 	"\tResultAck\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x1a\n" +
 	"\baccepted\x18\x02 \x01(\bR\baccepted\x12*\n" +
@@ -1529,7 +1616,7 @@ func file_reeve_v1_agent_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_agent_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_agent_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_reeve_v1_agent_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_reeve_v1_agent_service_proto_goTypes = []any{
 	(ProtocolVersion)(0),          // 0: reeve.v1.ProtocolVersion
 	(*ConnectRequest)(nil),        // 1: reeve.v1.ConnectRequest
@@ -1542,63 +1629,65 @@ var file_reeve_v1_agent_service_proto_goTypes = []any{
 	(*StepAssignment)(nil),        // 8: reeve.v1.StepAssignment
 	(*AssignmentAck)(nil),         // 9: reeve.v1.AssignmentAck
 	(*StepResult)(nil),            // 10: reeve.v1.StepResult
-	(*ResultAck)(nil),             // 11: reeve.v1.ResultAck
-	(*Heartbeat)(nil),             // 12: reeve.v1.Heartbeat
-	(*HeartbeatDetails)(nil),      // 13: reeve.v1.HeartbeatDetails
-	(*CancelStep)(nil),            // 14: reeve.v1.CancelStep
-	(*Drain)(nil),                 // 15: reeve.v1.Drain
-	nil,                           // 16: reeve.v1.StepAssignment.DependencyOutputsEntry
-	nil,                           // 17: reeve.v1.StepAssignment.TraceContextEntry
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
-	(*structpb.Value)(nil),        // 19: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*StepError)(nil),             // 21: reeve.v1.StepError
-	(*status.Status)(nil),         // 22: google.rpc.Status
+	(*StepDeferred)(nil),          // 11: reeve.v1.StepDeferred
+	(*ResultAck)(nil),             // 12: reeve.v1.ResultAck
+	(*Heartbeat)(nil),             // 13: reeve.v1.Heartbeat
+	(*HeartbeatDetails)(nil),      // 14: reeve.v1.HeartbeatDetails
+	(*CancelStep)(nil),            // 15: reeve.v1.CancelStep
+	(*Drain)(nil),                 // 16: reeve.v1.Drain
+	nil,                           // 17: reeve.v1.StepAssignment.DependencyOutputsEntry
+	nil,                           // 18: reeve.v1.StepAssignment.TraceContextEntry
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*structpb.Value)(nil),        // 20: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*StepError)(nil),             // 22: reeve.v1.StepError
+	(*status.Status)(nil),         // 23: google.rpc.Status
 }
 var file_reeve_v1_agent_service_proto_depIdxs = []int32{
 	3,  // 0: reeve.v1.ConnectRequest.register:type_name -> reeve.v1.Register
 	9,  // 1: reeve.v1.ConnectRequest.assignment_ack:type_name -> reeve.v1.AssignmentAck
 	10, // 2: reeve.v1.ConnectRequest.result:type_name -> reeve.v1.StepResult
-	12, // 3: reeve.v1.ConnectRequest.heartbeat:type_name -> reeve.v1.Heartbeat
-	15, // 4: reeve.v1.ConnectRequest.drain:type_name -> reeve.v1.Drain
+	13, // 3: reeve.v1.ConnectRequest.heartbeat:type_name -> reeve.v1.Heartbeat
+	16, // 4: reeve.v1.ConnectRequest.drain:type_name -> reeve.v1.Drain
 	6,  // 5: reeve.v1.ConnectResponse.registered:type_name -> reeve.v1.Registered
 	8,  // 6: reeve.v1.ConnectResponse.assignment:type_name -> reeve.v1.StepAssignment
-	14, // 7: reeve.v1.ConnectResponse.cancel:type_name -> reeve.v1.CancelStep
-	15, // 8: reeve.v1.ConnectResponse.drain:type_name -> reeve.v1.Drain
-	11, // 9: reeve.v1.ConnectResponse.result_ack:type_name -> reeve.v1.ResultAck
+	15, // 7: reeve.v1.ConnectResponse.cancel:type_name -> reeve.v1.CancelStep
+	16, // 8: reeve.v1.ConnectResponse.drain:type_name -> reeve.v1.Drain
+	12, // 9: reeve.v1.ConnectResponse.result_ack:type_name -> reeve.v1.ResultAck
 	5,  // 10: reeve.v1.Register.running:type_name -> reeve.v1.StepRef
 	4,  // 11: reeve.v1.Register.sdk:type_name -> reeve.v1.Sdk
 	7,  // 12: reeve.v1.Registered.limits:type_name -> reeve.v1.AgentLimits
-	18, // 13: reeve.v1.AgentLimits.ack_timeout:type_name -> google.protobuf.Duration
-	18, // 14: reeve.v1.AgentLimits.max_retry_after:type_name -> google.protobuf.Duration
+	19, // 13: reeve.v1.AgentLimits.ack_timeout:type_name -> google.protobuf.Duration
+	19, // 14: reeve.v1.AgentLimits.max_retry_after:type_name -> google.protobuf.Duration
 	5,  // 15: reeve.v1.StepAssignment.ref:type_name -> reeve.v1.StepRef
-	19, // 16: reeve.v1.StepAssignment.input:type_name -> google.protobuf.Value
-	19, // 17: reeve.v1.StepAssignment.config:type_name -> google.protobuf.Value
-	16, // 18: reeve.v1.StepAssignment.dependency_outputs:type_name -> reeve.v1.StepAssignment.DependencyOutputsEntry
-	20, // 19: reeve.v1.StepAssignment.complete_by:type_name -> google.protobuf.Timestamp
-	17, // 20: reeve.v1.StepAssignment.trace_context:type_name -> reeve.v1.StepAssignment.TraceContextEntry
-	18, // 21: reeve.v1.StepAssignment.heartbeat_timeout:type_name -> google.protobuf.Duration
-	18, // 22: reeve.v1.StepAssignment.reassign_after_disconnect:type_name -> google.protobuf.Duration
-	19, // 23: reeve.v1.StepAssignment.heartbeat_details:type_name -> google.protobuf.Value
+	20, // 16: reeve.v1.StepAssignment.input:type_name -> google.protobuf.Value
+	20, // 17: reeve.v1.StepAssignment.config:type_name -> google.protobuf.Value
+	17, // 18: reeve.v1.StepAssignment.dependency_outputs:type_name -> reeve.v1.StepAssignment.DependencyOutputsEntry
+	21, // 19: reeve.v1.StepAssignment.complete_by:type_name -> google.protobuf.Timestamp
+	18, // 20: reeve.v1.StepAssignment.trace_context:type_name -> reeve.v1.StepAssignment.TraceContextEntry
+	19, // 21: reeve.v1.StepAssignment.heartbeat_timeout:type_name -> google.protobuf.Duration
+	19, // 22: reeve.v1.StepAssignment.reassign_after_disconnect:type_name -> google.protobuf.Duration
+	20, // 23: reeve.v1.StepAssignment.heartbeat_details:type_name -> google.protobuf.Value
 	5,  // 24: reeve.v1.AssignmentAck.ref:type_name -> reeve.v1.StepRef
 	5,  // 25: reeve.v1.StepResult.ref:type_name -> reeve.v1.StepRef
-	19, // 26: reeve.v1.StepResult.output:type_name -> google.protobuf.Value
-	21, // 27: reeve.v1.StepResult.error:type_name -> reeve.v1.StepError
-	5,  // 28: reeve.v1.ResultAck.ref:type_name -> reeve.v1.StepRef
-	22, // 29: reeve.v1.ResultAck.status:type_name -> google.rpc.Status
-	5,  // 30: reeve.v1.Heartbeat.refs:type_name -> reeve.v1.StepRef
-	13, // 31: reeve.v1.Heartbeat.details:type_name -> reeve.v1.HeartbeatDetails
-	5,  // 32: reeve.v1.HeartbeatDetails.ref:type_name -> reeve.v1.StepRef
-	19, // 33: reeve.v1.HeartbeatDetails.details:type_name -> google.protobuf.Value
-	5,  // 34: reeve.v1.CancelStep.ref:type_name -> reeve.v1.StepRef
-	19, // 35: reeve.v1.StepAssignment.DependencyOutputsEntry.value:type_name -> google.protobuf.Value
-	1,  // 36: reeve.v1.AgentService.Connect:input_type -> reeve.v1.ConnectRequest
-	2,  // 37: reeve.v1.AgentService.Connect:output_type -> reeve.v1.ConnectResponse
-	37, // [37:38] is the sub-list for method output_type
-	36, // [36:37] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	20, // 26: reeve.v1.StepResult.output:type_name -> google.protobuf.Value
+	22, // 27: reeve.v1.StepResult.error:type_name -> reeve.v1.StepError
+	11, // 28: reeve.v1.StepResult.deferred:type_name -> reeve.v1.StepDeferred
+	5,  // 29: reeve.v1.ResultAck.ref:type_name -> reeve.v1.StepRef
+	23, // 30: reeve.v1.ResultAck.status:type_name -> google.rpc.Status
+	5,  // 31: reeve.v1.Heartbeat.refs:type_name -> reeve.v1.StepRef
+	14, // 32: reeve.v1.Heartbeat.details:type_name -> reeve.v1.HeartbeatDetails
+	5,  // 33: reeve.v1.HeartbeatDetails.ref:type_name -> reeve.v1.StepRef
+	20, // 34: reeve.v1.HeartbeatDetails.details:type_name -> google.protobuf.Value
+	5,  // 35: reeve.v1.CancelStep.ref:type_name -> reeve.v1.StepRef
+	20, // 36: reeve.v1.StepAssignment.DependencyOutputsEntry.value:type_name -> google.protobuf.Value
+	1,  // 37: reeve.v1.AgentService.Connect:input_type -> reeve.v1.ConnectRequest
+	2,  // 38: reeve.v1.AgentService.Connect:output_type -> reeve.v1.ConnectResponse
+	38, // [38:39] is the sub-list for method output_type
+	37, // [37:38] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_agent_service_proto_init() }
@@ -1624,6 +1713,7 @@ func file_reeve_v1_agent_service_proto_init() {
 	file_reeve_v1_agent_service_proto_msgTypes[9].OneofWrappers = []any{
 		(*StepResult_Output)(nil),
 		(*StepResult_Error)(nil),
+		(*StepResult_Deferred)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1631,7 +1721,7 @@ func file_reeve_v1_agent_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_agent_service_proto_rawDesc), len(file_reeve_v1_agent_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -80,6 +80,570 @@ func (TaskView) EnumDescriptor() ([]byte, []int) {
 	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
 }
 
+type ListWaitingStepsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// At most this many (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token; opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWaitingStepsRequest) Reset() {
+	*x = ListWaitingStepsRequest{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWaitingStepsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWaitingStepsRequest) ProtoMessage() {}
+
+func (x *ListWaitingStepsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWaitingStepsRequest.ProtoReflect.Descriptor instead.
+func (*ListWaitingStepsRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListWaitingStepsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListWaitingStepsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListWaitingStepsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListWaitingStepsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Steps []*WaitingStep         `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// Empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWaitingStepsResponse) Reset() {
+	*x = ListWaitingStepsResponse{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWaitingStepsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWaitingStepsResponse) ProtoMessage() {}
+
+func (x *ListWaitingStepsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWaitingStepsResponse.ProtoReflect.Descriptor instead.
+func (*ListWaitingStepsResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListWaitingStepsResponse) GetSteps() []*WaitingStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *ListWaitingStepsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// WaitingStep is one step that waits for a completion from outside.
+type WaitingStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt waiting.
+	Ref *StepRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The task's workflow name.
+	Workflow string `protobuf:"bytes,2,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// When the wait began.
+	WaitStartTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=wait_start_time,json=waitStartTime,proto3" json:"wait_start_time,omitempty"`
+	// When the wait ends at the latest: the step's policy then applies.
+	CompleteBy *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=complete_by,json=completeBy,proto3" json:"complete_by,omitempty"`
+	// Handed off by its agent (RUNNING, deferred) rather than WAITING.
+	Deferred      bool `protobuf:"varint,5,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitingStep) Reset() {
+	*x = WaitingStep{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitingStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitingStep) ProtoMessage() {}
+
+func (x *WaitingStep) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitingStep.ProtoReflect.Descriptor instead.
+func (*WaitingStep) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WaitingStep) GetRef() *StepRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *WaitingStep) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *WaitingStep) GetWaitStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaitStartTime
+	}
+	return nil
+}
+
+func (x *WaitingStep) GetCompleteBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteBy
+	}
+	return nil
+}
+
+func (x *WaitingStep) GetDeferred() bool {
+	if x != nil {
+		return x.Deferred
+	}
+	return false
+}
+
+type GetCompletionTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Step          string                 `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCompletionTokenRequest) Reset() {
+	*x = GetCompletionTokenRequest{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCompletionTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCompletionTokenRequest) ProtoMessage() {}
+
+func (x *GetCompletionTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCompletionTokenRequest.ProtoReflect.Descriptor instead.
+func (*GetCompletionTokenRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetCompletionTokenRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetCompletionTokenRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *GetCompletionTokenRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+type GetCompletionTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt the token completes.
+	Ref *StepRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// A secret: whoever holds it may complete the attempt.
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// When the wait ends at the latest (the step's policy then applies).
+	CompleteBy    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=complete_by,json=completeBy,proto3" json:"complete_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCompletionTokenResponse) Reset() {
+	*x = GetCompletionTokenResponse{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCompletionTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCompletionTokenResponse) ProtoMessage() {}
+
+func (x *GetCompletionTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCompletionTokenResponse.ProtoReflect.Descriptor instead.
+func (*GetCompletionTokenResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetCompletionTokenResponse) GetRef() *StepRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *GetCompletionTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *GetCompletionTokenResponse) GetCompleteBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteBy
+	}
+	return nil
+}
+
+// CompleteStepRequest names the step by token or by name, and says how it
+// ended: output or error.
+type CompleteStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name: the namespace ("default" when empty), task and step; the
+	// step's current attempt is completed. With a token they may be left
+	// empty; when set they must be those the token names.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TaskId    string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Step      string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	// By token: the completion token of one attempt (StepAssignment's, or
+	// the one given to those who may complete the step by name).
+	Token string `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*CompleteStepRequest_Output
+	//	*CompleteStepRequest_Error
+	Outcome       isCompleteStepRequest_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteStepRequest) Reset() {
+	*x = CompleteStepRequest{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteStepRequest) ProtoMessage() {}
+
+func (x *CompleteStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteStepRequest.ProtoReflect.Descriptor instead.
+func (*CompleteStepRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CompleteStepRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CompleteStepRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *CompleteStepRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *CompleteStepRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CompleteStepRequest) GetOutcome() isCompleteStepRequest_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *CompleteStepRequest) GetOutput() *structpb.Value {
+	if x != nil {
+		if x, ok := x.Outcome.(*CompleteStepRequest_Output); ok {
+			return x.Output
+		}
+	}
+	return nil
+}
+
+func (x *CompleteStepRequest) GetError() *CompletionError {
+	if x != nil {
+		if x, ok := x.Outcome.(*CompleteStepRequest_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isCompleteStepRequest_Outcome interface {
+	isCompleteStepRequest_Outcome()
+}
+
+type CompleteStepRequest_Output struct {
+	// The step succeeded with this output (any JSON value, at most 64 KiB
+	// encoded), passed to the steps after it as any step's output.
+	Output *structpb.Value `protobuf:"bytes,5,opt,name=output,proto3,oneof"`
+}
+
+type CompleteStepRequest_Error struct {
+	// The step failed for good, without retries: a decision from outside.
+	// code is required (at most 63 characters), message at most 4 KiB;
+	// the step's escalation applies (compensate or fail).
+	Error *CompletionError `protobuf:"bytes,6,opt,name=error,proto3,oneof"`
+}
+
+func (*CompleteStepRequest_Output) isCompleteStepRequest_Outcome() {}
+
+func (*CompleteStepRequest_Error) isCompleteStepRequest_Outcome() {}
+
+// CompletionError is a completion's error (CompleteStepRequest.error).
+type CompletionError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompletionError) Reset() {
+	*x = CompletionError{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompletionError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompletionError) ProtoMessage() {}
+
+func (x *CompletionError) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompletionError.ProtoReflect.Descriptor instead.
+func (*CompletionError) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CompletionError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *CompletionError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type CompleteStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The execution completed.
+	Ref *StepRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// What the completion made of the step: STEP_STATE_SUCCEEDED or
+	// STEP_STATE_FAILED (as it did the first time, for a repeat).
+	State StepState `protobuf:"varint,2,opt,name=state,proto3,enum=reeve.v1.StepState" json:"state,omitempty"`
+	// True when this completion had been recorded before (a repeat): nothing
+	// changed.
+	Repeated      bool `protobuf:"varint,3,opt,name=repeated,proto3" json:"repeated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteStepResponse) Reset() {
+	*x = CompleteStepResponse{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteStepResponse) ProtoMessage() {}
+
+func (x *CompleteStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteStepResponse.ProtoReflect.Descriptor instead.
+func (*CompleteStepResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CompleteStepResponse) GetRef() *StepRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *CompleteStepResponse) GetState() StepState {
+	if x != nil {
+		return x.State
+	}
+	return StepState_STEP_STATE_UNSPECIFIED
+}
+
+func (x *CompleteStepResponse) GetRepeated() bool {
+	if x != nil {
+		return x.Repeated
+	}
+	return false
+}
+
 type SubmitTaskRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -118,7 +682,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -130,7 +694,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -143,7 +707,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitTaskRequest) GetNamespace() string {
@@ -255,7 +819,7 @@ type WorkflowRef struct {
 
 func (x *WorkflowRef) Reset() {
 	*x = WorkflowRef{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +831,7 @@ func (x *WorkflowRef) String() string {
 func (*WorkflowRef) ProtoMessage() {}
 
 func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +844,7 @@ func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
 func (*WorkflowRef) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{1}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkflowRef) GetName() string {
@@ -308,7 +872,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +884,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +897,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{2}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -360,7 +924,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +936,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +949,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{3}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetTaskRequest) GetNamespace() string {
@@ -415,7 +979,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +991,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +1004,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{4}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -490,7 +1054,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +1066,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +1079,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{5}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTasksRequest) GetNamespace() string {
@@ -608,7 +1172,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +1184,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +1197,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{6}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -679,7 +1243,7 @@ type CountTasksRequest struct {
 
 func (x *CountTasksRequest) Reset() {
 	*x = CountTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +1255,7 @@ func (x *CountTasksRequest) String() string {
 func (*CountTasksRequest) ProtoMessage() {}
 
 func (x *CountTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +1268,7 @@ func (x *CountTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTasksRequest.ProtoReflect.Descriptor instead.
 func (*CountTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{7}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CountTasksRequest) GetNamespace() string {
@@ -746,7 +1310,7 @@ type CountTasksResponse struct {
 
 func (x *CountTasksResponse) Reset() {
 	*x = CountTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +1322,7 @@ func (x *CountTasksResponse) String() string {
 func (*CountTasksResponse) ProtoMessage() {}
 
 func (x *CountTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +1335,7 @@ func (x *CountTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTasksResponse.ProtoReflect.Descriptor instead.
 func (*CountTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{8}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
 }
 
 // Deprecated: Marked as deprecated in reeve/v1/scheduler_service.proto.
@@ -807,7 +1371,7 @@ type StateCount struct {
 
 func (x *StateCount) Reset() {
 	*x = StateCount{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +1383,7 @@ func (x *StateCount) String() string {
 func (*StateCount) ProtoMessage() {}
 
 func (x *StateCount) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +1396,7 @@ func (x *StateCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateCount.ProtoReflect.Descriptor instead.
 func (*StateCount) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StateCount) GetState() TaskState {
@@ -863,7 +1427,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1439,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1452,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchTasksRequest) GetNamespace() string {
@@ -925,7 +1489,7 @@ type WatchTasksResponse struct {
 
 func (x *WatchTasksResponse) Reset() {
 	*x = WatchTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1501,7 @@ func (x *WatchTasksResponse) String() string {
 func (*WatchTasksResponse) ProtoMessage() {}
 
 func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1514,7 @@ func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
 func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchTasksResponse) GetEvent() isWatchTasksResponse_Event {
@@ -1013,7 +1577,7 @@ type TaskChanged struct {
 
 func (x *TaskChanged) Reset() {
 	*x = TaskChanged{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1589,7 @@ func (x *TaskChanged) String() string {
 func (*TaskChanged) ProtoMessage() {}
 
 func (x *TaskChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1602,7 @@ func (x *TaskChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChanged.ProtoReflect.Descriptor instead.
 func (*TaskChanged) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskChanged) GetTask() *Task {
@@ -1080,7 +1644,7 @@ type WatchReset struct {
 
 func (x *WatchReset) Reset() {
 	*x = WatchReset{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1656,7 @@ func (x *WatchReset) String() string {
 func (*WatchReset) ProtoMessage() {}
 
 func (x *WatchReset) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1669,7 @@ func (x *WatchReset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchReset.ProtoReflect.Descriptor instead.
 func (*WatchReset) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchReset) GetRevision() int64 {
@@ -1129,7 +1693,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1705,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1718,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListAgentsRequest) GetNamespace() string {
@@ -1196,7 +1760,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1772,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1785,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -1267,7 +1831,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1843,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1856,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AgentInfo) GetAgentId() string {
@@ -1366,7 +1930,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1942,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1955,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{17}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueInfo) GetNamespace() string {
@@ -1432,7 +1996,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +2008,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +2021,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{18}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchTaskRequest) GetNamespace() string {
@@ -1483,7 +2047,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +2059,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +2072,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{19}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchTaskResponse) GetTask() *Task {
@@ -1538,7 +2102,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +2114,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +2127,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{20}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelTaskRequest) GetNamespace() string {
@@ -1603,7 +2167,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +2179,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +2192,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{21}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -1658,7 +2222,7 @@ type RerunTaskRequest struct {
 
 func (x *RerunTaskRequest) Reset() {
 	*x = RerunTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +2234,7 @@ func (x *RerunTaskRequest) String() string {
 func (*RerunTaskRequest) ProtoMessage() {}
 
 func (x *RerunTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +2247,7 @@ func (x *RerunTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunTaskRequest.ProtoReflect.Descriptor instead.
 func (*RerunTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RerunTaskRequest) GetNamespace() string {
@@ -1740,7 +2304,7 @@ type RerunTaskResponse struct {
 
 func (x *RerunTaskResponse) Reset() {
 	*x = RerunTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +2316,7 @@ func (x *RerunTaskResponse) String() string {
 func (*RerunTaskResponse) ProtoMessage() {}
 
 func (x *RerunTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +2329,7 @@ func (x *RerunTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunTaskResponse.ProtoReflect.Descriptor instead.
 func (*RerunTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RerunTaskResponse) GetTask() *Task {
@@ -1793,7 +2357,7 @@ type RegisterWorkflowRequest struct {
 
 func (x *RegisterWorkflowRequest) Reset() {
 	*x = RegisterWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2369,7 @@ func (x *RegisterWorkflowRequest) String() string {
 func (*RegisterWorkflowRequest) ProtoMessage() {}
 
 func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2382,7 @@ func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegisterWorkflowRequest) GetWorkflow() *Workflow {
@@ -1839,7 +2403,7 @@ type RegisterWorkflowResponse struct {
 
 func (x *RegisterWorkflowResponse) Reset() {
 	*x = RegisterWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2415,7 @@ func (x *RegisterWorkflowResponse) String() string {
 func (*RegisterWorkflowResponse) ProtoMessage() {}
 
 func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2428,7 @@ func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RegisterWorkflowResponse) GetWorkflow() *Workflow {
@@ -1893,7 +2457,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2469,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2482,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetWorkflowRequest) GetNamespace() string {
@@ -1951,7 +2515,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2527,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2540,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{27}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -1999,7 +2563,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2575,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2588,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{28}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListWorkflowsRequest) GetNamespace() string {
@@ -2058,7 +2622,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2634,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2647,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{29}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -2104,7 +2668,46 @@ var File_reeve_v1_scheduler_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\n" +
-	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xb3\x04\n" +
+	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1creeve/v1/agent_service.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"s\n" +
+	"\x17ListWaitingStepsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"o\n" +
+	"\x18ListWaitingStepsResponse\x12+\n" +
+	"\x05steps\x18\x01 \x03(\v2\x15.reeve.v1.WaitingStepR\x05steps\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xeb\x01\n" +
+	"\vWaitingStep\x12#\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x1a\n" +
+	"\bworkflow\x18\x02 \x01(\tR\bworkflow\x12B\n" +
+	"\x0fwait_start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rwaitStartTime\x12;\n" +
+	"\vcomplete_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"completeBy\x12\x1a\n" +
+	"\bdeferred\x18\x05 \x01(\bR\bdeferred\"f\n" +
+	"\x19GetCompletionTokenRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\tR\x04step\"\x94\x01\n" +
+	"\x1aGetCompletionTokenResponse\x12#\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12;\n" +
+	"\vcomplete_by\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"completeBy\"\xe6\x01\n" +
+	"\x13CompleteStepRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\tR\x04step\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\x120\n" +
+	"\x06output\x18\x05 \x01(\v2\x16.google.protobuf.ValueH\x00R\x06output\x121\n" +
+	"\x05error\x18\x06 \x01(\v2\x19.reeve.v1.CompletionErrorH\x00R\x05errorB\t\n" +
+	"\aoutcome\"?\n" +
+	"\x0fCompletionError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x82\x01\n" +
+	"\x14CompleteStepResponse\x12#\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12)\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x13.reeve.v1.StepStateR\x05state\x12\x1a\n" +
+	"\brepeated\x18\x03 \x01(\bR\brepeated\"\xb3\x04\n" +
 	"\x11SubmitTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12:\n" +
@@ -2258,7 +2861,7 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\bTaskView\x12\x19\n" +
 	"\x15TASK_VIEW_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fTASK_VIEW_BASIC\x10\x01\x12\x12\n" +
-	"\x0eTASK_VIEW_FULL\x10\x022\x8e\a\n" +
+	"\x0eTASK_VIEW_FULL\x10\x022\x99\t\n" +
 	"\x10SchedulerService\x12G\n" +
 	"\n" +
 	"SubmitTask\x12\x1b.reeve.v1.SubmitTaskRequest\x1a\x1c.reeve.v1.SubmitTaskResponse\x12>\n" +
@@ -2276,7 +2879,10 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\vGetWorkflow\x12\x1c.reeve.v1.GetWorkflowRequest\x1a\x1d.reeve.v1.GetWorkflowResponse\x12P\n" +
 	"\rListWorkflows\x12\x1e.reeve.v1.ListWorkflowsRequest\x1a\x1f.reeve.v1.ListWorkflowsResponse\x12G\n" +
 	"\n" +
-	"ListAgents\x12\x1b.reeve.v1.ListAgentsRequest\x1a\x1c.reeve.v1.ListAgentsResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
+	"ListAgents\x12\x1b.reeve.v1.ListAgentsRequest\x1a\x1c.reeve.v1.ListAgentsResponse\x12M\n" +
+	"\fCompleteStep\x12\x1d.reeve.v1.CompleteStepRequest\x1a\x1e.reeve.v1.CompleteStepResponse\x12_\n" +
+	"\x12GetCompletionToken\x12#.reeve.v1.GetCompletionTokenRequest\x1a$.reeve.v1.GetCompletionTokenResponse\x12Y\n" +
+	"\x10ListWaitingSteps\x12!.reeve.v1.ListWaitingStepsRequest\x1a\".reeve.v1.ListWaitingStepsResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
 
 var (
 	file_reeve_v1_scheduler_service_proto_rawDescOnce sync.Once
@@ -2291,114 +2897,140 @@ func file_reeve_v1_scheduler_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_scheduler_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_reeve_v1_scheduler_service_proto_goTypes = []any{
-	(TaskView)(0),                    // 0: reeve.v1.TaskView
-	(*SubmitTaskRequest)(nil),        // 1: reeve.v1.SubmitTaskRequest
-	(*WorkflowRef)(nil),              // 2: reeve.v1.WorkflowRef
-	(*SubmitTaskResponse)(nil),       // 3: reeve.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),           // 4: reeve.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),          // 5: reeve.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),         // 6: reeve.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 7: reeve.v1.ListTasksResponse
-	(*CountTasksRequest)(nil),        // 8: reeve.v1.CountTasksRequest
-	(*CountTasksResponse)(nil),       // 9: reeve.v1.CountTasksResponse
-	(*StateCount)(nil),               // 10: reeve.v1.StateCount
-	(*WatchTasksRequest)(nil),        // 11: reeve.v1.WatchTasksRequest
-	(*WatchTasksResponse)(nil),       // 12: reeve.v1.WatchTasksResponse
-	(*TaskChanged)(nil),              // 13: reeve.v1.TaskChanged
-	(*WatchReset)(nil),               // 14: reeve.v1.WatchReset
-	(*ListAgentsRequest)(nil),        // 15: reeve.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),       // 16: reeve.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                // 17: reeve.v1.AgentInfo
-	(*QueueInfo)(nil),                // 18: reeve.v1.QueueInfo
-	(*WatchTaskRequest)(nil),         // 19: reeve.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),        // 20: reeve.v1.WatchTaskResponse
-	(*CancelTaskRequest)(nil),        // 21: reeve.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),       // 22: reeve.v1.CancelTaskResponse
-	(*RerunTaskRequest)(nil),         // 23: reeve.v1.RerunTaskRequest
-	(*RerunTaskResponse)(nil),        // 24: reeve.v1.RerunTaskResponse
-	(*RegisterWorkflowRequest)(nil),  // 25: reeve.v1.RegisterWorkflowRequest
-	(*RegisterWorkflowResponse)(nil), // 26: reeve.v1.RegisterWorkflowResponse
-	(*GetWorkflowRequest)(nil),       // 27: reeve.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),      // 28: reeve.v1.GetWorkflowResponse
-	(*ListWorkflowsRequest)(nil),     // 29: reeve.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),    // 30: reeve.v1.ListWorkflowsResponse
-	nil,                              // 31: reeve.v1.SubmitTaskRequest.LabelsEntry
-	nil,                              // 32: reeve.v1.ListTasksRequest.LabelsEntry
-	nil,                              // 33: reeve.v1.CountTasksRequest.LabelsEntry
-	nil,                              // 34: reeve.v1.CountTasksResponse.ByStateEntry
-	(*Workflow)(nil),                 // 35: reeve.v1.Workflow
-	(*structpb.Value)(nil),           // 36: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 38: google.protobuf.Duration
-	(*Task)(nil),                     // 39: reeve.v1.Task
-	(TaskState)(0),                   // 40: reeve.v1.TaskState
+	(TaskView)(0),                      // 0: reeve.v1.TaskView
+	(*ListWaitingStepsRequest)(nil),    // 1: reeve.v1.ListWaitingStepsRequest
+	(*ListWaitingStepsResponse)(nil),   // 2: reeve.v1.ListWaitingStepsResponse
+	(*WaitingStep)(nil),                // 3: reeve.v1.WaitingStep
+	(*GetCompletionTokenRequest)(nil),  // 4: reeve.v1.GetCompletionTokenRequest
+	(*GetCompletionTokenResponse)(nil), // 5: reeve.v1.GetCompletionTokenResponse
+	(*CompleteStepRequest)(nil),        // 6: reeve.v1.CompleteStepRequest
+	(*CompletionError)(nil),            // 7: reeve.v1.CompletionError
+	(*CompleteStepResponse)(nil),       // 8: reeve.v1.CompleteStepResponse
+	(*SubmitTaskRequest)(nil),          // 9: reeve.v1.SubmitTaskRequest
+	(*WorkflowRef)(nil),                // 10: reeve.v1.WorkflowRef
+	(*SubmitTaskResponse)(nil),         // 11: reeve.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),             // 12: reeve.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),            // 13: reeve.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),           // 14: reeve.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),          // 15: reeve.v1.ListTasksResponse
+	(*CountTasksRequest)(nil),          // 16: reeve.v1.CountTasksRequest
+	(*CountTasksResponse)(nil),         // 17: reeve.v1.CountTasksResponse
+	(*StateCount)(nil),                 // 18: reeve.v1.StateCount
+	(*WatchTasksRequest)(nil),          // 19: reeve.v1.WatchTasksRequest
+	(*WatchTasksResponse)(nil),         // 20: reeve.v1.WatchTasksResponse
+	(*TaskChanged)(nil),                // 21: reeve.v1.TaskChanged
+	(*WatchReset)(nil),                 // 22: reeve.v1.WatchReset
+	(*ListAgentsRequest)(nil),          // 23: reeve.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),         // 24: reeve.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                  // 25: reeve.v1.AgentInfo
+	(*QueueInfo)(nil),                  // 26: reeve.v1.QueueInfo
+	(*WatchTaskRequest)(nil),           // 27: reeve.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),          // 28: reeve.v1.WatchTaskResponse
+	(*CancelTaskRequest)(nil),          // 29: reeve.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),         // 30: reeve.v1.CancelTaskResponse
+	(*RerunTaskRequest)(nil),           // 31: reeve.v1.RerunTaskRequest
+	(*RerunTaskResponse)(nil),          // 32: reeve.v1.RerunTaskResponse
+	(*RegisterWorkflowRequest)(nil),    // 33: reeve.v1.RegisterWorkflowRequest
+	(*RegisterWorkflowResponse)(nil),   // 34: reeve.v1.RegisterWorkflowResponse
+	(*GetWorkflowRequest)(nil),         // 35: reeve.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),        // 36: reeve.v1.GetWorkflowResponse
+	(*ListWorkflowsRequest)(nil),       // 37: reeve.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),      // 38: reeve.v1.ListWorkflowsResponse
+	nil,                                // 39: reeve.v1.SubmitTaskRequest.LabelsEntry
+	nil,                                // 40: reeve.v1.ListTasksRequest.LabelsEntry
+	nil,                                // 41: reeve.v1.CountTasksRequest.LabelsEntry
+	nil,                                // 42: reeve.v1.CountTasksResponse.ByStateEntry
+	(*StepRef)(nil),                    // 43: reeve.v1.StepRef
+	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
+	(*structpb.Value)(nil),             // 45: google.protobuf.Value
+	(StepState)(0),                     // 46: reeve.v1.StepState
+	(*Workflow)(nil),                   // 47: reeve.v1.Workflow
+	(*durationpb.Duration)(nil),        // 48: google.protobuf.Duration
+	(*Task)(nil),                       // 49: reeve.v1.Task
+	(TaskState)(0),                     // 50: reeve.v1.TaskState
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
-	2,  // 0: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
-	35, // 1: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
-	36, // 2: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
-	31, // 3: reeve.v1.SubmitTaskRequest.labels:type_name -> reeve.v1.SubmitTaskRequest.LabelsEntry
-	37, // 4: reeve.v1.SubmitTaskRequest.start_time:type_name -> google.protobuf.Timestamp
-	38, // 5: reeve.v1.SubmitTaskRequest.task_timeout:type_name -> google.protobuf.Duration
-	39, // 6: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
-	39, // 7: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
-	40, // 8: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
-	37, // 9: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	37, // 10: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	0,  // 11: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
-	32, // 12: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
-	39, // 13: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
-	33, // 14: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
-	34, // 15: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
-	10, // 16: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
-	40, // 17: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
-	0,  // 18: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
-	13, // 19: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
-	14, // 20: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
-	39, // 21: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
-	17, // 22: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
-	18, // 23: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
-	37, // 24: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
-	37, // 25: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
-	39, // 26: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	39, // 27: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	36, // 28: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
-	39, // 29: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
-	35, // 30: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	35, // 31: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	35, // 32: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	35, // 33: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	1,  // 34: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	4,  // 35: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	6,  // 36: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	8,  // 37: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
-	11, // 38: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
-	19, // 39: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	21, // 40: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	23, // 41: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
-	25, // 42: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	27, // 43: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	29, // 44: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	15, // 45: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
-	3,  // 46: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	5,  // 47: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	7,  // 48: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	9,  // 49: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
-	12, // 50: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
-	20, // 51: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	22, // 52: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	24, // 53: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
-	26, // 54: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	28, // 55: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	30, // 56: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	16, // 57: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
-	46, // [46:58] is the sub-list for method output_type
-	34, // [34:46] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	3,  // 0: reeve.v1.ListWaitingStepsResponse.steps:type_name -> reeve.v1.WaitingStep
+	43, // 1: reeve.v1.WaitingStep.ref:type_name -> reeve.v1.StepRef
+	44, // 2: reeve.v1.WaitingStep.wait_start_time:type_name -> google.protobuf.Timestamp
+	44, // 3: reeve.v1.WaitingStep.complete_by:type_name -> google.protobuf.Timestamp
+	43, // 4: reeve.v1.GetCompletionTokenResponse.ref:type_name -> reeve.v1.StepRef
+	44, // 5: reeve.v1.GetCompletionTokenResponse.complete_by:type_name -> google.protobuf.Timestamp
+	45, // 6: reeve.v1.CompleteStepRequest.output:type_name -> google.protobuf.Value
+	7,  // 7: reeve.v1.CompleteStepRequest.error:type_name -> reeve.v1.CompletionError
+	43, // 8: reeve.v1.CompleteStepResponse.ref:type_name -> reeve.v1.StepRef
+	46, // 9: reeve.v1.CompleteStepResponse.state:type_name -> reeve.v1.StepState
+	10, // 10: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
+	47, // 11: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
+	45, // 12: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
+	39, // 13: reeve.v1.SubmitTaskRequest.labels:type_name -> reeve.v1.SubmitTaskRequest.LabelsEntry
+	44, // 14: reeve.v1.SubmitTaskRequest.start_time:type_name -> google.protobuf.Timestamp
+	48, // 15: reeve.v1.SubmitTaskRequest.task_timeout:type_name -> google.protobuf.Duration
+	49, // 16: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
+	49, // 17: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
+	50, // 18: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
+	44, // 19: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	44, // 20: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	0,  // 21: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
+	40, // 22: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
+	49, // 23: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
+	41, // 24: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
+	42, // 25: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
+	18, // 26: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
+	50, // 27: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
+	0,  // 28: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
+	21, // 29: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
+	22, // 30: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
+	49, // 31: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	25, // 32: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
+	26, // 33: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
+	44, // 34: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	44, // 35: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	49, // 36: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	49, // 37: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	45, // 38: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
+	49, // 39: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
+	47, // 40: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	47, // 41: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	47, // 42: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	47, // 43: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	9,  // 44: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	12, // 45: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	14, // 46: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	16, // 47: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	19, // 48: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	27, // 49: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	29, // 50: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	31, // 51: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
+	33, // 52: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	35, // 53: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	37, // 54: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	23, // 55: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	6,  // 56: reeve.v1.SchedulerService.CompleteStep:input_type -> reeve.v1.CompleteStepRequest
+	4,  // 57: reeve.v1.SchedulerService.GetCompletionToken:input_type -> reeve.v1.GetCompletionTokenRequest
+	1,  // 58: reeve.v1.SchedulerService.ListWaitingSteps:input_type -> reeve.v1.ListWaitingStepsRequest
+	11, // 59: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	13, // 60: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	15, // 61: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	17, // 62: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	20, // 63: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	28, // 64: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	30, // 65: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	32, // 66: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
+	34, // 67: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	36, // 68: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	38, // 69: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	24, // 70: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	8,  // 71: reeve.v1.SchedulerService.CompleteStep:output_type -> reeve.v1.CompleteStepResponse
+	5,  // 72: reeve.v1.SchedulerService.GetCompletionToken:output_type -> reeve.v1.GetCompletionTokenResponse
+	2,  // 73: reeve.v1.SchedulerService.ListWaitingSteps:output_type -> reeve.v1.ListWaitingStepsResponse
+	59, // [59:74] is the sub-list for method output_type
+	44, // [44:59] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }
@@ -2406,13 +3038,18 @@ func file_reeve_v1_scheduler_service_proto_init() {
 	if File_reeve_v1_scheduler_service_proto != nil {
 		return
 	}
+	file_reeve_v1_agent_service_proto_init()
 	file_reeve_v1_task_proto_init()
 	file_reeve_v1_workflow_proto_init()
-	file_reeve_v1_scheduler_service_proto_msgTypes[0].OneofWrappers = []any{
+	file_reeve_v1_scheduler_service_proto_msgTypes[5].OneofWrappers = []any{
+		(*CompleteStepRequest_Output)(nil),
+		(*CompleteStepRequest_Error)(nil),
+	}
+	file_reeve_v1_scheduler_service_proto_msgTypes[8].OneofWrappers = []any{
 		(*SubmitTaskRequest_WorkflowRef)(nil),
 		(*SubmitTaskRequest_InlineWorkflow)(nil),
 	}
-	file_reeve_v1_scheduler_service_proto_msgTypes[11].OneofWrappers = []any{
+	file_reeve_v1_scheduler_service_proto_msgTypes[19].OneofWrappers = []any{
 		(*WatchTasksResponse_Changed)(nil),
 		(*WatchTasksResponse_Reset_)(nil),
 	}
@@ -2422,7 +3059,7 @@ func file_reeve_v1_scheduler_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_scheduler_service_proto_rawDesc), len(file_reeve_v1_scheduler_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,18 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SchedulerService_SubmitTask_FullMethodName       = "/reeve.v1.SchedulerService/SubmitTask"
-	SchedulerService_GetTask_FullMethodName          = "/reeve.v1.SchedulerService/GetTask"
-	SchedulerService_ListTasks_FullMethodName        = "/reeve.v1.SchedulerService/ListTasks"
-	SchedulerService_CountTasks_FullMethodName       = "/reeve.v1.SchedulerService/CountTasks"
-	SchedulerService_WatchTasks_FullMethodName       = "/reeve.v1.SchedulerService/WatchTasks"
-	SchedulerService_WatchTask_FullMethodName        = "/reeve.v1.SchedulerService/WatchTask"
-	SchedulerService_CancelTask_FullMethodName       = "/reeve.v1.SchedulerService/CancelTask"
-	SchedulerService_RerunTask_FullMethodName        = "/reeve.v1.SchedulerService/RerunTask"
-	SchedulerService_RegisterWorkflow_FullMethodName = "/reeve.v1.SchedulerService/RegisterWorkflow"
-	SchedulerService_GetWorkflow_FullMethodName      = "/reeve.v1.SchedulerService/GetWorkflow"
-	SchedulerService_ListWorkflows_FullMethodName    = "/reeve.v1.SchedulerService/ListWorkflows"
-	SchedulerService_ListAgents_FullMethodName       = "/reeve.v1.SchedulerService/ListAgents"
+	SchedulerService_SubmitTask_FullMethodName         = "/reeve.v1.SchedulerService/SubmitTask"
+	SchedulerService_GetTask_FullMethodName            = "/reeve.v1.SchedulerService/GetTask"
+	SchedulerService_ListTasks_FullMethodName          = "/reeve.v1.SchedulerService/ListTasks"
+	SchedulerService_CountTasks_FullMethodName         = "/reeve.v1.SchedulerService/CountTasks"
+	SchedulerService_WatchTasks_FullMethodName         = "/reeve.v1.SchedulerService/WatchTasks"
+	SchedulerService_WatchTask_FullMethodName          = "/reeve.v1.SchedulerService/WatchTask"
+	SchedulerService_CancelTask_FullMethodName         = "/reeve.v1.SchedulerService/CancelTask"
+	SchedulerService_RerunTask_FullMethodName          = "/reeve.v1.SchedulerService/RerunTask"
+	SchedulerService_RegisterWorkflow_FullMethodName   = "/reeve.v1.SchedulerService/RegisterWorkflow"
+	SchedulerService_GetWorkflow_FullMethodName        = "/reeve.v1.SchedulerService/GetWorkflow"
+	SchedulerService_ListWorkflows_FullMethodName      = "/reeve.v1.SchedulerService/ListWorkflows"
+	SchedulerService_ListAgents_FullMethodName         = "/reeve.v1.SchedulerService/ListAgents"
+	SchedulerService_CompleteStep_FullMethodName       = "/reeve.v1.SchedulerService/CompleteStep"
+	SchedulerService_GetCompletionToken_FullMethodName = "/reeve.v1.SchedulerService/GetCompletionToken"
+	SchedulerService_ListWaitingSteps_FullMethodName   = "/reeve.v1.SchedulerService/ListWaitingSteps"
 )
 
 // SchedulerServiceClient is the client API for SchedulerService service.
@@ -98,6 +101,24 @@ type SchedulerServiceClient interface {
 	// cluster, by agent id, and returns, on the first page, the ready queue of
 	// every step type.
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
+	// Completes a step from outside: one that waits (StepSpec.wait_for
+	// "external", WAITING) or that its agent deferred, by its completion
+	// token (any authenticated caller: the token is the capability) or by
+	// (namespace, task_id, step) (the admin or approver role of the
+	// namespace). The same completion sent again is answered as the first
+	// was and changes nothing. (Issue 35.)
+	CompleteStep(ctx context.Context, in *CompleteStepRequest, opts ...grpc.CallOption) (*CompleteStepResponse, error)
+	// Returns the completion token of a step's current attempt while it
+	// waits (WAITING, or deferred by its agent), for the admin or approver
+	// role of the namespace: to pass on to whoever completes it (a link in a
+	// message to a person, a callback URL). (Issue 35.)
+	GetCompletionToken(ctx context.Context, in *GetCompletionTokenRequest, opts ...grpc.CallOption) (*GetCompletionTokenResponse, error)
+	// Lists the namespace's steps that wait for a completion from outside
+	// (WAITING for an external completion, or deferred by their agent),
+	// oldest wait first, from the waiting index: what an approver acts on
+	// (the console's Waiting view). For the client, approver and admin roles
+	// of the namespace. (Issue 35.)
+	ListWaitingSteps(ctx context.Context, in *ListWaitingStepsRequest, opts ...grpc.CallOption) (*ListWaitingStepsResponse, error)
 }
 
 type schedulerServiceClient struct {
@@ -246,6 +267,36 @@ func (c *schedulerServiceClient) ListAgents(ctx context.Context, in *ListAgentsR
 	return out, nil
 }
 
+func (c *schedulerServiceClient) CompleteStep(ctx context.Context, in *CompleteStepRequest, opts ...grpc.CallOption) (*CompleteStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteStepResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_CompleteStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulerServiceClient) GetCompletionToken(ctx context.Context, in *GetCompletionTokenRequest, opts ...grpc.CallOption) (*GetCompletionTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCompletionTokenResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_GetCompletionToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulerServiceClient) ListWaitingSteps(ctx context.Context, in *ListWaitingStepsRequest, opts ...grpc.CallOption) (*ListWaitingStepsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWaitingStepsResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_ListWaitingSteps_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchedulerServiceServer is the server API for SchedulerService service.
 // All implementations must embed UnimplementedSchedulerServiceServer
 // for forward compatibility.
@@ -311,6 +362,24 @@ type SchedulerServiceServer interface {
 	// cluster, by agent id, and returns, on the first page, the ready queue of
 	// every step type.
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
+	// Completes a step from outside: one that waits (StepSpec.wait_for
+	// "external", WAITING) or that its agent deferred, by its completion
+	// token (any authenticated caller: the token is the capability) or by
+	// (namespace, task_id, step) (the admin or approver role of the
+	// namespace). The same completion sent again is answered as the first
+	// was and changes nothing. (Issue 35.)
+	CompleteStep(context.Context, *CompleteStepRequest) (*CompleteStepResponse, error)
+	// Returns the completion token of a step's current attempt while it
+	// waits (WAITING, or deferred by its agent), for the admin or approver
+	// role of the namespace: to pass on to whoever completes it (a link in a
+	// message to a person, a callback URL). (Issue 35.)
+	GetCompletionToken(context.Context, *GetCompletionTokenRequest) (*GetCompletionTokenResponse, error)
+	// Lists the namespace's steps that wait for a completion from outside
+	// (WAITING for an external completion, or deferred by their agent),
+	// oldest wait first, from the waiting index: what an approver acts on
+	// (the console's Waiting view). For the client, approver and admin roles
+	// of the namespace. (Issue 35.)
+	ListWaitingSteps(context.Context, *ListWaitingStepsRequest) (*ListWaitingStepsResponse, error)
 	mustEmbedUnimplementedSchedulerServiceServer()
 }
 
@@ -356,6 +425,15 @@ func (UnimplementedSchedulerServiceServer) ListWorkflows(context.Context, *ListW
 }
 func (UnimplementedSchedulerServiceServer) ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAgents not implemented")
+}
+func (UnimplementedSchedulerServiceServer) CompleteStep(context.Context, *CompleteStepRequest) (*CompleteStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteStep not implemented")
+}
+func (UnimplementedSchedulerServiceServer) GetCompletionToken(context.Context, *GetCompletionTokenRequest) (*GetCompletionTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCompletionToken not implemented")
+}
+func (UnimplementedSchedulerServiceServer) ListWaitingSteps(context.Context, *ListWaitingStepsRequest) (*ListWaitingStepsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWaitingSteps not implemented")
 }
 func (UnimplementedSchedulerServiceServer) mustEmbedUnimplementedSchedulerServiceServer() {}
 func (UnimplementedSchedulerServiceServer) testEmbeddedByValue()                          {}
@@ -580,6 +658,60 @@ func _SchedulerService_ListAgents_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_CompleteStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).CompleteStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_CompleteStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).CompleteStep(ctx, req.(*CompleteStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulerService_GetCompletionToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCompletionTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).GetCompletionToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_GetCompletionToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).GetCompletionToken(ctx, req.(*GetCompletionTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulerService_ListWaitingSteps_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWaitingStepsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).ListWaitingSteps(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_ListWaitingSteps_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).ListWaitingSteps(ctx, req.(*ListWaitingStepsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchedulerService_ServiceDesc is the grpc.ServiceDesc for SchedulerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -626,6 +758,18 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAgents",
 			Handler:    _SchedulerService_ListAgents_Handler,
+		},
+		{
+			MethodName: "CompleteStep",
+			Handler:    _SchedulerService_CompleteStep_Handler,
+		},
+		{
+			MethodName: "GetCompletionToken",
+			Handler:    _SchedulerService_GetCompletionToken_Handler,
+		},
+		{
+			MethodName: "ListWaitingSteps",
+			Handler:    _SchedulerService_ListWaitingSteps_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

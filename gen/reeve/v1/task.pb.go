@@ -448,8 +448,27 @@ type Step struct {
 	// when that attempt ended; sent to the next attempt
 	// (StepAssignment.heartbeat_details).
 	HeartbeatDetails *structpb.Value `protobuf:"bytes,19,opt,name=heartbeat_details,json=heartbeatDetails,proto3" json:"heartbeat_details,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Fields 20-29: external waits and deferred steps (issue 35, items 1-2).
+	// The SHA-256 of the completion from outside (CompleteStep) that ended
+	// the step's wait: of its output, or of its error's code and message
+	// (docs/architecture.md, "Completions from outside"). The same completion
+	// sent again is recognized by it and answered as the first was; empty
+	// until completed, cleared when a new wait starts. Not a secret.
+	CompletionDigest []byte `protobuf:"bytes,20,opt,name=completion_digest,json=completionDigest,proto3" json:"completion_digest,omitempty"`
+	// The attempt that completion completed.
+	CompletionAttempt int32 `protobuf:"varint,21,opt,name=completion_attempt,json=completionAttempt,proto3" json:"completion_attempt,omitempty"`
+	// What that completion made of the step: SUCCEEDED or FAILED.
+	CompletionState StepState `protobuf:"varint,22,opt,name=completion_state,json=completionState,proto3,enum=reeve.v1.StepState" json:"completion_state,omitempty"`
+	// The agent running the current attempt handed it off
+	// (StepResult.deferred): the step stays RUNNING, without heartbeats and
+	// no longer held by any agent (locked_by_agent is empty), until it is
+	// completed with its completion token or its complete_by passes.
+	Deferred bool `protobuf:"varint,23,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	// When the current wait began: the step became WAITING, or its agent
+	// deferred it. Unset otherwise.
+	WaitStartTime *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=wait_start_time,json=waitStartTime,proto3" json:"wait_start_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
@@ -611,6 +630,41 @@ func (x *Step) GetUnacknowledgedAttempts() int32 {
 func (x *Step) GetHeartbeatDetails() *structpb.Value {
 	if x != nil {
 		return x.HeartbeatDetails
+	}
+	return nil
+}
+
+func (x *Step) GetCompletionDigest() []byte {
+	if x != nil {
+		return x.CompletionDigest
+	}
+	return nil
+}
+
+func (x *Step) GetCompletionAttempt() int32 {
+	if x != nil {
+		return x.CompletionAttempt
+	}
+	return 0
+}
+
+func (x *Step) GetCompletionState() StepState {
+	if x != nil {
+		return x.CompletionState
+	}
+	return StepState_STEP_STATE_UNSPECIFIED
+}
+
+func (x *Step) GetDeferred() bool {
+	if x != nil {
+		return x.Deferred
+	}
+	return false
+}
+
+func (x *Step) GetWaitStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaitStartTime
 	}
 	return nil
 }
@@ -835,7 +889,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\ffairness_key\x18\x1f \x01(\tR\vfairnessKey\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\t\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
@@ -861,7 +915,12 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\fcompensation\x18\x10 \x01(\bR\fcompensation\x12W\n" +
 	"\x1aschedule_to_start_deadline\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x17scheduleToStartDeadline\x127\n" +
 	"\x17unacknowledged_attempts\x18\x12 \x01(\x05R\x16unacknowledgedAttempts\x12C\n" +
-	"\x11heartbeat_details\x18\x13 \x01(\v2\x16.google.protobuf.ValueR\x10heartbeatDetails\"\xcc\x01\n" +
+	"\x11heartbeat_details\x18\x13 \x01(\v2\x16.google.protobuf.ValueR\x10heartbeatDetails\x12+\n" +
+	"\x11completion_digest\x18\x14 \x01(\fR\x10completionDigest\x12-\n" +
+	"\x12completion_attempt\x18\x15 \x01(\x05R\x11completionAttempt\x12>\n" +
+	"\x10completion_state\x18\x16 \x01(\x0e2\x13.reeve.v1.StepStateR\x0fcompletionState\x12\x1a\n" +
+	"\bdeferred\x18\x17 \x01(\bR\bdeferred\x12B\n" +
+	"\x0fwait_start_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\rwaitStartTime\"\xcc\x01\n" +
 	"\tStepError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +
@@ -948,14 +1007,16 @@ var file_reeve_v1_task_proto_depIdxs = []int32{
 	4,  // 18: reeve.v1.Step.last_error:type_name -> reeve.v1.StepError
 	9,  // 19: reeve.v1.Step.schedule_to_start_deadline:type_name -> google.protobuf.Timestamp
 	8,  // 20: reeve.v1.Step.heartbeat_details:type_name -> google.protobuf.Value
-	8,  // 21: reeve.v1.StepError.details:type_name -> google.protobuf.Value
-	10, // 22: reeve.v1.StepError.retry_after:type_name -> google.protobuf.Duration
-	9,  // 23: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	1,  // 21: reeve.v1.Step.completion_state:type_name -> reeve.v1.StepState
+	9,  // 22: reeve.v1.Step.wait_start_time:type_name -> google.protobuf.Timestamp
+	8,  // 23: reeve.v1.StepError.details:type_name -> google.protobuf.Value
+	10, // 24: reeve.v1.StepError.retry_after:type_name -> google.protobuf.Duration
+	9,  // 25: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_task_proto_init() }
