@@ -33,7 +33,7 @@ func TestValidateWaitFor(t *testing.T) {
 		}, ""},
 		{"unknown kind", func(s *reevev1.StepSpec) { s.WaitFor = "externl" }, `workflow.steps[1].waitFor: "externl" is not a kind of wait: the one kind is "external"; did you mean "external"?`},
 		{"with a type", func(s *reevev1.StepSpec) { s.Type = "approvals.ask" }, "workflow.steps[1].type: must be empty when wait_for is set"},
-		{"with a sleep", func(s *reevev1.StepSpec) { s.Sleep = durationpb.New(time.Minute) }, "workflow.steps[1].sleep: a step either waits"},
+		{"with a sleep", func(s *reevev1.StepSpec) { s.Sleep = durationpb.New(time.Minute) }, "workflow.steps[1].waitFor: a sleep step is run by no agent: it takes no waitFor"},
 		{"no timeout", func(s *reevev1.StepSpec) { s.Timeout = nil }, "workflow.steps[1].timeout: required with wait_for"},
 		{"over thirty days", func(s *reevev1.StepSpec) { s.Timeout = durationpb.New(workflow.MaxWaitTimeout + time.Second) }, "workflow.steps[1].timeout: 720h0m1s is outside [100ms, 720h0m0s]"},
 		{"heartbeat", func(s *reevev1.StepSpec) { s.HeartbeatTimeout = durationpb.New(time.Minute) }, "workflow.steps[1].heartbeatTimeout: does not apply"},
