@@ -446,8 +446,22 @@ type Step struct {
 	// when that attempt ended; sent to the next attempt
 	// (StepAssignment.heartbeat_details).
 	HeartbeatDetails *structpb.Value `protobuf:"bytes,19,opt,name=heartbeat_details,json=heartbeatDetails,proto3" json:"heartbeat_details,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Fields 20-29: external waits and deferred steps (issue 35, items 1-2).
+	// Fields 30-34: sleeps and task deadlines (issue 35, items 3-4).
+	// Fields 35-44: flow control (issue 36).
+	// The max_running slot (1-based) the current attempt holds while
+	// dispatched; 0: none (no limit on its type, or not dispatched). The
+	// record's slot key (slots/<ns>/<type>/<slot>) exists while it holds one.
+	Slot int32 `protobuf:"varint,35,opt,name=slot,proto3" json:"slot,omitempty"`
+	// The type's max_running when the slot was taken: the claim compared
+	// that no slot above it was held.
+	SlotLimit int32 `protobuf:"varint,36,opt,name=slot_limit,json=slotLimit,proto3" json:"slot_limit,omitempty"`
+	// Why a queued step is not dispatched, e.g. "waiting: payments.charge is
+	// at its limit 10/10" or "waiting: queue payments.charge is paused"; set
+	// by GetTask, never stored.
+	WaitReason    string `protobuf:"bytes,37,opt,name=wait_reason,json=waitReason,proto3" json:"wait_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
@@ -611,6 +625,27 @@ func (x *Step) GetHeartbeatDetails() *structpb.Value {
 		return x.HeartbeatDetails
 	}
 	return nil
+}
+
+func (x *Step) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Step) GetSlotLimit() int32 {
+	if x != nil {
+		return x.SlotLimit
+	}
+	return 0
+}
+
+func (x *Step) GetWaitReason() string {
+	if x != nil {
+		return x.WaitReason
+	}
+	return ""
 }
 
 // StepError is an error reported by an agent, or by the system for a step.
@@ -833,7 +868,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\ffairness_key\x18\x1f \x01(\tR\vfairnessKey\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\a\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
@@ -859,7 +894,12 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\fcompensation\x18\x10 \x01(\bR\fcompensation\x12W\n" +
 	"\x1aschedule_to_start_deadline\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x17scheduleToStartDeadline\x127\n" +
 	"\x17unacknowledged_attempts\x18\x12 \x01(\x05R\x16unacknowledgedAttempts\x12C\n" +
-	"\x11heartbeat_details\x18\x13 \x01(\v2\x16.google.protobuf.ValueR\x10heartbeatDetails\"\xcc\x01\n" +
+	"\x11heartbeat_details\x18\x13 \x01(\v2\x16.google.protobuf.ValueR\x10heartbeatDetails\x12\x12\n" +
+	"\x04slot\x18# \x01(\x05R\x04slot\x12\x1d\n" +
+	"\n" +
+	"slot_limit\x18$ \x01(\x05R\tslotLimit\x12\x1f\n" +
+	"\vwait_reason\x18% \x01(\tR\n" +
+	"waitReason\"\xcc\x01\n" +
 	"\tStepError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +
