@@ -35,7 +35,7 @@ import (
 // dispatcher's mu.
 type flowControl struct {
 	configs    map[queueKey]*reevev1.QueueConfig
-	held       map[queueKey]map[int32]bool            // slots held, as the watch shows them
+	held       map[queueKey]map[int32]bool             // slots held, as the watch shows them
 	reserved   map[queueKey]map[int32]*slotReservation // slots chosen by this scheduler's claims
 	schedulers map[string]bool
 	buckets    map[queueKey]*bucket
@@ -288,7 +288,6 @@ func (f *flowControl) waitReason(k queueKey, now time.Time) string {
 	}
 	return ""
 }
-
 
 // applyFlow records one flow-control change.
 func (d *dispatcher) applyFlow(ev store.FlowEvent) {

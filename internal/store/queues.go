@@ -35,8 +35,8 @@ import (
 var ErrSlotTaken = fmt.Errorf("store: max_running slot taken: %w", ErrConflict)
 
 func (k keys) queue(ns, typ string) string { return k.prefix + "queues/" + ns + "/" + typ }
-func (k keys) queuesPrefix() string         { return k.prefix + "queues/" }
-func (k keys) slotsPrefix() string          { return k.prefix + "slots/" }
+func (k keys) queuesPrefix() string        { return k.prefix + "queues/" }
+func (k keys) slotsPrefix() string         { return k.prefix + "slots/" }
 func (k keys) slotsOf(ns, typ string) string {
 	return k.prefix + "slots/" + ns + "/" + typ + "/"
 }
@@ -225,7 +225,7 @@ type FlowEvent struct {
 	Reset bool
 	// Synced means every key of Kind has been sent since the last Reset.
 	Synced bool
-	Kind  FlowKind
+	Kind   FlowKind
 	// Namespace and Type name the step type (KindQueue, KindSlot).
 	Namespace, Type string
 	// Slot is the slot (KindSlot); Scheduler the scheduler id (KindSchedulers).
