@@ -55,6 +55,8 @@ type dispatcher struct {
 	flow    *flowControl // limits and pauses per type (limits.go)
 
 	flowEvents chan store.FlowEvent
+	flowKnown  chan struct{} // closed once flow control was read (awaitFlow)
+	flowOnce   sync.Once
 }
 
 // dispatchDeps is what a dispatcher needs from its scheduler. Every field
@@ -92,6 +94,7 @@ func newDispatcher(deps dispatchDeps) *dispatcher {
 		agents:       newAgentSet(),
 		flow:         newFlowControl(),
 		flowEvents:   make(chan store.FlowEvent, 1024),
+		flowKnown:    make(chan struct{}),
 	}
 }
 
@@ -262,7 +265,7 @@ func (d *dispatcher) match() {
 				// The scheduler is stopping: the item stays queued.
 				<-d.sem
 				conn.reserved--
-				d.flow.claimed(k, fs, false)
+				d.flow.claimed(k, fs, false, now)
 				it.claiming = false
 				d.enqueue(it)
 				return
@@ -293,7 +296,7 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 	d.lock()
 	defer d.unlock()
 	conn.reserved--
-	d.flow.claimed(queueKey{it.entry.GetNamespace(), it.entry.GetType()}, it.slot, err == nil)
+	d.flow.claimed(queueKey{it.entry.GetNamespace(), it.entry.GetType()}, it.slot, err == nil, d.clock.Now())
 	it.slot = flowSlot{}
 	switch {
 	case err == nil:

@@ -3,6 +3,8 @@ package scheduler_test
 import (
 	"context"
 
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -350,4 +352,56 @@ func TestSetQueueLimitRefusals(t *testing.T) {
 	if err != nil || len(resp.GetQueues()) != 0 {
 		t.Errorf("queues %v (%v); want none", resp.GetQueues(), err)
 	}
+}
+
+// A rate limit holds over any one-second window, within the burst, with
+// two schedulers dispatching: each takes its share.
+func TestRateLimitAcrossSchedulers(t *testing.T) {
+	const (
+		rate  = 5
+		burst = 2
+		tasks = 24
+	)
+	env, s1, c1 := newEnv(t)
+	s2 := env.StartScheduler("")
+	q1, q2 := queues(t, s1), queues(t, s2)
+	// A max_running that never binds, so that waitApplied sees the settings.
+	setLimit(t, q1, &reevev1.SetQueueLimitRequest{Type: "api", MaxRunning: 1000, Rate: rate, Burst: burst})
+	waitApplied(t, q1, "api", 1000)
+	waitApplied(t, q2, "api", 1000)
+	for i, s := range []*testenv.Scheduler{s1, s2} {
+		a, err := agentsdk.New([]string{s.Addr}, agentsdk.WithAgentID(fmt.Sprintf("a%d", i)), agentsdk.WithMaxConcurrentSteps(16), agentsdk.WithLogger(testenv.Logger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Handle("api", func(context.Context, *agentsdk.Step) (any, error) { return map[string]any{"ok": true}, nil })
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = a.Run(ctx) }()
+		t.Cleanup(func() { stop(); <-done })
+	}
+	waitAgents(t, c1, 2)
+	var ids []string
+	for range tasks {
+		ids = append(ids, submit(t, c1, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "api"))}).GetId())
+	}
+	waitStates(t, c1, ids, reevev1.TaskState_TASK_STATE_SUCCEEDED, time.Minute)
+	var starts []time.Time
+	for _, id := range ids {
+		starts = append(starts, stepOf(getTask(t, c1, id), "a").GetStartTime().AsTime())
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i := range starts {
+		n := 0
+		for j := i; j < len(starts) && starts[j].Sub(starts[i]) < time.Second; j++ {
+			n++
+		}
+		most = max(most, n)
+	}
+	// Started at most the rate over the window plus the burst.
+	if most > rate+burst {
+		t.Errorf("%d attempts started within one second; the rate is %d/s with a burst of %d", most, rate, burst)
+	}
+	t.Logf("at most %d starts in a second; %d over %s", most, len(starts), starts[len(starts)-1].Sub(starts[0]))
 }

@@ -1,11 +1,13 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"math"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
@@ -50,17 +52,46 @@ type flowControl struct {
 // here chooses it.
 type slotReservation struct{ inflight bool }
 
-// bucket is this scheduler's share of a type's rate.
+// bucket is this scheduler's share of a type's rate: a token bucket.
 type bucket struct {
-	lim         *rate.Limiter
-	rate        float64
-	burst, n    int32
+	rate        float64 // tokens per second
+	size        float64 // the burst
+	tokens      float64
+	last        time.Time // when tokens was computed
+	cfgRate     float64
+	cfgBurst, n int32
 	lastRefusal time.Time
+}
+
+func (b *bucket) refill(now time.Time) {
+	if now.After(b.last) {
+		b.tokens = min(b.size, b.tokens+b.rate*now.Sub(b.last).Seconds())
+		b.last = now
+	}
+}
+
+// take takes a token, or says how long until one comes.
+func (b *bucket) take(now time.Time) (bool, time.Duration) {
+	b.refill(now)
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+}
+
+// refund gives back a token whose claim started nothing.
+func (b *bucket) refund(now time.Time) {
+	b.refill(now)
+	b.tokens = min(b.size, b.tokens+1)
 }
 
 // flowSlot is what a claim takes: the slot (0: none) and the limit it was
 // chosen under.
-type flowSlot struct{ slot, limit int32 }
+type flowSlot struct {
+	slot, limit int32
+	token       *bucket // the bucket it took a rate token of; refunded when the claim fails
+}
 
 func newFlowControl() *flowControl {
 	return &flowControl{
@@ -72,11 +103,11 @@ func newFlowControl() *flowControl {
 	}
 }
 
-// ready reports whether the settings and held slots are known: until
-// they are, nothing is dispatched (a limit not yet seen must not be
-// overrun).
+// ready reports whether the settings, held slots and live schedulers are
+// known: until they are, nothing is dispatched (a limit not yet seen must
+// not be overrun, nor a rate shared among too few).
 func (f *flowControl) ready() bool {
-	return f.synced[store.FlowQueue] && f.synced[store.FlowSlot]
+	return f.synced[store.FlowQueue] && f.synced[store.FlowSlot] && f.synced[store.FlowScheduler]
 }
 
 // controlled reports whether k has settings: its steps are claimed only by
@@ -201,17 +232,15 @@ func (f *flowControl) take(k queueKey, now time.Time) (flowSlot, bool) {
 	}
 	if cfg.GetRate() > 0 {
 		b := f.bucketOf(k, cfg, now)
-		if !b.lim.AllowN(now, 1) {
-			// When the next token comes: the dispatcher looks again then.
-			r := b.lim.ReserveN(now, 1)
-			at := now.Add(r.DelayFrom(now))
-			r.CancelAt(now)
-			if f.wakeAt.IsZero() || at.Before(f.wakeAt) {
+		if ok, delay := b.take(now); !ok {
+			// The dispatcher looks again when the next token comes.
+			if at := now.Add(delay); f.wakeAt.IsZero() || at.Before(f.wakeAt) {
 				f.wakeAt = at
 			}
 			b.lastRefusal = now
 			return flowSlot{}, false
 		}
+		fs.token = b
 	}
 	if fs.slot > 0 {
 		if f.reserved[k] == nil {
@@ -222,9 +251,15 @@ func (f *flowControl) take(k queueKey, now time.Time) (flowSlot, bool) {
 	return fs, true
 }
 
-// claimed ends a claim's hold on its slot: a failed claim gives it back; a
-// committed one keeps it reserved until the watch shows it held.
-func (f *flowControl) claimed(k queueKey, fs flowSlot, committed bool) {
+// claimed ends a claim's hold on its slot and token: a failed claim gives
+// them back; a committed one keeps its slot reserved until the watch shows
+// it held.
+func (f *flowControl) claimed(k queueKey, fs flowSlot, committed bool, now time.Time) {
+	if fs.token != nil && !committed {
+		// Lost (e.g. to another scheduler's claim of the same step, which
+		// took a token of its own) or not written: the step did not start.
+		fs.token.refund(now)
+	}
 	if fs.slot == 0 {
 		return
 	}
@@ -251,21 +286,19 @@ func (f *flowControl) bucketOf(k queueKey, cfg *reevev1.QueueConfig, now time.Ti
 	n := int32(max(1, len(f.schedulers)))
 	burst := max(1, cfg.GetBurst())
 	b := f.buckets[k]
-	if b != nil && b.rate == cfg.GetRate() && b.burst == burst && b.n == n {
+	if b != nil && b.cfgRate == cfg.GetRate() && b.cfgBurst == burst && b.n == n {
 		return b
 	}
-	share := max(1, int(math.Floor(float64(burst)/float64(n))))
-	lim := rate.NewLimiter(rate.Limit(cfg.GetRate()/float64(n)), share)
+	size := max(1, math.Floor(float64(burst)/float64(n)))
+	nb := &bucket{rate: cfg.GetRate() / float64(n), size: size, tokens: size, last: now, cfgRate: cfg.GetRate(), cfgBurst: burst, n: n}
 	if b != nil {
-		// A new share starts with the tokens the old one had left (at most
-		// the new burst): a change of membership or limit grants no burst.
-		if used := float64(share) - max(0, b.lim.TokensAt(now)); used >= 1 {
-			lim.AllowN(now, min(share, int(math.Ceil(used))))
-		}
+		// A new share keeps the tokens the old one had left (at most its
+		// size): a change of membership or limit grants no new burst.
+		b.refill(now)
+		nb.tokens = min(size, b.tokens)
 	}
-	b = &bucket{lim: lim, rate: cfg.GetRate(), burst: burst, n: n}
-	f.buckets[k] = b
-	return b
+	f.buckets[k] = nb
+	return nb
 }
 
 // waitReason says why the ready steps of k are not dispatched, "" when
@@ -294,6 +327,29 @@ func (d *dispatcher) applyFlow(ev store.FlowEvent) {
 	d.lock()
 	defer d.unlock()
 	d.flow.apply(ev)
+	if d.flow.ready() {
+		d.flowOnce.Do(func() { close(d.flowKnown) })
+	}
+}
+
+// flowWait bounds how long an agent's registration waits for the first
+// reading of the flow-control settings.
+const flowWait = 10 * time.Second
+
+// awaitFlow waits until the dispatcher read the flow-control settings,
+// held slots and live schedulers once: an agent registers only then, so
+// that nothing is dispatched to it under limits not yet known.
+func (d *dispatcher) awaitFlow(ctx context.Context) error {
+	t := time.NewTimer(flowWait)
+	defer t.Stop()
+	select {
+	case <-d.flowKnown:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return status.Errorf(codes.Unavailable, "register: this scheduler has not read the queue limits from etcd within %s; retry", flowWait)
+	}
 }
 
 // takeSlot records in the claimed step the max_running slot its claim
