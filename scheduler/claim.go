@@ -209,7 +209,7 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 			}
 		}
 	}
-	if st == nil || !taskstate.Dispatchable(t, st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
+	if st == nil || !taskstate.Dispatchable(t, st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) || keyed(t, st) {
 		return nil
 	}
 	k := queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)}

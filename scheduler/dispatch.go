@@ -32,7 +32,8 @@ type readyItem struct {
 	queuedAt time.Time // when it last entered its queue (reeve.steps.queued.oldest_age)
 	heapIdx  int       // in the delayed heap while not due; -1 otherwise
 	claiming bool
-	slot     flowSlot // the max_running slot its claim takes (limits.go)
+	slot     flowSlot // the slots and rate token its claim takes (limits.go)
+	parked   bool     // out of its queue, waiting for a slot of its concurrency key (limits.go)
 }
 
 // dispatcher matches ready steps with agents that have free capacity. Every
@@ -205,6 +206,7 @@ func (d *dispatcher) enqueue(it *readyItem) {
 }
 
 func (d *dispatcher) unlink(it *readyItem) {
+	d.flow.forget(it)
 	if it.elem != nil {
 		k := queueKey{it.entry.GetNamespace(), it.entry.GetType()}
 		if q := d.queues[k]; q != nil {
@@ -251,6 +253,14 @@ func (d *dispatcher) match() {
 			default:
 				return // claims saturated; a finishing claim pokes us
 			}
+			if front := q.Front().Value.(*readyItem); d.flow.park(front) {
+				// Its concurrency key is at its limit: it waits aside, and
+				// the steps behind it go on.
+				q.Remove(front.elem)
+				front.elem = nil
+				<-d.sem
+				continue
+			}
 			fs, ok := d.flow.take(k, now)
 			if !ok {
 				<-d.sem // paused, at its limit or throttled: a slot freed or a token due pokes us
@@ -259,6 +269,7 @@ func (d *dispatcher) match() {
 			it := q.Remove(q.Front()).(*readyItem)
 			it.elem = nil
 			it.claiming = true
+			d.flow.takeKey(it, &fs)
 			it.slot = fs
 			conn.reserved++
 			if !d.work.goOptional(func() { d.claim(it, conn) }) {
@@ -266,6 +277,8 @@ func (d *dispatcher) match() {
 				<-d.sem
 				conn.reserved--
 				d.flow.claimed(k, fs, false, now)
+				d.flow.claimedKey(fs, false)
+				d.requeueParked(fs.key)
 				it.claiming = false
 				d.enqueue(it)
 				return
@@ -297,6 +310,10 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 	defer d.unlock()
 	conn.reserved--
 	d.flow.claimed(queueKey{it.entry.GetNamespace(), it.entry.GetType()}, it.slot, err == nil, d.clock.Now())
+	d.flow.claimedKey(it.slot, err == nil)
+	if err != nil && it.slot.key != "" {
+		d.requeueParked(it.slot.key)
+	}
 	it.slot = flowSlot{}
 	switch {
 	case err == nil:

@@ -405,3 +405,72 @@ func TestRateLimitAcrossSchedulers(t *testing.T) {
 	}
 	t.Logf("at most %d starts in a second; %d over %s", most, len(starts), starts[len(starts)-1].Sub(starts[0]))
 }
+
+// A step's concurrency key (a CEL expression over the input) limits its
+// running attempts per key value: a customer's second charge waits, in
+// order, while other customers' run; the slot its first frees goes to it.
+func TestStepConcurrencyKey(t *testing.T) {
+	env, s, c := newEnv(t)
+	wf := &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{Name: "orders", Steps: []*reevev1.StepSpec{{
+		Name: "charge", Type: "pay", Timeout: durationpb.New(10 * time.Second),
+		Concurrency: &reevev1.ConcurrencySpec{Key: "input.customer", MaxRunning: 1},
+	}}}}
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 10, "pay"))
+	sub := func(customer string) string {
+		return submit(t, c, &reevev1.SubmitTaskRequest{Workflow: wf, Input: testenv.Value(t, map[string]any{"customer": customer})}).GetId()
+	}
+	c1 := []string{sub("c1"), sub("c1"), sub("c1")}
+	c2 := sub("c2")
+	got := map[string]*reevev1.StepAssignment{}
+	for range 2 {
+		as := a.NextAssignment(wait)
+		got[as.GetRef().GetTaskId()] = as
+	}
+	if got[c1[0]] == nil || got[c2] == nil {
+		t.Fatalf("assigned %v; want the first task of c1 and c2's", got)
+	}
+	a.Quiet(300 * time.Millisecond)
+	if st := stepOf(getTask(t, c, c1[1]), "charge"); st.GetConcurrencyKey() != "c1" || st.GetWaitReason() != `waiting: concurrency key "c1" of step charge is at its limit 1/1` {
+		t.Errorf("queued step: key %q, wait reason %q", st.GetConcurrencyKey(), st.GetWaitReason())
+	}
+	// c1's next tasks run one at a time, in submission order.
+	a.Succeed(got[c1[0]].GetRef(), nil)
+	next := a.NextAssignment(wait)
+	if next.GetRef().GetTaskId() != c1[1] {
+		t.Fatalf("assigned %s; want %s, c1's next", next.GetRef().GetTaskId(), c1[1])
+	}
+	a.Quiet(200 * time.Millisecond)
+	a.Succeed(next.GetRef(), nil)
+	last := a.NextAssignment(wait)
+	if last.GetRef().GetTaskId() != c1[2] {
+		t.Fatalf("assigned %s; want %s", last.GetRef().GetTaskId(), c1[2])
+	}
+	a.Succeed(last.GetRef(), nil)
+	a.Succeed(got[c2].GetRef(), nil)
+	waitStates(t, c, append(c1, c2), reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	// The key's slot keys are gone with the attempts.
+	resp, err := env.Etcd.Client().Get(context.Background(), "/reeve/keyslots/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Errorf("%v key slots left (%v); want none", resp.Count, err)
+	}
+}
+
+// A key the input cannot give refuses the submission naming input; a key
+// expression that does not compile refuses the workflow naming the field,
+// line and column.
+func TestConcurrencyKeyRefusals(t *testing.T) {
+	_, _, c := newEnv(t)
+	wf := &reevev1.Workflow{Name: "orders", Steps: []*reevev1.StepSpec{{
+		Name: "charge", Type: "pay", Concurrency: &reevev1.ConcurrencySpec{Key: "input.customer", MaxRunning: 1}}}}
+	ctx := context.Background()
+	_, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: wf},
+		Input: testenv.Value(t, map[string]any{"other": 1})})
+	if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), `input: workflow.steps[0].concurrency.key "input.customer": `) {
+		t.Errorf("submit without the key's field: %v", err)
+	}
+	wf.Steps[0].Concurrency.Key = "input.customer ==\n  "
+	_, err = c.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: wf})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "steps[0].concurrency.key: line 2, column 3: ") {
+		t.Errorf("register with a broken key: %v", err)
+	}
+}

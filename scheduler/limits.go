@@ -41,7 +41,13 @@ type flowControl struct {
 	reserved   map[queueKey]map[int32]*slotReservation // slots chosen by this scheduler's claims
 	schedulers map[string]bool
 	buckets    map[queueKey]*bucket
-	synced     [3]bool // per store.FlowKind: listed since the last reset
+	synced     [store.NumFlowKinds]bool // per store.FlowKind: listed since the last reset
+	// Concurrency keys (steps' ConcurrencySpec), by "<ns>/<KeyID>": the
+	// slots held, those chosen by claims here, and the ready items waiting
+	// for one (parked out of their queue until a slot of their key frees).
+	keyHeld     map[string]map[int32]bool
+	keyReserved map[string]map[int32]*slotReservation
+	parked      map[string][]*readyItem
 	// wakeAt is the earliest time a throttled type has a token again; zero
 	// when none waits for one.
 	wakeAt time.Time
@@ -90,6 +96,8 @@ func (b *bucket) refund(now time.Time) {
 // chosen under.
 type flowSlot struct {
 	slot, limit int32
+	key         string // the step's concurrency key ("<ns>/<KeyID>"); "" for none
+	keySlot     int32
 	token       *bucket // the bucket it took a rate token of; refunded when the claim fails
 }
 
@@ -100,6 +108,10 @@ func newFlowControl() *flowControl {
 		reserved:   map[queueKey]map[int32]*slotReservation{},
 		schedulers: map[string]bool{},
 		buckets:    map[queueKey]*bucket{},
+
+		keyHeld:     map[string]map[int32]bool{},
+		keyReserved: map[string]map[int32]*slotReservation{},
+		parked:      map[string][]*readyItem{},
 	}
 }
 
@@ -107,7 +119,7 @@ func newFlowControl() *flowControl {
 // known: until they are, nothing is dispatched (a limit not yet seen must
 // not be overrun, nor a rate shared among too few).
 func (f *flowControl) ready() bool {
-	return f.synced[store.FlowQueue] && f.synced[store.FlowSlot] && f.synced[store.FlowScheduler]
+	return f.synced[store.FlowQueue] && f.synced[store.FlowSlot] && f.synced[store.FlowScheduler] && f.synced[store.FlowKeySlot]
 }
 
 // controlled reports whether k has settings: its steps are claimed only by
@@ -127,18 +139,12 @@ func (f *flowControl) apply(ev store.FlowEvent) bool {
 			clear(f.held)
 			// A claim that committed before the reset is in the listing
 			// that follows; one in flight keeps its reservation.
-			for k, rs := range f.reserved {
-				for s, r := range rs {
-					if !r.inflight {
-						delete(rs, s)
-					}
-				}
-				if len(rs) == 0 {
-					delete(f.reserved, k)
-				}
-			}
+			dropCommitted(f.reserved)
 		case store.FlowScheduler:
 			clear(f.schedulers)
+		case store.FlowKeySlot:
+			clear(f.keyHeld)
+			dropCommitted(f.keyReserved)
 		}
 		return false
 	}
@@ -181,8 +187,165 @@ func (f *flowControl) apply(ev store.FlowEvent) bool {
 		} else {
 			f.schedulers[ev.Scheduler] = true
 		}
+	case store.FlowKeySlot:
+		key := ev.Namespace + "/" + ev.Key
+		if ev.Deleted {
+			delete(f.keyHeld[key], ev.Slot)
+			if len(f.keyHeld[key]) == 0 {
+				delete(f.keyHeld, key)
+			}
+			return true
+		}
+		if f.keyHeld[key] == nil {
+			f.keyHeld[key] = map[int32]bool{}
+		}
+		f.keyHeld[key][ev.Slot] = true
+		if rs := f.keyReserved[key]; rs != nil {
+			delete(rs, ev.Slot)
+			if len(rs) == 0 {
+				delete(f.keyReserved, key)
+			}
+		}
+		return false
 	}
 	return true
+}
+
+// dropCommitted forgets the reservations of claims that committed: after
+// a watch reset, the listing that follows shows their slots.
+func dropCommitted[K comparable](reserved map[K]map[int32]*slotReservation) {
+	for k, rs := range reserved {
+		for s, r := range rs {
+			if !r.inflight {
+				delete(rs, s)
+			}
+		}
+		if len(rs) == 0 {
+			delete(reserved, k)
+		}
+	}
+}
+
+// keyOf returns the concurrency key of a ready entry ("<ns>/<KeyID>") and
+// its max_running; "" when it has none.
+func keyOf(it *readyItem) (string, int32) {
+	if it.entry.GetConcurrencyKey() == "" {
+		return "", 0
+	}
+	return it.entry.GetNamespace() + "/" + it.entry.GetConcurrencyKey(), it.entry.GetConcurrencyMax()
+}
+
+// freeKeySlot returns a slot of key free for a claim (0 when none: every
+// slot up to limit held or chosen, or one above it held).
+func (f *flowControl) freeKeySlot(key string, limit int32) int32 {
+	n := 0
+	for s := range f.keyHeld[key] {
+		if s > limit {
+			return 0
+		}
+		n++
+	}
+	for s := range f.keyReserved[key] {
+		if !f.keyHeld[key][s] {
+			if s > limit {
+				return 0
+			}
+			n++
+		}
+	}
+	if n >= int(limit) {
+		return 0
+	}
+	for s := int32(1); s <= limit; s++ {
+		if !f.keyHeld[key][s] && f.keyReserved[key][s] == nil {
+			return s
+		}
+	}
+	return 0
+}
+
+// park takes it out of its queue to wait for a slot of its key, in order:
+// it reports false (nothing done) when the key has a free slot or it has
+// no key.
+func (f *flowControl) park(it *readyItem) bool {
+	key, limit := keyOf(it)
+	if key == "" || !f.ready() || f.freeKeySlot(key, limit) != 0 {
+		return false
+	}
+	f.parked[key] = append(f.parked[key], it)
+	it.parked = true
+	return true
+}
+
+// forget removes a parked item that left the ready queue.
+func (f *flowControl) forget(it *readyItem) {
+	if !it.parked {
+		return
+	}
+	it.parked = false
+	key, _ := keyOf(it)
+	list := f.parked[key]
+	for i, p := range list {
+		if p == it {
+			f.parked[key] = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(f.parked[key]) == 0 {
+		delete(f.parked, key)
+	}
+}
+
+// unpark returns, in the order they were parked, the items waiting for a
+// slot of key, which no longer count as parked.
+func (f *flowControl) unpark(key string) []*readyItem {
+	list := f.parked[key]
+	delete(f.parked, key)
+	for _, it := range list {
+		it.parked = false
+	}
+	return list
+}
+
+// takeKey reserves a slot of it's key for its claim; false when none is
+// free (another claim here took the last one).
+func (f *flowControl) takeKey(it *readyItem, fs *flowSlot) bool {
+	key, limit := keyOf(it)
+	if key == "" {
+		return true
+	}
+	s := f.freeKeySlot(key, limit)
+	if s == 0 {
+		return false
+	}
+	if f.keyReserved[key] == nil {
+		f.keyReserved[key] = map[int32]*slotReservation{}
+	}
+	f.keyReserved[key][s] = &slotReservation{inflight: true}
+	fs.key, fs.keySlot = key, s
+	return true
+}
+
+// claimedKey ends a claim's hold on its key slot, as claimed does for a
+// type's slot.
+// A claim that failed frees its slot for the steps parked for the key:
+// the caller queues them again (requeueParked).
+func (f *flowControl) claimedKey(fs flowSlot, committed bool) {
+	if fs.keySlot == 0 {
+		return
+	}
+	r := f.keyReserved[fs.key][fs.keySlot]
+	if r == nil {
+		return
+	}
+	if committed {
+		r.inflight = false
+		return
+	}
+	delete(f.keyReserved[fs.key], fs.keySlot)
+	if len(f.keyReserved[fs.key]) == 0 {
+		delete(f.keyReserved, fs.key)
+	}
 }
 
 // taken counts the slots of k held or chosen, and whether one lies above
@@ -326,7 +489,17 @@ func (f *flowControl) waitReason(k queueKey, now time.Time) string {
 func (d *dispatcher) applyFlow(ev store.FlowEvent) {
 	d.lock()
 	defer d.unlock()
-	d.flow.apply(ev)
+	if d.flow.apply(ev) && ev.Kind == store.FlowKeySlot {
+		if ev.Synced {
+			// Listed afresh: every parked step looks again.
+			for key := range d.flow.parked {
+				d.requeueParked(key)
+			}
+		} else {
+			// A slot of the key freed.
+			d.requeueParked(ev.Namespace + "/" + ev.Key)
+		}
+	}
 	if d.flow.ready() {
 		d.flowOnce.Do(func() { close(d.flowKnown) })
 	}
@@ -356,9 +529,28 @@ func (d *dispatcher) awaitFlow(ctx context.Context) error {
 // takes (none when slot is zero); the store derives the slot key from it
 // and compares that it is free (store/queues.go).
 func takeSlot(t *reevev1.Task, entry *storev1.ReadyEntry, slot flowSlot) {
-	if slot.slot == 0 {
+	if slot.slot == 0 && slot.keySlot == 0 {
 		return
 	}
 	st := taskstate.FindStep(t, entry.GetStep())
 	st.Slot, st.SlotLimit = slot.slot, slot.limit
+	st.KeySlot = slot.keySlot
+}
+
+// keyed reports whether st's current execution counts against a
+// concurrency key: it is claimed by the dispatcher only, never inside
+// another write.
+func keyed(t *reevev1.Task, st *reevev1.Step) bool {
+	id, _ := store.KeyID(t, st)
+	return id != ""
+}
+
+// requeueParked queues again, in order, the steps parked for a slot of
+// key. d.mu is held.
+func (d *dispatcher) requeueParked(key string) {
+	for _, it := range d.flow.unpark(key) {
+		if d.items[it.key] == it && !it.claiming && it.elem == nil && it.heapIdx < 0 {
+			d.enqueue(it)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -218,6 +219,9 @@ func (d *dispatcher) withWaitReasons(t *reevev1.Task) *reevev1.Task {
 		}
 		why := d.waitReason(t.GetNamespace(), taskstate.ExecutionType(t, st))
 		if why == "" {
+			why = d.keyWaitReason(t, st)
+		}
+		if why == "" {
 			continue
 		}
 		if out == nil {
@@ -229,4 +233,20 @@ func (d *dispatcher) withWaitReasons(t *reevev1.Task) *reevev1.Task {
 		return t
 	}
 	return out
+}
+
+// keyWaitReason says why a queued step waits for its concurrency key, ""
+// when its key has room (or it has none).
+func (d *dispatcher) keyWaitReason(t *reevev1.Task, st *reevev1.Step) string {
+	id, limit := store.KeyID(t, st)
+	if id == "" {
+		return ""
+	}
+	d.lock()
+	n := len(d.flow.keyHeld[t.GetNamespace()+"/"+id])
+	d.unlock()
+	if n < int(limit) {
+		return ""
+	}
+	return fmt.Sprintf("waiting: concurrency key %q of step %s is at its limit %d/%d", st.GetConcurrencyKey(), st.GetName(), n, limit)
 }

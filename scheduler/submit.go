@@ -159,6 +159,9 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 	}
 	t := taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), svc.opts.clock.Now())
 	t.Labels = req.GetLabels()
+	if err := flowKeys(t, req); err != nil { // flowkeys.go
+		return nil, false, err
+	}
 	rec := &storev1.TaskRecord{
 		Task:          t,
 		RequestDigest: digest,

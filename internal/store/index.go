@@ -82,6 +82,7 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 				NotBefore:    s.GetNotBefore(),
 				Compensation: taskstate.Compensating(s),
 			}
+			entry.ConcurrencyKey, entry.ConcurrencyMax = KeyID(t, s) // queues.go
 			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(entry)
 			if err != nil {
 				panic(err) // a well-formed message always marshals

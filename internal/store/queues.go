@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -44,6 +46,35 @@ func (k keys) slot(ns, typ string, slot int32) string {
 	return fmt.Sprintf("%s%06d", k.slotsOf(ns, typ), slot)
 }
 func (k keys) schedulersPrefix() string { return k.prefix + "schedulers/" }
+func (k keys) keySlotsPrefix() string   { return k.prefix + "keyslots/" }
+
+// keySlotsOf is the prefix of the slots of one concurrency key, id as
+// KeyID gives it, in namespace ns.
+func (k keys) keySlotsOf(ns, id string) string { return k.prefix + "keyslots/" + ns + "/" + id + "/" }
+func (k keys) keySlot(ns, id string, slot int32) string {
+	return fmt.Sprintf("%s%06d", k.keySlotsOf(ns, id), slot)
+}
+
+// KeyID names the slots of a step's concurrency key: running attempts of
+// one step of one workflow, per key value, "<workflow>/<step>/<hash>" (the
+// value's SHA-256, 16 hex digits: a value may hold any character), with the
+// key's max_running. "" when the step has no key, or its current
+// execution is a compensation (which the key does not count).
+func KeyID(t *reevev1.Task, s *reevev1.Step) (id string, limit int32) {
+	c := taskstate.Spec(t, s.GetName()).GetConcurrency()
+	if c == nil || taskstate.Compensating(s) {
+		return "", 0
+	}
+	sum := sha256.Sum256([]byte(s.GetConcurrencyKey()))
+	return t.GetWorkflow().GetName() + "/" + s.GetName() + "/" + hex.EncodeToString(sum[:8]), c.GetMaxRunning()
+}
+
+// HoldsKeySlot reports whether a step's current attempt holds a slot of
+// its concurrency key: while running (a compensation does not).
+func HoldsKeySlot(s *reevev1.Step) bool {
+	// TODO(issue 35): return false for a deferred step (Step.deferred).
+	return s.GetKeySlot() > 0 && s.GetState() == reevev1.StepState_STEP_STATE_RUNNING
+}
 
 // HoldsSlot reports whether a step's current attempt holds its max_running
 // slot: while dispatched to an agent. A deferred step (handed off by its
@@ -63,6 +94,14 @@ func (k keys) appendSlotKeys(dst []indexKey, t *reevev1.Task) []indexKey {
 				t.GetId() + "/" + s.GetName() + "/" + strconv.Itoa(int(s.GetAttempt())),
 			})
 		}
+		if HoldsKeySlot(s) {
+			if id, _ := KeyID(t, s); id != "" {
+				dst = append(dst, indexKey{
+					k.keySlot(t.GetNamespace(), id, s.GetKeySlot()),
+					t.GetId() + "/" + s.GetName() + "/" + strconv.Itoa(int(s.GetAttempt())),
+				})
+			}
+		}
 	}
 	return dst
 }
@@ -74,6 +113,9 @@ func (k keys) appendSlotKeys(dst []indexKey, t *reevev1.Task) []indexKey {
 func (k keys) slotCmps(before, after *reevev1.Task) []clientv3.Cmp {
 	var cmps []clientv3.Cmp
 	for _, s := range after.GetSteps() {
+		if HoldsKeySlot(s) {
+			cmps = append(cmps, k.keySlotCmps(before, after, s)...)
+		}
 		if !HoldsSlot(s) {
 			continue
 		}
@@ -89,6 +131,23 @@ func (k keys) slotCmps(before, after *reevev1.Task) []clientv3.Cmp {
 				WithRange(prefixEnd(k.slotsOf(ns, typ))))
 	}
 	return cmps
+}
+
+// keySlotCmps is slotCmps for the slot of s's concurrency key.
+func (k keys) keySlotCmps(before, after *reevev1.Task, s *reevev1.Step) []clientv3.Cmp {
+	id, limit := KeyID(after, s)
+	if id == "" {
+		return nil
+	}
+	if b := taskstate.FindStep(before, s.GetName()); b != nil && HoldsKeySlot(b) && b.GetKeySlot() == s.GetKeySlot() && b.GetAttempt() == s.GetAttempt() {
+		return nil // held already
+	}
+	ns := after.GetNamespace()
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(k.keySlot(ns, id, s.GetKeySlot())), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(k.keySlot(ns, id, max(limit, s.GetKeySlot())+1)), "=", 0).
+			WithRange(prefixEnd(k.keySlotsOf(ns, id))),
+	}
 }
 
 // GetQueueConfig returns a step type's flow-control settings; an empty
@@ -228,7 +287,10 @@ type FlowEvent struct {
 	Kind   FlowKind
 	// Namespace and Type name the step type (KindQueue, KindSlot).
 	Namespace, Type string
-	// Slot is the slot (KindSlot); Scheduler the scheduler id (KindSchedulers).
+	// Key is a concurrency key's id, KeyID's (FlowKeySlot).
+	Key string
+	// Slot is the slot (FlowSlot, FlowKeySlot); Scheduler the scheduler id
+	// (FlowScheduler).
 	Slot      int32
 	Scheduler string
 	// Config is the type's settings (KindQueue); nil when deleted.
@@ -244,6 +306,9 @@ const (
 	FlowQueue FlowKind = iota
 	FlowSlot
 	FlowScheduler
+	FlowKeySlot
+	// NumFlowKinds is the number of kinds.
+	NumFlowKinds
 )
 
 // WatchFlow sends the step types' settings, the held slots and the live
@@ -254,7 +319,7 @@ func (s *Store) WatchFlow(ctx context.Context, events chan<- FlowEvent) error {
 	kinds := []struct {
 		kind   FlowKind
 		prefix string
-	}{{FlowQueue, s.k.queuesPrefix()}, {FlowSlot, s.k.slotsPrefix()}, {FlowScheduler, s.k.schedulersPrefix()}}
+	}{{FlowQueue, s.k.queuesPrefix()}, {FlowSlot, s.k.slotsPrefix()}, {FlowScheduler, s.k.schedulersPrefix()}, {FlowKeySlot, s.k.keySlotsPrefix()}}
 	done := make(chan struct{}, len(kinds))
 	for _, k := range kinds {
 		go func() {
@@ -327,6 +392,17 @@ func flowEvent(kind FlowKind, prefix string, kv *mvccpb.KeyValue, deleted bool) 
 			}
 			ev.Config = cfg
 		}
+		return ev, true
+	case FlowKeySlot:
+		ns, r, ok := strings.Cut(rest, "/")
+		if !ok {
+			return ev, false
+		}
+		id, slot, ok := parseSlot(r)
+		if !ok {
+			return ev, false
+		}
+		ev.Namespace, ev.Key, ev.Slot = ns, id, slot
 		return ev, true
 	default:
 		ns, r, ok := strings.Cut(rest, "/")
