@@ -293,7 +293,7 @@ func (e *engine) deliverClaim(rec *storev1.TaskRecord, c *writeClaim) {
 func notWritten(err error) bool {
 	return errors.Is(err, store.ErrOverloaded) || errors.Is(err, store.ErrTooManyOps) ||
 		errors.Is(err, store.ErrTooLarge) || errors.Is(err, store.ErrNoSpace) || errors.Is(err, store.ErrStaleWorkflow) ||
-		errors.Is(err, store.ErrUnknownVersion)
+		errors.Is(err, store.ErrUnknownVersion) || errors.Is(err, store.ErrSlotTaken)
 }
 
 // serves reports whether the slot's agent takes steps of k.

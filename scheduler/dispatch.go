@@ -54,6 +54,8 @@ type dispatcher struct {
 	agents  agentSet
 	seq     uint64       // the last agentConn.seq given
 	flow    *flowControl // limits and pauses per type (limits.go)
+	// taskKeys: workflow concurrency keys (taskkeys.go)
+	taskKeys *taskKeys
 
 	flowEvents chan store.FlowEvent
 	flowKnown  chan struct{} // closed once flow control was read (awaitFlow)
@@ -80,6 +82,9 @@ type dispatchDeps struct {
 	// expireNow moves the complete-by of an attempt whose agent missed its
 	// heartbeat to now (Server.expireNow).
 	expireNow func(ref *reevev1.StepRef, details *structpb.Value)
+	// admitTask gives a task waiting for a slot of its workflow's
+	// concurrency key that slot (engine.admitKey).
+	admitTask func(ns, id string, slot int32) error
 	// work is the background work the scheduler's shutdown waits for.
 	work *workGroup
 }
@@ -94,6 +99,7 @@ func newDispatcher(deps dispatchDeps) *dispatcher {
 		queues:       map[queueKey]*list.List{},
 		agents:       newAgentSet(),
 		flow:         newFlowControl(),
+		taskKeys:     newTaskKeys(),
 		flowEvents:   make(chan store.FlowEvent, 1024),
 		flowKnown:    make(chan struct{}),
 	}

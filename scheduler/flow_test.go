@@ -474,3 +474,64 @@ func TestConcurrencyKeyRefusals(t *testing.T) {
 		t.Errorf("register with a broken key: %v", err)
 	}
 }
+
+// A workflow's concurrency key limits its live tasks per key value: a
+// customer's next task waits, PENDING, until the one before it ends, in
+// submission order; a waiting task can be canceled.
+func TestWorkflowConcurrencyKey(t *testing.T) {
+	env, s, c := newEnv(t)
+	wf := &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{Name: "orders",
+		Concurrency: &reevev1.ConcurrencySpec{Key: "input.customer", MaxRunning: 1},
+		Steps:       []*reevev1.StepSpec{step("a", "x"), step("b", "x", "a")}}}
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 10, "x"))
+	sub := func(customer string) string {
+		return submit(t, c, &reevev1.SubmitTaskRequest{Workflow: wf, Input: testenv.Value(t, map[string]any{"customer": customer})}).GetId()
+	}
+	c1 := []string{sub("c1"), sub("c1"), sub("c1")}
+	c2 := sub("c2")
+	got := map[string]*reevev1.StepAssignment{}
+	for range 2 {
+		as := a.NextAssignment(wait)
+		got[as.GetRef().GetTaskId()] = as
+	}
+	if got[c1[0]] == nil || got[c2] == nil {
+		t.Fatalf("assigned %v; want the first task of c1 and c2's", got)
+	}
+	a.Quiet(300 * time.Millisecond)
+	waiting := getTask(t, c, c1[1])
+	if waiting.GetState() != reevev1.TaskState_TASK_STATE_PENDING || waiting.GetKeySlot() != 0 ||
+		stepOf(waiting, "a").GetWaitReason() != `waiting: concurrency key "c1" of workflow orders is at its limit 1/1` {
+		t.Errorf("waiting task: %s, key slot %d, wait reason %q", waiting.GetState(), waiting.GetKeySlot(), stepOf(waiting, "a").GetWaitReason())
+	}
+	// The task holds its key across its steps.
+	a.Succeed(got[c1[0]].GetRef(), nil)
+	b := a.NextAssignment(wait)
+	if b.GetRef().GetTaskId() != c1[0] || b.GetRef().GetStep() != "b" {
+		t.Fatalf("assigned %v; want c1's first task's step b", b.GetRef())
+	}
+	a.Quiet(200 * time.Millisecond)
+	// Canceled while waiting: it ends without running.
+	if _, err := c.CancelTask(context.Background(), &reevev1.CancelTaskRequest{TaskId: c1[2], Reason: "not needed"}); err != nil {
+		t.Fatal(err)
+	}
+	// It ends: the next of its key starts.
+	a.Succeed(b.GetRef(), nil)
+	next := a.NextAssignment(wait)
+	if next.GetRef().GetTaskId() != c1[1] {
+		t.Fatalf("assigned %v; want %s", next.GetRef(), c1[1])
+	}
+	a.Succeed(next.GetRef(), nil)
+	a.Succeed(a.NextAssignment(wait).GetRef(), nil)
+	a.Succeed(got[c2].GetRef(), nil)
+	a.Succeed(a.NextAssignment(wait).GetRef(), nil)
+	waitStates(t, c, []string{c1[0], c1[1], c2}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	if st := getTask(t, c, c1[2]).GetState(); st != reevev1.TaskState_TASK_STATE_CANCELED {
+		t.Errorf("canceled waiting task is %s", st)
+	}
+	for _, p := range []string{"/reeve/taskslots/", "/reeve/keywait/"} {
+		resp, err := env.Etcd.Client().Get(context.Background(), p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			t.Errorf("%s: %v keys left (%v); want none", p, resp.Count, err)
+		}
+	}
+}

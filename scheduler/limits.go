@@ -119,7 +119,12 @@ func newFlowControl() *flowControl {
 // known: until they are, nothing is dispatched (a limit not yet seen must
 // not be overrun, nor a rate shared among too few).
 func (f *flowControl) ready() bool {
-	return f.synced[store.FlowQueue] && f.synced[store.FlowSlot] && f.synced[store.FlowScheduler] && f.synced[store.FlowKeySlot]
+	for _, ok := range f.synced {
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // controlled reports whether k has settings: its steps are claimed only by
@@ -489,7 +494,12 @@ func (f *flowControl) waitReason(k queueKey, now time.Time) string {
 func (d *dispatcher) applyFlow(ev store.FlowEvent) {
 	d.lock()
 	defer d.unlock()
-	if d.flow.apply(ev) && ev.Kind == store.FlowKeySlot {
+	if ev.Kind == store.FlowTaskSlot || ev.Kind == store.FlowKeyWait {
+		d.flow.apply(ev) // the synced flags
+		if key, look := d.taskKeys.apply(ev); look {
+			d.admitKeys([]string{key}, ev.Synced || key == "")
+		}
+	} else if d.flow.apply(ev) && ev.Kind == store.FlowKeySlot {
 		if ev.Synced {
 			// Listed afresh: every parked step looks again.
 			for key := range d.flow.parked {
@@ -502,6 +512,9 @@ func (d *dispatcher) applyFlow(ev store.FlowEvent) {
 	}
 	if d.flow.ready() {
 		d.flowOnce.Do(func() { close(d.flowKnown) })
+		if ev.Synced {
+			d.admitKeys(nil, true) // taskkeys.go
+		}
 	}
 }
 

@@ -213,6 +213,22 @@ func (d *dispatcher) waitReason(ns, typ string) string {
 // that flow control holds back (a copy when any is), else t itself.
 func (d *dispatcher) withWaitReasons(t *reevev1.Task) *reevev1.Task {
 	var out *reevev1.Task
+	if taskstate.KeyWaiting(t) {
+		c := t.GetWorkflow().GetConcurrency()
+		why := fmt.Sprintf("waiting: concurrency key %q of workflow %s is at its limit %d/%d", t.GetConcurrencyKey(), t.GetWorkflow().GetName(), c.GetMaxRunning(), c.GetMaxRunning())
+		for i, st := range t.GetSteps() {
+			if taskstate.Queued(st) {
+				if out == nil {
+					out = proto.Clone(t).(*reevev1.Task)
+				}
+				out.GetSteps()[i].WaitReason = why
+			}
+		}
+		if out == nil {
+			return t
+		}
+		return out
+	}
 	for i, st := range t.GetSteps() {
 		if !taskstate.Dispatchable(t, st) {
 			continue

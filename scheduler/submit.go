@@ -157,17 +157,27 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 	if d := svc.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
 		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
 	}
-	t := taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), svc.opts.clock.Now())
-	t.Labels = req.GetLabels()
-	if err := flowKeys(t, req); err != nil { // flowkeys.go
-		return nil, false, err
+	for try := 0; ; try++ {
+		t := taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), svc.opts.clock.Now())
+		t.Labels = req.GetLabels()
+		if err := flowKeys(t, req); err != nil { // flowkeys.go
+			return nil, false, err
+		}
+		if try == 0 {
+			// A free slot of its workflow's concurrency key, if it has one
+			// and one looks free: else it is created waiting (taskkeys.go).
+			t.KeySlot = svc.disp.freeTaskSlot(t)
+		}
+		rec := &storev1.TaskRecord{
+			Task:          proto.Clone(t).(*reevev1.Task),
+			RequestDigest: digest,
+			TraceContext:  telemetry.Inject(ctx),
+		}
+		existing, created, err = svc.eng.create(ctx, rec, ofLatest)
+		if !errors.Is(err, store.ErrSlotTaken) || try > 0 {
+			return existing, created, err
+		}
 	}
-	rec := &storev1.TaskRecord{
-		Task:          t,
-		RequestDigest: digest,
-		TraceContext:  telemetry.Inject(ctx),
-	}
-	return svc.eng.create(ctx, rec, ofLatest)
 }
 
 // resolveWorkflow returns the workflow a submission runs, as the snapshot the

@@ -465,6 +465,11 @@ func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (
 			r.done <- writeRes{err: fmt.Errorf("create task %s/%s: %w", r.ns, r.id, ErrStaleWorkflow)}
 			return false
 		}
+		if len(kvs) == 0 && len(r.slots) > 0 {
+			// The task does not exist: a slot compare failed.
+			r.done <- writeRes{err: fmt.Errorf("create task %s/%s: %w", r.ns, r.id, ErrSlotTaken)}
+			return false
+		}
 		if len(kvs) == 0 {
 			r.done <- writeRes{err: fmt.Errorf("create task: %w", ErrConflict)}
 			return false

@@ -55,6 +55,30 @@ func (k keys) keySlot(ns, id string, slot int32) string {
 	return fmt.Sprintf("%s%06d", k.keySlotsOf(ns, id), slot)
 }
 
+func (k keys) taskSlotsPrefix() string { return k.prefix + "taskslots/" }
+func (k keys) keyWaitPrefix() string   { return k.prefix + "keywait/" }
+func (k keys) taskSlotsOf(ns, id string) string {
+	return k.prefix + "taskslots/" + ns + "/" + id + "/"
+}
+func (k keys) taskSlot(ns, id string, slot int32) string {
+	return fmt.Sprintf("%s%06d", k.taskSlotsOf(ns, id), slot)
+}
+func (k keys) keyWait(ns, id string, created int64, taskID string) string {
+	return fmt.Sprintf("%skeywait/%s/%s/%020d/%s", k.prefix, ns, id, created, taskID)
+}
+
+// TaskKeyID names the slots of a task's workflow concurrency key: live
+// tasks of one workflow per key value, "<workflow>/<hash>", with the key's
+// max_running; "" when the workflow has none.
+func TaskKeyID(t *reevev1.Task) (id string, limit int32) {
+	c := t.GetWorkflow().GetConcurrency()
+	if c == nil {
+		return "", 0
+	}
+	sum := sha256.Sum256([]byte(t.GetConcurrencyKey()))
+	return t.GetWorkflow().GetName() + "/" + hex.EncodeToString(sum[:8]), c.GetMaxRunning()
+}
+
 // KeyID names the slots of a step's concurrency key: running attempts of
 // one step of one workflow, per key value, "<workflow>/<step>/<hash>" (the
 // value's SHA-256, 16 hex digits: a value may hold any character), with the
@@ -87,6 +111,16 @@ func HoldsSlot(s *reevev1.Step) bool {
 
 // appendSlotKeys appends the slot keys a task record implies.
 func (k keys) appendSlotKeys(dst []indexKey, t *reevev1.Task) []indexKey {
+	// A live task of a workflow with a concurrency key holds a slot of its
+	// key, or waits for one, in submission order.
+	if id, _ := TaskKeyID(t); id != "" && !taskstate.TerminalTask(t.GetState()) {
+		if t.GetKeySlot() > 0 {
+			dst = append(dst, indexKey{k.taskSlot(t.GetNamespace(), id, t.GetKeySlot()), t.GetId()})
+		} else if ct := t.GetCreateTime(); ct != nil {
+			_, limit := TaskKeyID(t)
+			dst = append(dst, indexKey{k.keyWait(t.GetNamespace(), id, ct.AsTime().UnixNano(), t.GetId()), strconv.Itoa(int(limit))})
+		}
+	}
 	for _, s := range t.GetSteps() {
 		if HoldsSlot(s) {
 			dst = append(dst, indexKey{
@@ -112,6 +146,14 @@ func (k keys) appendSlotKeys(dst []indexKey, t *reevev1.Task) []indexKey {
 // slot (every write of a type without a limit).
 func (k keys) slotCmps(before, after *reevev1.Task) []clientv3.Cmp {
 	var cmps []clientv3.Cmp
+	if id, limit := TaskKeyID(after); id != "" && after.GetKeySlot() > 0 && !taskstate.TerminalTask(after.GetState()) &&
+		(before == nil || before.GetKeySlot() != after.GetKeySlot()) {
+		ns := after.GetNamespace()
+		cmps = append(cmps,
+			clientv3.Compare(clientv3.CreateRevision(k.taskSlot(ns, id, after.GetKeySlot())), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(k.taskSlot(ns, id, max(limit, after.GetKeySlot())+1)), "=", 0).
+				WithRange(prefixEnd(k.taskSlotsOf(ns, id))))
+	}
 	for _, s := range after.GetSteps() {
 		if HoldsKeySlot(s) {
 			cmps = append(cmps, k.keySlotCmps(before, after, s)...)
@@ -287,8 +329,15 @@ type FlowEvent struct {
 	Kind   FlowKind
 	// Namespace and Type name the step type (KindQueue, KindSlot).
 	Namespace, Type string
-	// Key is a concurrency key's id, KeyID's (FlowKeySlot).
+	// Key is a concurrency key's id, KeyID's (FlowKeySlot) or TaskKeyID's
+	// (FlowTaskSlot, FlowKeyWait).
 	Key string
+	// TaskID and Created name a task waiting for a slot of Key
+	// (FlowKeyWait): its id and create time (unix ns).
+	TaskID  string
+	Created int64
+	// Limit is the key's max_running (FlowKeyWait).
+	Limit int32
 	// Slot is the slot (FlowSlot, FlowKeySlot); Scheduler the scheduler id
 	// (FlowScheduler).
 	Slot      int32
@@ -307,6 +356,8 @@ const (
 	FlowSlot
 	FlowScheduler
 	FlowKeySlot
+	FlowTaskSlot
+	FlowKeyWait
 	// NumFlowKinds is the number of kinds.
 	NumFlowKinds
 )
@@ -319,7 +370,8 @@ func (s *Store) WatchFlow(ctx context.Context, events chan<- FlowEvent) error {
 	kinds := []struct {
 		kind   FlowKind
 		prefix string
-	}{{FlowQueue, s.k.queuesPrefix()}, {FlowSlot, s.k.slotsPrefix()}, {FlowScheduler, s.k.schedulersPrefix()}, {FlowKeySlot, s.k.keySlotsPrefix()}}
+	}{{FlowQueue, s.k.queuesPrefix()}, {FlowSlot, s.k.slotsPrefix()}, {FlowScheduler, s.k.schedulersPrefix()}, {FlowKeySlot, s.k.keySlotsPrefix()},
+		{FlowTaskSlot, s.k.taskSlotsPrefix()}, {FlowKeyWait, s.k.keyWaitPrefix()}}
 	done := make(chan struct{}, len(kinds))
 	for _, k := range kinds {
 		go func() {
@@ -393,7 +445,26 @@ func flowEvent(kind FlowKind, prefix string, kv *mvccpb.KeyValue, deleted bool) 
 			ev.Config = cfg
 		}
 		return ev, true
-	case FlowKeySlot:
+	case FlowKeyWait:
+		// <ns>/<workflow>/<hash>/<created>/<task-id>
+		parts := strings.Split(rest, "/")
+		if len(parts) != 5 {
+			return ev, false
+		}
+		created, err := strconv.ParseInt(parts[3], 10, 64)
+		if err != nil {
+			return ev, false
+		}
+		ev.Namespace, ev.Key, ev.Created, ev.TaskID = parts[0], parts[1]+"/"+parts[2], created, parts[4]
+		if !deleted {
+			n, err := strconv.ParseInt(string(kv.Value), 10, 32)
+			if err != nil {
+				return ev, false
+			}
+			ev.Limit = int32(n)
+		}
+		return ev, true
+	case FlowKeySlot, FlowTaskSlot:
 		ns, r, ok := strings.Cut(rest, "/")
 		if !ok {
 			return ev, false

@@ -369,7 +369,9 @@ func TestValidateFlowKeys(t *testing.T) {
 		edit func(*reevev1.Workflow)
 		want string
 	}{
-		{func(w *reevev1.Workflow) { w.Concurrency = &reevev1.ConcurrencySpec{Key: "input.customer_id +", MaxRunning: 1} }, "workflow.concurrency.key: line 1, column 20: "},
+		{func(w *reevev1.Workflow) {
+			w.Concurrency = &reevev1.ConcurrencySpec{Key: "input.customer_id +", MaxRunning: 1}
+		}, "workflow.concurrency.key: line 1, column 20: "},
 		{func(w *reevev1.Workflow) { w.Concurrency = &reevev1.ConcurrencySpec{Key: "input.customer_id"} }, "workflow.concurrency.maxRunning: 0; must be 1 to 1000000"},
 		{func(w *reevev1.Workflow) {
 			w.Steps[0].Concurrency = &reevev1.ConcurrencySpec{Key: "input.a &&\n  )", MaxRunning: 2}

@@ -229,8 +229,12 @@ type Task struct {
 	// The value of the workflow's concurrency key (Workflow.concurrency.key
 	// on the input), computed at submission; empty without one.
 	ConcurrencyKey string `protobuf:"bytes,32,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The slot (1-based) of that key the task holds while live; 0 with a
+	// key: the task waits (PENDING, nothing dispatched) for a task of its
+	// key to end.
+	KeySlot       int32 `protobuf:"varint,33,opt,name=key_slot,json=keySlot,proto3" json:"key_slot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -401,6 +405,13 @@ func (x *Task) GetConcurrencyKey() string {
 		return x.ConcurrencyKey
 	}
 	return ""
+}
+
+func (x *Task) GetKeySlot() int32 {
+	if x != nil {
+		return x.KeySlot
+	}
+	return 0
 }
 
 // Step is the state record of one step of a task, as the pattern names it:
@@ -871,7 +882,7 @@ var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\x84\a\n" +
+	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\x9f\a\n" +
 	"\x04Task\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12.\n" +
@@ -896,7 +907,8 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\bdeadline\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
 	"\bpriority\x18\x1e \x01(\x05R\bpriority\x12!\n" +
 	"\ffairness_key\x18\x1f \x01(\tR\vfairnessKey\x12'\n" +
-	"\x0fconcurrency_key\x18  \x01(\tR\x0econcurrencyKey\x1a9\n" +
+	"\x0fconcurrency_key\x18  \x01(\tR\x0econcurrencyKey\x12\x19\n" +
+	"\bkey_slot\x18! \x01(\x05R\akeySlot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\b\n" +
