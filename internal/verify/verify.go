@@ -174,9 +174,13 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	}
 	ck.rev = resp.Header.Revision
 	ck.rep.Revision = ck.rev
+	if err := ck.loadLimits(ctx); err != nil { // limits.go
+		return nil, err
+	}
 	if err := ck.scanRecords(ctx); err != nil {
 		return nil, err
 	}
+	ck.checkLimits()
 	// The legacy indexes are those of older layouts (store/keys.go): a
 	// store should have none left once a newer scheduler started (each key
 	// is reported).
@@ -206,6 +210,7 @@ type checker struct {
 	opts Options
 	rev  int64
 	rep  *Report
+	lim  *limitCheck // limits.go
 }
 
 func (ck *checker) add(v Violation) {
@@ -278,6 +283,7 @@ func (ck *checker) scanRecords(ctx context.Context) error {
 			}
 			ck.checkMoves(t)
 			ck.checkArchived(t)
+			ck.lim.collect(t)
 			for key, val := range ck.st.DerivedKeys(rec) {
 				want = append(want, key)
 				wantVal[key] = val
