@@ -48,6 +48,9 @@ type flowControl struct {
 	keyHeld     map[string]map[int32]bool
 	keyReserved map[string]map[int32]*slotReservation
 	parked      map[string][]*readyItem
+	// throttled counts the dispatches put off for want of a rate token
+	// (reeve.queue.throttled).
+	throttled map[queueKey]int64
 	// wakeAt is the earliest time a throttled type has a token again; zero
 	// when none waits for one.
 	wakeAt time.Time
@@ -108,6 +111,7 @@ func newFlowControl() *flowControl {
 		reserved:   map[queueKey]map[int32]*slotReservation{},
 		schedulers: map[string]bool{},
 		buckets:    map[queueKey]*bucket{},
+		throttled:  map[queueKey]int64{},
 
 		keyHeld:     map[string]map[int32]bool{},
 		keyReserved: map[string]map[int32]*slotReservation{},
@@ -406,6 +410,7 @@ func (f *flowControl) take(k queueKey, now time.Time) (flowSlot, bool) {
 				f.wakeAt = at
 			}
 			b.lastRefusal = now
+			f.throttled[k]++
 			return flowSlot{}, false
 		}
 		fs.token = b

@@ -137,6 +137,7 @@ func newInstruments(s *Server) *instruments {
 		}
 		return nil
 	}, inFlight, agents, tasks, queued, queuedAge, dbSize, dbInUse, dbQuota)
+	registerFlowMetrics(m, s) // flowmetrics.go
 	return in
 }
 

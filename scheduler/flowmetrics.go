@@ -1,0 +1,54 @@
+package scheduler
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/reeve-org/reeve/internal/telemetry"
+)
+
+// registerFlowMetrics reports flow control per (namespace, step type) with
+// settings, from this scheduler's view (docs/observability.md): every
+// scheduler watches the same keys, so aggregate the gauges with max and
+// sum the throttled counter.
+func registerFlowMetrics(m metric.Meter, s *Server) {
+	running, _ := m.Int64ObservableGauge("reeve.queue.running",
+		metric.WithDescription("Attempts holding a max_running slot of the step type, cluster-wide (aggregate with max)"))
+	limit, _ := m.Int64ObservableGauge("reeve.queue.limit",
+		metric.WithDescription("The step type's max_running; 0: none"))
+	limited, _ := m.Int64ObservableGauge("reeve.queue.limited",
+		metric.WithDescription("1 while the step type dispatches nothing because it is paused or at its max_running, else 0"))
+	paused, _ := m.Int64ObservableGauge("reeve.queue.paused",
+		metric.WithDescription("1 while the step type is paused"))
+	throttled, _ := m.Int64ObservableCounter("reeve.queue.throttled",
+		metric.WithDescription("Dispatches of the step type this scheduler put off for want of a rate token (sum over schedulers)"))
+	_, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		d := s.disp
+		if d == nil {
+			return nil
+		}
+		d.lock()
+		defer d.unlock()
+		f := d.flow
+		for k, cfg := range f.configs {
+			attrs := metric.WithAttributes(telemetry.KeyNamespace.String(k.ns), telemetry.KeyStepType.String(k.typ))
+			o.ObserveInt64(limit, int64(cfg.GetMaxRunning()), attrs)
+			o.ObserveInt64(running, int64(len(f.held[k])), attrs)
+			at := int64(0)
+			if m := cfg.GetMaxRunning(); cfg.GetPaused() || (m > 0 && len(f.held[k]) >= int(m)) {
+				at = 1
+			}
+			o.ObserveInt64(limited, at, attrs)
+			p := int64(0)
+			if cfg.GetPaused() {
+				p = 1
+			}
+			o.ObserveInt64(paused, p, attrs)
+		}
+		for k, n := range f.throttled {
+			o.ObserveInt64(throttled, n, metric.WithAttributes(telemetry.KeyNamespace.String(k.ns), telemetry.KeyStepType.String(k.typ)))
+		}
+		return nil
+	}, running, limit, limited, paused, throttled)
+}
