@@ -17,6 +17,7 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/cluster"
 	"github.com/reeve-org/reeve/internal/cluster/clustertest"
+	"github.com/reeve-org/reeve/internal/demo"
 )
 
 // Flow control in production's configuration (issue 36): 3 etcd members, 2
@@ -30,7 +31,7 @@ func TestQueueLimitsWithTwoSchedulersOverMTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := clustertest.Start(ctx, t, cluster.Config{Dir: t.TempDir(), Reeve: reeve, Etcd: etcd, NoFsync: true, Secure: true,
-		Supervisors: 1, Agents: 3, AgentArgs: func(int) []string { return []string{"--demo"} }})
+		Supervisors: 1, Agents: 3, AgentArgs: func(int) []string { return []string{"--demo"} }, Workflows: demo.Workflows()})
 	cli, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
