@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -12,7 +13,10 @@ import (
 // settings, from this scheduler's view (docs/observability.md): every
 // scheduler watches the same keys, so aggregate the gauges with max and
 // sum the throttled counter.
-func registerFlowMetrics(m metric.Meter, s *Server) {
+func registerFlowMetrics(m metric.Meter, s *Server, in *instruments) {
+	in.slotIdle, _ = m.Float64Histogram("reeve.queue.slot_idle", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
+		metric.WithDescription("How long a freed max_running slot stayed free while steps of its type waited: from this scheduler seeing the slot freed to its dispatcher taking a slot for the next claim"))
 	running, _ := m.Int64ObservableGauge("reeve.queue.running",
 		metric.WithDescription("Attempts holding a max_running slot of the step type, cluster-wide (aggregate with max)"))
 	limit, _ := m.Int64ObservableGauge("reeve.queue.limit",
@@ -51,4 +55,14 @@ func registerFlowMetrics(m metric.Meter, s *Server) {
 		}
 		return nil
 	}, running, limit, limited, paused, throttled)
+}
+
+// observeSlotIdle records how long a freed slot of k stayed free before a
+// claim here took one (reeve.queue.slot_idle).
+func (in *instruments) observeSlotIdle(k queueKey, idle time.Duration) {
+	if in.slotIdle == nil {
+		return
+	}
+	in.slotIdle.Record(context.Background(), idle.Seconds(),
+		metric.WithAttributes(telemetry.KeyNamespace.String(k.ns), telemetry.KeyStepType.String(k.typ)))
 }

@@ -48,6 +48,12 @@ type flowControl struct {
 	keyHeld     map[string]map[int32]bool
 	keyReserved map[string]map[int32]*slotReservation
 	parked      map[string][]*readyItem
+	// freedAt holds, per type, when each slot freed that no claim here has
+	// taken since (oldest first, at most maxFreed); idle reports, when a
+	// claim takes a slot, how long the oldest of them stayed free
+	// (reeve.queue.slot_idle).
+	freedAt map[queueKey][]time.Time
+	idle    func(k queueKey, d time.Duration)
 	// throttled counts the dispatches put off for want of a rate token
 	// (reeve.queue.throttled).
 	throttled map[queueKey]int64
@@ -55,6 +61,9 @@ type flowControl struct {
 	// when none waits for one.
 	wakeAt time.Time
 }
+
+// maxFreed bounds the freed times kept per type.
+const maxFreed = 4096
 
 // slotReservation is a slot chosen for a claim, kept until the watch
 // shows the slot key (or the claim failed): until then, no other claim
@@ -112,6 +121,7 @@ func newFlowControl() *flowControl {
 		schedulers: map[string]bool{},
 		buckets:    map[queueKey]*bucket{},
 		throttled:  map[queueKey]int64{},
+		freedAt:    map[queueKey][]time.Time{},
 
 		keyHeld:     map[string]map[int32]bool{},
 		keyReserved: map[string]map[int32]*slotReservation{},
@@ -138,7 +148,7 @@ func (f *flowControl) controlled(k queueKey) bool {
 }
 
 // apply records one change; it reports whether dispatch may have room now.
-func (f *flowControl) apply(ev store.FlowEvent) bool {
+func (f *flowControl) apply(ev store.FlowEvent, now time.Time) bool {
 	if ev.Reset {
 		f.synced[ev.Kind] = false
 		switch ev.Kind {
@@ -146,6 +156,7 @@ func (f *flowControl) apply(ev store.FlowEvent) bool {
 			clear(f.configs)
 		case store.FlowSlot:
 			clear(f.held)
+			clear(f.freedAt)
 			// A claim that committed before the reset is in the listing
 			// that follows; one in flight keeps its reservation.
 			dropCommitted(f.reserved)
@@ -172,6 +183,9 @@ func (f *flowControl) apply(ev store.FlowEvent) bool {
 		}
 	case store.FlowSlot:
 		if ev.Deleted {
+			if f.configs[k].GetMaxRunning() > 0 && len(f.freedAt[k]) < maxFreed {
+				f.freedAt[k] = append(f.freedAt[k], now)
+			}
 			delete(f.held[k], ev.Slot)
 			if len(f.held[k]) == 0 {
 				delete(f.held, k)
@@ -416,6 +430,12 @@ func (f *flowControl) take(k queueKey, now time.Time) (flowSlot, bool) {
 		fs.token = b
 	}
 	if fs.slot > 0 {
+		if fr := f.freedAt[k]; len(fr) > 0 {
+			if f.idle != nil {
+				f.idle(k, now.Sub(fr[0]))
+			}
+			f.freedAt[k] = fr[1:]
+		}
 		if f.reserved[k] == nil {
 			f.reserved[k] = map[int32]*slotReservation{}
 		}
@@ -499,12 +519,20 @@ func (f *flowControl) waitReason(k queueKey, now time.Time) string {
 func (d *dispatcher) applyFlow(ev store.FlowEvent) {
 	d.lock()
 	defer d.unlock()
+	if ev.Kind == store.FlowSlot && ev.Deleted {
+		defer func() {
+			// Nothing of the type waits: the slot's idle time is no one's wait.
+			if q := d.queues[queueKey{ev.Namespace, ev.Type}]; q == nil || q.Len() == 0 {
+				delete(d.flow.freedAt, queueKey{ev.Namespace, ev.Type})
+			}
+		}()
+	}
 	if ev.Kind == store.FlowTaskSlot || ev.Kind == store.FlowKeyWait {
-		d.flow.apply(ev) // the synced flags
+		d.flow.apply(ev, d.clock.Now()) // the synced flags
 		if key, look := d.taskKeys.apply(ev); look {
 			d.admitKeys([]string{key}, ev.Synced || key == "")
 		}
-	} else if d.flow.apply(ev) && ev.Kind == store.FlowKeySlot {
+	} else if d.flow.apply(ev, d.clock.Now()) && ev.Kind == store.FlowKeySlot {
 		if ev.Synced {
 			// Listed afresh: every parked step looks again.
 			for key := range d.flow.parked {

@@ -118,6 +118,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		claimEntry: s.eng.claim, takeBackNow: s.eng.takeBack, expireNow: s.eng.expireNow, admitTask: s.eng.admitKey, work: s.work,
 	})
 	s.eng.disp = s.disp
+	s.disp.flow.idle = s.tel.observeSlotIdle
 	s.agents = &agents{
 		opts: &s.opts, eng: s.eng, disp: s.disp, store: s.store, log: s.log, logs: logs, tel: s.tel,
 		base: base, stopping: stopping, work: s.work, lease: s.currentLease,

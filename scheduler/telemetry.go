@@ -36,6 +36,8 @@ type instruments struct {
 	// Submissions with a chosen id answered without the archive, while it
 	// was unavailable (dedup.go): by the outcome, created or refused.
 	archiveWindowAnswers metric.Int64Counter
+	// slotIdle: how long freed max_running slots stay free (flowmetrics.go).
+	slotIdle metric.Float64Histogram
 
 	mu         sync.Mutex
 	namespaces map[string]bool // namespaces whose task counts are reported
@@ -137,7 +139,7 @@ func newInstruments(s *Server) *instruments {
 		}
 		return nil
 	}, inFlight, agents, tasks, queued, queuedAge, dbSize, dbInUse, dbQuota)
-	registerFlowMetrics(m, s) // flowmetrics.go
+	registerFlowMetrics(m, s, in) // flowmetrics.go
 	return in
 }
 
