@@ -4,7 +4,11 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 
 	"github.com/reeve-org/reeve/internal/telemetry"
 )
@@ -65,4 +69,25 @@ func (in *instruments) observeSlotIdle(k queueKey, idle time.Duration) {
 	}
 	in.slotIdle.Record(context.Background(), idle.Seconds(),
 		metric.WithAttributes(telemetry.KeyNamespace.String(k.ns), telemetry.KeyStepType.String(k.typ)))
+}
+
+// flowSpanAttrs are the flow-control attributes of an attempt's span: the
+// max_running slot it took and its concurrency key, when it has them. The
+// span starts when the attempt was due, so its queue wait (reeve.step.queue_wait_ms)
+// includes any wait for a slot, a token or a resumed queue.
+func flowSpanAttrs(t *reevev1.Task, st *reevev1.Step) []trace.SpanStartOption {
+	var attrs []attribute.KeyValue
+	if st.GetSlot() > 0 {
+		attrs = append(attrs, attribute.Int("reeve.queue.slot", int(st.GetSlot())), attribute.Int("reeve.queue.max_running", int(st.GetSlotLimit())))
+	}
+	if st.GetKeySlot() > 0 {
+		attrs = append(attrs, attribute.String("reeve.concurrency_key", st.GetConcurrencyKey()))
+	}
+	if t.GetConcurrencyKey() != "" {
+		attrs = append(attrs, attribute.String("reeve.task.concurrency_key", t.GetConcurrencyKey()))
+	}
+	if len(attrs) == 0 {
+		return nil
+	}
+	return []trace.SpanStartOption{trace.WithAttributes(attrs...)}
 }

@@ -218,6 +218,7 @@ func (in *instruments) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *ree
 		prev := telemetry.AttemptSpanContext(task, t.GetNamespace(), t.GetId(), st.GetName(), st.GetAttempt()-1)
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: prev, Attributes: []attribute.KeyValue{attribute.String("reeve.link", "previous_attempt")}}))
 	}
+	opts = append(opts, flowSpanAttrs(t, st)...) // flowmetrics.go
 	ctx, span := in.tracer.Start(telemetry.WithSpanID(ctx, self.SpanID()), telemetry.SpanAttempt, opts...)
 	span.AddEvent("claimed", trace.WithTimestamp(now))
 	a.TraceContext = telemetry.Inject(ctx)
