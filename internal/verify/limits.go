@@ -169,3 +169,27 @@ func (ck *checker) checkLimits() {
 		}
 	}
 }
+
+// parseKey is parseIndexKey, also for the flow-control indexes, whose
+// task is named by the value (slots/, keyslots/: "<task-id>/<step>/<attempt>";
+// taskslots/: the task id) or the key (keywait/):
+//
+//	slots/<ns>/<type>/<slot>
+//	keyslots/<ns>/<workflow>/<step>/<hash>/<slot>
+//	taskslots/<ns>/<workflow>/<hash>/<slot>
+//	keywait/<ns>/<workflow>/<hash>/<created>/<task-id>
+func parseKey(idx, rest string, value []byte) (ns, id string, ok bool) {
+	p := strings.Split(rest, "/")
+	switch {
+	case idx == "slots/" && len(p) == 3, idx == "keyslots/" && len(p) == 5:
+		id, _, _ = strings.Cut(string(value), "/")
+		return p[0], id, id != ""
+	case idx == "taskslots/" && len(p) == 4:
+		return p[0], string(value), len(value) > 0
+	case idx == "keywait/" && len(p) == 5:
+		return p[0], p[4], true
+	case idx == "slots/", idx == "keyslots/", idx == "taskslots/", idx == "keywait/":
+		return "", "", false
+	}
+	return parseIndexKey(idx, rest)
+}

@@ -90,3 +90,19 @@ func TestLimitExceededFromHistory(t *testing.T) {
 	}
 	t.Log(got[0].Detail)
 }
+
+// A slot key no record implies (left by a scheduler of an older Reeve, or
+// written by hand) holds capacity for ever: it is reported.
+func TestOrphanSlotKeyReported(t *testing.T) {
+	m := etcdtest.New(t)
+	if _, err := m.Client().Put(ctx(t), "/reeve/slots/default/t/000001", "gone/a/1"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Check(ctx(t), m.Client(), verify.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) != 1 || rep.Violations[0].Kind != verify.KindOrphan || rep.Violations[0].TaskID != "gone" {
+		t.Fatalf("violations %v; want the orphan slot key", rep.Violations)
+	}
+}

@@ -184,7 +184,8 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	// The legacy indexes are those of older layouts (store/keys.go): a
 	// store should have none left once a newer scheduler started (each key
 	// is reported).
-	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/", "labels/"}, legacyIndexes...) {
+	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/", "labels/",
+		"slots/", "keyslots/", "taskslots/", "keywait/"}, legacyIndexes...) {
 		if err := ck.scanIndex(ctx, idx); err != nil {
 			return nil, err
 		}
@@ -405,7 +406,7 @@ func (ck *checker) scanIndex(ctx context.Context, idx string) error {
 		seen := map[string]bool{}
 		for i, kv := range kvs {
 			ck.rep.IndexKeys++
-			ns, id, ok := parseIndexKey(idx, strings.TrimPrefix(kv.key, prefix))
+			ns, id, ok := parseKey(idx, strings.TrimPrefix(kv.key, prefix), kv.value)
 			if !ok {
 				ck.add(Violation{Kind: KindOrphan, Key: kv.key, Detail: "malformed index key"})
 				continue
