@@ -163,6 +163,11 @@ func (svc *queueService) ListQueues(ctx context.Context, req *reevev1.ListQueues
 		}
 	}
 	svc.disp.flowStats(ns, get)
+	for _, q := range byType {
+		if q.Config == nil && !svc.disp.configured(ns, q.Type) {
+			q.Applied = true // no settings, and none applied
+		}
+	}
 	out := &reevev1.ListQueuesResponse{}
 	for _, typ := range slices.Sorted(func(yield func(string) bool) {
 		for t := range byType {
@@ -190,7 +195,13 @@ func (d *dispatcher) flowStats(ns string, get func(typ string) *reevev1.Queue) {
 	d.lock()
 	defer d.unlock()
 	for k, cfg := range d.flow.configs {
-		if k.ns != ns || cfg.GetMaxRunning() == 0 {
+		if k.ns != ns {
+			continue
+		}
+		if q := get(k.typ); q.Config != nil && proto.Equal(q.Config, cfg) {
+			q.Applied = true
+		}
+		if cfg.GetMaxRunning() == 0 {
 			continue
 		}
 		q := get(k.typ)
@@ -265,4 +276,11 @@ func (d *dispatcher) keyWaitReason(t *reevev1.Task, st *reevev1.Step) string {
 		return ""
 	}
 	return fmt.Sprintf("waiting: concurrency key %q of step %s is at its limit %d/%d", st.GetConcurrencyKey(), st.GetName(), n, limit)
+}
+
+// configured reports whether the dispatcher applies settings for a type.
+func (d *dispatcher) configured(ns, typ string) bool {
+	d.lock()
+	defer d.unlock()
+	return d.flow.configs[queueKey{ns, typ}] != nil
 }

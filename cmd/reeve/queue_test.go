@@ -3,6 +3,11 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 )
 
 // The queue commands set, show, pause and clear a step type's limits as
@@ -48,5 +53,47 @@ func TestQueueCommands(t *testing.T) {
 	}
 	if code, _, errOut := reeve(t, addr, "queue", "limit", "payments.charge", "--max-running", "-1"); code != 1 || !strings.Contains(errOut, "max_running") {
 		t.Errorf("negative max-running: exit %d, %s; want 1 naming max_running", code, errOut)
+	}
+}
+
+// task get says why a queued step waits: its type is paused.
+func TestTaskGetSaysWhyPaused(t *testing.T) {
+	addr := demoEnv(t)
+	code, _, errOut := reeve(t, addr, "queue", "pause", "inventory.reserve")
+	if code != 0 {
+		t.Fatalf("pause: %s", errOut)
+	}
+	// Applied by the scheduler (its watch delivered the pause).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, out, _ := reeve(t, addr, "queue", "list", "-o", "json")
+		resp := &reevev1.ListQueuesResponse{}
+		if err := protojson.Unmarshal([]byte(out), resp); err != nil {
+			t.Fatal(err)
+		}
+		applied := false
+		for _, q := range resp.GetQueues() {
+			applied = applied || (q.GetType() == "inventory.reserve" && q.GetConfig().GetPaused() && q.GetApplied())
+		}
+		if applied {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pause not applied: %s", out)
+		}
+	}
+	code, out, errOut := reeve(t, addr, "task", "submit", "--workflow", "demo.orders", "--id", "held", "--input", `{"order_id":"held"}`)
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s %s", code, out, errOut)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, out, _ = reeve(t, addr, "task", "get", "held")
+		if strings.Contains(out, "waiting: queue inventory.reserve is paused") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task get printed:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -125,7 +125,11 @@ type Queue struct {
 	// How long the oldest queued step has waited.
 	OldestWait *durationpb.Duration `protobuf:"bytes,7,opt,name=oldest_wait,json=oldestWait,proto3" json:"oldest_wait,omitempty"`
 	// Agent streams connected for this type (on any scheduler).
-	Agents        int32 `protobuf:"varint,8,opt,name=agents,proto3" json:"agents,omitempty"`
+	Agents int32 `protobuf:"varint,8,opt,name=agents,proto3" json:"agents,omitempty"`
+	// Whether the scheduler that answered applies config as shown (its watch
+	// has delivered the last change): a change applies on every scheduler
+	// within a second.
+	Applied       bool `protobuf:"varint,9,opt,name=applied,proto3" json:"applied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +218,13 @@ func (x *Queue) GetAgents() int32 {
 		return x.Agents
 	}
 	return 0
+}
+
+func (x *Queue) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
 }
 
 type SetQueueLimitRequest struct {
@@ -642,7 +653,7 @@ const file_reeve_v1_queue_service_proto_rawDesc = "" +
 	"\x05burst\x18\x03 \x01(\x05R\x05burst\x12\x16\n" +
 	"\x06paused\x18\x04 \x01(\bR\x06paused\x12@\n" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
-	"updateTime\"\x97\x02\n" +
+	"updateTime\"\xb1\x02\n" +
 	"\x05Queue\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12-\n" +
@@ -652,7 +663,8 @@ const file_reeve_v1_queue_service_proto_rawDesc = "" +
 	"\x0frunning_counted\x18\x06 \x01(\bR\x0erunningCounted\x12:\n" +
 	"\voldest_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"oldestWait\x12\x16\n" +
-	"\x06agents\x18\b \x01(\x05R\x06agents\"\xae\x01\n" +
+	"\x06agents\x18\b \x01(\x05R\x06agents\x12\x18\n" +
+	"\aapplied\x18\t \x01(\bR\aapplied\"\xae\x01\n" +
 	"\x14SetQueueLimitRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\x04type\x18\x02 \x01(\tB\x03\xe0A\x02R\x04type\x12\x1f\n" +
