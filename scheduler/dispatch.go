@@ -272,10 +272,14 @@ func (d *dispatcher) match() {
 				<-d.sem // paused, at its limit or throttled: a slot freed or a token due pokes us
 				break
 			}
+			if !d.flow.takeKey(q.Front().Value.(*readyItem), &fs) {
+				d.flow.claimed(k, fs, false, now) // not reached: park found a free key slot
+				<-d.sem
+				break
+			}
 			it := q.Remove(q.Front()).(*readyItem)
 			it.elem = nil
 			it.claiming = true
-			d.flow.takeKey(it, &fs)
 			it.slot = fs
 			conn.reserved++
 			if !d.work.goOptional(func() { d.claim(it, conn) }) {

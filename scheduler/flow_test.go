@@ -528,6 +528,16 @@ func TestWorkflowConcurrencyKey(t *testing.T) {
 	if st := getTask(t, c, c1[2]).GetState(); st != reevev1.TaskState_TASK_STATE_CANCELED {
 		t.Errorf("canceled waiting task is %s", st)
 	}
+	// A rerun computes its keys again from its input and runs under them.
+	rr, err := c.RerunTask(context.Background(), &reevev1.RerunTaskRequest{TaskId: c1[0], FromStep: "b", NewTaskId: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr.GetTask().GetConcurrencyKey() != "c1" {
+		t.Errorf("rerun's key %q; want c1", rr.GetTask().GetConcurrencyKey())
+	}
+	a.Succeed(a.NextAssignment(wait).GetRef(), nil)
+	waitStates(t, c, []string{"again"}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
 	for _, p := range []string{"/reeve/taskslots/", "/reeve/keywait/"} {
 		resp, err := env.Etcd.Client().Get(context.Background(), p, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil || resp.Count != 0 {
