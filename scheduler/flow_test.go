@@ -545,3 +545,64 @@ func TestWorkflowConcurrencyKey(t *testing.T) {
 		}
 	}
 }
+
+// Concurrent submissions of one key never hold more slots than its
+// max_running, and every task runs in the end: the ones created waiting are
+// admitted as slots free.
+func TestWorkflowKeyConcurrentSubmissions(t *testing.T) {
+	const (
+		limit = 3
+		n     = 30
+	)
+	env, s, c := newEnv(t)
+	wf := &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{Name: "orders",
+		Concurrency: &reevev1.ConcurrencySpec{Key: "input.customer", MaxRunning: limit},
+		Steps:       []*reevev1.StepSpec{step("a", "x")}}}
+	slots := &slotWatch{held: map[string]bool{}}
+	{
+		cli := env.Etcd.Client()
+		ctx, cancel := context.WithCancel(context.Background())
+		wch := cli.Watch(ctx, "/reeve/taskslots/", clientv3.WithPrefix())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for wr := range wch {
+				slots.mu.Lock()
+				for i, e := range wr.Events {
+					if e.Type == mvccpb.DELETE {
+						delete(slots.held, string(e.Kv.Key))
+					} else {
+						slots.held[string(e.Kv.Key)] = true
+					}
+					if i == len(wr.Events)-1 || wr.Events[i+1].Kv.ModRevision != e.Kv.ModRevision {
+						slots.max = max(slots.max, len(slots.held))
+					}
+				}
+				slots.mu.Unlock()
+			}
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 50, "x"))
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		ids []string
+	)
+	for range n {
+		wg.Go(func() {
+			id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: wf, Input: testenv.Value(t, map[string]any{"customer": "c1"})}).GetId()
+			mu.Lock()
+			ids = append(ids, id)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for range n {
+		a.Succeed(a.NextAssignment(wait).GetRef(), nil)
+	}
+	waitStates(t, c, ids, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	if got := slots.most(); got > limit {
+		t.Errorf("%d tasks of one key held slots at once; max_running is %d", got, limit)
+	}
+}

@@ -174,6 +174,7 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 			TraceContext:  telemetry.Inject(ctx),
 		}
 		existing, created, err = svc.eng.create(ctx, rec, ofLatest)
+		svc.disp.createdTaskSlot(t, t.GetKeySlot(), created)
 		if !errors.Is(err, store.ErrSlotTaken) || try > 0 {
 			return existing, created, err
 		}

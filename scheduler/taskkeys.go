@@ -215,8 +215,10 @@ func (d *dispatcher) admitted(key, id string, slot int32, err error) {
 }
 
 // freeTaskSlot returns a slot of the task's workflow key that looks free,
-// or 0: the submission creates the task holding it (compared absent in the
-// create), or waiting.
+// reserved for its creation (two creations here never take the same slot:
+// one transaction must not write a key twice), or 0: the submission creates
+// the task holding it (compared absent in the create), or waiting. The
+// caller ends the reservation with createdTaskSlot.
 func (d *dispatcher) freeTaskSlot(t *reevev1.Task) int32 {
 	id, limit := store.TaskKeyID(t)
 	if id == "" {
@@ -227,11 +229,39 @@ func (d *dispatcher) freeTaskSlot(t *reevev1.Task) int32 {
 	if !d.flow.ready() {
 		return 0
 	}
-	free := d.taskKeys.free(t.GetNamespace()+"/"+id, limit)
+	key := t.GetNamespace() + "/" + id
+	free := d.taskKeys.free(key, limit)
 	if len(free) == 0 {
 		return 0
 	}
+	if d.taskKeys.reserved[key] == nil {
+		d.taskKeys.reserved[key] = map[int32]*slotReservation{}
+	}
+	d.taskKeys.reserved[key][free[0]] = &slotReservation{inflight: true}
 	return free[0]
+}
+
+// createdTaskSlot ends the reservation freeTaskSlot made for t's creation:
+// kept until the watch shows the slot held when the task was created with
+// it, else given back.
+func (d *dispatcher) createdTaskSlot(t *reevev1.Task, slot int32, created bool) {
+	id, _ := store.TaskKeyID(t)
+	if id == "" || slot == 0 {
+		return
+	}
+	key := t.GetNamespace() + "/" + id
+	d.lock()
+	defer d.unlock()
+	r := d.taskKeys.reserved[key][slot]
+	if r == nil {
+		return
+	}
+	if created {
+		r.inflight = false
+		return
+	}
+	delete(d.taskKeys.reserved[key], slot)
+	d.admitKeys([]string{key}, false)
 }
 
 // admitKey gives a waiting task the slot of its workflow's key: its steps
