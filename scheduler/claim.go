@@ -160,6 +160,8 @@ func (e *engine) takeBack(ref *reevev1.StepRef, agentID, reason string) {
 type directSlot struct {
 	conn    *agentConn
 	release func() // ends the slot's hold on the scheduler's shutdown (workGroup.hold)
+	k       queueKey
+	fs      flowSlot // the max_running slot and rate token the claim takes (limits.go)
 }
 
 // writeClaim claims, inside a write's transition, a step the transition
@@ -177,6 +179,9 @@ type writeClaim struct {
 	slot     *directSlot
 	claimed  bool
 	ref      *reevev1.StepRef // the claimed attempt
+	// slotLost: the write's max_running slot was taken by another claim
+	// (store.ErrSlotTaken); its next runs claim nothing (slotTaken).
+	slotLost bool
 }
 
 // run applies transition to t (nil: none) and, when it succeeds, claims
@@ -216,7 +221,7 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 	if c.slot == nil {
 		c.slot = c.d.reserveDirect(k)
 	}
-	if c.slot == nil || !c.slot.serves(k) {
+	if c.slot == nil || !c.slot.serves(k) || (c.slotLost && c.slot.fs.slot > 0) {
 		return nil
 	}
 	// Claim refuses before it changes anything: on a refusal the record is
@@ -224,8 +229,21 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), c.d.id, c.slot.conn.agentID, now); err != nil {
 		return nil
 	}
+	st.Slot, st.SlotLimit = c.slot.fs.slot, c.slot.fs.limit
 	c.claimed, c.ref = true, taskstate.Ref(t, st)
 	return nil
+}
+
+// slotTaken is called by the store when the write's max_running slot was
+// taken by another claim (its compare failed, nothing written): the write
+// runs again and claims nothing, and the step waits in the ready queue.
+func (c *writeClaim) slotTaken() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.slotLost = true
+	c.mu.Unlock()
 }
 
 // without applies transition to t and claims nothing: a run of the write

@@ -141,12 +141,6 @@ func (f *flowControl) ready() bool {
 	return true
 }
 
-// controlled reports whether k has settings: its steps are claimed only by
-// the dispatcher (take), never inside another write.
-func (f *flowControl) controlled(k queueKey) bool {
-	return !f.ready() || f.configs[k] != nil
-}
-
 // apply records one change; it reports whether dispatch may have room now.
 func (f *flowControl) apply(ev store.FlowEvent, now time.Time) bool {
 	if ev.Reset {

@@ -175,7 +175,9 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 		}
 		existing, created, err = svc.eng.create(ctx, rec, ofLatest)
 		svc.disp.createdTaskSlot(t, t.GetKeySlot(), created)
-		if !errors.Is(err, store.ErrSlotTaken) || try > 0 {
+		// A slot taken meanwhile (of its workflow's key, or the max_running
+		// slot of a claim on submit): again, waiting, with another claim.
+		if !errors.Is(err, store.ErrSlotTaken) || try >= 2 {
 			return existing, created, err
 		}
 	}

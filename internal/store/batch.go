@@ -59,6 +59,7 @@ type writeReq struct {
 	fn       func(*reevev1.Task) error // UpdateTask: the transition
 	fences   []clientv3.Cmp            // UpdateTask: extra compares
 	slots    []clientv3.Cmp            // set while committing: the max_running slots the write takes (queues.go)
+	slotLost func()                    // UpdateTaskClaiming: a lost slot re-runs fn (which then takes none)
 	cur      *Versioned                // UpdateTask: the record fn applies to; nil to look it up
 	cached   bool                      // cur came from the record cache
 	current  bool                      // cur is known current: read linearizably, or returned by a failed compare
@@ -487,6 +488,14 @@ func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (
 		s.cache.drop(r.key)
 		r.done <- writeRes{err: notFound(KindTask, r.ns, r.id, "task %q in namespace %q", r.id, r.ns)}
 		return false
+	}
+	if kvs[0].ModRevision == r.cur.Revision && len(r.slots) > 0 && r.slotLost != nil && r.tries < maxUpdateRetries {
+		// The record is as it was: a slot compare failed (or a fence:
+		// the next run, taking no slot, tells). Run fn again without it.
+		r.slotLost()
+		r.tries++
+		r.next, r.ops, r.val = nil, nil, ""
+		return true
 	}
 	if kvs[0].ModRevision == r.cur.Revision && len(r.slots) > 0 && len(r.fences) == 0 {
 		// Only the slot compares can have failed.
