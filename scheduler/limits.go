@@ -30,8 +30,10 @@ import (
 // store derives the slot key from it and compares, in the claim's
 // transaction, that the slot is free and no slot above the limit is held
 // (store/queues.go): what another scheduler took meanwhile fails the claim
-// (store.ErrSlotTaken), which then waits for its turn again. A type
-// without settings costs nothing: one map lookup.
+// (store.ErrSlotTaken), which then waits for its turn again. A claim
+// inside another write (writeClaim) takes a slot and a token through
+// reserveDirect the same way. A type without settings costs nothing: one
+// map lookup.
 
 // flowControl is the dispatcher's view of flow control. Guarded by the
 // dispatcher's mu.
