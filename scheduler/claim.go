@@ -30,13 +30,16 @@ const claimTimeout = 10 * time.Second
 // server's lifetime context, not the dispatcher's: a shutdown that stops
 // dispatching must not cut off a claim whose write may already be
 // committing.
-func (e *engine) claim(entry *storev1.ReadyEntry, agentID string) (*reevev1.StepAssignment, error) {
+func (e *engine) claim(entry *storev1.ReadyEntry, agentID string, slot flowSlot) (*reevev1.StepAssignment, error) {
 	ctx, cancel := context.WithTimeout(e.base, claimTimeout)
 	defer cancel()
 	w, err := e.update(ctx, taskWrite{ns: entry.GetNamespace(), id: entry.GetTaskId(),
 		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
-			return effects{assignTo: agentID, assignStep: entry.GetStep()},
-				taskstate.Claim(t, entry.GetStep(), entry.GetAttempt(), e.id, agentID, now)
+			if err := taskstate.Claim(t, entry.GetStep(), entry.GetAttempt(), e.id, agentID, now); err != nil {
+				return effects{}, err
+			}
+			takeSlot(t, entry, slot)
+			return effects{assignTo: agentID, assignStep: entry.GetStep()}, nil
 		}})
 	if err != nil {
 		return nil, err
@@ -160,6 +163,8 @@ func (e *engine) takeBack(ref *reevev1.StepRef, agentID, reason string) {
 type directSlot struct {
 	conn    *agentConn
 	release func() // ends the slot's hold on the scheduler's shutdown (workGroup.hold)
+	k       queueKey
+	fs      flowSlot // the max_running slot and rate token the claim takes (limits.go)
 }
 
 // writeClaim claims, inside a write's transition, a step the transition
@@ -177,6 +182,9 @@ type writeClaim struct {
 	slot     *directSlot
 	claimed  bool
 	ref      *reevev1.StepRef // the claimed attempt
+	// slotLost: the write's max_running slot was taken by another claim
+	// (store.ErrSlotTaken); its next runs claim nothing (slotTaken).
+	slotLost bool
 }
 
 // run applies transition to t (nil: none) and, when it succeeds, claims
@@ -209,14 +217,14 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 			}
 		}
 	}
-	if st == nil || !taskstate.Dispatchable(t, st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) {
+	if st == nil || !taskstate.Dispatchable(t, st) || (st.GetNotBefore() != nil && now.Before(st.GetNotBefore().AsTime())) || keyed(t, st) {
 		return nil
 	}
 	k := queueKey{t.GetNamespace(), taskstate.ExecutionType(t, st)}
 	if c.slot == nil {
 		c.slot = c.d.reserveDirect(k, t.GetPriority())
 	}
-	if c.slot == nil || !c.slot.serves(k) {
+	if c.slot == nil || !c.slot.serves(k) || (c.slotLost && c.slot.fs.slot > 0) {
 		return nil
 	}
 	// Claim refuses before it changes anything: on a refusal the record is
@@ -224,8 +232,21 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), c.d.id, c.slot.conn.agentID, now); err != nil {
 		return nil
 	}
+	st.Slot, st.SlotLimit = c.slot.fs.slot, c.slot.fs.limit
 	c.claimed, c.ref = true, taskstate.Ref(t, st)
 	return nil
+}
+
+// slotTaken is called by the store when the write's max_running slot was
+// taken by another claim (its compare failed, nothing written): the write
+// runs again and claims nothing, and the step waits in the ready queue.
+func (c *writeClaim) slotTaken() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.slotLost = true
+	c.mu.Unlock()
 }
 
 // without applies transition to t and claims nothing: a run of the write
@@ -293,7 +314,7 @@ func (e *engine) deliverClaim(rec *storev1.TaskRecord, c *writeClaim) {
 func notWritten(err error) bool {
 	return errors.Is(err, store.ErrOverloaded) || errors.Is(err, store.ErrTooManyOps) ||
 		errors.Is(err, store.ErrTooLarge) || errors.Is(err, store.ErrNoSpace) || errors.Is(err, store.ErrStaleWorkflow) ||
-		errors.Is(err, store.ErrUnknownVersion)
+		errors.Is(err, store.ErrUnknownVersion) || errors.Is(err, store.ErrSlotTaken)
 }
 
 // serves reports whether the slot's agent takes steps of k.

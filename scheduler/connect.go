@@ -78,6 +78,9 @@ func (a *agents) serve(stream reevev1.AgentService_ConnectServer) error {
 		// by the agent and wait for their complete-by. It reconnects.
 		return statusErr(err)
 	}
+	if err := a.disp.awaitFlow(stream.Context()); err != nil {
+		return statusErr(err)
+	}
 	conn.enqueue(&reevev1.ConnectResponse{Msg: &reevev1.ConnectResponse_Registered{Registered: a.registered(conn.sessionID)}})
 	a.tel.seeNamespace(conn.ns)
 	a.disp.addAgent(conn)

@@ -32,6 +32,8 @@ type readyItem struct {
 	queuedAt time.Time // when it last entered its queue (reeve.steps.queued.oldest_age)
 	heapIdx  int       // in the delayed heap while not due; -1 otherwise
 	claiming bool
+	slot     flowSlot // the slots and rate token its claim takes (limits.go)
+	parked   bool     // out of its queue, waiting for a slot of its concurrency key (limits.go)
 }
 
 // dispatcher matches ready steps with agents that have free capacity. Every
@@ -50,7 +52,14 @@ type dispatcher struct {
 	queues  map[queueKey]*fairQueue
 	delayed delayHeap
 	agents  agentSet
-	seq     uint64 // the last agentConn.seq given
+	seq     uint64       // the last agentConn.seq given
+	flow    *flowControl // limits and pauses per type (limits.go)
+	// taskKeys: workflow concurrency keys (taskkeys.go)
+	taskKeys *taskKeys
+
+	flowEvents chan store.FlowEvent
+	flowKnown  chan struct{} // closed once flow control was read (awaitFlow)
+	flowOnce   sync.Once
 }
 
 // dispatchDeps is what a dispatcher needs from its scheduler. Every field
@@ -66,13 +75,16 @@ type dispatchDeps struct {
 
 	// claimEntry writes the claim of a ready entry for agentID and returns
 	// the assignment to send (Server.claim).
-	claimEntry func(e *storev1.ReadyEntry, agentID string) (*reevev1.StepAssignment, error)
+	claimEntry func(e *storev1.ReadyEntry, agentID string, slot flowSlot) (*reevev1.StepAssignment, error)
 	// takeBackNow queues again an attempt agentID never got, and returns
 	// once that write is done or given up (Server.takeBack).
 	takeBackNow func(ref *reevev1.StepRef, agentID, reason string)
 	// expireNow moves the complete-by of an attempt whose agent missed its
 	// heartbeat to now (Server.expireNow).
 	expireNow func(ref *reevev1.StepRef, details *structpb.Value)
+	// admitTask gives a task waiting for a slot of its workflow's
+	// concurrency key that slot (engine.admitKey).
+	admitTask func(ns, id string, slot int32) error
 	// work is the background work the scheduler's shutdown waits for.
 	work *workGroup
 }
@@ -86,6 +98,10 @@ func newDispatcher(deps dispatchDeps) *dispatcher {
 		items:        map[string]*readyItem{},
 		queues:       map[queueKey]*fairQueue{},
 		agents:       newAgentSet(),
+		flow:         newFlowControl(),
+		taskKeys:     newTaskKeys(),
+		flowEvents:   make(chan store.FlowEvent, 1024),
+		flowKnown:    make(chan struct{}),
 	}
 }
 
@@ -108,6 +124,12 @@ func (d *dispatcher) run(ctx context.Context) {
 		_ = d.store.WatchReady(ctx, d.events)
 	}()
 	defer func() { <-watchDone }()
+	flowDone := make(chan struct{})
+	go func() {
+		defer close(flowDone)
+		_ = d.store.WatchFlow(ctx, d.flowEvents)
+	}()
+	defer func() { <-flowDone }()
 
 	clock := d.clock
 	tick := clock.NewTicker(250 * time.Millisecond)
@@ -131,6 +153,8 @@ func (d *dispatcher) run(ctx context.Context) {
 					drained = true
 				}
 			}
+		case ev := <-d.flowEvents:
+			d.applyFlow(ev)
 		case <-d.wake:
 		case <-timer:
 		case <-tick.Chan():
@@ -188,6 +212,7 @@ func (d *dispatcher) enqueue(it *readyItem) {
 }
 
 func (d *dispatcher) unlink(it *readyItem) {
+	d.flow.forget(it)
 	if it.fk != nil {
 		k := queueKey{it.entry.GetNamespace(), it.entry.GetType()}
 		if q := d.queues[k]; q != nil {
@@ -205,10 +230,11 @@ func (d *dispatcher) unlink(it *readyItem) {
 func (d *dispatcher) nextDue() (time.Time, bool) {
 	d.lock()
 	defer d.unlock()
-	if len(d.delayed) == 0 {
-		return time.Time{}, false
+	next, ok := d.flow.wakeAt, !d.flow.wakeAt.IsZero() // a throttled type's next token
+	if len(d.delayed) > 0 && (!ok || d.delayed[0].due.Before(next)) {
+		next, ok = d.delayed[0].due, true
 	}
-	return d.delayed[0].due, true
+	return next, ok
 }
 
 // match promotes due items and starts a claim for every queued item that an
@@ -220,6 +246,7 @@ func (d *dispatcher) match() {
 	for len(d.delayed) > 0 && !d.delayed[0].due.After(now) {
 		d.enqueue(heap.Pop(&d.delayed).(*readyItem))
 	}
+	d.flow.wakeAt = time.Time{}
 	for k, q := range d.queues {
 		for q.Len() > 0 {
 			conn := d.agents.pick(k, now)
@@ -231,13 +258,34 @@ func (d *dispatcher) match() {
 			default:
 				return // claims saturated; a finishing claim pokes us
 			}
+			if front := q.peek(); d.flow.park(front) {
+				// Its concurrency key is at its limit: it waits aside, and
+				// the steps behind it go on.
+				q.remove(front)
+				<-d.sem
+				continue
+			}
+			fs, ok := d.flow.take(k, now)
+			if !ok {
+				<-d.sem // paused, at its limit or throttled: a slot freed or a token due pokes us
+				break
+			}
+			if !d.flow.takeKey(q.peek(), &fs) {
+				d.flow.claimed(k, fs, false, now) // not reached: park found a free key slot
+				<-d.sem
+				break
+			}
 			it := q.pop() // by priority, fairly across keys
 			it.claiming = true
+			it.slot = fs
 			conn.reserved++
 			if !d.work.goOptional(func() { d.claim(it, conn) }) {
 				// The scheduler is stopping: the item stays queued.
 				<-d.sem
 				conn.reserved--
+				d.flow.claimed(k, fs, false, now)
+				d.flow.claimedKey(fs, false)
+				d.requeueParked(fs.key)
 				it.claiming = false
 				d.enqueue(it)
 				return
@@ -255,9 +303,9 @@ func (d *dispatcher) match() {
 // never RUNNING locked to an agent that did not get it.
 func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 	defer func() { <-d.sem; d.poke() }()
-	a, err := d.claimEntry(it.entry, conn.agentID)
+	a, err := d.claimEntry(it.entry, conn.agentID, it.slot)
 	ref := &reevev1.StepRef{Namespace: it.entry.GetNamespace(), TaskId: it.entry.GetTaskId(), Step: it.entry.GetStep(), Attempt: it.entry.GetAttempt()}
-	if err != nil && !errors.Is(err, taskstate.ErrNotDue) && !isLostClaim(err) {
+	if err != nil && !errors.Is(err, taskstate.ErrNotDue) && !isLostClaim(err) && !errors.Is(err, store.ErrSlotTaken) {
 		// The outcome is unknown (the write may have committed after the
 		// call gave up): take the attempt back if it did. Done here, in
 		// the claim's slot, so that an etcd outage cannot pile them up.
@@ -268,13 +316,21 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 	d.lock()
 	defer d.unlock()
 	conn.reserved--
+	d.flow.claimed(queueKey{it.entry.GetNamespace(), it.entry.GetType()}, it.slot, err == nil, d.clock.Now())
+	d.flow.claimedKey(it.slot, err == nil)
+	if err != nil && it.slot.key != "" {
+		d.requeueParked(it.slot.key)
+	}
+	it.slot = flowSlot{}
 	switch {
 	case err == nil:
 		if cur := d.items[it.key]; cur == it {
 			delete(d.items, it.key)
 		}
 		d.handOver(conn, a)
-	case errors.Is(err, taskstate.ErrNotDue):
+	case errors.Is(err, taskstate.ErrNotDue), errors.Is(err, store.ErrSlotTaken):
+		// A slot taken by another scheduler's claim: the watch shows it
+		// soon, and the step waits for the next free one.
 		it.claiming = false
 		d.enqueue(it)
 	case isLostClaim(err):

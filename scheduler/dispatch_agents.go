@@ -334,13 +334,21 @@ func (d *dispatcher) reserveDirect(k queueKey, priority int32) *directSlot {
 		release()
 		return nil
 	}
-	conn := d.agents.pick(k, d.clock.Now())
+	now := d.clock.Now()
+	conn := d.agents.pick(k, now)
 	if conn == nil {
 		release()
 		return nil
 	}
+	// A type with settings: what the claim takes (a max_running slot, a
+	// rate token), as the dispatcher's claims take it (limits.go).
+	fs, ok := d.flow.take(k, now)
+	if !ok {
+		release()
+		return nil
+	}
 	conn.reserved++
-	return &directSlot{conn: conn, release: release}
+	return &directSlot{conn: conn, release: release, k: k, fs: fs}
 }
 
 // unreserve gives back a slot that was not used.
@@ -350,6 +358,7 @@ func (d *dispatcher) unreserve(sl *directSlot) {
 	}
 	d.lock()
 	sl.conn.reserved--
+	d.flow.claimed(sl.k, sl.fs, false, d.clock.Now())
 	d.unlock()
 	sl.release()
 	d.poke()
@@ -362,6 +371,7 @@ func (d *dispatcher) deliver(sl *directSlot, a *reevev1.StepAssignment) {
 	d.lock()
 	defer d.unlock()
 	sl.conn.reserved--
+	d.flow.claimed(sl.k, sl.fs, true, d.clock.Now())
 	d.handOver(sl.conn, a)
 }
 

@@ -142,7 +142,15 @@ func (e *engine) update(ctx context.Context, w taskWrite) (written, error) {
 	mu.Lock()
 	call = 1
 	mu.Unlock()
-	before, after, err := e.store.UpdateTask(ctx, w.ns, w.id, runAs(1, claim), w.fences...)
+	var (
+		before, after *storev1.TaskRecord
+		err           error
+	)
+	if claim != nil {
+		before, after, err = e.store.UpdateTaskClaiming(ctx, w.ns, w.id, runAs(1, claim), claim.slotTaken, w.fences...)
+	} else {
+		before, after, err = e.store.UpdateTask(ctx, w.ns, w.id, runAs(1, claim), w.fences...)
+	}
 	next := claim.settle(err, err == nil, w.claim)
 	if err != nil && !w.until.IsZero() && transient(err) && e.store.Client().Ctx().Err() == nil {
 		mu.Lock()

@@ -59,6 +59,12 @@ func (svc *schedulerService) RerunTask(ctx context.Context, req *reevev1.RerunTa
 	if err != nil {
 		return nil, statusErr(err)
 	}
+	// Its concurrency keys from its input (flowkeys.go); the fairness key
+	// stays the old task's. A task of a workflow with a key is created
+	// waiting and admitted when its key has room (taskkeys.go).
+	if err := flowKeys(t, &reevev1.SubmitTaskRequest{FairnessKey: old.GetTask().GetFairnessKey()}); err != nil {
+		return nil, statusErr(err)
+	}
 	if err := svc.adm.admit(ctx, ns, t.GetWorkflow()); err != nil {
 		return nil, statusErr(err)
 	}

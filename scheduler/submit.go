@@ -163,17 +163,33 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 	if d := svc.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
 		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
 	}
-	now := svc.opts.clock.Now()
-	start, _ := workflow.ValidateStartTime("start_time", req.GetStartTime(), now) // checked in validate
-	t := taskstate.NewAt(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), now, start, workflow.TaskTimeout(wf, req))
-	t.Labels = req.GetLabels()
-	t.Priority, t.FairnessKey = req.GetPriority(), req.GetFairnessKey()
-	rec := &storev1.TaskRecord{
-		Task:          t,
-		RequestDigest: digest,
-		TraceContext:  telemetry.Inject(ctx),
+	for try := 0; ; try++ {
+		now := svc.opts.clock.Now()
+		start, _ := workflow.ValidateStartTime("start_time", req.GetStartTime(), now) // checked in validate
+		t := taskstate.NewAt(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), now, start, workflow.TaskTimeout(wf, req))
+		t.Labels = req.GetLabels()
+		t.Priority = req.GetPriority()
+		if err := flowKeys(t, req); err != nil { // flowkeys.go: concurrency keys and the fairness key
+			return nil, false, err
+		}
+		if try == 0 {
+			// A free slot of its workflow's concurrency key, if it has one
+			// and one looks free: else it is created waiting (taskkeys.go).
+			t.KeySlot = svc.disp.freeTaskSlot(t)
+		}
+		rec := &storev1.TaskRecord{
+			Task:          proto.Clone(t).(*reevev1.Task),
+			RequestDigest: digest,
+			TraceContext:  telemetry.Inject(ctx),
+		}
+		existing, created, err = svc.eng.create(ctx, rec, ofLatest)
+		svc.disp.createdTaskSlot(t, t.GetKeySlot(), created)
+		// A slot taken meanwhile (of its workflow's key, or the max_running
+		// slot of a claim on submit): again, waiting, with another claim.
+		if !errors.Is(err, store.ErrSlotTaken) || try >= 2 {
+			return existing, created, err
+		}
 	}
-	return svc.eng.create(ctx, rec, ofLatest)
 }
 
 // resolveWorkflow returns the workflow a submission runs, as the snapshot the

@@ -38,6 +38,8 @@ type instruments struct {
 	archiveWindowAnswers metric.Int64Counter
 	// Waits for completions from outside (completion_telemetry.go).
 	waits *waitInstruments
+	// slotIdle: how long freed max_running slots stay free (flowmetrics.go).
+	slotIdle metric.Float64Histogram
 
 	mu         sync.Mutex
 	namespaces map[string]bool // namespaces whose task counts are reported
@@ -140,6 +142,7 @@ func newInstruments(s *Server) *instruments {
 		}
 		return nil
 	}, inFlight, agents, tasks, queued, queuedAge, dbSize, dbInUse, dbQuota)
+	registerFlowMetrics(m, s, in) // flowmetrics.go
 	return in
 }
 
@@ -219,6 +222,7 @@ func (in *instruments) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *ree
 		prev := telemetry.AttemptSpanContext(task, t.GetNamespace(), t.GetId(), st.GetName(), st.GetAttempt()-1)
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: prev, Attributes: []attribute.KeyValue{attribute.String("reeve.link", "previous_attempt")}}))
 	}
+	opts = append(opts, flowSpanAttrs(t, st)...) // flowmetrics.go
 	ctx, span := in.tracer.Start(telemetry.WithSpanID(ctx, self.SpanID()), telemetry.SpanAttempt, opts...)
 	span.AddEvent("claimed", trace.WithTimestamp(now))
 	a.TraceContext = telemetry.Inject(ctx)

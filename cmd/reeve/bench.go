@@ -222,6 +222,7 @@ agent; the issue's target is heartbeat timeout + 200 ms).`,
 	f.StringVar(&cfg.Shape, "shape", "sequential", "sequential (a chain) or fanout (one root, the rest in parallel)")
 	f.IntVar(&cfg.Agents, "agents", 2, "agent connections")
 	f.IntVar(&cfg.AgentConcurrency, "agent-concurrency", 512, "max concurrent steps per agent")
+	f.IntVar(&cfg.MaxRunning, "max-running", 0, "a max_running limit on the bench's step type, set before the run (0: none; needs the admin role)")
 	f.DurationVar(&cfg.Work, "work", 0, "how long each agent handler holds its step (0: no-op)")
 	f.DurationVar(&cfg.Retention, "retention", 0, "embedded: retention of terminal tasks (default 72h)")
 	f.BoolVar(&recovery, "recovery", false, "measure recovery of expired steps (silent and killed agent scenarios; needs --embedded; --tasks at most 10000)")

@@ -164,6 +164,9 @@ func waitingFor(t *reevev1.Task, s *reevev1.Step, agents *namespaceAgents) strin
 		return awaitingWhat(s) // taskwait.go
 	case taskstate.Queued(s) && t.GetPaused():
 		return "the task to be resumed (paused)"
+	case taskstate.Queued(s) && s.GetWaitReason() != "":
+		// Flow control holds it back (issue 36): "waiting: T is at its limit 10/10".
+		return s.GetWaitReason()
 	case taskstate.Queued(s):
 		w, sep := "agent of type "+taskstate.ExecutionType(t, s), ", "
 		if u := agents.unserved(t, s); u != "" {

@@ -76,6 +76,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("bench: register workflow: %w", err)
 	}
 
+	if cfg.MaxRunning > 0 {
+		if err := setLimit(ctx, cc, int32(cfg.MaxRunning)); err != nil {
+			return nil, err
+		}
+	}
+
 	dispatchLat := &samples{}
 	agentErrs := &agentErrors{}
 	stopAgents, err := startAgents(cfg, tg.sched, dispatchLat, agentErrs)

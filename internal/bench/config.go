@@ -57,6 +57,10 @@ type Config struct {
 	Shape string
 	// Agents is how many agent connections serve the steps; default 2.
 	Agents int
+	// MaxRunning, when positive, is a max_running limit on the bench's
+	// step type (bench.noop), set through QueueService before the run
+	// (issue 36; the identity needs the admin role); 0: no limit.
+	MaxRunning int
 	// AgentConcurrency is each agent's max concurrent steps; default 512.
 	AgentConcurrency int
 	// Work is how long each agent handler holds its step; default 0 (no-op).

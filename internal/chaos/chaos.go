@@ -158,6 +158,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		client, operator = c.Files(cluster.Client), c.Files(cluster.Admin)
 	}
 
+	// Limits on its step types, which the faults must not make it exceed.
+	if err := setLimits(ctx, c.SchedulerAddrs, operator, logf); err != nil {
+		return nil, err
+	}
 	rep := &Report{Seed: cfg.Seed, Tasks: cfg.Tasks, Faults: map[string]int{}}
 	plan := planTasks(planRNG(cfg.Seed), cfg)
 	inj := newInjector(c, faultRNG(cfg.Seed), cfg.FaultEvery, logf)

@@ -86,6 +86,7 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 				Priority:    t.GetPriority(),
 				FairnessKey: t.GetFairnessKey(),
 			}
+			entry.ConcurrencyKey, entry.ConcurrencyMax = KeyID(t, s) // queues.go
 			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(entry)
 			if err != nil {
 				panic(err) // a well-formed message always marshals
@@ -113,6 +114,8 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 			dst = append(dst, w)
 		}
 	}
+	// The max_running slots its dispatched attempts hold (queues.go).
+	dst = k.appendSlotKeys(dst, t)
 	return k.appendTimerKeys(dst, rec) // timers.go
 }
 

@@ -125,6 +125,19 @@ func (s *Store) UpdateTask(ctx context.Context, ns, id string, fn func(*reevev1.
 	return res.before, res.after, nil
 }
 
+// UpdateTaskClaiming is UpdateTask for a write whose transition may take a
+// max_running slot (Step.slot) on the way (a claim inside another write):
+// when only the slot's compare fails, slotLost is called and fn runs again
+// on the same record, and must then take none (instead of the write
+// failing with ErrSlotTaken).
+func (s *Store) UpdateTaskClaiming(ctx context.Context, ns, id string, fn func(*reevev1.Task) error, slotLost func(), fences ...clientv3.Cmp) (before, after *storev1.TaskRecord, err error) {
+	res := s.commits.do(&writeReq{ctx: ctx, ns: ns, id: id, key: s.k.task(ns, id), fn: fn, fences: fences, slotLost: slotLost})
+	if res.err != nil {
+		return res.before, nil, ctxErr(ctx, res.err)
+	}
+	return res.before, res.after, nil
+}
+
 // ctxErr makes a write that failed after its caller gave up report the
 // caller's context error, as etcdErr does for direct requests.
 func ctxErr(ctx context.Context, err error) error {

@@ -79,7 +79,7 @@ func unpause(t *reevev1.Task, now time.Time) {
 
 // Dispatchable reports whether the step's current execution may be
 // dispatched now or once its backoff ends: it is queued and its task is not
-// paused.
+// paused nor waiting for a slot of its concurrency key (flow.go).
 func Dispatchable(t *reevev1.Task, s *reevev1.Step) bool {
-	return Queued(s) && !t.GetPaused()
+	return Queued(s) && !t.GetPaused() && !KeyWaiting(t)
 }

@@ -174,13 +174,18 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	}
 	ck.rev = resp.Header.Revision
 	ck.rep.Revision = ck.rev
+	if err := ck.loadLimits(ctx); err != nil { // limits.go
+		return nil, err
+	}
 	if err := ck.scanRecords(ctx); err != nil {
 		return nil, err
 	}
+	ck.checkLimits()
 	// The legacy indexes are those of older layouts (store/keys.go): a
 	// store should have none left once a newer scheduler started (each key
 	// is reported).
-	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/", "labels/", "waiting/"}, legacyIndexes...) {
+	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/", "labels/", "waiting/",
+		"slots/", "keyslots/", "taskslots/", "keywait/"}, legacyIndexes...) {
 		if err := ck.scanIndex(ctx, idx); err != nil {
 			return nil, err
 		}
@@ -206,6 +211,7 @@ type checker struct {
 	opts Options
 	rev  int64
 	rep  *Report
+	lim  *limitCheck // limits.go
 }
 
 func (ck *checker) add(v Violation) {
@@ -278,6 +284,7 @@ func (ck *checker) scanRecords(ctx context.Context) error {
 			}
 			ck.checkMoves(t)
 			ck.checkArchived(t)
+			ck.lim.collect(t)
 			for key, val := range ck.st.DerivedKeys(rec) {
 				want = append(want, key)
 				wantVal[key] = val
@@ -405,7 +412,7 @@ func (ck *checker) scanIndex(ctx context.Context, idx string) error {
 		seen := map[string]bool{}
 		for i, kv := range kvs {
 			ck.rep.IndexKeys++
-			ns, id, ok := parseIndexKey(idx, strings.TrimPrefix(kv.key, prefix))
+			ns, id, ok := parseKey(idx, strings.TrimPrefix(kv.key, prefix), kv.value)
 			if !ok {
 				ck.add(Violation{Kind: KindOrphan, Key: kv.key, Detail: "malformed index key"})
 				continue

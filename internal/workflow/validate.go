@@ -183,7 +183,7 @@ func ValidateWorkflow(field string, w *reevev1.Workflow, requireName bool) error
 	if _, err := TopoOrder(w); err != nil {
 		return fieldErr(field+".steps", "%v", err)
 	}
-	return nil
+	return validateFlow(field, w) // flow.go
 }
 
 func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names map[string]int) error {

@@ -358,3 +358,38 @@ func TestNoAgentServesSuggestsTheNearestType(t *testing.T) {
 		}
 	}
 }
+
+// Concurrency and fairness keys are CEL expressions checked at
+// registration: a refusal names the field and the line and column.
+func TestValidateFlowKeys(t *testing.T) {
+	base := func() *reevev1.Workflow {
+		return &reevev1.Workflow{Name: "w", Steps: []*reevev1.StepSpec{{Name: "a", Type: "t"}}}
+	}
+	for _, tc := range []struct {
+		edit func(*reevev1.Workflow)
+		want string
+	}{
+		{func(w *reevev1.Workflow) {
+			w.Concurrency = &reevev1.ConcurrencySpec{Key: "input.customer_id +", MaxRunning: 1}
+		}, "workflow.concurrency.key: line 1, column 20: "},
+		{func(w *reevev1.Workflow) { w.Concurrency = &reevev1.ConcurrencySpec{Key: "input.customer_id"} }, "workflow.concurrency.maxRunning: 0; must be 1 to 1000000"},
+		{func(w *reevev1.Workflow) {
+			w.Steps[0].Concurrency = &reevev1.ConcurrencySpec{Key: "input.a &&\n  )", MaxRunning: 2}
+		}, "workflow.steps[0].concurrency.key: line 2, column 3: "},
+		{func(w *reevev1.Workflow) { w.FairnessKey = "[1]" }, "workflow.fairnessKey: line 1, column 1: gives list(int)"},
+	} {
+		w := base()
+		tc.edit(w)
+		err := workflow.ValidateWorkflow("workflow", w, true)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%v; want an error starting %q", err, tc.want)
+		}
+	}
+	w := base()
+	w.Concurrency = &reevev1.ConcurrencySpec{Key: "input.customer_id", MaxRunning: 1}
+	w.Steps[0].Concurrency = &reevev1.ConcurrencySpec{Key: `"all"`, MaxRunning: 3}
+	w.FairnessKey = "input.tenant"
+	if err := workflow.ValidateWorkflow("workflow", w, true); err != nil {
+		t.Errorf("valid keys refused: %v", err)
+	}
+}

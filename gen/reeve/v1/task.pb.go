@@ -227,7 +227,14 @@ type Task struct {
 	// The key ready steps are dispatched fairly across within a priority
 	// (SubmitTaskRequest.fairness_key or Workflow.fairness_key); empty: the
 	// shared key.
-	FairnessKey   string `protobuf:"bytes,31,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	FairnessKey string `protobuf:"bytes,31,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// The value of the workflow's concurrency key (Workflow.concurrency.key
+	// on the input), computed at submission; empty without one.
+	ConcurrencyKey string `protobuf:"bytes,32,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	// The slot (1-based) of that key the task holds while live; 0 with a
+	// key: the task waits (PENDING, nothing dispatched) for a task of its
+	// key to end.
+	KeySlot       int32 `protobuf:"varint,33,opt,name=key_slot,json=keySlot,proto3" json:"key_slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -395,6 +402,20 @@ func (x *Task) GetFairnessKey() string {
 	return ""
 }
 
+func (x *Task) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *Task) GetKeySlot() int32 {
+	if x != nil {
+		return x.KeySlot
+	}
+	return 0
+}
+
 // Step is the state record of one step of a task, as the pattern names it:
 // state, locked-by, complete-by, attempt and failure count.
 type Step struct {
@@ -467,6 +488,25 @@ type Step struct {
 	// When the current wait began: the step became WAITING, or its agent
 	// deferred it. Unset otherwise.
 	WaitStartTime *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=wait_start_time,json=waitStartTime,proto3" json:"wait_start_time,omitempty"`
+	// Fields 30-34: sleeps and task deadlines (issue 35, items 3-4).
+	// Fields 35-44: flow control (issue 36).
+	// The max_running slot (1-based) the current attempt holds while
+	// dispatched; 0: none (no limit on its type, or not dispatched). The
+	// record's slot key (slots/<ns>/<type>/<slot>) exists while it holds one.
+	Slot int32 `protobuf:"varint,35,opt,name=slot,proto3" json:"slot,omitempty"`
+	// The type's max_running when the slot was taken: the claim compared
+	// that no slot above it was held.
+	SlotLimit int32 `protobuf:"varint,36,opt,name=slot_limit,json=slotLimit,proto3" json:"slot_limit,omitempty"`
+	// Why a queued step is not dispatched, e.g. "waiting: payments.charge is
+	// at its limit 10/10" or "waiting: queue payments.charge is paused"; set
+	// by GetTask, never stored.
+	WaitReason string `protobuf:"bytes,37,opt,name=wait_reason,json=waitReason,proto3" json:"wait_reason,omitempty"`
+	// The value of the step's concurrency key (StepSpec.concurrency.key on
+	// the task's input), computed at submission; empty without one.
+	ConcurrencyKey string `protobuf:"bytes,38,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	// The slot (1-based) of that key the current attempt holds while
+	// running; 0: none.
+	KeySlot       int32 `protobuf:"varint,39,opt,name=key_slot,json=keySlot,proto3" json:"key_slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -669,6 +709,41 @@ func (x *Step) GetWaitStartTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Step) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Step) GetSlotLimit() int32 {
+	if x != nil {
+		return x.SlotLimit
+	}
+	return 0
+}
+
+func (x *Step) GetWaitReason() string {
+	if x != nil {
+		return x.WaitReason
+	}
+	return ""
+}
+
+func (x *Step) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *Step) GetKeySlot() int32 {
+	if x != nil {
+		return x.KeySlot
+	}
+	return 0
+}
+
 // StepError is an error reported by an agent, or by the system for a step.
 type StepError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -862,7 +937,7 @@ var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\xdb\x06\n" +
+	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\x9f\a\n" +
 	"\x04Task\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12.\n" +
@@ -886,10 +961,13 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"start_time\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x126\n" +
 	"\bdeadline\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
 	"\bpriority\x18\x1e \x01(\x05R\bpriority\x12!\n" +
-	"\ffairness_key\x18\x1f \x01(\tR\vfairnessKey\x1a9\n" +
+	"\ffairness_key\x18\x1f \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0fconcurrency_key\x18  \x01(\tR\x0econcurrencyKey\x12\x19\n" +
+	"\bkey_slot\x18! \x01(\x05R\akeySlot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\t\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\n" +
+	"\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
@@ -920,7 +998,14 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x12completion_attempt\x18\x15 \x01(\x05R\x11completionAttempt\x12>\n" +
 	"\x10completion_state\x18\x16 \x01(\x0e2\x13.reeve.v1.StepStateR\x0fcompletionState\x12\x1a\n" +
 	"\bdeferred\x18\x17 \x01(\bR\bdeferred\x12B\n" +
-	"\x0fwait_start_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\rwaitStartTime\"\xcc\x01\n" +
+	"\x0fwait_start_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\rwaitStartTime\x12\x12\n" +
+	"\x04slot\x18# \x01(\x05R\x04slot\x12\x1d\n" +
+	"\n" +
+	"slot_limit\x18$ \x01(\x05R\tslotLimit\x12\x1f\n" +
+	"\vwait_reason\x18% \x01(\tR\n" +
+	"waitReason\x12'\n" +
+	"\x0fconcurrency_key\x18& \x01(\tR\x0econcurrencyKey\x12\x19\n" +
+	"\bkey_slot\x18' \x01(\x05R\akeySlot\"\xcc\x01\n" +
 	"\tStepError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +

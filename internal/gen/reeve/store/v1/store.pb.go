@@ -149,6 +149,11 @@ type ReadyEntry struct {
 	// Reeve that does not know them dispatches the entry FIFO.
 	Priority    int32  `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
 	FairnessKey string `protobuf:"bytes,9,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// Fields 20-21: the step's concurrency key (issue 36): the id of its
+	// key's slots ("<workflow>/<step>/<hash of the key>", keyslots/) and the
+	// key's max_running; empty without one.
+	ConcurrencyKey string `protobuf:"bytes,20,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	ConcurrencyMax int32  `protobuf:"varint,21,opt,name=concurrency_max,json=concurrencyMax,proto3" json:"concurrency_max,omitempty"`
 	// The version of this entry's format; 0 (absent) means 1. See the package
 	// comment.
 	RecordVersion uint32 `protobuf:"varint,1000,opt,name=record_version,json=recordVersion,proto3" json:"record_version,omitempty"`
@@ -247,6 +252,20 @@ func (x *ReadyEntry) GetFairnessKey() string {
 		return x.FairnessKey
 	}
 	return ""
+}
+
+func (x *ReadyEntry) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *ReadyEntry) GetConcurrencyMax() int32 {
+	if x != nil {
+		return x.ConcurrencyMax
+	}
+	return 0
 }
 
 func (x *ReadyEntry) GetRecordVersion() uint32 {
@@ -456,7 +475,7 @@ const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersion\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcb\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\x03\n" +
 	"\n" +
 	"ReadyEntry\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
@@ -468,7 +487,9 @@ const file_reeve_store_v1_store_proto_rawDesc = "" +
 	"not_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\"\n" +
 	"\fcompensation\x18\a \x01(\bR\fcompensation\x12\x1a\n" +
 	"\bpriority\x18\b \x01(\x05R\bpriority\x12!\n" +
-	"\ffairness_key\x18\t \x01(\tR\vfairnessKey\x12&\n" +
+	"\ffairness_key\x18\t \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0fconcurrency_key\x18\x14 \x01(\tR\x0econcurrencyKey\x12'\n" +
+	"\x0fconcurrency_max\x18\x15 \x01(\x05R\x0econcurrencyMax\x12&\n" +
 	"\x0erecord_version\x18\xe8\a \x01(\rR\rrecordVersion\"\xc0\x02\n" +
 	"\vAgentRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x19\n" +
