@@ -66,7 +66,7 @@ func (ck *checker) loadLimits(ctx context.Context) error {
 var (
 	attemptEnds = map[string]bool{"step.succeeded": true, "step.failed": true, "step.expired": true, "step.unacknowledged": true,
 		"step.retried_by_operator": true, "step.agent_forgot": true, "step.escalated": true,
-		"step.deferred": true, // a deferred attempt holds no slot
+		"step.deferred":          true, // a deferred attempt holds no slot
 		"compensation.succeeded": true, "compensation.failed": true}
 	taskEnds = map[string]bool{"task.canceled": true, "task.failed": true, "task.succeeded": true, "task.compensated": true}
 )
