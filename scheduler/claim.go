@@ -30,13 +30,16 @@ const claimTimeout = 10 * time.Second
 // server's lifetime context, not the dispatcher's: a shutdown that stops
 // dispatching must not cut off a claim whose write may already be
 // committing.
-func (e *engine) claim(entry *storev1.ReadyEntry, agentID string) (*reevev1.StepAssignment, error) {
+func (e *engine) claim(entry *storev1.ReadyEntry, agentID string, slot flowSlot) (*reevev1.StepAssignment, error) {
 	ctx, cancel := context.WithTimeout(e.base, claimTimeout)
 	defer cancel()
 	w, err := e.update(ctx, taskWrite{ns: entry.GetNamespace(), id: entry.GetTaskId(),
 		change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
-			return effects{assignTo: agentID, assignStep: entry.GetStep()},
-				taskstate.Claim(t, entry.GetStep(), entry.GetAttempt(), e.id, agentID, now)
+			if err := taskstate.Claim(t, entry.GetStep(), entry.GetAttempt(), e.id, agentID, now); err != nil {
+				return effects{}, err
+			}
+			takeSlot(t, entry, slot)
+			return effects{assignTo: agentID, assignStep: entry.GetStep()}, nil
 		}})
 	if err != nil {
 		return nil, err

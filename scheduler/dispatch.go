@@ -32,6 +32,7 @@ type readyItem struct {
 	queuedAt time.Time // when it last entered its queue (reeve.steps.queued.oldest_age)
 	heapIdx  int       // in the delayed heap while not due; -1 otherwise
 	claiming bool
+	slot     flowSlot // the max_running slot its claim takes (limits.go)
 }
 
 // dispatcher matches ready steps with agents that have free capacity. Every
@@ -50,7 +51,10 @@ type dispatcher struct {
 	queues  map[queueKey]*list.List
 	delayed delayHeap
 	agents  agentSet
-	seq     uint64 // the last agentConn.seq given
+	seq     uint64       // the last agentConn.seq given
+	flow    *flowControl // limits and pauses per type (limits.go)
+
+	flowEvents chan store.FlowEvent
 }
 
 // dispatchDeps is what a dispatcher needs from its scheduler. Every field
@@ -66,7 +70,7 @@ type dispatchDeps struct {
 
 	// claimEntry writes the claim of a ready entry for agentID and returns
 	// the assignment to send (Server.claim).
-	claimEntry func(e *storev1.ReadyEntry, agentID string) (*reevev1.StepAssignment, error)
+	claimEntry func(e *storev1.ReadyEntry, agentID string, slot flowSlot) (*reevev1.StepAssignment, error)
 	// takeBackNow queues again an attempt agentID never got, and returns
 	// once that write is done or given up (Server.takeBack).
 	takeBackNow func(ref *reevev1.StepRef, agentID, reason string)
@@ -86,6 +90,8 @@ func newDispatcher(deps dispatchDeps) *dispatcher {
 		items:        map[string]*readyItem{},
 		queues:       map[queueKey]*list.List{},
 		agents:       newAgentSet(),
+		flow:         newFlowControl(),
+		flowEvents:   make(chan store.FlowEvent, 1024),
 	}
 }
 
@@ -108,6 +114,12 @@ func (d *dispatcher) run(ctx context.Context) {
 		_ = d.store.WatchReady(ctx, d.events)
 	}()
 	defer func() { <-watchDone }()
+	flowDone := make(chan struct{})
+	go func() {
+		defer close(flowDone)
+		_ = d.store.WatchFlow(ctx, d.flowEvents)
+	}()
+	defer func() { <-flowDone }()
 
 	clock := d.clock
 	tick := clock.NewTicker(250 * time.Millisecond)
@@ -131,6 +143,8 @@ func (d *dispatcher) run(ctx context.Context) {
 					drained = true
 				}
 			}
+		case ev := <-d.flowEvents:
+			d.applyFlow(ev)
 		case <-d.wake:
 		case <-timer:
 		case <-tick.Chan():
@@ -206,10 +220,11 @@ func (d *dispatcher) unlink(it *readyItem) {
 func (d *dispatcher) nextDue() (time.Time, bool) {
 	d.lock()
 	defer d.unlock()
-	if len(d.delayed) == 0 {
-		return time.Time{}, false
+	next, ok := d.flow.wakeAt, !d.flow.wakeAt.IsZero() // a throttled type's next token
+	if len(d.delayed) > 0 && (!ok || d.delayed[0].due.Before(next)) {
+		next, ok = d.delayed[0].due, true
 	}
-	return d.delayed[0].due, true
+	return next, ok
 }
 
 // match promotes due items and starts a claim for every queued item that an
@@ -221,6 +236,7 @@ func (d *dispatcher) match() {
 	for len(d.delayed) > 0 && !d.delayed[0].due.After(now) {
 		d.enqueue(heap.Pop(&d.delayed).(*readyItem))
 	}
+	d.flow.wakeAt = time.Time{}
 	for k, q := range d.queues {
 		for q.Len() > 0 {
 			conn := d.agents.pick(k, now)
@@ -232,14 +248,21 @@ func (d *dispatcher) match() {
 			default:
 				return // claims saturated; a finishing claim pokes us
 			}
+			fs, ok := d.flow.take(k, now)
+			if !ok {
+				<-d.sem // paused, at its limit or throttled: a slot freed or a token due pokes us
+				break
+			}
 			it := q.Remove(q.Front()).(*readyItem)
 			it.elem = nil
 			it.claiming = true
+			it.slot = fs
 			conn.reserved++
 			if !d.work.goOptional(func() { d.claim(it, conn) }) {
 				// The scheduler is stopping: the item stays queued.
 				<-d.sem
 				conn.reserved--
+				d.flow.claimed(k, fs, false)
 				it.claiming = false
 				d.enqueue(it)
 				return
@@ -257,9 +280,9 @@ func (d *dispatcher) match() {
 // never RUNNING locked to an agent that did not get it.
 func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 	defer func() { <-d.sem; d.poke() }()
-	a, err := d.claimEntry(it.entry, conn.agentID)
+	a, err := d.claimEntry(it.entry, conn.agentID, it.slot)
 	ref := &reevev1.StepRef{Namespace: it.entry.GetNamespace(), TaskId: it.entry.GetTaskId(), Step: it.entry.GetStep(), Attempt: it.entry.GetAttempt()}
-	if err != nil && !errors.Is(err, taskstate.ErrNotDue) && !isLostClaim(err) {
+	if err != nil && !errors.Is(err, taskstate.ErrNotDue) && !isLostClaim(err) && !errors.Is(err, store.ErrSlotTaken) {
 		// The outcome is unknown (the write may have committed after the
 		// call gave up): take the attempt back if it did. Done here, in
 		// the claim's slot, so that an etcd outage cannot pile them up.
@@ -270,13 +293,17 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 	d.lock()
 	defer d.unlock()
 	conn.reserved--
+	d.flow.claimed(queueKey{it.entry.GetNamespace(), it.entry.GetType()}, it.slot, err == nil)
+	it.slot = flowSlot{}
 	switch {
 	case err == nil:
 		if cur := d.items[it.key]; cur == it {
 			delete(d.items, it.key)
 		}
 		d.handOver(conn, a)
-	case errors.Is(err, taskstate.ErrNotDue):
+	case errors.Is(err, taskstate.ErrNotDue), errors.Is(err, store.ErrSlotTaken):
+		// A slot taken by another scheduler's claim: the watch shows it
+		// soon, and the step waits for the next free one.
 		it.claiming = false
 		d.enqueue(it)
 	case isLostClaim(err):

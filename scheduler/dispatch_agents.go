@@ -328,7 +328,8 @@ func (d *dispatcher) reserveDirect(k queueKey) *directSlot {
 	}
 	d.lock()
 	defer d.unlock()
-	if q := d.queues[k]; q != nil && q.Len() > 0 {
+	if q := d.queues[k]; (q != nil && q.Len() > 0) || d.flow.controlled(k) {
+		// A type with limits or a pause is claimed by the dispatcher only.
 		release()
 		return nil
 	}

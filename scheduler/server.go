@@ -58,6 +58,7 @@ type Server struct {
 	supervisor *supervisorService
 	batches    *batchService
 	schedule   *scheduleService
+	queue      *queueService // QueueService: flow control (queues.go, limits.go)
 
 	// base outlives client and agent streams so that a result that arrived is
 	// recorded even when its stream breaks; canceled after the drain.
@@ -131,6 +132,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	s.supervisor = &supervisorService{opts: &s.opts, log: s.log, eng: s.eng, store: s.store, schedules: s.schedules}
 	s.batches = &batchService{opts: &s.opts, store: s.store}
 	s.schedule = &scheduleService{sch: s.schedules}
+	s.queue = &queueService{opts: &s.opts, log: s.log, store: s.store, disp: s.disp}
 	s.batch = &batchRunner{opts: &s.opts, store: s.store, tasks: tasks, log: s.log, lease: s.currentLease,
 		scheduler: s.scheduler, supervisor: s.supervisor, running: map[string]bool{}}
 	return s
@@ -190,7 +192,12 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	reevev1.RegisterSupervisorServiceServer(g, s.supervisor)
 	reevev1.RegisterBatchServiceServer(g, s.batches)
 	reevev1.RegisterScheduleServiceServer(g, s.schedule)
+	reevev1.RegisterQueueServiceServer(g, s.queue)
 }
+
+// QueueService returns the reeve.v1.QueueService that Register registers,
+// for calls in the same process (no interceptor runs).
+func (s *Server) QueueService() reevev1.QueueServiceServer { return s.queue }
 
 // SchedulerService returns the reeve.v1.SchedulerService that Register
 // registers, for calls in the same process that bypass gRPC: no

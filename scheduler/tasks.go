@@ -24,7 +24,7 @@ func (svc *schedulerService) GetTask(ctx context.Context, req *reevev1.GetTaskRe
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	return &reevev1.GetTaskResponse{Task: rec.GetTask(), Archived: archived}, nil
+	return &reevev1.GetTaskResponse{Task: svc.disp.withWaitReasons(rec.GetTask()), Archived: archived}, nil
 }
 
 // WatchTask implements SchedulerService.

@@ -110,7 +110,7 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 	pf.StringVar(&g.config, "config", getenv("REEVE_CONFIG"), "YAML file of flag values (name: value) for this command; the command line wins over it, it wins over the environment (env REEVE_CONFIG)")
 	g.sec.register(root, getenv)
 
-	root.AddCommand(newTaskCmd(g), newBatchCmd(g), newWorkflowCmd(g), newScheduleCmd(g), newAgentsCmd(g), newAlertsCmd(g), newBenchCmd(g), newConformanceCmd(g), newConsoleCmd(g), newVerifyCmd(g))
+	root.AddCommand(newTaskCmd(g), newBatchCmd(g), newWorkflowCmd(g), newScheduleCmd(g), newQueueCmd(g), newAgentsCmd(g), newAlertsCmd(g), newBenchCmd(g), newConformanceCmd(g), newConsoleCmd(g), newVerifyCmd(g))
 	root.AddCommand(serverCommands(g)...)
 	root.AddCommand(newCertsCmd(), newVersionCmd(g))
 	// Unknown subcommands and bad argument counts are usage errors.

@@ -67,6 +67,12 @@ var grantedTo = map[string][]auth.Role{
 	reevev1.ScheduleService_DeleteSchedule_FullMethodName:   {auth.RoleAdmin},
 	reevev1.ScheduleService_GetSchedule_FullMethodName:      {auth.RoleClient, auth.RoleAdmin},
 	reevev1.ScheduleService_ListSchedules_FullMethodName:    {auth.RoleClient, auth.RoleAdmin},
+	// Queues (flow control): limits and pauses set by the namespace's
+	// admin, listed by its clients.
+	reevev1.QueueService_SetQueueLimit_FullMethodName: {auth.RoleAdmin},
+	reevev1.QueueService_PauseQueue_FullMethodName:    {auth.RoleAdmin},
+	reevev1.QueueService_ResumeQueue_FullMethodName:   {auth.RoleAdmin},
+	reevev1.QueueService_ListQueues_FullMethodName:    {auth.RoleClient, auth.RoleAdmin},
 }
 
 // admitted records the calls that passed the authorizer and reached their

@@ -58,6 +58,7 @@ type writeReq struct {
 	absent   string                    // CreateTaskOfLatest: a key that must not exist (the workflow's next version)
 	fn       func(*reevev1.Task) error // UpdateTask: the transition
 	fences   []clientv3.Cmp            // UpdateTask: extra compares
+	slots    []clientv3.Cmp            // set while committing: the max_running slots the write takes (queues.go)
 	cur      *Versioned                // UpdateTask: the record fn applies to; nil to look it up
 	cached   bool                      // cur came from the record cache
 	current  bool                      // cur is known current: read linearizably, or returned by a failed compare
@@ -341,6 +342,7 @@ func (s *Store) prepare(r *writeReq) error {
 		val = s.encodeRecordValue(val)
 		r.next, r.val = r.create, val
 		r.ops = append([]clientv3.Op{clientv3.OpPut(r.key, val)}, s.k.indexOps(nil, r.create)...)
+		r.slots = s.k.slotCmps(nil, r.create.GetTask())
 		r.size = len(val) + 512
 		return nil
 	}
@@ -369,6 +371,7 @@ func (s *Store) prepare(r *writeReq) error {
 	r.next, r.val = next, val
 	r.ops = append([]clientv3.Op{clientv3.OpPut(r.key, val)}, s.k.indexOps(r.cur.Record, next)...)
 	r.ops = append(r.ops, s.alertOps(r.cur.Record.GetTask(), next.GetTask(), r.cur.Revision)...)
+	r.slots = s.k.slotCmps(r.cur.Record.GetTask(), next.GetTask())
 	r.size = len(val) + 512
 	return nil
 }
@@ -376,11 +379,12 @@ func (s *Store) prepare(r *writeReq) error {
 func (r *writeReq) cmps() []clientv3.Cmp {
 	if r.create != nil {
 		if r.absent != "" {
-			return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0), clientv3.Compare(clientv3.CreateRevision(r.absent), "=", 0)}
+			return append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0), clientv3.Compare(clientv3.CreateRevision(r.absent), "=", 0)}, r.slots...)
 		}
-		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0)}
+		return append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0)}, r.slots...)
 	}
-	return append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(r.key), "=", r.cur.Revision)}, r.fences...)
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(r.key), "=", r.cur.Revision)}, r.fences...)
+	return append(cmps, r.slots...)
 }
 
 // commitTxn commits writes in one etcd transaction: a plain one for a single
@@ -477,6 +481,11 @@ func (s *Store) settle(r *writeReq, resp *etcdserverpb.TxnResponse, rev int64) (
 	if len(kvs) == 0 {
 		s.cache.drop(r.key)
 		r.done <- writeRes{err: notFound(KindTask, r.ns, r.id, "task %q in namespace %q", r.id, r.ns)}
+		return false
+	}
+	if kvs[0].ModRevision == r.cur.Revision && len(r.slots) > 0 && len(r.fences) == 0 {
+		// Only the slot compares can have failed.
+		r.done <- writeRes{err: fmt.Errorf("update task %s/%s: %w", r.ns, r.id, ErrSlotTaken)}
 		return false
 	}
 	if kvs[0].ModRevision == r.cur.Revision {

@@ -104,7 +104,8 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 			dst = append(dst, indexKey{k.deadline(at, ns, id, s.GetName(), s.GetAttempt()), ""})
 		}
 	}
-	return dst
+	// The max_running slots its dispatched attempts hold (queues.go).
+	return k.appendSlotKeys(dst, t)
 }
 
 // indexKeys returns every index key a task record implies, with its value.

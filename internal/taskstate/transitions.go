@@ -100,6 +100,7 @@ func Claim(t *reevev1.Task, name string, attempt int32, schedulerID, agentID str
 	s.ScheduleToStartDeadline = nil
 	s.LockedByScheduler = schedulerID
 	s.LockedByAgent = agentID
+	s.Slot, s.SlotLimit = 0, 0 // the claimer sets the max_running slot it took, if any
 	if t.GetState() == reevev1.TaskState_TASK_STATE_PENDING {
 		t.State = reevev1.TaskState_TASK_STATE_RUNNING
 	}

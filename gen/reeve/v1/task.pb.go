@@ -465,6 +465,19 @@ type Step struct {
 	// When the current wait began: the step became WAITING, or its agent
 	// deferred it. Unset otherwise.
 	WaitStartTime *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=wait_start_time,json=waitStartTime,proto3" json:"wait_start_time,omitempty"`
+	// Fields 30-34: sleeps and task deadlines (issue 35, items 3-4).
+	// Fields 35-44: flow control (issue 36).
+	// The max_running slot (1-based) the current attempt holds while
+	// dispatched; 0: none (no limit on its type, or not dispatched). The
+	// record's slot key (slots/<ns>/<type>/<slot>) exists while it holds one.
+	Slot int32 `protobuf:"varint,35,opt,name=slot,proto3" json:"slot,omitempty"`
+	// The type's max_running when the slot was taken: the claim compared
+	// that no slot above it was held.
+	SlotLimit int32 `protobuf:"varint,36,opt,name=slot_limit,json=slotLimit,proto3" json:"slot_limit,omitempty"`
+	// Why a queued step is not dispatched, e.g. "waiting: payments.charge is
+	// at its limit 10/10" or "waiting: queue payments.charge is paused"; set
+	// by GetTask, never stored.
+	WaitReason    string `protobuf:"bytes,37,opt,name=wait_reason,json=waitReason,proto3" json:"wait_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -665,6 +678,27 @@ func (x *Step) GetWaitStartTime() *timestamppb.Timestamp {
 		return x.WaitStartTime
 	}
 	return nil
+}
+
+func (x *Step) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Step) GetSlotLimit() int32 {
+	if x != nil {
+		return x.SlotLimit
+	}
+	return 0
+}
+
+func (x *Step) GetWaitReason() string {
+	if x != nil {
+		return x.WaitReason
+	}
+	return ""
 }
 
 // StepError is an error reported by an agent, or by the system for a step.
@@ -887,7 +921,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\ffairness_key\x18\x1f \x01(\tR\vfairnessKey\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\t\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\t\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12)\n" +
@@ -918,7 +952,12 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x12completion_attempt\x18\x15 \x01(\x05R\x11completionAttempt\x12>\n" +
 	"\x10completion_state\x18\x16 \x01(\x0e2\x13.reeve.v1.StepStateR\x0fcompletionState\x12\x1a\n" +
 	"\bdeferred\x18\x17 \x01(\bR\bdeferred\x12B\n" +
-	"\x0fwait_start_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\rwaitStartTime\"\xcc\x01\n" +
+	"\x0fwait_start_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\rwaitStartTime\x12\x12\n" +
+	"\x04slot\x18# \x01(\x05R\x04slot\x12\x1d\n" +
+	"\n" +
+	"slot_limit\x18$ \x01(\x05R\tslotLimit\x12\x1f\n" +
+	"\vwait_reason\x18% \x01(\tR\n" +
+	"waitReason\"\xcc\x01\n" +
 	"\tStepError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +
