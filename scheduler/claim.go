@@ -80,6 +80,7 @@ func assignment(t *reevev1.Task, st *reevev1.Step) *reevev1.StepAssignment {
 // span and metrics, and its wait for shedding.
 func (e *engine) claimed(rec *storev1.TaskRecord, st *reevev1.Step, a *reevev1.StepAssignment, agentID string) {
 	now := e.clock.Now()
+	a.CompletionToken = e.tokens.forStep(rec.GetTask(), st) // completion.go
 	e.tel.claimed(rec, st, a, e.id, agentID, now)
 	t := rec.GetTask()
 	e.shed.dispatched(t.GetNamespace(), taskstate.ExecutionType(t, st), dueAt(st, now), now)

@@ -43,6 +43,8 @@ type engine struct {
 	store *store.Store
 	tasks *taskread.Reader // etcd, then the archive
 	tel   *instruments
+	// tokens derives and verifies completion tokens (completion.go).
+	tokens *completionTokens
 	shed  *overload // nil when shedding is off
 	disp  *dispatcher
 	// base outlives client and agent streams: a result that arrived is
@@ -73,6 +75,10 @@ type effects struct {
 	assignTo, assignStep string
 	// action names what a recovery did, for its span and log.
 	action string
+	// completed is the step a completion from outside completed (by its
+	// token when byToken): its wait's span and count (completion.go).
+	completed string
+	byToken   bool
 }
 
 // change applies a write to the fresh record t at now and reports what it
@@ -189,9 +195,12 @@ func (e *engine) apply(w *written, claim *writeClaim) {
 	now := e.clock.Now()
 	if w.result != nil {
 		e.tel.resulted(w.before, w.after, w.result.GetRef(), w.result, w.resultAgent, now)
+	} else if w.completed != "" {
+		e.tel.completedOutside(w.before, w.after, w.completed, w.byToken, now)
 	} else {
 		e.tel.ended1(bt, at)
 	}
+	e.tel.waitsStarted(bt, at)
 	if w.assignTo != "" {
 		st := taskstate.FindStep(at, w.assignStep)
 		w.assignment = assignment(at, st)

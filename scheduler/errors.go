@@ -136,6 +136,12 @@ func classify(err error) (codes.Code, string, string) {
 		return codes.FailedPrecondition, ReasonTaskTerminal, err.Error()
 	case errors.Is(err, taskstate.ErrUnknownStep):
 		return codes.FailedPrecondition, ReasonStepNotFound, err.Error()
+	case errors.Is(err, taskstate.ErrNotWaiting):
+		return codes.FailedPrecondition, ReasonStepNotWaiting, err.Error()
+	case errors.Is(err, taskstate.ErrCompletedOtherwise):
+		return codes.FailedPrecondition, ReasonCompletedOtherwise, err.Error()
+	case errors.Is(err, taskstate.ErrNotDeferrable):
+		return codes.FailedPrecondition, ReasonStepNotDeferrable, err.Error()
 	case errors.Is(err, taskstate.ErrNotQueued):
 		return codes.FailedPrecondition, ReasonStepNotQueued, err.Error()
 	case errors.Is(err, taskstate.ErrPaused):

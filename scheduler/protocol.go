@@ -25,6 +25,9 @@ const (
 	// CapabilityRetryAfter: StepError.retry_after replaces the retry
 	// policy's backoff.
 	CapabilityRetryAfter = "retry_after"
+	// CapabilityDefer: StepAssignment.completion_token is set for forward
+	// steps and StepResult.deferred hands an execution off.
+	CapabilityDefer = "defer"
 )
 
 // registered is the answer to a Register: the stream's session, what this
@@ -35,7 +38,7 @@ func (a *agents) registered(sessionID string) *reevev1.Registered {
 		SchedulerId:     a.opts.id,
 		ProtocolVersion: int32(protocolVersion),
 		ServerVersion:   version.Get().Version,
-		Capabilities:    []string{CapabilityHeartbeatDetails, CapabilityRetryAfter},
+		Capabilities:    []string{CapabilityHeartbeatDetails, CapabilityRetryAfter, CapabilityDefer},
 		Limits: &reevev1.AgentLimits{
 			MaxOutputBytes:           workflow.MaxOutputBytes,
 			MaxErrorMessageBytes:     workflow.MaxErrorMessageBytes,

@@ -55,6 +55,9 @@ func (a *agents) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	if err := workflow.ValidateStepResult(res); err != nil {
 		return reject(err)
 	}
+	if len(res.GetDeferred().GetReason()) > workflow.MaxReasonBytes {
+		return reject(&workflow.FieldError{Field: "result.deferred.reason", Reason: fmt.Sprintf("longer than %d bytes", workflow.MaxReasonBytes)})
+	}
 	if ref.GetNamespace() != conn.ns {
 		return reject(status.Errorf(codes.PermissionDenied, "ref.namespace: agent is registered in namespace %q", conn.ns))
 	}
@@ -70,6 +73,9 @@ func (a *agents) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	record := func(t *reevev1.Task, now time.Time) error {
 		if err := checkNotLate(t, ref, conn.agentID, now); err != nil {
 			return err
+		}
+		if d := res.GetDeferred(); d != nil { // a hand-off (completion.go)
+			return taskstate.Defer(t, ref, conn.agentID, d.GetReason(), now)
 		}
 		if res.GetError() != nil {
 			if err := taskstate.Fail(t, ref, conn.agentID, res.GetError(), now); err != nil {
@@ -97,7 +103,7 @@ func (a *agents) handleResult(conn *agentConn, res *reevev1.StepResult) *reevev1
 	cancel()
 	a.disp.releaseRef(conn.agentID, ref)
 	if err != nil {
-		if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, taskstate.ErrStale) || errors.Is(err, taskstate.ErrNotDeferrable) || errors.Is(err, taskstate.ErrTerminal) || errors.Is(err, taskstate.ErrUnknownStep) || errors.Is(err, store.ErrNotFound) {
 			log().Info("stale result refused", "err", err)
 			if errors.Is(err, store.ErrNotFound) { // FAILED_PRECONDITION like every stale result
 				err = refuse(codes.FailedPrecondition, ReasonTaskNotFound, "%s", err.Error())

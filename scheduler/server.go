@@ -111,6 +111,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	s.eng = &engine{
 		id: o.id, clock: o.clock, log: s.log, logs: logs, store: s.store, tasks: tasks, tel: s.tel, shed: shed,
 		base: base, dispatchOnSubmit: o.dispatchOnSubmit, created: s.adm.created,
+		tokens: &completionTokens{store: s.store},
 	}
 	s.disp = newDispatcher(dispatchDeps{
 		id: o.id, clock: o.clock, log: s.log, logs: logs, store: s.store,
@@ -230,6 +231,9 @@ func (s *Server) ScheduleService() reevev1.ScheduleServiceServer { return s.sche
 func (s *Server) Run(ctx context.Context) error {
 	defer s.cancelBase()
 	if err := s.CheckLayout(ctx); err != nil {
+		return s.stopUnstarted(ctx, err)
+	}
+	if _, err := s.eng.tokens.load(ctx); err != nil { // completion.go
 		return s.stopUnstarted(ctx, err)
 	}
 	var wg sync.WaitGroup

@@ -36,6 +36,8 @@ type instruments struct {
 	// Submissions with a chosen id answered without the archive, while it
 	// was unavailable (dedup.go): by the outcome, created or refused.
 	archiveWindowAnswers metric.Int64Counter
+	// Waits for completions from outside (completion_telemetry.go).
+	waits *waitInstruments
 
 	mu         sync.Mutex
 	namespaces map[string]bool // namespaces whose task counts are reported
@@ -50,6 +52,7 @@ func newInstruments(s *Server) *instruments {
 		ended:      map[reevev1.TaskState]metric.Int64Counter{},
 		namespaces: map[string]bool{"default": true},
 	}
+	in.waits = newWaitInstruments(m)
 	in.unknownMessages, _ = m.Int64Counter("reeve.agent.unknown_messages",
 		metric.WithDescription("Agent messages of a kind this scheduler does not know (from a newer protocol), ignored"))
 	in.archivedTasks, _ = m.Int64Counter("reeve.archive.tasks",
@@ -280,6 +283,9 @@ func workflowLabel(t *reevev1.Task) string {
 func outcomeOf(res *reevev1.StepResult) string {
 	if res.GetError() != nil {
 		return "failed"
+	}
+	if res.GetDeferred() != nil {
+		return "deferred"
 	}
 	return "succeeded"
 }

@@ -103,6 +103,7 @@ var rules = map[string]rule{
 	reevev1.SchedulerService_RegisterWorkflow_FullMethodName:         {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SchedulerService_RerunTask_FullMethodName:                {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SchedulerService_CompleteStep_FullMethodName:             {any: true, check: completeStep},
+	reevev1.SchedulerService_GetCompletionToken_FullMethodName:       {roles: []Role{RoleApprover, RoleAdmin}, check: namespaceOf(RoleApprover)},
 	reevev1.SupervisorService_RetryStep_FullMethodName:               {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_CompensateTask_FullMethodName:          {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_FailTask_FullMethodName:                {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},

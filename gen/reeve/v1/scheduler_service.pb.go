@@ -80,6 +80,129 @@ func (TaskView) EnumDescriptor() ([]byte, []int) {
 	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
 }
 
+type GetCompletionTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Step          string                 `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCompletionTokenRequest) Reset() {
+	*x = GetCompletionTokenRequest{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCompletionTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCompletionTokenRequest) ProtoMessage() {}
+
+func (x *GetCompletionTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCompletionTokenRequest.ProtoReflect.Descriptor instead.
+func (*GetCompletionTokenRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetCompletionTokenRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetCompletionTokenRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *GetCompletionTokenRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+type GetCompletionTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt the token completes.
+	Ref *StepRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// A secret: whoever holds it may complete the attempt.
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// When the wait ends at the latest (the step's policy then applies).
+	CompleteBy    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=complete_by,json=completeBy,proto3" json:"complete_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCompletionTokenResponse) Reset() {
+	*x = GetCompletionTokenResponse{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCompletionTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCompletionTokenResponse) ProtoMessage() {}
+
+func (x *GetCompletionTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCompletionTokenResponse.ProtoReflect.Descriptor instead.
+func (*GetCompletionTokenResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetCompletionTokenResponse) GetRef() *StepRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *GetCompletionTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *GetCompletionTokenResponse) GetCompleteBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteBy
+	}
+	return nil
+}
+
 // CompleteStepRequest names the step by token or by name, and says how it
 // ended: output or error.
 type CompleteStepRequest struct {
@@ -104,7 +227,7 @@ type CompleteStepRequest struct {
 
 func (x *CompleteStepRequest) Reset() {
 	*x = CompleteStepRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -116,7 +239,7 @@ func (x *CompleteStepRequest) String() string {
 func (*CompleteStepRequest) ProtoMessage() {}
 
 func (x *CompleteStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -129,7 +252,7 @@ func (x *CompleteStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteStepRequest.ProtoReflect.Descriptor instead.
 func (*CompleteStepRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CompleteStepRequest) GetNamespace() string {
@@ -217,7 +340,7 @@ type CompletionError struct {
 
 func (x *CompletionError) Reset() {
 	*x = CompletionError{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +352,7 @@ func (x *CompletionError) String() string {
 func (*CompletionError) ProtoMessage() {}
 
 func (x *CompletionError) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +365,7 @@ func (x *CompletionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionError.ProtoReflect.Descriptor instead.
 func (*CompletionError) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{1}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CompletionError) GetCode() string {
@@ -275,7 +398,7 @@ type CompleteStepResponse struct {
 
 func (x *CompleteStepResponse) Reset() {
 	*x = CompleteStepResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +410,7 @@ func (x *CompleteStepResponse) String() string {
 func (*CompleteStepResponse) ProtoMessage() {}
 
 func (x *CompleteStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +423,7 @@ func (x *CompleteStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteStepResponse.ProtoReflect.Descriptor instead.
 func (*CompleteStepResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{2}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CompleteStepResponse) GetRef() *StepRef {
@@ -362,7 +485,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +497,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +510,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{3}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubmitTaskRequest) GetNamespace() string {
@@ -499,7 +622,7 @@ type WorkflowRef struct {
 
 func (x *WorkflowRef) Reset() {
 	*x = WorkflowRef{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +634,7 @@ func (x *WorkflowRef) String() string {
 func (*WorkflowRef) ProtoMessage() {}
 
 func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +647,7 @@ func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
 func (*WorkflowRef) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{4}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkflowRef) GetName() string {
@@ -552,7 +675,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +687,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +700,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{5}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -604,7 +727,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +739,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +752,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{6}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetTaskRequest) GetNamespace() string {
@@ -659,7 +782,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +794,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +807,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{7}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -734,7 +857,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +869,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +882,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{8}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListTasksRequest) GetNamespace() string {
@@ -852,7 +975,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +987,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1000,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -923,7 +1046,7 @@ type CountTasksRequest struct {
 
 func (x *CountTasksRequest) Reset() {
 	*x = CountTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1058,7 @@ func (x *CountTasksRequest) String() string {
 func (*CountTasksRequest) ProtoMessage() {}
 
 func (x *CountTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1071,7 @@ func (x *CountTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTasksRequest.ProtoReflect.Descriptor instead.
 func (*CountTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CountTasksRequest) GetNamespace() string {
@@ -990,7 +1113,7 @@ type CountTasksResponse struct {
 
 func (x *CountTasksResponse) Reset() {
 	*x = CountTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1125,7 @@ func (x *CountTasksResponse) String() string {
 func (*CountTasksResponse) ProtoMessage() {}
 
 func (x *CountTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1138,7 @@ func (x *CountTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTasksResponse.ProtoReflect.Descriptor instead.
 func (*CountTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
 }
 
 // Deprecated: Marked as deprecated in reeve/v1/scheduler_service.proto.
@@ -1051,7 +1174,7 @@ type StateCount struct {
 
 func (x *StateCount) Reset() {
 	*x = StateCount{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1186,7 @@ func (x *StateCount) String() string {
 func (*StateCount) ProtoMessage() {}
 
 func (x *StateCount) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1199,7 @@ func (x *StateCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateCount.ProtoReflect.Descriptor instead.
 func (*StateCount) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateCount) GetState() TaskState {
@@ -1107,7 +1230,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1242,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1255,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchTasksRequest) GetNamespace() string {
@@ -1169,7 +1292,7 @@ type WatchTasksResponse struct {
 
 func (x *WatchTasksResponse) Reset() {
 	*x = WatchTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1304,7 @@ func (x *WatchTasksResponse) String() string {
 func (*WatchTasksResponse) ProtoMessage() {}
 
 func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1317,7 @@ func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
 func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchTasksResponse) GetEvent() isWatchTasksResponse_Event {
@@ -1257,7 +1380,7 @@ type TaskChanged struct {
 
 func (x *TaskChanged) Reset() {
 	*x = TaskChanged{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1392,7 @@ func (x *TaskChanged) String() string {
 func (*TaskChanged) ProtoMessage() {}
 
 func (x *TaskChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1405,7 @@ func (x *TaskChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChanged.ProtoReflect.Descriptor instead.
 func (*TaskChanged) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskChanged) GetTask() *Task {
@@ -1324,7 +1447,7 @@ type WatchReset struct {
 
 func (x *WatchReset) Reset() {
 	*x = WatchReset{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1459,7 @@ func (x *WatchReset) String() string {
 func (*WatchReset) ProtoMessage() {}
 
 func (x *WatchReset) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1472,7 @@ func (x *WatchReset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchReset.ProtoReflect.Descriptor instead.
 func (*WatchReset) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchReset) GetRevision() int64 {
@@ -1373,7 +1496,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1508,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1521,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{17}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListAgentsRequest) GetNamespace() string {
@@ -1440,7 +1563,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1575,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1588,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{18}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -1511,7 +1634,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1646,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1659,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{19}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AgentInfo) GetAgentId() string {
@@ -1610,7 +1733,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1745,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1758,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{20}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueueInfo) GetNamespace() string {
@@ -1676,7 +1799,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1811,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1824,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{21}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchTaskRequest) GetNamespace() string {
@@ -1727,7 +1850,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1862,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1875,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchTaskResponse) GetTask() *Task {
@@ -1782,7 +1905,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1917,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1930,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelTaskRequest) GetNamespace() string {
@@ -1847,7 +1970,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1982,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1995,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -1902,7 +2025,7 @@ type RerunTaskRequest struct {
 
 func (x *RerunTaskRequest) Reset() {
 	*x = RerunTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2037,7 @@ func (x *RerunTaskRequest) String() string {
 func (*RerunTaskRequest) ProtoMessage() {}
 
 func (x *RerunTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2050,7 @@ func (x *RerunTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunTaskRequest.ProtoReflect.Descriptor instead.
 func (*RerunTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RerunTaskRequest) GetNamespace() string {
@@ -1984,7 +2107,7 @@ type RerunTaskResponse struct {
 
 func (x *RerunTaskResponse) Reset() {
 	*x = RerunTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2119,7 @@ func (x *RerunTaskResponse) String() string {
 func (*RerunTaskResponse) ProtoMessage() {}
 
 func (x *RerunTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2132,7 @@ func (x *RerunTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunTaskResponse.ProtoReflect.Descriptor instead.
 func (*RerunTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RerunTaskResponse) GetTask() *Task {
@@ -2037,7 +2160,7 @@ type RegisterWorkflowRequest struct {
 
 func (x *RegisterWorkflowRequest) Reset() {
 	*x = RegisterWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2172,7 @@ func (x *RegisterWorkflowRequest) String() string {
 func (*RegisterWorkflowRequest) ProtoMessage() {}
 
 func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2185,7 @@ func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{27}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RegisterWorkflowRequest) GetWorkflow() *Workflow {
@@ -2083,7 +2206,7 @@ type RegisterWorkflowResponse struct {
 
 func (x *RegisterWorkflowResponse) Reset() {
 	*x = RegisterWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2218,7 @@ func (x *RegisterWorkflowResponse) String() string {
 func (*RegisterWorkflowResponse) ProtoMessage() {}
 
 func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2231,7 @@ func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{28}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegisterWorkflowResponse) GetWorkflow() *Workflow {
@@ -2137,7 +2260,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2272,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2285,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{29}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetWorkflowRequest) GetNamespace() string {
@@ -2195,7 +2318,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2330,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2343,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{30}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -2243,7 +2366,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2378,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2391,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{31}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListWorkflowsRequest) GetNamespace() string {
@@ -2302,7 +2425,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2437,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2450,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{32}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -2348,7 +2471,16 @@ var File_reeve_v1_scheduler_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\n" +
-	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1creeve/v1/agent_service.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"\xe6\x01\n" +
+	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1creeve/v1/agent_service.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"f\n" +
+	"\x19GetCompletionTokenRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\tR\x04step\"\x94\x01\n" +
+	"\x1aGetCompletionTokenResponse\x12#\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12;\n" +
+	"\vcomplete_by\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"completeBy\"\xe6\x01\n" +
 	"\x13CompleteStepRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -2517,7 +2649,7 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\bTaskView\x12\x19\n" +
 	"\x15TASK_VIEW_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fTASK_VIEW_BASIC\x10\x01\x12\x12\n" +
-	"\x0eTASK_VIEW_FULL\x10\x022\xdd\a\n" +
+	"\x0eTASK_VIEW_FULL\x10\x022\xbe\b\n" +
 	"\x10SchedulerService\x12G\n" +
 	"\n" +
 	"SubmitTask\x12\x1b.reeve.v1.SubmitTaskRequest\x1a\x1c.reeve.v1.SubmitTaskResponse\x12>\n" +
@@ -2536,7 +2668,8 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\rListWorkflows\x12\x1e.reeve.v1.ListWorkflowsRequest\x1a\x1f.reeve.v1.ListWorkflowsResponse\x12G\n" +
 	"\n" +
 	"ListAgents\x12\x1b.reeve.v1.ListAgentsRequest\x1a\x1c.reeve.v1.ListAgentsResponse\x12M\n" +
-	"\fCompleteStep\x12\x1d.reeve.v1.CompleteStepRequest\x1a\x1e.reeve.v1.CompleteStepResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
+	"\fCompleteStep\x12\x1d.reeve.v1.CompleteStepRequest\x1a\x1e.reeve.v1.CompleteStepResponse\x12_\n" +
+	"\x12GetCompletionToken\x12#.reeve.v1.GetCompletionTokenRequest\x1a$.reeve.v1.GetCompletionTokenResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
 
 var (
 	file_reeve_v1_scheduler_service_proto_rawDescOnce sync.Once
@@ -2551,125 +2684,131 @@ func file_reeve_v1_scheduler_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_scheduler_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_reeve_v1_scheduler_service_proto_goTypes = []any{
-	(TaskView)(0),                    // 0: reeve.v1.TaskView
-	(*CompleteStepRequest)(nil),      // 1: reeve.v1.CompleteStepRequest
-	(*CompletionError)(nil),          // 2: reeve.v1.CompletionError
-	(*CompleteStepResponse)(nil),     // 3: reeve.v1.CompleteStepResponse
-	(*SubmitTaskRequest)(nil),        // 4: reeve.v1.SubmitTaskRequest
-	(*WorkflowRef)(nil),              // 5: reeve.v1.WorkflowRef
-	(*SubmitTaskResponse)(nil),       // 6: reeve.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),           // 7: reeve.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),          // 8: reeve.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),         // 9: reeve.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 10: reeve.v1.ListTasksResponse
-	(*CountTasksRequest)(nil),        // 11: reeve.v1.CountTasksRequest
-	(*CountTasksResponse)(nil),       // 12: reeve.v1.CountTasksResponse
-	(*StateCount)(nil),               // 13: reeve.v1.StateCount
-	(*WatchTasksRequest)(nil),        // 14: reeve.v1.WatchTasksRequest
-	(*WatchTasksResponse)(nil),       // 15: reeve.v1.WatchTasksResponse
-	(*TaskChanged)(nil),              // 16: reeve.v1.TaskChanged
-	(*WatchReset)(nil),               // 17: reeve.v1.WatchReset
-	(*ListAgentsRequest)(nil),        // 18: reeve.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),       // 19: reeve.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                // 20: reeve.v1.AgentInfo
-	(*QueueInfo)(nil),                // 21: reeve.v1.QueueInfo
-	(*WatchTaskRequest)(nil),         // 22: reeve.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),        // 23: reeve.v1.WatchTaskResponse
-	(*CancelTaskRequest)(nil),        // 24: reeve.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),       // 25: reeve.v1.CancelTaskResponse
-	(*RerunTaskRequest)(nil),         // 26: reeve.v1.RerunTaskRequest
-	(*RerunTaskResponse)(nil),        // 27: reeve.v1.RerunTaskResponse
-	(*RegisterWorkflowRequest)(nil),  // 28: reeve.v1.RegisterWorkflowRequest
-	(*RegisterWorkflowResponse)(nil), // 29: reeve.v1.RegisterWorkflowResponse
-	(*GetWorkflowRequest)(nil),       // 30: reeve.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),      // 31: reeve.v1.GetWorkflowResponse
-	(*ListWorkflowsRequest)(nil),     // 32: reeve.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),    // 33: reeve.v1.ListWorkflowsResponse
-	nil,                              // 34: reeve.v1.SubmitTaskRequest.LabelsEntry
-	nil,                              // 35: reeve.v1.ListTasksRequest.LabelsEntry
-	nil,                              // 36: reeve.v1.CountTasksRequest.LabelsEntry
-	nil,                              // 37: reeve.v1.CountTasksResponse.ByStateEntry
-	(*structpb.Value)(nil),           // 38: google.protobuf.Value
-	(*StepRef)(nil),                  // 39: reeve.v1.StepRef
-	(StepState)(0),                   // 40: reeve.v1.StepState
-	(*Workflow)(nil),                 // 41: reeve.v1.Workflow
-	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 43: google.protobuf.Duration
-	(*Task)(nil),                     // 44: reeve.v1.Task
-	(TaskState)(0),                   // 45: reeve.v1.TaskState
+	(TaskView)(0),                      // 0: reeve.v1.TaskView
+	(*GetCompletionTokenRequest)(nil),  // 1: reeve.v1.GetCompletionTokenRequest
+	(*GetCompletionTokenResponse)(nil), // 2: reeve.v1.GetCompletionTokenResponse
+	(*CompleteStepRequest)(nil),        // 3: reeve.v1.CompleteStepRequest
+	(*CompletionError)(nil),            // 4: reeve.v1.CompletionError
+	(*CompleteStepResponse)(nil),       // 5: reeve.v1.CompleteStepResponse
+	(*SubmitTaskRequest)(nil),          // 6: reeve.v1.SubmitTaskRequest
+	(*WorkflowRef)(nil),                // 7: reeve.v1.WorkflowRef
+	(*SubmitTaskResponse)(nil),         // 8: reeve.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),             // 9: reeve.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),            // 10: reeve.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),           // 11: reeve.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),          // 12: reeve.v1.ListTasksResponse
+	(*CountTasksRequest)(nil),          // 13: reeve.v1.CountTasksRequest
+	(*CountTasksResponse)(nil),         // 14: reeve.v1.CountTasksResponse
+	(*StateCount)(nil),                 // 15: reeve.v1.StateCount
+	(*WatchTasksRequest)(nil),          // 16: reeve.v1.WatchTasksRequest
+	(*WatchTasksResponse)(nil),         // 17: reeve.v1.WatchTasksResponse
+	(*TaskChanged)(nil),                // 18: reeve.v1.TaskChanged
+	(*WatchReset)(nil),                 // 19: reeve.v1.WatchReset
+	(*ListAgentsRequest)(nil),          // 20: reeve.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),         // 21: reeve.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                  // 22: reeve.v1.AgentInfo
+	(*QueueInfo)(nil),                  // 23: reeve.v1.QueueInfo
+	(*WatchTaskRequest)(nil),           // 24: reeve.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),          // 25: reeve.v1.WatchTaskResponse
+	(*CancelTaskRequest)(nil),          // 26: reeve.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),         // 27: reeve.v1.CancelTaskResponse
+	(*RerunTaskRequest)(nil),           // 28: reeve.v1.RerunTaskRequest
+	(*RerunTaskResponse)(nil),          // 29: reeve.v1.RerunTaskResponse
+	(*RegisterWorkflowRequest)(nil),    // 30: reeve.v1.RegisterWorkflowRequest
+	(*RegisterWorkflowResponse)(nil),   // 31: reeve.v1.RegisterWorkflowResponse
+	(*GetWorkflowRequest)(nil),         // 32: reeve.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),        // 33: reeve.v1.GetWorkflowResponse
+	(*ListWorkflowsRequest)(nil),       // 34: reeve.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),      // 35: reeve.v1.ListWorkflowsResponse
+	nil,                                // 36: reeve.v1.SubmitTaskRequest.LabelsEntry
+	nil,                                // 37: reeve.v1.ListTasksRequest.LabelsEntry
+	nil,                                // 38: reeve.v1.CountTasksRequest.LabelsEntry
+	nil,                                // 39: reeve.v1.CountTasksResponse.ByStateEntry
+	(*StepRef)(nil),                    // 40: reeve.v1.StepRef
+	(*timestamppb.Timestamp)(nil),      // 41: google.protobuf.Timestamp
+	(*structpb.Value)(nil),             // 42: google.protobuf.Value
+	(StepState)(0),                     // 43: reeve.v1.StepState
+	(*Workflow)(nil),                   // 44: reeve.v1.Workflow
+	(*durationpb.Duration)(nil),        // 45: google.protobuf.Duration
+	(*Task)(nil),                       // 46: reeve.v1.Task
+	(TaskState)(0),                     // 47: reeve.v1.TaskState
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
-	38, // 0: reeve.v1.CompleteStepRequest.output:type_name -> google.protobuf.Value
-	2,  // 1: reeve.v1.CompleteStepRequest.error:type_name -> reeve.v1.CompletionError
-	39, // 2: reeve.v1.CompleteStepResponse.ref:type_name -> reeve.v1.StepRef
-	40, // 3: reeve.v1.CompleteStepResponse.state:type_name -> reeve.v1.StepState
-	5,  // 4: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
-	41, // 5: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
-	38, // 6: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
-	34, // 7: reeve.v1.SubmitTaskRequest.labels:type_name -> reeve.v1.SubmitTaskRequest.LabelsEntry
-	42, // 8: reeve.v1.SubmitTaskRequest.start_time:type_name -> google.protobuf.Timestamp
-	43, // 9: reeve.v1.SubmitTaskRequest.task_timeout:type_name -> google.protobuf.Duration
-	44, // 10: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
-	44, // 11: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
-	45, // 12: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
-	42, // 13: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	42, // 14: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	0,  // 15: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
-	35, // 16: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
-	44, // 17: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
-	36, // 18: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
-	37, // 19: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
-	13, // 20: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
-	45, // 21: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
-	0,  // 22: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
-	16, // 23: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
-	17, // 24: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
-	44, // 25: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
-	20, // 26: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
-	21, // 27: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
-	42, // 28: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
-	42, // 29: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
-	44, // 30: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	44, // 31: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	38, // 32: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
-	44, // 33: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
-	41, // 34: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	41, // 35: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	41, // 36: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	41, // 37: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	4,  // 38: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	7,  // 39: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	9,  // 40: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	11, // 41: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
-	14, // 42: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
-	22, // 43: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	24, // 44: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	26, // 45: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
-	28, // 46: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	30, // 47: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	32, // 48: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	18, // 49: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
-	1,  // 50: reeve.v1.SchedulerService.CompleteStep:input_type -> reeve.v1.CompleteStepRequest
-	6,  // 51: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	8,  // 52: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	10, // 53: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	12, // 54: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
-	15, // 55: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
-	23, // 56: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	25, // 57: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	27, // 58: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
-	29, // 59: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	31, // 60: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	33, // 61: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	19, // 62: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
-	3,  // 63: reeve.v1.SchedulerService.CompleteStep:output_type -> reeve.v1.CompleteStepResponse
-	51, // [51:64] is the sub-list for method output_type
-	38, // [38:51] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	40, // 0: reeve.v1.GetCompletionTokenResponse.ref:type_name -> reeve.v1.StepRef
+	41, // 1: reeve.v1.GetCompletionTokenResponse.complete_by:type_name -> google.protobuf.Timestamp
+	42, // 2: reeve.v1.CompleteStepRequest.output:type_name -> google.protobuf.Value
+	4,  // 3: reeve.v1.CompleteStepRequest.error:type_name -> reeve.v1.CompletionError
+	40, // 4: reeve.v1.CompleteStepResponse.ref:type_name -> reeve.v1.StepRef
+	43, // 5: reeve.v1.CompleteStepResponse.state:type_name -> reeve.v1.StepState
+	7,  // 6: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
+	44, // 7: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
+	42, // 8: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
+	36, // 9: reeve.v1.SubmitTaskRequest.labels:type_name -> reeve.v1.SubmitTaskRequest.LabelsEntry
+	41, // 10: reeve.v1.SubmitTaskRequest.start_time:type_name -> google.protobuf.Timestamp
+	45, // 11: reeve.v1.SubmitTaskRequest.task_timeout:type_name -> google.protobuf.Duration
+	46, // 12: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
+	46, // 13: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
+	47, // 14: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
+	41, // 15: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	41, // 16: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	0,  // 17: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
+	37, // 18: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
+	46, // 19: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
+	38, // 20: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
+	39, // 21: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
+	15, // 22: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
+	47, // 23: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
+	0,  // 24: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
+	18, // 25: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
+	19, // 26: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
+	46, // 27: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	22, // 28: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
+	23, // 29: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
+	41, // 30: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	41, // 31: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	46, // 32: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	46, // 33: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	42, // 34: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
+	46, // 35: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
+	44, // 36: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	44, // 37: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	44, // 38: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	44, // 39: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	6,  // 40: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	9,  // 41: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	11, // 42: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	13, // 43: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	16, // 44: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	24, // 45: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	26, // 46: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	28, // 47: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
+	30, // 48: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	32, // 49: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	34, // 50: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	20, // 51: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	3,  // 52: reeve.v1.SchedulerService.CompleteStep:input_type -> reeve.v1.CompleteStepRequest
+	1,  // 53: reeve.v1.SchedulerService.GetCompletionToken:input_type -> reeve.v1.GetCompletionTokenRequest
+	8,  // 54: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	10, // 55: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	12, // 56: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	14, // 57: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	17, // 58: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	25, // 59: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	27, // 60: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	29, // 61: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
+	31, // 62: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	33, // 63: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	35, // 64: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	21, // 65: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	5,  // 66: reeve.v1.SchedulerService.CompleteStep:output_type -> reeve.v1.CompleteStepResponse
+	2,  // 67: reeve.v1.SchedulerService.GetCompletionToken:output_type -> reeve.v1.GetCompletionTokenResponse
+	54, // [54:68] is the sub-list for method output_type
+	40, // [40:54] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }
@@ -2680,15 +2819,15 @@ func file_reeve_v1_scheduler_service_proto_init() {
 	file_reeve_v1_agent_service_proto_init()
 	file_reeve_v1_task_proto_init()
 	file_reeve_v1_workflow_proto_init()
-	file_reeve_v1_scheduler_service_proto_msgTypes[0].OneofWrappers = []any{
+	file_reeve_v1_scheduler_service_proto_msgTypes[2].OneofWrappers = []any{
 		(*CompleteStepRequest_Output)(nil),
 		(*CompleteStepRequest_Error)(nil),
 	}
-	file_reeve_v1_scheduler_service_proto_msgTypes[3].OneofWrappers = []any{
+	file_reeve_v1_scheduler_service_proto_msgTypes[5].OneofWrappers = []any{
 		(*SubmitTaskRequest_WorkflowRef)(nil),
 		(*SubmitTaskRequest_InlineWorkflow)(nil),
 	}
-	file_reeve_v1_scheduler_service_proto_msgTypes[14].OneofWrappers = []any{
+	file_reeve_v1_scheduler_service_proto_msgTypes[16].OneofWrappers = []any{
 		(*WatchTasksResponse_Changed)(nil),
 		(*WatchTasksResponse_Reset_)(nil),
 	}
@@ -2698,7 +2837,7 @@ func file_reeve_v1_scheduler_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_scheduler_service_proto_rawDesc), len(file_reeve_v1_scheduler_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,19 +19,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SchedulerService_SubmitTask_FullMethodName       = "/reeve.v1.SchedulerService/SubmitTask"
-	SchedulerService_GetTask_FullMethodName          = "/reeve.v1.SchedulerService/GetTask"
-	SchedulerService_ListTasks_FullMethodName        = "/reeve.v1.SchedulerService/ListTasks"
-	SchedulerService_CountTasks_FullMethodName       = "/reeve.v1.SchedulerService/CountTasks"
-	SchedulerService_WatchTasks_FullMethodName       = "/reeve.v1.SchedulerService/WatchTasks"
-	SchedulerService_WatchTask_FullMethodName        = "/reeve.v1.SchedulerService/WatchTask"
-	SchedulerService_CancelTask_FullMethodName       = "/reeve.v1.SchedulerService/CancelTask"
-	SchedulerService_RerunTask_FullMethodName        = "/reeve.v1.SchedulerService/RerunTask"
-	SchedulerService_RegisterWorkflow_FullMethodName = "/reeve.v1.SchedulerService/RegisterWorkflow"
-	SchedulerService_GetWorkflow_FullMethodName      = "/reeve.v1.SchedulerService/GetWorkflow"
-	SchedulerService_ListWorkflows_FullMethodName    = "/reeve.v1.SchedulerService/ListWorkflows"
-	SchedulerService_ListAgents_FullMethodName       = "/reeve.v1.SchedulerService/ListAgents"
-	SchedulerService_CompleteStep_FullMethodName     = "/reeve.v1.SchedulerService/CompleteStep"
+	SchedulerService_SubmitTask_FullMethodName         = "/reeve.v1.SchedulerService/SubmitTask"
+	SchedulerService_GetTask_FullMethodName            = "/reeve.v1.SchedulerService/GetTask"
+	SchedulerService_ListTasks_FullMethodName          = "/reeve.v1.SchedulerService/ListTasks"
+	SchedulerService_CountTasks_FullMethodName         = "/reeve.v1.SchedulerService/CountTasks"
+	SchedulerService_WatchTasks_FullMethodName         = "/reeve.v1.SchedulerService/WatchTasks"
+	SchedulerService_WatchTask_FullMethodName          = "/reeve.v1.SchedulerService/WatchTask"
+	SchedulerService_CancelTask_FullMethodName         = "/reeve.v1.SchedulerService/CancelTask"
+	SchedulerService_RerunTask_FullMethodName          = "/reeve.v1.SchedulerService/RerunTask"
+	SchedulerService_RegisterWorkflow_FullMethodName   = "/reeve.v1.SchedulerService/RegisterWorkflow"
+	SchedulerService_GetWorkflow_FullMethodName        = "/reeve.v1.SchedulerService/GetWorkflow"
+	SchedulerService_ListWorkflows_FullMethodName      = "/reeve.v1.SchedulerService/ListWorkflows"
+	SchedulerService_ListAgents_FullMethodName         = "/reeve.v1.SchedulerService/ListAgents"
+	SchedulerService_CompleteStep_FullMethodName       = "/reeve.v1.SchedulerService/CompleteStep"
+	SchedulerService_GetCompletionToken_FullMethodName = "/reeve.v1.SchedulerService/GetCompletionToken"
 )
 
 // SchedulerServiceClient is the client API for SchedulerService service.
@@ -106,6 +107,11 @@ type SchedulerServiceClient interface {
 	// namespace). The same completion sent again is answered as the first
 	// was and changes nothing. (Issue 35.)
 	CompleteStep(ctx context.Context, in *CompleteStepRequest, opts ...grpc.CallOption) (*CompleteStepResponse, error)
+	// Returns the completion token of a step's current attempt while it
+	// waits (WAITING, or deferred by its agent), for the admin or approver
+	// role of the namespace: to pass on to whoever completes it (a link in a
+	// message to a person, a callback URL). (Issue 35.)
+	GetCompletionToken(ctx context.Context, in *GetCompletionTokenRequest, opts ...grpc.CallOption) (*GetCompletionTokenResponse, error)
 }
 
 type schedulerServiceClient struct {
@@ -264,6 +270,16 @@ func (c *schedulerServiceClient) CompleteStep(ctx context.Context, in *CompleteS
 	return out, nil
 }
 
+func (c *schedulerServiceClient) GetCompletionToken(ctx context.Context, in *GetCompletionTokenRequest, opts ...grpc.CallOption) (*GetCompletionTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCompletionTokenResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_GetCompletionToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchedulerServiceServer is the server API for SchedulerService service.
 // All implementations must embed UnimplementedSchedulerServiceServer
 // for forward compatibility.
@@ -336,6 +352,11 @@ type SchedulerServiceServer interface {
 	// namespace). The same completion sent again is answered as the first
 	// was and changes nothing. (Issue 35.)
 	CompleteStep(context.Context, *CompleteStepRequest) (*CompleteStepResponse, error)
+	// Returns the completion token of a step's current attempt while it
+	// waits (WAITING, or deferred by its agent), for the admin or approver
+	// role of the namespace: to pass on to whoever completes it (a link in a
+	// message to a person, a callback URL). (Issue 35.)
+	GetCompletionToken(context.Context, *GetCompletionTokenRequest) (*GetCompletionTokenResponse, error)
 	mustEmbedUnimplementedSchedulerServiceServer()
 }
 
@@ -384,6 +405,9 @@ func (UnimplementedSchedulerServiceServer) ListAgents(context.Context, *ListAgen
 }
 func (UnimplementedSchedulerServiceServer) CompleteStep(context.Context, *CompleteStepRequest) (*CompleteStepResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompleteStep not implemented")
+}
+func (UnimplementedSchedulerServiceServer) GetCompletionToken(context.Context, *GetCompletionTokenRequest) (*GetCompletionTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCompletionToken not implemented")
 }
 func (UnimplementedSchedulerServiceServer) mustEmbedUnimplementedSchedulerServiceServer() {}
 func (UnimplementedSchedulerServiceServer) testEmbeddedByValue()                          {}
@@ -626,6 +650,24 @@ func _SchedulerService_CompleteStep_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_GetCompletionToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCompletionTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).GetCompletionToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_GetCompletionToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).GetCompletionToken(ctx, req.(*GetCompletionTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchedulerService_ServiceDesc is the grpc.ServiceDesc for SchedulerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -676,6 +718,10 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompleteStep",
 			Handler:    _SchedulerService_CompleteStep_Handler,
+		},
+		{
+			MethodName: "GetCompletionToken",
+			Handler:    _SchedulerService_GetCompletionToken_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
