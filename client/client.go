@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
@@ -92,6 +93,7 @@ func (c *Client) Submit(ctx context.Context, workflow string, input any, opts ..
 		o.taskID = uuid.NewString()
 	}
 	req := &reevev1.SubmitTaskRequest{Namespace: o.namespace, TaskId: o.taskID, Labels: o.labels}
+	o.timers.apply(req, time.Now())
 	switch {
 	case o.inline != nil:
 		if workflow != "" && workflow != o.inline.GetName() {

@@ -69,6 +69,7 @@ type submitOptions struct {
 	version   int32
 	inline    *reevev1.Workflow
 	labels    map[string]string
+	timers    submitTimers // timers.go
 }
 
 // SubmitOption configures one Submit.

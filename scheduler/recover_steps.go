@@ -57,6 +57,9 @@ func (svc *supervisorService) RecoverSteps(ctx context.Context, req *reevev1.Rec
 
 // validateDecision checks one decision's fields and returns its namespace.
 func validateDecision(d *reevev1.RecoveryDecision) (string, error) {
+	if taskstate.TaskMark(d.GetStep()) {
+		return validateTimerDecision(d) // timers.go
+	}
 	ns, err := validateRecovery(d.GetNamespace(), d.GetTaskId(), d.GetStep(), d.GetAttempt(), d.GetReason(), true, true)
 	if err != nil {
 		return "", err
@@ -120,6 +123,9 @@ func decided(ref *reevev1.StepRef, actor string, decide decideFunc) recoverFunc 
 		d, err := decide(t, now)
 		if err != nil {
 			return "", err
+		}
+		if name, ok, err := timerRecovery(t, step, attempt, d, actor, now, claim); ok { // timers.go
+			return name, err
 		}
 		action := d.GetAction()
 		if action == reevev1.RecoveryAction_RECOVERY_ACTION_RETRY {

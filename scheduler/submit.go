@@ -78,6 +78,9 @@ func (svc *schedulerService) validate(ctx context.Context, req *reevev1.SubmitTa
 		}
 		req.TaskId = id.String()
 	}
+	if _, err := workflow.ValidateStartTime("start_time", req.GetStartTime(), svc.opts.clock.Now()); err != nil {
+		return nil, err
+	}
 	var err error
 	if sub.wf, sub.latest, err = svc.resolveWorkflow(ctx, req); err != nil {
 		return nil, err
@@ -157,7 +160,9 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 	if d := svc.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
 		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
 	}
-	t := taskstate.New(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), svc.opts.clock.Now())
+	now := svc.opts.clock.Now()
+	start, _ := workflow.ValidateStartTime("start_time", req.GetStartTime(), now) // checked in validate
+	t := taskstate.NewAt(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), now, start, workflow.TaskTimeout(wf, req))
 	t.Labels = req.GetLabels()
 	rec := &storev1.TaskRecord{
 		Task:          t,

@@ -434,7 +434,7 @@ func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Ti
 			}
 			t := recs[i].Record.GetTask()
 			st := taskstate.FindStep(t, d.Step)
-			action, delay := taskstate.Decide(t, st)
+			action, delay := decide(t, d.Step, st) // timers.go
 			batch = append(batch, pending{d: d, rec: recs[i], st: st, action: action, delay: delay})
 			if len(batch) == decisionsPerCall {
 				s.send(ctx, calls, batch)

@@ -94,6 +94,10 @@ func printTask(w io.Writer, t *reevev1.Task, agents *namespaceAgents) error {
 		fmt.Fprintf(tw, "RERUN OF:\t%s\n", t.GetRerunOf())
 	}
 	fmt.Fprintf(tw, "CREATED:\t%s\n", ts(t.GetCreateTime()))
+	if start, deadline := timerLines(t); start != "" || deadline != "" { // timers.go
+		fmt.Fprintf(tw, "STARTS:\t%s\n", orDash(start))
+		fmt.Fprintf(tw, "DEADLINE:\t%s\n", orDash(deadline))
+	}
 	fmt.Fprintf(tw, "ENDED:\t%s\n", ts(t.GetEndTime()))
 	fmt.Fprintf(tw, "REASON:\t%s\n", orDash(t.GetReason()))
 	if err := tw.Flush(); err != nil {
@@ -104,6 +108,9 @@ func printTask(w io.Writer, t *reevev1.Task, agents *namespaceAgents) error {
 	fmt.Fprintln(tw, "NAME\tTYPE\tSTATE\tATTEMPT\tFAILURES\tCOMPLETE-BY\tAGENT\tWAITING-FOR\tERROR")
 	for _, s := range t.GetSteps() {
 		typ, attempt := execution(t, s)
+		if typ == "" {
+			typ = specType(taskstate.Spec(t, s.GetName())) // a sleep step
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), typ, shortState(s.GetState(), "STEP_STATE_"),
 			attempt, s.GetFailureCount(), ts(s.GetCompleteBy()), stepAgent(s, agents), waitingFor(t, s, agents), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
 	}
@@ -141,6 +148,9 @@ func stepAgent(s *reevev1.Step, agents *namespaceAgents) string {
 // serves TYPE; ..." when agents says none does — with its backoff and
 // schedule-to-start deadline.
 func waitingFor(t *reevev1.Task, s *reevev1.Step, agents *namespaceAgents) string {
+	if w := timerWaitingFor(t, s); w != "" { // timers.go
+		return w
+	}
 	switch {
 	case taskstate.Queued(s) && t.GetPaused():
 		return "the task to be resumed (paused)"
@@ -170,6 +180,7 @@ func printTaskList(w io.Writer, tasks []*reevev1.Task, next string) error {
 		if t.GetPaused() {
 			state += " (paused)"
 		}
+		state = listState(t, state)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetId(), workflowName(t.GetWorkflow()), state, ts(t.GetCreateTime()), ts(t.GetEndTime()))
 	}
 	if err := tw.Flush(); err != nil {
@@ -199,7 +210,7 @@ func printWorkflow(w io.Writer, wf *reevev1.Workflow) error {
 		if s.GetTimeout() != nil {
 			timeout = s.GetTimeout().AsDuration().String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.GetName(), s.GetType(), orDash(strings.Join(s.GetDependsOn(), ",")), timeout,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.GetName(), specType(s), orDash(strings.Join(s.GetDependsOn(), ",")), timeout,
 			orDash(s.GetCompensation().GetType()), escalation(wf, s))
 	}
 	return tw.Flush()

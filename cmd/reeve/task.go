@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,15 +24,21 @@ func newTaskSubmitCmd(g *globals) *cobra.Command {
 		labels                    []string
 		version                   int32
 		wait, exitCode            bool
+		timers                    timerFlags // timers.go
 	)
 	cmd := &cobra.Command{
-		Use:   "submit (--workflow NAME [--version N] | -f FILE) [--input JSON] [--id ID] [--wait [--exit-code=false]]",
+		Use:   "submit (--workflow NAME [--version N] | -f FILE) [--input JSON] [--id ID] [--start-in DURATION | --start-at TIME] [--task-timeout DURATION] [--wait [--exit-code=false]]",
 		Short: "Submit a task running a registered workflow or an inline definition",
 		Long: `submit starts a task. With --id the submission is idempotent: submitting the
 same request again returns the existing task. With --wait it follows the task
 and prints it once it reached a terminal state; the exit code is 0 when it
 SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
-0 whatever the state with --exit-code=false (read "state").`,
+0 whatever the state with --exit-code=false (read "state").
+
+With --start-in or --start-at the task waits PENDING, with nothing dispatched,
+until its start time (it can be canceled meanwhile). --start-in is relative
+to this command's clock: for an idempotent retry with --id, use --start-at.
+--task-timeout bounds the whole task from its start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := &reevev1.SubmitTaskRequest{Namespace: g.namespace, TaskId: id}
@@ -59,6 +66,9 @@ SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
 			}
 			req.Input = in
 			if req.Labels, err = parseLabels("--label", labels); err != nil {
+				return err
+			}
+			if err := timers.apply(cmd.Flags(), req, time.Now()); err != nil {
 				return err
 			}
 			c, closeConn, err := g.dial()
@@ -101,6 +111,7 @@ SUCCEEDED and 3 when it ended otherwise (FAILED, COMPENSATED, CANCELED), or
 	f.StringArrayVar(&labels, "label", nil, "a label KEY=VALUE to find the task by (repeatable, at most 16)")
 	f.StringVar(&id, "id", "", "task id, for idempotent submission (default: generated)")
 	f.BoolVar(&wait, "wait", false, "wait until the task is terminal and print it")
+	timers.add(f)
 	f.BoolVar(&exitCode, "exit-code", true, "with --wait, exit 3 unless the task SUCCEEDED (--exit-code=false: exit 0 whatever its end)")
 	return cmd
 }

@@ -105,7 +105,8 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 		}
 	}
 	// The max_running slots its dispatched attempts hold (queues.go).
-	return k.appendSlotKeys(dst, t)
+	dst = k.appendSlotKeys(dst, t)
+	return k.appendTimerKeys(dst, rec) // timers.go
 }
 
 // indexKeys returns every index key a task record implies, with its value.

@@ -42,6 +42,10 @@ func (a Action) String() string {
 		return "compensate"
 	case ActionFail:
 		return "fail"
+	case ActionWake:
+		return "wake"
+	case ActionStart:
+		return "start"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -49,7 +53,7 @@ func (a Action) String() string {
 // RecoveryAction is the action's RecoverSteps form.
 func (a Action) RecoveryAction() reevev1.RecoveryAction {
 	switch a {
-	case ActionRetry:
+	case ActionRetry, ActionWake, ActionStart:
 		return reevev1.RecoveryAction_RECOVERY_ACTION_RETRY
 	case ActionCompensate:
 		return reevev1.RecoveryAction_RECOVERY_ACTION_COMPENSATE
@@ -91,6 +95,9 @@ func ExpiryCode(s *reevev1.Step) string {
 // of attempts fails the task. It holds no business knowledge: only the
 // step's policy and failure count.
 func Decide(t *reevev1.Task, s *reevev1.Step) (Action, time.Duration) {
+	if a, ok := DecideTimer(t, s.GetName()); ok { // timers.go
+		return a, 0
+	}
 	d := NextAttempt(t, s, CauseExpiry, nil)
 	return d.Action, d.Delay
 }

@@ -34,8 +34,14 @@ var (
 // and counted in Task.history_dropped.
 const MaxHistory = 200
 
-// New returns a PENDING task running wf, with its root steps queued.
+// New returns a PENDING task running wf, with its root steps queued (and
+// the workflow's task_timeout as its deadline: NewAt).
 func New(namespace, id string, wf *reevev1.Workflow, input *structpb.Value, now time.Time) *reevev1.Task {
+	return NewAt(namespace, id, wf, input, now, time.Time{}, 0)
+}
+
+// newTask is a PENDING task running wf, submitted now, no step ready yet.
+func newTask(namespace, id string, wf *reevev1.Workflow, input *structpb.Value, now time.Time) *reevev1.Task {
 	t := &reevev1.Task{
 		Namespace:  namespace,
 		Id:         id,
@@ -54,7 +60,6 @@ func New(namespace, id string, wf *reevev1.Workflow, input *structpb.Value, now 
 		})
 	}
 	addHistory(t, now, "task.submitted", "", 0, "client", "")
-	advance(t, now)
 	return t
 }
 
@@ -312,7 +317,7 @@ func release(s *reevev1.Step) {
 
 func markReady(t *reevev1.Task, s *reevev1.Step, now time.Time) {
 	s.Attempt++
-	if startWait(t, s, now) { // wait.go
+	if startWait(t, s, now) || startSleep(t, s, now) { // wait.go, timers.go
 		return
 	}
 	enqueue(t, s, now, time.Time{})

@@ -154,6 +154,9 @@ func ValidateWorkflow(field string, w *reevev1.Workflow, requireName bool) error
 	if err := validateDuration(field+".default_schedule_to_start_timeout", w.GetDefaultScheduleToStartTimeout(), MinTimeout, MaxTimeout); err != nil {
 		return err
 	}
+	if err := validateTaskTimeout(field, w); err != nil {
+		return err
+	}
 	steps := w.GetSteps()
 	switch {
 	case len(steps) == 0:
@@ -186,6 +189,10 @@ func ValidateWorkflow(field string, w *reevev1.Workflow, requireName bool) error
 func validateStep(field string, w *reevev1.Workflow, s *reevev1.StepSpec, names map[string]int) error {
 	if waits, err := validateWaitFor(field, s); err != nil {
 		return err
+	} else if IsSleep(s) {
+		if err := validateSleepStep(field, s); err != nil {
+			return err
+		}
 	} else if !waits {
 		if err := ValidateName(field+".type", s.GetType()); err != nil {
 			return err
@@ -362,6 +369,9 @@ func ValidateSubmit(req *reevev1.SubmitTaskRequest) error {
 		return fieldErr("workflow", "one of workflow_ref or inline_workflow is required")
 	}
 	if err := ValidateLabels("labels", req.GetLabels()); err != nil {
+		return err
+	}
+	if err := validateSubmitTimers(req); err != nil {
 		return err
 	}
 	return ValidateValue("input", req.GetInput(), MaxInputBytes)
