@@ -77,6 +77,10 @@ func parseTemplates() (*template.Template, error) {
 		"spec":     specText,
 		"in":       func(now time.Time, t *timestamppb.Timestamp) string { return "in " + fmtDur(t.AsTime().Sub(now)) },
 		"policies": policiesText,
+		"clock":    clockTime,
+		"since":    func(now, t time.Time) string { return fmtDur(now.Sub(t)) },
+		"rate":     rateText,
+		"int64":    func(n int32) int64 { return int64(n) },
 	}).ParseFS(files, "templates/*.html")
 }
 
@@ -113,6 +117,23 @@ func shortEnum(v fmt.Stringer) string {
 		s = strings.TrimPrefix(s, p)
 	}
 	return strings.ToLower(s)
+}
+
+// clockTime says when t is for a person glancing at a page: "10:02" (UTC)
+// on now's day, "Nov 30 10:02" on another day of now's year, else with the
+// year.
+func clockTime(now, t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	t, now = t.UTC(), now.UTC()
+	switch {
+	case t.YearDay() == now.YearDay() && t.Year() == now.Year():
+		return t.Format("15:04")
+	case t.Year() == now.Year():
+		return t.Format("Jan 2 15:04")
+	}
+	return t.Format("2006-01-02 15:04")
 }
 
 func fmtTime(t *timestamppb.Timestamp) string {
