@@ -34,6 +34,11 @@ const (
 	// page reads (five ListTasks calls of TASK_VIEW_BASIC); past it the page
 	// says that it looked no further.
 	maxWaitingExamined = 5 * waitingPageSize
+	// maxWaitingTasks bounds the tasks with a step waiting for a
+	// completion that one view reads in full (GetTask: the list's basic
+	// view has no workflow snapshot to tell a wait for a person from a
+	// sleep).
+	maxWaitingTasks = 200
 	// defaultApproval is the output the approve form starts with.
 	defaultApproval = `{"approved": true}`
 )
@@ -54,8 +59,9 @@ type waitingData struct {
 	Approver bool
 	Workflow string
 	Steps    []waitingStep
-	Examined int
-	More     bool // more RUNNING tasks than maxWaitingExamined: not all looked at
+	Examined int  // RUNNING tasks listed
+	Read     int  // of them read in full (a step waiting for a completion)
+	More     bool // past maxWaitingExamined or maxWaitingTasks: not all looked at
 }
 
 // mayApprove reports whether the session's identity may complete steps by
@@ -116,10 +122,12 @@ func (s *Server) newWaitingStep(t *reevev1.Task, st *reevev1.Step) waitingStep {
 	return w
 }
 
-// waitingPage lists the steps waiting for a person: it reads the
+// waitingPage lists the steps waiting for a person: it lists the
 // namespace's RUNNING tasks (TASK_VIEW_BASIC, 1,000 a call, at most
-// maxWaitingExamined) and keeps their WAITING external steps, the one
-// whose complete-by comes first on top.
+// maxWaitingExamined), reads those with a WAITING step that began a wait in
+// full (at most maxWaitingTasks: one GetTask each) and keeps their steps
+// that wait for a completion from outside, the one whose complete-by comes
+// first on top.
 func (s *Server) waitingPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	q := r.URL.Query()
 	ns := workflow.Namespace(q.Get("ns"))
@@ -144,9 +152,27 @@ func (s *Server) waitingPage(w http.ResponseWriter, r *http.Request, ss *session
 		}
 		d.Examined += len(resp.GetTasks())
 		for _, t := range resp.GetTasks() {
-			for _, st := range t.GetSteps() {
-				if waitsForPerson(t, st) {
-					d.Steps = append(d.Steps, s.newWaitingStep(t, st))
+			// The basic view has no workflow snapshot: a step WAITING
+			// since a wait began (wait_start_time; a sleep has none) is
+			// looked at in full.
+			if !slices.ContainsFunc(t.GetSteps(), func(st *reevev1.Step) bool { return taskstate.Waiting(st) && st.GetWaitStartTime() != nil }) {
+				continue
+			}
+			if d.Read >= maxWaitingTasks {
+				d.More = true
+				continue
+			}
+			d.Read++
+			full, err := s.sched.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: ns, TaskId: t.GetId()}, opts...)
+			if status.Code(err) == codes.NotFound {
+				continue // ended and gone since the list
+			} else if err != nil {
+				s.apiError(w, r, ss, fmt.Sprintf("task %q", t.GetId()), err)
+				return
+			}
+			for _, st := range full.GetTask().GetSteps() {
+				if waitsForPerson(full.GetTask(), st) {
+					d.Steps = append(d.Steps, s.newWaitingStep(full.GetTask(), st))
 				}
 			}
 		}
