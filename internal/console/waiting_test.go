@@ -26,7 +26,7 @@ func approval(then string) *reevev1.SubmitTaskRequest {
 		steps = append(steps, &reevev1.StepSpec{Name: "charge", Type: then, DependsOn: []string{"approve"}, Timeout: durationpb.New(10 * time.Second)})
 	}
 	return &reevev1.SubmitTaskRequest{
-		Input: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"order_id": structpb.NewStringValue("o-7"), "amount": structpb.NewNumberValue(120)}}),
+		Input:    structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"order_id": structpb.NewStringValue("o-7"), "amount": structpb.NewNumberValue(120)}}),
 		Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{Name: "test.approval", Steps: steps}},
 	}
 }
