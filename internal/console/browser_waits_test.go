@@ -22,7 +22,7 @@ func (e *env) holdAgent() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	e.t.Cleanup(func() { cancel(); <-done })
-	a, err := agentsdk.New([]string{e.addr}, agentsdk.WithAgentID("hold-agent"), agentsdk.WithLogger(testenv.Logger()))
+	a, err := agentsdk.New([]string{e.addr}, agentsdk.WithAgentID("hold-agent"), agentsdk.WithLogger(testenv.Logger()), agentsdk.WithShutdownTimeout(100*time.Millisecond))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -178,6 +178,9 @@ func TestBrowserWaitsAndQueues(t *testing.T) {
 	run(t, ctx, "light theme", chromedp.Click(chromedp.CSS("#theme-toggle")))
 	poll(t, ctx, "light theme applied", `document.documentElement.getAttribute('data-theme') === 'light'`, 30*time.Second)
 
+	// Leave the live pages: their event streams end with the browser's
+	// page, before the console's server stops.
+	run(t, ctx, "leave", chromedp.Navigate("about:blank"))
 	for _, m := range dlg.all() {
 		if !strings.HasPrefix(m, "Pause ") {
 			t.Errorf("a dialog opened: %q", m)

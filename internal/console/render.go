@@ -108,6 +108,12 @@ var explanations = map[string]string{
 	"task.failed":                    "the task failed and needs a person: an alert is raised",
 	"task.canceled":                  "canceled",
 	"task.succeeded":                 "every step succeeded",
+	"step.waiting":                   "the step waits for a completion from outside (an approval): no agent runs it",
+	"step.sleeping":                  "a durable timer: the step succeeds at its time, with no agent",
+	"step.deferred":                  "its agent handed it off: it waits for a completion with its token (e.g. a webhook)",
+	"task.start_scheduled":           "submitted to start later: no step is dispatched before its start time",
+	"task.started":                   "its start time came: its first steps are ready",
+	"task.timed_out":                 "the whole task passed its deadline: it escalates as its workflow says",
 }
 
 // shortEnum turns TASK_STATE_RUNNING into "running".

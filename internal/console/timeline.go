@@ -97,9 +97,9 @@ func timeline(t *reevev1.Task, now time.Time) ([]span, []marker) {
 				}
 			}
 			spec := taskstate.Spec(t, e.GetStep())
-			label, by := "waiting for approval", at.Add(workflow.EffectiveTimeout(t.GetWorkflow(), spec))
+			label, by := "approval", at.Add(workflow.EffectiveTimeout(t.GetWorkflow(), spec))
 			if kind == "step.sleeping" {
-				label, by = "sleeping", at.Add(spec.GetSleep().AsDuration())
+				label, by = "sleep", at.Add(spec.GetSleep().AsDuration())
 			}
 			open[k] = len(spans)
 			spans = append(spans, span{Step: e.GetStep(), Attempt: e.GetAttempt(), Agent: label, Start: at, CompleteBy: by, Open: true, Outcome: "waiting", Wait: true})
@@ -151,6 +151,11 @@ func timeline(t *reevev1.Task, now time.Time) ([]span, []marker) {
 func isDecision(e *reevev1.HistoryEvent) bool {
 	a := e.GetActor()
 	if strings.HasPrefix(a, "supervisor") || strings.HasPrefix(a, "operator") {
+		return true
+	}
+	// A completion from outside: a person's approval or rejection (by
+	// name), or a callback's (by token).
+	if strings.HasPrefix(a, "approver") || strings.HasPrefix(a, "token") {
 		return true
 	}
 	switch e.GetKind() {
@@ -225,8 +230,12 @@ func timelineSVG(spans []span, markers []marker, t0, t1 time.Time) template.HTML
 		if s.Compensation {
 			cls += " comp"
 		}
-		title := fmt.Sprintf("%s attempt %d%s on %s: %s → %s (%s), complete-by %s; %s %s",
-			s.Step, s.Attempt, map[bool]string{true: " (compensation)"}[s.Compensation], s.Agent,
+		who := "on " + s.Agent
+		if s.Wait {
+			who = "(" + s.Agent + ")"
+		}
+		title := fmt.Sprintf("%s attempt %d%s %s: %s → %s (%s), complete-by %s; %s %s",
+			s.Step, s.Attempt, map[bool]string{true: " (compensation)"}[s.Compensation], who,
 			s.Start.UTC().Format("15:04:05.000"), s.End.UTC().Format("15:04:05.000"), fmtDur(s.End.Sub(s.Start)),
 			s.CompleteBy.UTC().Format("15:04:05.000"), s.Outcome, s.Detail)
 		fmt.Fprintf(&b, `<g class="span"><title>%s</title><rect class="%s" x="%.1f" y="%d" width="%.1f" height="%d" rx="3"/>`, esc(title), esc(cls), x0, y+4, x1-x0, rowH-8)
@@ -237,7 +246,7 @@ func timelineSVG(spans []span, markers []marker, t0, t1 time.Time) template.HTML
 		if s.Wait {
 			barLabel = s.Agent
 			if s.Open {
-				barLabel += " · complete-by " + s.CompleteBy.UTC().Format("15:04")
+				barLabel += " · by " + s.CompleteBy.UTC().Format("15:04")
 			} else {
 				barLabel += " · " + s.Outcome
 			}
