@@ -223,9 +223,19 @@ func TestQueuesPage(t *testing.T) {
 	e := newEnv(t)
 	e.submit(stuck())
 	b := e.browser()
-	code, page := b.get("/queues")
-	if code != http.StatusOK {
-		t.Fatalf("queues: status %d; %.500s", code, textOf(page))
+	// The queued step shows once the scheduler's ready queue has it (fed
+	// by a watch).
+	var page string
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var code int
+		code, page = b.get("/queues")
+		if code != http.StatusOK {
+			t.Fatalf("queues: status %d; %.500s", code, textOf(page))
+		}
+		if strings.Contains(page, `id="queue-test.nobody"`) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	for _, want := range []string{`id="queue-test.nobody"`, `id="queue-payments.charge"`, `id="pause-test.nobody"`, "no agent"} {
 		if !strings.Contains(page, want) {
