@@ -109,6 +109,8 @@ type taskData struct {
 	// task, so the page looks again every 5 s.
 	Waits []waitLine
 	Held  bool
+	// StartsAt: the task waits to start (Task.start_time), at this time.
+	StartsAt string
 }
 
 func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, ss *session) {
@@ -206,6 +208,9 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, archive
 		d.StepNames = append(d.StepNames, st.GetName())
 	}
 	d.Waits = s.taskWaits(r, ss, t, archived, now)
+	if at, ok := taskstate.AwaitingStart(t); ok {
+		d.StartsAt = at.UTC().Format("2006-01-02 15:04:05") + " (in " + fmtDur(at.Sub(now)) + ")"
+	}
 	if t.GetInput() != nil {
 		d.Input = prettyJSON(t.GetInput())
 	}
