@@ -320,6 +320,9 @@ func (a *Agent) logFailure(ex *execution, se *reevev1.StepError) {
 
 // result is what the agent sends for a handler's outcome.
 func result(ref *reevev1.StepRef, out any, herr error) *reevev1.StepResult {
+	if d := deferredResult(ref, herr); d != nil { // defer.go
+		return d
+	}
 	res := &reevev1.StepResult{Ref: ref}
 	if herr == nil {
 		v, err := encodeOutput(out)

@@ -63,11 +63,11 @@ var clientTLS = dial.Settings{
 
 // repeatable reports whether a call may be sent again after UNAVAILABLE:
 // reads, and the writes that are idempotent (a Submit with its task id,
-// which the Client always sets; a Cancel).
+// which the Client always sets; a Cancel; a completion from outside).
 func repeatable(method string) bool {
 	name := method[strings.LastIndex(method, "/")+1:]
 	return strings.HasPrefix(name, "Get") || strings.HasPrefix(name, "List") ||
-		name == "SubmitTask" || name == "CancelTask"
+		name == "SubmitTask" || name == "CancelTask" || name == "CompleteStep"
 }
 
 // Close closes the connection; calls in flight fail.

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
@@ -73,14 +74,19 @@ func (c *completionTokens) load(ctx context.Context) ([]byte, error) {
 }
 
 // forStep returns the token of st's current attempt in t, or "" when the
-// key is not loaded yet (Run loads it before dispatching) or the execution
-// is a compensation (never completed from outside).
+// execution is a compensation (never completed from outside) or the key
+// cannot be read (etcd unavailable: the agent then cannot defer the
+// attempt). Run loads the key before it dispatches; an agent may be served
+// before, and the first assignment then reads it (once per process).
 func (c *completionTokens) forStep(t *reevev1.Task, st *reevev1.Step) string {
-	k := c.key.Load()
-	if k == nil || taskstate.Compensating(st) || st.GetCompensation() {
+	if taskstate.Compensating(st) || st.GetCompensation() {
 		return ""
 	}
-	return makeToken(*k, t, st.GetName(), st.GetAttempt())
+	k, err := c.load(context.Background()) // bounded by the store's operation timeout
+	if err != nil {
+		return ""
+	}
+	return makeToken(k, t, st.GetName(), st.GetAttempt())
 }
 
 func tokenPayload(ns, id, step string, attempt int32) []byte {
@@ -229,7 +235,7 @@ func (svc *schedulerService) CompleteStep(ctx context.Context, req *reevev1.Comp
 		return nil
 	}
 	c.Actor = completionActor(ctx, byToken)
-	w, err := svc.eng.update(ctx, taskWrite{ns: ns, id: id, claim: "claim with a completion", until: svc.eng.clock.Now().Add(resultRetryWindow),
+	w, err := svc.eng.update(ctx, taskWrite{ns: ns, id: id, claim: "claim with a completion",
 		change: func(t *reevev1.Task, now time.Time, claim *writeClaim) (effects, error) {
 			if err := judge(t); err != nil {
 				return effects{}, err
@@ -348,4 +354,47 @@ func (svc *schedulerService) GetCompletionToken(ctx context.Context, req *reevev
 		Token:      makeToken(key, t, s.GetName(), s.GetAttempt()),
 		CompleteBy: s.GetCompleteBy(),
 	}, nil
+}
+
+// ListWaitingSteps implements SchedulerService: the namespace's steps that
+// wait for a completion from outside, from the waiting index (no task is
+// read).
+func (svc *schedulerService) ListWaitingSteps(ctx context.Context, req *reevev1.ListWaitingStepsRequest) (*reevev1.ListWaitingStepsResponse, error) {
+	if err := workflow.ValidateNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, statusErr(err)
+	}
+	ns := workflow.Namespace(req.GetNamespace())
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0 || size > 1000:
+		return nil, statusErr(&workflow.FieldError{Field: "page_size", Reason: fmt.Sprintf("%d is outside [0, 1000] (0 means 100)", size)})
+	case size == 0:
+		size = 100
+	}
+	var after string
+	if tok := req.GetPageToken(); tok != "" {
+		b, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || len(b) == 0 || len(b) > 512 {
+			return nil, statusErr(&workflow.FieldError{Field: "page_token", Reason: "not a page token of ListWaitingSteps"})
+		}
+		after = string(b)
+	}
+	steps, next, err := svc.store.WaitingSteps(ctx, ns, after, size)
+	if err != nil {
+		return nil, statusErr(err)
+	}
+	resp := &reevev1.ListWaitingStepsResponse{}
+	for _, w := range steps {
+		resp.Steps = append(resp.Steps, &reevev1.WaitingStep{
+			Ref:           &reevev1.StepRef{Namespace: w.Namespace, TaskId: w.TaskID, Step: w.Step, Attempt: w.Attempt},
+			Workflow:      w.Workflow,
+			WaitStartTime: timestamppb.New(w.Since),
+			CompleteBy:    timestamppb.New(w.CompleteBy),
+			Deferred:      w.Deferred,
+		})
+	}
+	if next != "" {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(next))
+	}
+	return resp, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/store"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/telemetry"
 )
@@ -31,8 +32,20 @@ type waitInstruments struct {
 	completed metric.Int64Counter
 }
 
-func newWaitInstruments(m metric.Meter) *waitInstruments {
+func newWaitInstruments(m metric.Meter, in *instruments, st *store.Store) *waitInstruments {
 	w := &waitInstruments{}
+	waiting, _ := m.Int64ObservableGauge("reeve.steps.waiting",
+		metric.WithDescription("Steps waiting for a completion from outside (WAITING for an external completion, or deferred by their agent), by namespace, counted in etcd's waiting index at collection time (every scheduler reports the same value: aggregate with max)"))
+	_, _ = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		for _, ns := range in.knownNamespaces() {
+			if n, err := st.CountWaiting(cctx, ns); err == nil {
+				o.ObserveInt64(waiting, n, metric.WithAttributes(telemetry.KeyNamespace.String(ns)))
+			}
+		}
+		return nil
+	}, waiting)
 	w.started, _ = m.Int64Counter("reeve.steps.waits",
 		metric.WithDescription("Steps that began to wait for a completion from outside, by namespace and kind: external (wait_for) or deferred (handed off by its agent)"))
 	w.completed, _ = m.Int64Counter("reeve.steps.completed_from_outside",

@@ -43,8 +43,6 @@ type engine struct {
 	store *store.Store
 	tasks *taskread.Reader // etcd, then the archive
 	tel   *instruments
-	// tokens derives and verifies completion tokens (completion.go).
-	tokens *completionTokens
 	shed  *overload // nil when shedding is off
 	disp  *dispatcher
 	// base outlives client and agent streams: a result that arrived is
@@ -57,6 +55,9 @@ type engine struct {
 	// created counts a task created in a namespace against its cap on
 	// active tasks (admission.created).
 	created func(ns string)
+
+	// tokens derives and verifies completion tokens (completion.go).
+	tokens *completionTokens
 }
 
 // effects is what a task write did, as its change function reports it on

@@ -52,7 +52,7 @@ func newInstruments(s *Server) *instruments {
 		ended:      map[reevev1.TaskState]metric.Int64Counter{},
 		namespaces: map[string]bool{"default": true},
 	}
-	in.waits = newWaitInstruments(m)
+	in.waits = newWaitInstruments(m, in, s.store)
 	in.unknownMessages, _ = m.Int64Counter("reeve.agent.unknown_messages",
 		metric.WithDescription("Agent messages of a kind this scheduler does not know (from a newer protocol), ignored"))
 	in.archivedTasks, _ = m.Int64Counter("reeve.archive.tasks",

@@ -55,6 +55,10 @@ type Step struct {
 	// Timeout is how long the execution may take: the handler's ctx ends
 	// then and Step.CompleteBy is then; default one minute.
 	Timeout time.Duration
+	// CompletionToken is what Step.CompletionToken returns; default a fake
+	// token ("rvt1.agenttest") for a forward step, so that Step.Defer
+	// works, and none for a compensation (as a scheduler sends).
+	CompletionToken string
 }
 
 // Result is what happened when the handler ran.
@@ -74,6 +78,10 @@ type Result struct {
 	// an agent sends nothing then, and the scheduler counts the attempt as
 	// timed out.
 	Late bool
+	// Deferred is true when the handler handed the step off (returned
+	// Step.Defer's error), with DeferReason.
+	Deferred    bool
+	DeferReason string
 }
 
 // Decode decodes Output into v.
@@ -100,6 +108,9 @@ func Run(ctx context.Context, h agentsdk.HandlerFunc, s Step) (*Result, error) {
 	r := &Result{Returned: herr, Heartbeats: int(beats.Load()), Late: !time.Now().Before(as.GetCompleteBy().AsTime())}
 	if e := res.GetError(); e != nil {
 		r.Error = &agentsdk.Error{Code: e.GetCode(), Message: e.GetMessage(), NonRetryable: e.GetNonRetryable()}
+	}
+	if d := res.GetDeferred(); d != nil {
+		r.Deferred, r.DeferReason = true, d.GetReason()
 	}
 	if res.GetOutput() != nil {
 		if r.Output, err = protojson.Marshal(res.GetOutput()); err != nil {
@@ -129,7 +140,8 @@ func assignment(s Step) (*reevev1.StepAssignment, error) {
 		Ref:  &reevev1.StepRef{Namespace: s.Namespace, TaskId: s.TaskID, Step: s.Name, Attempt: int32(s.Attempt)},
 		Type: s.Type, Input: input, Config: config, DependencyOutputs: deps,
 		IdempotencyKey: s.IdempotencyKey, Compensation: s.Compensation,
-		CompleteBy: timestamppb.New(time.Now().Add(s.Timeout)),
+		CompleteBy:      timestamppb.New(time.Now().Add(s.Timeout)),
+		CompletionToken: s.CompletionToken,
 	}
 	return as, nil
 }
@@ -155,6 +167,9 @@ func withDefaults(s Step) Step {
 	}
 	if s.Timeout <= 0 {
 		s.Timeout = time.Minute
+	}
+	if s.CompletionToken == "" && !s.Compensation {
+		s.CompletionToken = "rvt1.agenttest"
 	}
 	return s
 }

@@ -100,3 +100,26 @@ func TestHandBuiltStepHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestRunDeferred(t *testing.T) {
+	var token string
+	h := func(ctx context.Context, s *agentsdk.Step) (any, error) {
+		token = s.CompletionToken()
+		return nil, s.Defer("waiting for the webhook")
+	}
+	r, err := agenttest.Run(context.Background(), h, agenttest.Step{Type: "bank.transfer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Deferred || r.DeferReason != "waiting for the webhook" || r.Error != nil || token == "" {
+		t.Fatalf("result %+v, token %q: want deferred", r, token)
+	}
+	// A compensation has no token: Defer fails the step (retryable).
+	r, err = agenttest.Run(context.Background(), h, agenttest.Step{Type: "bank.transfer", Compensation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Deferred || r.Error == nil || r.Error.Code != "defer_unsupported" || r.Error.NonRetryable {
+		t.Fatalf("compensation's result %+v: want the retryable error defer_unsupported", r)
+	}
+}

@@ -109,9 +109,10 @@ func printTask(w io.Writer, t *reevev1.Task, agents *namespaceAgents) error {
 	for _, s := range t.GetSteps() {
 		typ, attempt := execution(t, s)
 		if typ == "" {
-			typ = specType(taskstate.Spec(t, s.GetName())) // a sleep step
+			typ = specType(taskstate.Spec(t, s.GetName())) // a sleep step (timers.go)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), typ, shortState(s.GetState(), "STEP_STATE_"),
+		typ, state := waitShown(t, s, typ) // taskwait.go
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.GetName(), typ, state,
 			attempt, s.GetFailureCount(), ts(s.GetCompleteBy()), stepAgent(s, agents), waitingFor(t, s, agents), orDash(oneLine(taskstate.ErrorText(s.GetLastError()))))
 	}
 	if err := tw.Flush(); err != nil {
@@ -152,6 +153,8 @@ func waitingFor(t *reevev1.Task, s *reevev1.Step, agents *namespaceAgents) strin
 		return w
 	}
 	switch {
+	case taskstate.Awaiting(t, s):
+		return awaitingWhat(s) // taskwait.go
 	case taskstate.Queued(s) && t.GetPaused():
 		return "the task to be resumed (paused)"
 	case taskstate.Queued(s):
@@ -180,7 +183,8 @@ func printTaskList(w io.Writer, tasks []*reevev1.Task, next string) error {
 		if t.GetPaused() {
 			state += " (paused)"
 		}
-		state = listState(t, state)
+		state = listState(t, state) // timers.go
+		state += awaitingSteps(t)   // taskwait.go
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetId(), workflowName(t.GetWorkflow()), state, ts(t.GetCreateTime()), ts(t.GetEndTime()))
 	}
 	if err := tw.Flush(); err != nil {

@@ -14,7 +14,8 @@ import (
 func newTaskCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Submit, inspect, follow and cancel tasks"}
 	cmd.AddCommand(newTaskSubmitCmd(g), newTaskGetCmd(g), newTaskListCmd(g), newTaskWatchCmd(g), newTaskCancelCmd(g),
-		newTaskRetryCmd(g), newTaskCompensateCmd(g), newTaskPauseCmd(g), newTaskResumeCmd(g), newTaskRerunCmd(g))
+		newTaskRetryCmd(g), newTaskCompensateCmd(g), newTaskPauseCmd(g), newTaskResumeCmd(g), newTaskRerunCmd(g),
+		newTaskCompleteCmd(g), newTaskTokenCmd(g), newTaskWaitingCmd(g))
 	return cmd
 }
 

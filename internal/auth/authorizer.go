@@ -104,6 +104,7 @@ var rules = map[string]rule{
 	reevev1.SchedulerService_RerunTask_FullMethodName:                {roles: adminRoles, check: namespaceOf(RoleAdmin)},
 	reevev1.SchedulerService_CompleteStep_FullMethodName:             {any: true, check: completeStep},
 	reevev1.SchedulerService_GetCompletionToken_FullMethodName:       {roles: []Role{RoleApprover, RoleAdmin}, check: namespaceOf(RoleApprover)},
+	reevev1.SchedulerService_ListWaitingSteps_FullMethodName:         {roles: []Role{RoleClient, RoleApprover, RoleAdmin}, check: clientOrApprover},
 	reevev1.SupervisorService_RetryStep_FullMethodName:               {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_CompensateTask_FullMethodName:          {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
 	reevev1.SupervisorService_FailTask_FullMethodName:                {roles: []Role{RoleSupervisor, RoleAdmin}, check: recovery},
@@ -215,6 +216,16 @@ func completeStep(p *Principal, req any) error {
 	ns := workflow.Namespace(r.GetNamespace())
 	if !p.Allows(RoleApprover, ns) {
 		return status.Errorf(codes.PermissionDenied, "namespace: %s may not complete steps by name in namespace %q (admin or approver role; or complete with the step's token)", p.Name, ns)
+	}
+	return nil
+}
+
+// clientOrApprover: the client or the approver role of the request's
+// namespace (an admin is both).
+func clientOrApprover(p *Principal, req any) error {
+	ns := requestNamespace(req)
+	if !p.Allows(RoleClient, ns) && !p.Allows(RoleApprover, ns) {
+		return status.Errorf(codes.PermissionDenied, "namespace: %s may act neither as client nor as approver in namespace %q", p.Name, ns)
 	}
 	return nil
 }

@@ -40,8 +40,9 @@ var grantedTo = map[string][]auth.Role{
 	reevev1.SchedulerService_ListWorkflows_FullMethodName:    {auth.RoleClient, auth.RoleAdmin},
 	reevev1.SchedulerService_ListAgents_FullMethodName:       {auth.RoleClient, auth.RoleAdmin},
 	// By name; by token any authenticated caller (TestCompleteStepByToken).
-	reevev1.SchedulerService_CompleteStep_FullMethodName: {auth.RoleApprover, auth.RoleAdmin},
+	reevev1.SchedulerService_CompleteStep_FullMethodName:       {auth.RoleApprover, auth.RoleAdmin},
 	reevev1.SchedulerService_GetCompletionToken_FullMethodName: {auth.RoleApprover, auth.RoleAdmin},
+	reevev1.SchedulerService_ListWaitingSteps_FullMethodName:   {auth.RoleClient, auth.RoleApprover, auth.RoleAdmin},
 	// The recovery calls below carry a fence (a supervisor's form).
 	reevev1.SupervisorService_RetryStep_FullMethodName:      {auth.RoleSupervisor, auth.RoleAdmin},
 	reevev1.SupervisorService_CompensateTask_FullMethodName: {auth.RoleSupervisor, auth.RoleAdmin},

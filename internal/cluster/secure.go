@@ -42,6 +42,9 @@ const (
 	Agent Identity = "agent"
 	// Client has reeve://client/default.
 	Client Identity = "client"
+	// Approver has reeve://approver/default: it completes waiting steps by
+	// name (issue 35).
+	Approver Identity = "approver"
 )
 
 // certSpecs are the certificates a secure cluster issues.
@@ -54,6 +57,7 @@ func certSpecs() []tlsconfig.CertSpec {
 		{Name: string(Supervisor), URIs: grant(auth.RoleSupervisor, auth.AllNamespaces)},
 		{Name: string(Agent), URIs: grant(auth.RoleAgent, workflow.DefaultNamespace)},
 		{Name: string(Client), URIs: grant(auth.RoleClient, workflow.DefaultNamespace)},
+		{Name: string(Approver), URIs: grant(auth.RoleApprover, workflow.DefaultNamespace)},
 	}
 }
 

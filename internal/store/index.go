@@ -103,6 +103,11 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 		if at, ok := taskstate.Deadline(s); ok && (taskstate.Dispatched(s) || taskstate.Waiting(s) || !t.GetPaused()) {
 			dst = append(dst, indexKey{k.deadline(at, ns, id, s.GetName(), s.GetAttempt()), ""})
 		}
+		// A step waiting for a completion from outside is listed for those
+		// who complete it (waiting.go).
+		if w, ok := k.waitingIndex(t, s); ok {
+			dst = append(dst, w)
+		}
 	}
 	// The max_running slots its dispatched attempts hold (queues.go).
 	dst = k.appendSlotKeys(dst, t)

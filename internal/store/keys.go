@@ -33,6 +33,8 @@ import (
 //	                                            indexes existed has them (see BackfillCreatedIndexes)
 //	meta/layout-version                         the version of this layout, decimal ("1"; see
 //	                                            layoutversion.go); absent in an etcd written before it existed
+//	waiting/<ns>/<since:%020d>/<task-id>/<step> "<attempt> <complete-by ns> <e|d> <workflow>": steps waiting
+//	                                            for a completion from outside, oldest first (waiting.go)
 //	meta/completion-key                         32 random bytes: the cluster's key of completion tokens
 //	                                            (completionkey.go), written once, create-only
 //	alerts/<ns>/<alert-id>                      reeve.v1.Alert, written with the record when a task fails

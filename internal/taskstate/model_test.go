@@ -1,6 +1,7 @@
 package taskstate_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -136,6 +138,9 @@ func randomWorkflow(r *rand.Rand) *reevev1.Workflow {
 		if r.IntN(2) == 0 {
 			sp.RetryPolicy = policy()
 		}
+		if r.IntN(5) == 0 { // completed from outside (wait.go)
+			sp.Type, sp.WaitFor = "", workflow.WaitExternal
+		}
 		switch r.IntN(4) {
 		case 0:
 			sp.Escalation = reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY
@@ -181,6 +186,10 @@ func (m *model) event() error {
 	var err error
 	var what string
 	switch k := m.r.IntN(100); {
+	case k < 8:
+		what, err = m.outside()
+	case k < 11:
+		what, err = m.deferral()
 	case k < 35:
 		what, err = m.claim()
 	case k < 70:
@@ -344,7 +353,8 @@ func (m *model) result() (string, error) {
 // (sometimes early, for another agent or a superseded attempt) and applies
 // the supervisor's decision in the same step, as scheduler/heartbeats.go does.
 func (m *model) dropped() (string, error) {
-	s := m.pick(taskstate.Dispatched)
+	// A deferred execution is no agent's: no stream of it ends.
+	s := m.pick(func(s *reevev1.Step) bool { return taskstate.Dispatched(s) && !s.GetDeferred() })
 	if s == nil {
 		return "agent dropped (nothing dispatched)", nil
 	}
@@ -467,12 +477,18 @@ func (m *model) check() error {
 		switch {
 		case terminal && (taskstate.Queued(s) || taskstate.Dispatched(s) || deadline):
 			return violation("task %s keeps step %s %s queued or dispatched (ready/deadline keys)", taskstate.StateName(t.GetState()), s.GetName(), taskstate.StateName(s.GetState()))
-		case taskstate.Dispatched(s) && !deadline:
-			return violation("step %s is dispatched without a deadline", s.GetName())
-		case taskstate.Queued(s) || taskstate.Dispatched(s):
+		case (taskstate.Dispatched(s) || taskstate.Waiting(s)) && !deadline:
+			return violation("step %s is dispatched or waiting without a deadline", s.GetName())
+		case taskstate.Waiting(s) && !taskstate.WaitsExternal(t, s):
+			return violation("step %s waits though it is an agent's", s.GetName())
+		case s.GetDeferred() && (s.GetState() != reevev1.StepState_STEP_STATE_RUNNING || s.GetLockedByAgent() != ""):
+			return violation("step %s is deferred but %s, held by %q", s.GetName(), taskstate.StateName(s.GetState()), s.GetLockedByAgent())
+		case taskstate.Queued(s) && taskstate.WaitsExternal(t, s):
+			return violation("step %s, completed from outside, is queued for an agent", s.GetName())
+		case taskstate.Queued(s) || taskstate.Dispatched(s) || taskstate.Waiting(s):
 			moving = true
 		}
-		if s.GetState() == reevev1.StepState_STEP_STATE_RUNNING {
+		if s.GetState() == reevev1.StepState_STEP_STATE_RUNNING || taskstate.Waiting(s) {
 			for _, u := range taskstate.Upstream(t, s.GetName()) {
 				if st := taskstate.FindStep(t, u).GetState(); st != reevev1.StepState_STEP_STATE_SUCCEEDED {
 					return violation("%s runs while %s upstream of it is %s", s.GetName(), u, taskstate.StateName(st))
@@ -498,4 +514,76 @@ func (m *model) check() error {
 		return violation("task state unspecified")
 	}
 	return nil
+}
+
+// outside completes a random step from outside (wait.go): by name or by a
+// token's attempt (sometimes a replaced one), with an output or an error,
+// sometimes a repeat of an earlier completion. Accepted exactly when the
+// step's forward execution awaits it (WAITING, or deferred; by token also
+// while its agent still runs it) and it was not completed otherwise.
+func (m *model) outside() (string, error) {
+	s := m.task.GetSteps()[m.r.IntN(len(m.task.GetSteps()))]
+	var attempt int32
+	switch m.r.IntN(4) {
+	case 0: // by name
+	case 1:
+		attempt = s.GetAttempt() - 1
+	default:
+		attempt = s.GetAttempt()
+	}
+	c := taskstate.Completion{Attempt: attempt, Actor: "outside"}
+	if m.r.IntN(3) == 0 {
+		c.Error = &reevev1.StepError{Code: "rejected"}
+	} else {
+		c.Output = structpb.NewNumberValue(float64(m.r.IntN(2)))
+	}
+	what := fmt.Sprintf("outside completes %s#%d (error %v)", s.GetName(), attempt, c.Error != nil)
+	if taskstate.Repeated(m.task, s, c) {
+		if !bytes.Equal(s.GetCompletionDigest(), taskstate.CompletionDigest(c)) {
+			return what, violation("a completion taken for a repeat differs from the one recorded")
+		}
+		return what + " (a repeat: nothing changes)", nil
+	}
+	cur := attempt
+	if cur == 0 {
+		cur = s.GetAttempt()
+	}
+	running := s.GetState() == reevev1.StepState_STEP_STATE_RUNNING && !s.GetCompensation()
+	completed := len(s.GetCompletionDigest()) > 0 && cur == s.GetCompletionAttempt()
+	want := !taskstate.TerminalTask(m.task.GetState()) && cur > 0 && cur == s.GetAttempt() && !s.GetCompensation() && !completed &&
+		(taskstate.Awaiting(m.task, s) || attempt != 0 && running)
+	err := taskstate.CompleteFromOutside(m.task, s.GetName(), c, m.now)
+	if want != (err == nil) {
+		return what, violation("completion from outside expected %v: err %v", want, err)
+	}
+	if err == nil && c.Error == nil {
+		m.succeeded[s.GetName()]++
+		m.compSent[s.GetName()] = false
+		if taskstate.Spec(m.task, s.GetName()).GetCompensation() != nil {
+			if m.live[s.GetName()]++; m.live[s.GetName()] > 1 {
+				return what, violation("%s succeeded twice without an undo in between", s.GetName())
+			}
+		}
+	}
+	return what, nil
+}
+
+// deferral is an agent handing its dispatched execution off, sometimes
+// another agent's, sometimes a compensation (refused).
+func (m *model) deferral() (string, error) {
+	s := m.pick(taskstate.Dispatched)
+	if s == nil {
+		return "defer: nothing dispatched", nil
+	}
+	agent := s.GetLockedByAgent()
+	if m.r.IntN(6) == 0 {
+		agent = "c"
+	}
+	want := !taskstate.TerminalTask(m.task.GetState()) && !taskstate.Compensating(s) && !s.GetDeferred() && agent == s.GetLockedByAgent() && agent != ""
+	what := fmt.Sprintf("agent %s defers %s#%d", agent, s.GetName(), s.GetAttempt())
+	err := taskstate.Defer(m.task, taskstate.Ref(m.task, s), agent, "", m.now)
+	if want != (err == nil) {
+		return what, violation("deferral expected %v: err %v", want, err)
+	}
+	return what, nil
 }

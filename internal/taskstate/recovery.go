@@ -236,8 +236,8 @@ func ExpireNow(t *reevev1.Task, name string, attempt int32, actor string, now ti
 	if s == nil {
 		return &refusal{ErrUnknownStep, fmt.Sprintf("task %s has no step %q", t.GetId(), name)}
 	}
-	if TerminalTask(t.GetState()) || !Dispatched(s) || s.GetAttempt() != attempt {
-		return ErrStale
+	if TerminalTask(t.GetState()) || !Dispatched(s) || s.GetAttempt() != attempt || s.GetDeferred() {
+		return ErrStale // a deferred execution has no heartbeats to miss
 	}
 	if !now.Before(s.GetCompleteBy().AsTime()) {
 		return nil

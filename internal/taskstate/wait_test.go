@@ -163,3 +163,62 @@ func TestDeferredStep(t *testing.T) {
 		t.Fatalf("reserve %v, charge %v", s, taskstate.FindStep(task, "charge"))
 	}
 }
+
+// A deferred attempt that is not completed before its complete-by expires
+// as any: the retry is queued for an agent again, no longer deferred.
+func TestDeferredStepExpires(t *testing.T) {
+	task := taskstate.New("default", "t", orders(), nil, t0)
+	ref := run(t, task, "reserve", t0)
+	if err := taskstate.Defer(task, ref, "a", "", t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s := taskstate.FindStep(task, "reserve")
+	by, ok := taskstate.Deadline(s)
+	if !ok {
+		t.Fatal("a deferred step has no deadline")
+	}
+	if err := taskstate.ExpireNow(task, "reserve", ref.GetAttempt(), "scheduler/s1", t0.Add(2*time.Second)); !errors.Is(err, taskstate.ErrStale) {
+		t.Fatalf("a missed heartbeat of a deferred step: %v, want ErrStale", err)
+	}
+	if act, _ := taskstate.Decide(task, s); act != taskstate.ActionRetry {
+		t.Fatalf("decision %v, want retry", act)
+	}
+	if err := taskstate.RetryExpired(task, "reserve", ref.GetAttempt(), 0, "supervisor/x", by); err != nil {
+		t.Fatal(err)
+	}
+	if !taskstate.Queued(s) || s.GetDeferred() || s.GetAttempt() != 2 || s.GetLastError().GetCode() != taskstate.CodeDeadlineExceeded {
+		t.Fatalf("after the expiry: %v, want queued at attempt 2, not deferred", s)
+	}
+	if err := taskstate.CompleteFromOutside(task, "reserve", taskstate.Completion{Attempt: 1, Output: structpb.NewBoolValue(true)}, by); !errors.Is(err, taskstate.ErrNotWaiting) {
+		t.Fatalf("the expired attempt's token: %v, want ErrNotWaiting", err)
+	}
+}
+
+// With wait_then_retry, a rejection escalates to a new round: the step
+// waits again (a new attempt, so a new token), and the rejection sent again
+// by its token is still recognized as the first.
+func TestRejectionWithWaitThenRetryWaitsAgain(t *testing.T) {
+	wf := approvals()
+	wf.Steps[1].Escalation = reevev1.Escalation_ESCALATION_WAIT_THEN_RETRY
+	wf.Steps[1].EscalationWait = durationpb.New(time.Hour)
+	task := taskstate.New("default", "t", wf, nil, t0)
+	if err := taskstate.Complete(task, run(t, task, "reserve", t0), "a", nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	no := taskstate.Completion{Attempt: 1, Error: &reevev1.StepError{Code: "rejected"}}
+	if err := taskstate.CompleteFromOutside(task, "approve", no, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	s := taskstate.FindStep(task, "approve")
+	if !taskstate.Waiting(s) || s.GetAttempt() != 2 || task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING {
+		t.Fatalf("approve %v of a %v task: want WAITING again at attempt 2", s, task.GetState())
+	}
+	if !taskstate.Repeated(task, s, no) {
+		t.Fatal("the rejection sent again by its token is not recognized")
+	}
+	// By name, the same rejection completes the new wait.
+	byName := taskstate.Completion{Error: &reevev1.StepError{Code: "rejected"}}
+	if taskstate.Repeated(task, s, byName) {
+		t.Fatal("by name, a new wait is taken for a repeat")
+	}
+}

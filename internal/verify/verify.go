@@ -180,7 +180,7 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	// The legacy indexes are those of older layouts (store/keys.go): a
 	// store should have none left once a newer scheduler started (each key
 	// is reported).
-	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/", "labels/"}, legacyIndexes...) {
+	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/", "labels/", "waiting/"}, legacyIndexes...) {
 		if err := ck.scanIndex(ctx, idx); err != nil {
 			return nil, err
 		}
@@ -322,8 +322,8 @@ func newerEntry(prefix, key string, val []byte) bool {
 	return err == nil && v > store.RecordVersion
 }
 
-// checkMoves reports a terminal task with queued or dispatched steps, and a
-// non-terminal one nothing will move.
+// checkMoves reports a terminal task with queued, dispatched or waiting
+// steps, and a non-terminal one nothing will move.
 func (ck *checker) checkMoves(t *reevev1.Task) {
 	var live []string
 	moves := false
@@ -335,6 +335,9 @@ func (ck *checker) checkMoves(t *reevev1.Task) {
 			moves = true
 		case taskstate.Dispatched(s):
 			live = append(live, s.GetName()+" (dispatched)")
+			moves = moves || hasDeadline
+		case taskstate.Waiting(s): // its complete-by moves it
+			live = append(live, s.GetName()+" (waiting)")
 			moves = moves || hasDeadline
 		}
 	}
@@ -348,7 +351,7 @@ func (ck *checker) checkMoves(t *reevev1.Task) {
 	}
 	if !moves {
 		ck.add(Violation{Kind: KindWedged, Key: key, Namespace: t.GetNamespace(), TaskID: t.GetId(),
-			Detail: fmt.Sprintf("%s task with no queued step and no dispatched step with a deadline", t.GetState())})
+			Detail: fmt.Sprintf("%s task with no queued step and no dispatched or waiting step with a deadline", t.GetState())})
 	}
 }
 
@@ -514,6 +517,7 @@ var legacyIndexes = []string{"states/", "created/", "created-wf/"}
 //	beating/<ns>/<agent-id>/<task-id>/<step>/<attempt>
 //	ended/<at>/<ns>/<task-id>
 //	labels/<ns>/<key>=<value>/<age>/<task-id>
+//	waiting/<ns>/<since>/<task-id>/<step>
 //	states/<ns>/<STATE>/<task-id> (before issue 15)
 //	created/<ns>/<age>/<task-id> (before its sixth pass)
 //	created-wf/<ns>/<workflow>/<age>/<task-id> (before its sixth pass)
@@ -534,6 +538,8 @@ func parseIndexKey(idx, rest string) (ns, id string, ok bool) {
 		return p[1], p[2], true
 	case idx == "labels/" && len(p) == 4:
 		return p[0], p[3], true
+	case idx == "waiting/" && len(p) == 4:
+		return p[0], p[2], true
 	case idx == "states/" && len(p) == 3:
 		return p[0], p[2], true
 	case idx == "created/" && len(p) == 3:

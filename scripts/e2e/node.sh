@@ -31,6 +31,16 @@ TASK_ID=$(sed -n 's/^submitted task //p' <<<"$out")
 task=$("$REEVE" --address "$ADDR" task get "$TASK_ID" -o json)
 grep -Eq '"actor": *"agent/node-e2e"' <<<"$task" || fail "task $TASK_ID was not run by the Node agent: $task"
 
+# A step completed from outside (issue 35): by name, by token, rejected.
+for args in "" "--by-token" "--reject rejected"; do
+	echo "+ node $NODE_DIR/dist/approval.js $args"
+	# shellcheck disable=SC2086
+	out=$(REEVE_ADDRESS=$ADDR timeout 60 node "$NODE_DIR/dist/approval.js" $args 2>&1) || fail "approval $args: exit $?:
+$out"
+	sed 's/^/  /' <<<"$out"
+	grep -q 'repeated=true' <<<"$out" || fail "the repeated completion was not answered as the first"
+done
+
 # SIGTERM: the agent drains and exits 0.
 kill -TERM "$AGENT_PID"
 for _ in $(seq 100); do

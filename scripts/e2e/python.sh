@@ -44,6 +44,16 @@ grep -q 'card declined' <<<"$out" || fail "the declined charge is not in the his
 grep -Eq 'compensation.succeeded reserve#[0-9]+ by agent/python-e2e' <<<"$out" || fail "the history does not show the Python agent compensating reserve"
 grep -q '"msg": "released", "reservation": "seat-trip-declined"' "$E2E_DIR/python-agent.log" || fail "the agent did not release seat-trip-declined"
 
+# A step completed from outside (issue 35): by name, by token, rejected.
+for args in "" "--by-token" "--reject rejected"; do
+	echo "+ $PY $PY_DIR/approval.py $args"
+	# shellcheck disable=SC2086
+	out=$(REEVE_ADDRESS=$ADDR timeout 60 "$PY" "$PY_DIR/approval.py" $args 2>&1) || fail "approval $args: exit $?:
+$out"
+	sed 's/^/  /' <<<"$out"
+	grep -q 'repeated=True' <<<"$out" || fail "the repeated completion was not answered as the first"
+done
+
 # SIGTERM: the agent drains and exits 0.
 kill -TERM "$AGENT_PID"
 for _ in $(seq 100); do

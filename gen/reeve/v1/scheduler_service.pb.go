@@ -80,6 +80,203 @@ func (TaskView) EnumDescriptor() ([]byte, []int) {
 	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
 }
 
+type ListWaitingStepsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// At most this many (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token; opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWaitingStepsRequest) Reset() {
+	*x = ListWaitingStepsRequest{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWaitingStepsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWaitingStepsRequest) ProtoMessage() {}
+
+func (x *ListWaitingStepsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWaitingStepsRequest.ProtoReflect.Descriptor instead.
+func (*ListWaitingStepsRequest) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListWaitingStepsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListWaitingStepsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListWaitingStepsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListWaitingStepsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Steps []*WaitingStep         `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// Empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWaitingStepsResponse) Reset() {
+	*x = ListWaitingStepsResponse{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWaitingStepsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWaitingStepsResponse) ProtoMessage() {}
+
+func (x *ListWaitingStepsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWaitingStepsResponse.ProtoReflect.Descriptor instead.
+func (*ListWaitingStepsResponse) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListWaitingStepsResponse) GetSteps() []*WaitingStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *ListWaitingStepsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// WaitingStep is one step that waits for a completion from outside.
+type WaitingStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt waiting.
+	Ref *StepRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The task's workflow name.
+	Workflow string `protobuf:"bytes,2,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// When the wait began.
+	WaitStartTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=wait_start_time,json=waitStartTime,proto3" json:"wait_start_time,omitempty"`
+	// When the wait ends at the latest: the step's policy then applies.
+	CompleteBy *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=complete_by,json=completeBy,proto3" json:"complete_by,omitempty"`
+	// Handed off by its agent (RUNNING, deferred) rather than WAITING.
+	Deferred      bool `protobuf:"varint,5,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitingStep) Reset() {
+	*x = WaitingStep{}
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitingStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitingStep) ProtoMessage() {}
+
+func (x *WaitingStep) ProtoReflect() protoreflect.Message {
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitingStep.ProtoReflect.Descriptor instead.
+func (*WaitingStep) Descriptor() ([]byte, []int) {
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WaitingStep) GetRef() *StepRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *WaitingStep) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *WaitingStep) GetWaitStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaitStartTime
+	}
+	return nil
+}
+
+func (x *WaitingStep) GetCompleteBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteBy
+	}
+	return nil
+}
+
+func (x *WaitingStep) GetDeferred() bool {
+	if x != nil {
+		return x.Deferred
+	}
+	return false
+}
+
 type GetCompletionTokenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -91,7 +288,7 @@ type GetCompletionTokenRequest struct {
 
 func (x *GetCompletionTokenRequest) Reset() {
 	*x = GetCompletionTokenRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -103,7 +300,7 @@ func (x *GetCompletionTokenRequest) String() string {
 func (*GetCompletionTokenRequest) ProtoMessage() {}
 
 func (x *GetCompletionTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[0]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -116,7 +313,7 @@ func (x *GetCompletionTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCompletionTokenRequest.ProtoReflect.Descriptor instead.
 func (*GetCompletionTokenRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{0}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetCompletionTokenRequest) GetNamespace() string {
@@ -154,7 +351,7 @@ type GetCompletionTokenResponse struct {
 
 func (x *GetCompletionTokenResponse) Reset() {
 	*x = GetCompletionTokenResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -166,7 +363,7 @@ func (x *GetCompletionTokenResponse) String() string {
 func (*GetCompletionTokenResponse) ProtoMessage() {}
 
 func (x *GetCompletionTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[1]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -179,7 +376,7 @@ func (x *GetCompletionTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCompletionTokenResponse.ProtoReflect.Descriptor instead.
 func (*GetCompletionTokenResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{1}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetCompletionTokenResponse) GetRef() *StepRef {
@@ -227,7 +424,7 @@ type CompleteStepRequest struct {
 
 func (x *CompleteStepRequest) Reset() {
 	*x = CompleteStepRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +436,7 @@ func (x *CompleteStepRequest) String() string {
 func (*CompleteStepRequest) ProtoMessage() {}
 
 func (x *CompleteStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[2]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +449,7 @@ func (x *CompleteStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteStepRequest.ProtoReflect.Descriptor instead.
 func (*CompleteStepRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{2}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CompleteStepRequest) GetNamespace() string {
@@ -340,7 +537,7 @@ type CompletionError struct {
 
 func (x *CompletionError) Reset() {
 	*x = CompletionError{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +549,7 @@ func (x *CompletionError) String() string {
 func (*CompletionError) ProtoMessage() {}
 
 func (x *CompletionError) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[3]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +562,7 @@ func (x *CompletionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionError.ProtoReflect.Descriptor instead.
 func (*CompletionError) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{3}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CompletionError) GetCode() string {
@@ -398,7 +595,7 @@ type CompleteStepResponse struct {
 
 func (x *CompleteStepResponse) Reset() {
 	*x = CompleteStepResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +607,7 @@ func (x *CompleteStepResponse) String() string {
 func (*CompleteStepResponse) ProtoMessage() {}
 
 func (x *CompleteStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[4]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +620,7 @@ func (x *CompleteStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteStepResponse.ProtoReflect.Descriptor instead.
 func (*CompleteStepResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{4}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CompleteStepResponse) GetRef() *StepRef {
@@ -485,7 +682,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +694,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[5]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +707,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{5}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitTaskRequest) GetNamespace() string {
@@ -622,7 +819,7 @@ type WorkflowRef struct {
 
 func (x *WorkflowRef) Reset() {
 	*x = WorkflowRef{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +831,7 @@ func (x *WorkflowRef) String() string {
 func (*WorkflowRef) ProtoMessage() {}
 
 func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[6]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +844,7 @@ func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
 func (*WorkflowRef) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{6}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkflowRef) GetName() string {
@@ -675,7 +872,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +884,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[7]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +897,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{7}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitTaskResponse) GetTask() *Task {
@@ -727,7 +924,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +936,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[8]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +949,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{8}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetTaskRequest) GetNamespace() string {
@@ -782,7 +979,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +991,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[9]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +1004,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{9}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -857,7 +1054,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1066,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[10]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1079,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{10}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTasksRequest) GetNamespace() string {
@@ -975,7 +1172,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1184,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[11]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1197,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{11}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1046,7 +1243,7 @@ type CountTasksRequest struct {
 
 func (x *CountTasksRequest) Reset() {
 	*x = CountTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1255,7 @@ func (x *CountTasksRequest) String() string {
 func (*CountTasksRequest) ProtoMessage() {}
 
 func (x *CountTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[12]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1268,7 @@ func (x *CountTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTasksRequest.ProtoReflect.Descriptor instead.
 func (*CountTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{12}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CountTasksRequest) GetNamespace() string {
@@ -1113,7 +1310,7 @@ type CountTasksResponse struct {
 
 func (x *CountTasksResponse) Reset() {
 	*x = CountTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1322,7 @@ func (x *CountTasksResponse) String() string {
 func (*CountTasksResponse) ProtoMessage() {}
 
 func (x *CountTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[13]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1335,7 @@ func (x *CountTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTasksResponse.ProtoReflect.Descriptor instead.
 func (*CountTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{13}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
 }
 
 // Deprecated: Marked as deprecated in reeve/v1/scheduler_service.proto.
@@ -1174,7 +1371,7 @@ type StateCount struct {
 
 func (x *StateCount) Reset() {
 	*x = StateCount{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1383,7 @@ func (x *StateCount) String() string {
 func (*StateCount) ProtoMessage() {}
 
 func (x *StateCount) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[14]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1396,7 @@ func (x *StateCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateCount.ProtoReflect.Descriptor instead.
 func (*StateCount) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{14}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StateCount) GetState() TaskState {
@@ -1230,7 +1427,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1439,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[15]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1452,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{15}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchTasksRequest) GetNamespace() string {
@@ -1292,7 +1489,7 @@ type WatchTasksResponse struct {
 
 func (x *WatchTasksResponse) Reset() {
 	*x = WatchTasksResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1501,7 @@ func (x *WatchTasksResponse) String() string {
 func (*WatchTasksResponse) ProtoMessage() {}
 
 func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[16]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1514,7 @@ func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
 func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{16}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchTasksResponse) GetEvent() isWatchTasksResponse_Event {
@@ -1380,7 +1577,7 @@ type TaskChanged struct {
 
 func (x *TaskChanged) Reset() {
 	*x = TaskChanged{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1589,7 @@ func (x *TaskChanged) String() string {
 func (*TaskChanged) ProtoMessage() {}
 
 func (x *TaskChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[17]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1602,7 @@ func (x *TaskChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChanged.ProtoReflect.Descriptor instead.
 func (*TaskChanged) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{17}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskChanged) GetTask() *Task {
@@ -1447,7 +1644,7 @@ type WatchReset struct {
 
 func (x *WatchReset) Reset() {
 	*x = WatchReset{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1656,7 @@ func (x *WatchReset) String() string {
 func (*WatchReset) ProtoMessage() {}
 
 func (x *WatchReset) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[18]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1669,7 @@ func (x *WatchReset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchReset.ProtoReflect.Descriptor instead.
 func (*WatchReset) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{18}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchReset) GetRevision() int64 {
@@ -1496,7 +1693,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1705,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[19]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1718,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{19}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListAgentsRequest) GetNamespace() string {
@@ -1563,7 +1760,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1772,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[20]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1785,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{20}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -1634,7 +1831,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1843,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[21]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1856,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{21}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AgentInfo) GetAgentId() string {
@@ -1733,7 +1930,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1942,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[22]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1955,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{22}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueInfo) GetNamespace() string {
@@ -1799,7 +1996,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +2008,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[23]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +2021,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{23}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchTaskRequest) GetNamespace() string {
@@ -1850,7 +2047,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +2059,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[24]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2072,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{24}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchTaskResponse) GetTask() *Task {
@@ -1905,7 +2102,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2114,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[25]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2127,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{25}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelTaskRequest) GetNamespace() string {
@@ -1970,7 +2167,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2179,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[26]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2192,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{26}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -2025,7 +2222,7 @@ type RerunTaskRequest struct {
 
 func (x *RerunTaskRequest) Reset() {
 	*x = RerunTaskRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2234,7 @@ func (x *RerunTaskRequest) String() string {
 func (*RerunTaskRequest) ProtoMessage() {}
 
 func (x *RerunTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[27]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2247,7 @@ func (x *RerunTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunTaskRequest.ProtoReflect.Descriptor instead.
 func (*RerunTaskRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{27}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RerunTaskRequest) GetNamespace() string {
@@ -2107,7 +2304,7 @@ type RerunTaskResponse struct {
 
 func (x *RerunTaskResponse) Reset() {
 	*x = RerunTaskResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2316,7 @@ func (x *RerunTaskResponse) String() string {
 func (*RerunTaskResponse) ProtoMessage() {}
 
 func (x *RerunTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[28]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2329,7 @@ func (x *RerunTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunTaskResponse.ProtoReflect.Descriptor instead.
 func (*RerunTaskResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{28}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RerunTaskResponse) GetTask() *Task {
@@ -2160,7 +2357,7 @@ type RegisterWorkflowRequest struct {
 
 func (x *RegisterWorkflowRequest) Reset() {
 	*x = RegisterWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2369,7 @@ func (x *RegisterWorkflowRequest) String() string {
 func (*RegisterWorkflowRequest) ProtoMessage() {}
 
 func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[29]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2382,7 @@ func (x *RegisterWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{29}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegisterWorkflowRequest) GetWorkflow() *Workflow {
@@ -2206,7 +2403,7 @@ type RegisterWorkflowResponse struct {
 
 func (x *RegisterWorkflowResponse) Reset() {
 	*x = RegisterWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2415,7 @@ func (x *RegisterWorkflowResponse) String() string {
 func (*RegisterWorkflowResponse) ProtoMessage() {}
 
 func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[30]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2428,7 @@ func (x *RegisterWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{30}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RegisterWorkflowResponse) GetWorkflow() *Workflow {
@@ -2260,7 +2457,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2469,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[31]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2482,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{31}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetWorkflowRequest) GetNamespace() string {
@@ -2318,7 +2515,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2527,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[32]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2540,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{32}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -2366,7 +2563,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[33]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2575,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[33]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2588,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{33}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListWorkflowsRequest) GetNamespace() string {
@@ -2425,7 +2622,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[34]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2634,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[34]
+	mi := &file_reeve_v1_scheduler_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2647,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{34}
+	return file_reeve_v1_scheduler_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -2471,7 +2668,22 @@ var File_reeve_v1_scheduler_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\n" +
-	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1creeve/v1/agent_service.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"f\n" +
+	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1creeve/v1/agent_service.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"s\n" +
+	"\x17ListWaitingStepsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"o\n" +
+	"\x18ListWaitingStepsResponse\x12+\n" +
+	"\x05steps\x18\x01 \x03(\v2\x15.reeve.v1.WaitingStepR\x05steps\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xeb\x01\n" +
+	"\vWaitingStep\x12#\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.reeve.v1.StepRefR\x03ref\x12\x1a\n" +
+	"\bworkflow\x18\x02 \x01(\tR\bworkflow\x12B\n" +
+	"\x0fwait_start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rwaitStartTime\x12;\n" +
+	"\vcomplete_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"completeBy\x12\x1a\n" +
+	"\bdeferred\x18\x05 \x01(\bR\bdeferred\"f\n" +
 	"\x19GetCompletionTokenRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -2649,7 +2861,7 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\bTaskView\x12\x19\n" +
 	"\x15TASK_VIEW_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fTASK_VIEW_BASIC\x10\x01\x12\x12\n" +
-	"\x0eTASK_VIEW_FULL\x10\x022\xbe\b\n" +
+	"\x0eTASK_VIEW_FULL\x10\x022\x99\t\n" +
 	"\x10SchedulerService\x12G\n" +
 	"\n" +
 	"SubmitTask\x12\x1b.reeve.v1.SubmitTaskRequest\x1a\x1c.reeve.v1.SubmitTaskResponse\x12>\n" +
@@ -2669,7 +2881,8 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\n" +
 	"ListAgents\x12\x1b.reeve.v1.ListAgentsRequest\x1a\x1c.reeve.v1.ListAgentsResponse\x12M\n" +
 	"\fCompleteStep\x12\x1d.reeve.v1.CompleteStepRequest\x1a\x1e.reeve.v1.CompleteStepResponse\x12_\n" +
-	"\x12GetCompletionToken\x12#.reeve.v1.GetCompletionTokenRequest\x1a$.reeve.v1.GetCompletionTokenResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
+	"\x12GetCompletionToken\x12#.reeve.v1.GetCompletionTokenRequest\x1a$.reeve.v1.GetCompletionTokenResponse\x12Y\n" +
+	"\x10ListWaitingSteps\x12!.reeve.v1.ListWaitingStepsRequest\x1a\".reeve.v1.ListWaitingStepsResponseB1Z/github.com/reeve-org/reeve/gen/reeve/v1;reevev1b\x06proto3"
 
 var (
 	file_reeve_v1_scheduler_service_proto_rawDescOnce sync.Once
@@ -2684,131 +2897,140 @@ func file_reeve_v1_scheduler_service_proto_rawDescGZIP() []byte {
 }
 
 var file_reeve_v1_scheduler_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_reeve_v1_scheduler_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(TaskView)(0),                      // 0: reeve.v1.TaskView
-	(*GetCompletionTokenRequest)(nil),  // 1: reeve.v1.GetCompletionTokenRequest
-	(*GetCompletionTokenResponse)(nil), // 2: reeve.v1.GetCompletionTokenResponse
-	(*CompleteStepRequest)(nil),        // 3: reeve.v1.CompleteStepRequest
-	(*CompletionError)(nil),            // 4: reeve.v1.CompletionError
-	(*CompleteStepResponse)(nil),       // 5: reeve.v1.CompleteStepResponse
-	(*SubmitTaskRequest)(nil),          // 6: reeve.v1.SubmitTaskRequest
-	(*WorkflowRef)(nil),                // 7: reeve.v1.WorkflowRef
-	(*SubmitTaskResponse)(nil),         // 8: reeve.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),             // 9: reeve.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),            // 10: reeve.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),           // 11: reeve.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),          // 12: reeve.v1.ListTasksResponse
-	(*CountTasksRequest)(nil),          // 13: reeve.v1.CountTasksRequest
-	(*CountTasksResponse)(nil),         // 14: reeve.v1.CountTasksResponse
-	(*StateCount)(nil),                 // 15: reeve.v1.StateCount
-	(*WatchTasksRequest)(nil),          // 16: reeve.v1.WatchTasksRequest
-	(*WatchTasksResponse)(nil),         // 17: reeve.v1.WatchTasksResponse
-	(*TaskChanged)(nil),                // 18: reeve.v1.TaskChanged
-	(*WatchReset)(nil),                 // 19: reeve.v1.WatchReset
-	(*ListAgentsRequest)(nil),          // 20: reeve.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),         // 21: reeve.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                  // 22: reeve.v1.AgentInfo
-	(*QueueInfo)(nil),                  // 23: reeve.v1.QueueInfo
-	(*WatchTaskRequest)(nil),           // 24: reeve.v1.WatchTaskRequest
-	(*WatchTaskResponse)(nil),          // 25: reeve.v1.WatchTaskResponse
-	(*CancelTaskRequest)(nil),          // 26: reeve.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),         // 27: reeve.v1.CancelTaskResponse
-	(*RerunTaskRequest)(nil),           // 28: reeve.v1.RerunTaskRequest
-	(*RerunTaskResponse)(nil),          // 29: reeve.v1.RerunTaskResponse
-	(*RegisterWorkflowRequest)(nil),    // 30: reeve.v1.RegisterWorkflowRequest
-	(*RegisterWorkflowResponse)(nil),   // 31: reeve.v1.RegisterWorkflowResponse
-	(*GetWorkflowRequest)(nil),         // 32: reeve.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),        // 33: reeve.v1.GetWorkflowResponse
-	(*ListWorkflowsRequest)(nil),       // 34: reeve.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),      // 35: reeve.v1.ListWorkflowsResponse
-	nil,                                // 36: reeve.v1.SubmitTaskRequest.LabelsEntry
-	nil,                                // 37: reeve.v1.ListTasksRequest.LabelsEntry
-	nil,                                // 38: reeve.v1.CountTasksRequest.LabelsEntry
-	nil,                                // 39: reeve.v1.CountTasksResponse.ByStateEntry
-	(*StepRef)(nil),                    // 40: reeve.v1.StepRef
-	(*timestamppb.Timestamp)(nil),      // 41: google.protobuf.Timestamp
-	(*structpb.Value)(nil),             // 42: google.protobuf.Value
-	(StepState)(0),                     // 43: reeve.v1.StepState
-	(*Workflow)(nil),                   // 44: reeve.v1.Workflow
-	(*durationpb.Duration)(nil),        // 45: google.protobuf.Duration
-	(*Task)(nil),                       // 46: reeve.v1.Task
-	(TaskState)(0),                     // 47: reeve.v1.TaskState
+	(*ListWaitingStepsRequest)(nil),    // 1: reeve.v1.ListWaitingStepsRequest
+	(*ListWaitingStepsResponse)(nil),   // 2: reeve.v1.ListWaitingStepsResponse
+	(*WaitingStep)(nil),                // 3: reeve.v1.WaitingStep
+	(*GetCompletionTokenRequest)(nil),  // 4: reeve.v1.GetCompletionTokenRequest
+	(*GetCompletionTokenResponse)(nil), // 5: reeve.v1.GetCompletionTokenResponse
+	(*CompleteStepRequest)(nil),        // 6: reeve.v1.CompleteStepRequest
+	(*CompletionError)(nil),            // 7: reeve.v1.CompletionError
+	(*CompleteStepResponse)(nil),       // 8: reeve.v1.CompleteStepResponse
+	(*SubmitTaskRequest)(nil),          // 9: reeve.v1.SubmitTaskRequest
+	(*WorkflowRef)(nil),                // 10: reeve.v1.WorkflowRef
+	(*SubmitTaskResponse)(nil),         // 11: reeve.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),             // 12: reeve.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),            // 13: reeve.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),           // 14: reeve.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),          // 15: reeve.v1.ListTasksResponse
+	(*CountTasksRequest)(nil),          // 16: reeve.v1.CountTasksRequest
+	(*CountTasksResponse)(nil),         // 17: reeve.v1.CountTasksResponse
+	(*StateCount)(nil),                 // 18: reeve.v1.StateCount
+	(*WatchTasksRequest)(nil),          // 19: reeve.v1.WatchTasksRequest
+	(*WatchTasksResponse)(nil),         // 20: reeve.v1.WatchTasksResponse
+	(*TaskChanged)(nil),                // 21: reeve.v1.TaskChanged
+	(*WatchReset)(nil),                 // 22: reeve.v1.WatchReset
+	(*ListAgentsRequest)(nil),          // 23: reeve.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),         // 24: reeve.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                  // 25: reeve.v1.AgentInfo
+	(*QueueInfo)(nil),                  // 26: reeve.v1.QueueInfo
+	(*WatchTaskRequest)(nil),           // 27: reeve.v1.WatchTaskRequest
+	(*WatchTaskResponse)(nil),          // 28: reeve.v1.WatchTaskResponse
+	(*CancelTaskRequest)(nil),          // 29: reeve.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),         // 30: reeve.v1.CancelTaskResponse
+	(*RerunTaskRequest)(nil),           // 31: reeve.v1.RerunTaskRequest
+	(*RerunTaskResponse)(nil),          // 32: reeve.v1.RerunTaskResponse
+	(*RegisterWorkflowRequest)(nil),    // 33: reeve.v1.RegisterWorkflowRequest
+	(*RegisterWorkflowResponse)(nil),   // 34: reeve.v1.RegisterWorkflowResponse
+	(*GetWorkflowRequest)(nil),         // 35: reeve.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),        // 36: reeve.v1.GetWorkflowResponse
+	(*ListWorkflowsRequest)(nil),       // 37: reeve.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),      // 38: reeve.v1.ListWorkflowsResponse
+	nil,                                // 39: reeve.v1.SubmitTaskRequest.LabelsEntry
+	nil,                                // 40: reeve.v1.ListTasksRequest.LabelsEntry
+	nil,                                // 41: reeve.v1.CountTasksRequest.LabelsEntry
+	nil,                                // 42: reeve.v1.CountTasksResponse.ByStateEntry
+	(*StepRef)(nil),                    // 43: reeve.v1.StepRef
+	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
+	(*structpb.Value)(nil),             // 45: google.protobuf.Value
+	(StepState)(0),                     // 46: reeve.v1.StepState
+	(*Workflow)(nil),                   // 47: reeve.v1.Workflow
+	(*durationpb.Duration)(nil),        // 48: google.protobuf.Duration
+	(*Task)(nil),                       // 49: reeve.v1.Task
+	(TaskState)(0),                     // 50: reeve.v1.TaskState
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
-	40, // 0: reeve.v1.GetCompletionTokenResponse.ref:type_name -> reeve.v1.StepRef
-	41, // 1: reeve.v1.GetCompletionTokenResponse.complete_by:type_name -> google.protobuf.Timestamp
-	42, // 2: reeve.v1.CompleteStepRequest.output:type_name -> google.protobuf.Value
-	4,  // 3: reeve.v1.CompleteStepRequest.error:type_name -> reeve.v1.CompletionError
-	40, // 4: reeve.v1.CompleteStepResponse.ref:type_name -> reeve.v1.StepRef
-	43, // 5: reeve.v1.CompleteStepResponse.state:type_name -> reeve.v1.StepState
-	7,  // 6: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
-	44, // 7: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
-	42, // 8: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
-	36, // 9: reeve.v1.SubmitTaskRequest.labels:type_name -> reeve.v1.SubmitTaskRequest.LabelsEntry
-	41, // 10: reeve.v1.SubmitTaskRequest.start_time:type_name -> google.protobuf.Timestamp
-	45, // 11: reeve.v1.SubmitTaskRequest.task_timeout:type_name -> google.protobuf.Duration
-	46, // 12: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
-	46, // 13: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
-	47, // 14: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
-	41, // 15: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	41, // 16: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	0,  // 17: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
-	37, // 18: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
-	46, // 19: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
-	38, // 20: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
-	39, // 21: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
-	15, // 22: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
-	47, // 23: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
-	0,  // 24: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
-	18, // 25: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
-	19, // 26: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
-	46, // 27: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
-	22, // 28: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
-	23, // 29: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
-	41, // 30: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
-	41, // 31: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
-	46, // 32: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	46, // 33: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	42, // 34: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
-	46, // 35: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
-	44, // 36: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	44, // 37: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	44, // 38: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	44, // 39: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	6,  // 40: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	9,  // 41: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	11, // 42: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	13, // 43: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
-	16, // 44: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
-	24, // 45: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	26, // 46: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	28, // 47: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
-	30, // 48: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	32, // 49: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	34, // 50: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	20, // 51: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
-	3,  // 52: reeve.v1.SchedulerService.CompleteStep:input_type -> reeve.v1.CompleteStepRequest
-	1,  // 53: reeve.v1.SchedulerService.GetCompletionToken:input_type -> reeve.v1.GetCompletionTokenRequest
-	8,  // 54: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	10, // 55: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	12, // 56: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	14, // 57: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
-	17, // 58: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
-	25, // 59: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	27, // 60: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	29, // 61: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
-	31, // 62: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	33, // 63: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	35, // 64: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	21, // 65: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
-	5,  // 66: reeve.v1.SchedulerService.CompleteStep:output_type -> reeve.v1.CompleteStepResponse
-	2,  // 67: reeve.v1.SchedulerService.GetCompletionToken:output_type -> reeve.v1.GetCompletionTokenResponse
-	54, // [54:68] is the sub-list for method output_type
-	40, // [40:54] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	3,  // 0: reeve.v1.ListWaitingStepsResponse.steps:type_name -> reeve.v1.WaitingStep
+	43, // 1: reeve.v1.WaitingStep.ref:type_name -> reeve.v1.StepRef
+	44, // 2: reeve.v1.WaitingStep.wait_start_time:type_name -> google.protobuf.Timestamp
+	44, // 3: reeve.v1.WaitingStep.complete_by:type_name -> google.protobuf.Timestamp
+	43, // 4: reeve.v1.GetCompletionTokenResponse.ref:type_name -> reeve.v1.StepRef
+	44, // 5: reeve.v1.GetCompletionTokenResponse.complete_by:type_name -> google.protobuf.Timestamp
+	45, // 6: reeve.v1.CompleteStepRequest.output:type_name -> google.protobuf.Value
+	7,  // 7: reeve.v1.CompleteStepRequest.error:type_name -> reeve.v1.CompletionError
+	43, // 8: reeve.v1.CompleteStepResponse.ref:type_name -> reeve.v1.StepRef
+	46, // 9: reeve.v1.CompleteStepResponse.state:type_name -> reeve.v1.StepState
+	10, // 10: reeve.v1.SubmitTaskRequest.workflow_ref:type_name -> reeve.v1.WorkflowRef
+	47, // 11: reeve.v1.SubmitTaskRequest.inline_workflow:type_name -> reeve.v1.Workflow
+	45, // 12: reeve.v1.SubmitTaskRequest.input:type_name -> google.protobuf.Value
+	39, // 13: reeve.v1.SubmitTaskRequest.labels:type_name -> reeve.v1.SubmitTaskRequest.LabelsEntry
+	44, // 14: reeve.v1.SubmitTaskRequest.start_time:type_name -> google.protobuf.Timestamp
+	48, // 15: reeve.v1.SubmitTaskRequest.task_timeout:type_name -> google.protobuf.Duration
+	49, // 16: reeve.v1.SubmitTaskResponse.task:type_name -> reeve.v1.Task
+	49, // 17: reeve.v1.GetTaskResponse.task:type_name -> reeve.v1.Task
+	50, // 18: reeve.v1.ListTasksRequest.state:type_name -> reeve.v1.TaskState
+	44, // 19: reeve.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	44, // 20: reeve.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	0,  // 21: reeve.v1.ListTasksRequest.view:type_name -> reeve.v1.TaskView
+	40, // 22: reeve.v1.ListTasksRequest.labels:type_name -> reeve.v1.ListTasksRequest.LabelsEntry
+	49, // 23: reeve.v1.ListTasksResponse.tasks:type_name -> reeve.v1.Task
+	41, // 24: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
+	42, // 25: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
+	18, // 26: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
+	50, // 27: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
+	0,  // 28: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
+	21, // 29: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
+	22, // 30: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
+	49, // 31: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	25, // 32: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
+	26, // 33: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
+	44, // 34: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	44, // 35: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	49, // 36: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	49, // 37: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	45, // 38: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
+	49, // 39: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
+	47, // 40: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	47, // 41: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	47, // 42: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	47, // 43: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	9,  // 44: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	12, // 45: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	14, // 46: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	16, // 47: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	19, // 48: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	27, // 49: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	29, // 50: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	31, // 51: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
+	33, // 52: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	35, // 53: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	37, // 54: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	23, // 55: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	6,  // 56: reeve.v1.SchedulerService.CompleteStep:input_type -> reeve.v1.CompleteStepRequest
+	4,  // 57: reeve.v1.SchedulerService.GetCompletionToken:input_type -> reeve.v1.GetCompletionTokenRequest
+	1,  // 58: reeve.v1.SchedulerService.ListWaitingSteps:input_type -> reeve.v1.ListWaitingStepsRequest
+	11, // 59: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	13, // 60: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	15, // 61: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	17, // 62: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	20, // 63: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	28, // 64: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	30, // 65: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	32, // 66: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
+	34, // 67: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	36, // 68: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	38, // 69: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	24, // 70: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	8,  // 71: reeve.v1.SchedulerService.CompleteStep:output_type -> reeve.v1.CompleteStepResponse
+	5,  // 72: reeve.v1.SchedulerService.GetCompletionToken:output_type -> reeve.v1.GetCompletionTokenResponse
+	2,  // 73: reeve.v1.SchedulerService.ListWaitingSteps:output_type -> reeve.v1.ListWaitingStepsResponse
+	59, // [59:74] is the sub-list for method output_type
+	44, // [44:59] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }
@@ -2819,15 +3041,15 @@ func file_reeve_v1_scheduler_service_proto_init() {
 	file_reeve_v1_agent_service_proto_init()
 	file_reeve_v1_task_proto_init()
 	file_reeve_v1_workflow_proto_init()
-	file_reeve_v1_scheduler_service_proto_msgTypes[2].OneofWrappers = []any{
+	file_reeve_v1_scheduler_service_proto_msgTypes[5].OneofWrappers = []any{
 		(*CompleteStepRequest_Output)(nil),
 		(*CompleteStepRequest_Error)(nil),
 	}
-	file_reeve_v1_scheduler_service_proto_msgTypes[5].OneofWrappers = []any{
+	file_reeve_v1_scheduler_service_proto_msgTypes[8].OneofWrappers = []any{
 		(*SubmitTaskRequest_WorkflowRef)(nil),
 		(*SubmitTaskRequest_InlineWorkflow)(nil),
 	}
-	file_reeve_v1_scheduler_service_proto_msgTypes[16].OneofWrappers = []any{
+	file_reeve_v1_scheduler_service_proto_msgTypes[19].OneofWrappers = []any{
 		(*WatchTasksResponse_Changed)(nil),
 		(*WatchTasksResponse_Reset_)(nil),
 	}
@@ -2837,7 +3059,7 @@ func file_reeve_v1_scheduler_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_reeve_v1_scheduler_service_proto_rawDesc), len(file_reeve_v1_scheduler_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   39,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

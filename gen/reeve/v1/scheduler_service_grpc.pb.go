@@ -33,6 +33,7 @@ const (
 	SchedulerService_ListAgents_FullMethodName         = "/reeve.v1.SchedulerService/ListAgents"
 	SchedulerService_CompleteStep_FullMethodName       = "/reeve.v1.SchedulerService/CompleteStep"
 	SchedulerService_GetCompletionToken_FullMethodName = "/reeve.v1.SchedulerService/GetCompletionToken"
+	SchedulerService_ListWaitingSteps_FullMethodName   = "/reeve.v1.SchedulerService/ListWaitingSteps"
 )
 
 // SchedulerServiceClient is the client API for SchedulerService service.
@@ -112,6 +113,12 @@ type SchedulerServiceClient interface {
 	// role of the namespace: to pass on to whoever completes it (a link in a
 	// message to a person, a callback URL). (Issue 35.)
 	GetCompletionToken(ctx context.Context, in *GetCompletionTokenRequest, opts ...grpc.CallOption) (*GetCompletionTokenResponse, error)
+	// Lists the namespace's steps that wait for a completion from outside
+	// (WAITING for an external completion, or deferred by their agent),
+	// oldest wait first, from the waiting index: what an approver acts on
+	// (the console's Waiting view). For the client, approver and admin roles
+	// of the namespace. (Issue 35.)
+	ListWaitingSteps(ctx context.Context, in *ListWaitingStepsRequest, opts ...grpc.CallOption) (*ListWaitingStepsResponse, error)
 }
 
 type schedulerServiceClient struct {
@@ -280,6 +287,16 @@ func (c *schedulerServiceClient) GetCompletionToken(ctx context.Context, in *Get
 	return out, nil
 }
 
+func (c *schedulerServiceClient) ListWaitingSteps(ctx context.Context, in *ListWaitingStepsRequest, opts ...grpc.CallOption) (*ListWaitingStepsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWaitingStepsResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_ListWaitingSteps_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchedulerServiceServer is the server API for SchedulerService service.
 // All implementations must embed UnimplementedSchedulerServiceServer
 // for forward compatibility.
@@ -357,6 +374,12 @@ type SchedulerServiceServer interface {
 	// role of the namespace: to pass on to whoever completes it (a link in a
 	// message to a person, a callback URL). (Issue 35.)
 	GetCompletionToken(context.Context, *GetCompletionTokenRequest) (*GetCompletionTokenResponse, error)
+	// Lists the namespace's steps that wait for a completion from outside
+	// (WAITING for an external completion, or deferred by their agent),
+	// oldest wait first, from the waiting index: what an approver acts on
+	// (the console's Waiting view). For the client, approver and admin roles
+	// of the namespace. (Issue 35.)
+	ListWaitingSteps(context.Context, *ListWaitingStepsRequest) (*ListWaitingStepsResponse, error)
 	mustEmbedUnimplementedSchedulerServiceServer()
 }
 
@@ -408,6 +431,9 @@ func (UnimplementedSchedulerServiceServer) CompleteStep(context.Context, *Comple
 }
 func (UnimplementedSchedulerServiceServer) GetCompletionToken(context.Context, *GetCompletionTokenRequest) (*GetCompletionTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetCompletionToken not implemented")
+}
+func (UnimplementedSchedulerServiceServer) ListWaitingSteps(context.Context, *ListWaitingStepsRequest) (*ListWaitingStepsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWaitingSteps not implemented")
 }
 func (UnimplementedSchedulerServiceServer) mustEmbedUnimplementedSchedulerServiceServer() {}
 func (UnimplementedSchedulerServiceServer) testEmbeddedByValue()                          {}
@@ -668,6 +694,24 @@ func _SchedulerService_GetCompletionToken_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_ListWaitingSteps_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWaitingStepsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).ListWaitingSteps(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_ListWaitingSteps_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).ListWaitingSteps(ctx, req.(*ListWaitingStepsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchedulerService_ServiceDesc is the grpc.ServiceDesc for SchedulerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -722,6 +766,10 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCompletionToken",
 			Handler:    _SchedulerService_GetCompletionToken_Handler,
+		},
+		{
+			MethodName: "ListWaitingSteps",
+			Handler:    _SchedulerService_ListWaitingSteps_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
