@@ -21,14 +21,19 @@ import (
 )
 
 // The Waiting view (issue 35): the steps of a namespace that wait for a
-// person (StepSpec.wait_for "external", WAITING), across its RUNNING tasks,
-// and the page that completes one (approve with an output, reject with an
-// error code) through CompleteStep by name, for the namespace's admin or
-// approver role.
+// completion from outside (StepSpec.wait_for "external", WAITING; or handed
+// off by their agent), from the API's waiting index (ListWaitingSteps), and
+// the page that completes one (approve with an output, reject with an error
+// code) through CompleteStep by name, for the namespace's admin or approver
+// role.
 
 const (
+	// waitingPageRows is how many waiting steps the Waiting view shows a
+	// page (ListWaitingSteps' page size).
+	waitingPageRows = 100
 	// waitingPageSize is the page size of the ListTasks calls that look for
-	// waiting steps (the API's largest).
+	// waiting steps against a scheduler without ListWaitingSteps (the
+	// API's largest).
 	waitingPageSize = 1000
 	// maxWaitingExamined bounds the RUNNING tasks one view of the Waiting
 	// page reads (five ListTasks calls of TASK_VIEW_BASIC); past it the page
@@ -43,25 +48,30 @@ const (
 	defaultApproval = `{"approved": true}`
 )
 
-// waitingStep is one step waiting for a person, as the Waiting view and the
-// completion page show it.
+// waitingStep is one step waiting for a completion from outside, as the
+// Waiting view and the completion page show it.
 type waitingStep struct {
-	T          *reevev1.Task
-	Step       *reevev1.Step
-	Since      time.Time
-	CompleteBy time.Time
-	Due        string // "in 1h58m" or "overdue 3m"
-	Overdue    bool
+	TaskID, Workflow, Step string
+	Attempt                int32
+	Deferred               bool // handed off by its agent rather than WAITING
+	Since                  time.Time
+	CompleteBy             time.Time
+	Due                    string // "in 1h58m" or "overdue 3m"
+	Overdue                bool
 }
 
 type waitingData struct {
 	pageData
 	Approver bool
-	Workflow string
+	Workflow string // only steps of this workflow (filtered on the page)
 	Steps    []waitingStep
-	Examined int  // RUNNING tasks listed
-	Read     int  // of them read in full (a step waiting for a completion)
-	More     bool // past maxWaitingExamined or maxWaitingTasks: not all looked at
+	Next     string // the next page's token (ListWaitingSteps)
+	// Scanned: the scheduler has no ListWaitingSteps, the page looked
+	// through the RUNNING tasks (Examined listed, Read read in full).
+	Scanned  bool
+	Examined int
+	Read     int
+	More     bool // the scan stopped at maxWaitingExamined or maxWaitingTasks
 }
 
 // mayApprove reports whether the session's identity may complete steps by
@@ -101,17 +111,10 @@ func waitsForPerson(t *reevev1.Task, st *reevev1.Step) bool {
 	return taskstate.Waiting(st) && taskstate.WaitsExternal(t, st)
 }
 
-func (s *Server) newWaitingStep(t *reevev1.Task, st *reevev1.Step) waitingStep {
-	w := waitingStep{T: t, Step: st}
-	switch {
-	case st.GetWaitStartTime() != nil:
-		w.Since = st.GetWaitStartTime().AsTime()
-	case st.GetReadyTime() != nil:
-		w.Since = st.GetReadyTime().AsTime()
-	}
-	if st.GetCompleteBy() != nil {
-		w.CompleteBy = st.GetCompleteBy().AsTime()
-		d := w.CompleteBy.Sub(s.now())
+func (s *Server) newWaitingStep(taskID, wf, step string, attempt int32, deferred bool, since, by time.Time) waitingStep {
+	w := waitingStep{TaskID: taskID, Workflow: wf, Step: step, Attempt: attempt, Deferred: deferred, Since: since, CompleteBy: by}
+	if !by.IsZero() {
+		d := by.Sub(s.now())
 		w.Overdue = d < 0
 		if w.Overdue {
 			w.Due = "overdue " + fmtDur(d)
@@ -122,12 +125,27 @@ func (s *Server) newWaitingStep(t *reevev1.Task, st *reevev1.Step) waitingStep {
 	return w
 }
 
-// waitingPage lists the steps waiting for a person: it lists the
-// namespace's RUNNING tasks (TASK_VIEW_BASIC, 1,000 a call, at most
-// maxWaitingExamined), reads those with a WAITING step that began a wait in
-// full (at most maxWaitingTasks: one GetTask each) and keeps their steps
-// that wait for a completion from outside, the one whose complete-by comes
-// first on top.
+// stepWaiting is the waitingStep of st, a step of t.
+func (s *Server) stepWaiting(t *reevev1.Task, st *reevev1.Step) waitingStep {
+	since := st.GetWaitStartTime()
+	if since == nil {
+		since = st.GetReadyTime()
+	}
+	var from, by time.Time
+	if since != nil {
+		from = since.AsTime()
+	}
+	if st.GetCompleteBy() != nil {
+		by = st.GetCompleteBy().AsTime()
+	}
+	return s.newWaitingStep(t.GetId(), t.GetWorkflow().GetName(), st.GetName(), st.GetAttempt(), st.GetDeferred(), from, by)
+}
+
+// waitingPage lists the steps waiting for a completion from outside (for
+// a person, or handed off by their agent), the longest waiting first, 100
+// a page, from the API's waiting index (ListWaitingSteps: one call, O(page)).
+// Against a scheduler without it, it looks through the RUNNING tasks
+// instead (scanWaiting).
 func (s *Server) waitingPage(w http.ResponseWriter, r *http.Request, ss *session) {
 	q := r.URL.Query()
 	ns := workflow.Namespace(q.Get("ns"))
@@ -135,8 +153,39 @@ func (s *Server) waitingPage(w http.ResponseWriter, r *http.Request, ss *session
 		s.renderError(w, r, ss, http.StatusBadRequest, "Bad request", err.Error())
 		return
 	}
-	d := waitingData{pageData: s.page(r, ss, "Waiting", "waiting", ns), Workflow: q.Get("workflow")}
+	d := waitingData{pageData: s.page(r, ss, "Waiting", "waiting", ns), Workflow: strings.TrimSpace(q.Get("workflow"))}
 	d.Approver = s.mayApprove(r.Context(), ss, ns)
+	ctx, cancel, opts := s.call(r, ss)
+	defer cancel()
+	resp, err := s.sched.ListWaitingSteps(ctx, &reevev1.ListWaitingStepsRequest{Namespace: ns, PageSize: waitingPageRows, PageToken: q.Get("page")}, opts...)
+	switch status.Code(err) {
+	case codes.OK:
+		for _, ws := range resp.GetSteps() {
+			if d.Workflow != "" && ws.GetWorkflow() != d.Workflow {
+				continue
+			}
+			d.Steps = append(d.Steps, s.newWaitingStep(ws.GetRef().GetTaskId(), ws.GetWorkflow(), ws.GetRef().GetStep(), ws.GetRef().GetAttempt(),
+				ws.GetDeferred(), ws.GetWaitStartTime().AsTime(), ws.GetCompleteBy().AsTime()))
+		}
+		d.Next = resp.GetNextPageToken()
+	case codes.Unimplemented:
+		if !s.scanWaiting(w, r, ss, &d) {
+			return
+		}
+	default:
+		s.apiError(w, r, ss, "list waiting steps", err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "waiting", d)
+}
+
+// scanWaiting fills d for a scheduler without ListWaitingSteps: it lists
+// the namespace's RUNNING tasks (TASK_VIEW_BASIC, 1,000 a call, at most
+// maxWaitingExamined), reads those with a WAITING step that began a wait
+// in full (at most maxWaitingTasks: one GetTask each) and keeps their steps
+// that wait for a person, the one whose complete-by comes first on top.
+func (s *Server) scanWaiting(w http.ResponseWriter, r *http.Request, ss *session, d *waitingData) bool {
+	d.Scanned = true
 	ctx, cancel, opts := s.call(r, ss)
 	defer cancel()
 	for page := ""; ; {
@@ -144,11 +193,11 @@ func (s *Server) waitingPage(w http.ResponseWriter, r *http.Request, ss *session
 			d.More = true
 			break
 		}
-		resp, err := s.sched.ListTasks(ctx, &reevev1.ListTasksRequest{Namespace: ns, State: reevev1.TaskState_TASK_STATE_RUNNING,
+		resp, err := s.sched.ListTasks(ctx, &reevev1.ListTasksRequest{Namespace: d.NS, State: reevev1.TaskState_TASK_STATE_RUNNING,
 			Workflow: d.Workflow, PageSize: waitingPageSize, PageToken: page, View: reevev1.TaskView_TASK_VIEW_BASIC}, opts...)
 		if err != nil {
 			s.apiError(w, r, ss, "list running tasks", err)
-			return
+			return false
 		}
 		d.Examined += len(resp.GetTasks())
 		for _, t := range resp.GetTasks() {
@@ -163,16 +212,16 @@ func (s *Server) waitingPage(w http.ResponseWriter, r *http.Request, ss *session
 				continue
 			}
 			d.Read++
-			full, err := s.sched.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: ns, TaskId: t.GetId()}, opts...)
+			full, err := s.sched.GetTask(ctx, &reevev1.GetTaskRequest{Namespace: d.NS, TaskId: t.GetId()}, opts...)
 			if status.Code(err) == codes.NotFound {
 				continue // ended and gone since the list
 			} else if err != nil {
 				s.apiError(w, r, ss, fmt.Sprintf("task %q", t.GetId()), err)
-				return
+				return false
 			}
 			for _, st := range full.GetTask().GetSteps() {
 				if waitsForPerson(full.GetTask(), st) {
-					d.Steps = append(d.Steps, s.newWaitingStep(full.GetTask(), st))
+					d.Steps = append(d.Steps, s.stepWaiting(full.GetTask(), st))
 				}
 			}
 		}
@@ -181,7 +230,7 @@ func (s *Server) waitingPage(w http.ResponseWriter, r *http.Request, ss *session
 		}
 	}
 	slices.SortStableFunc(d.Steps, func(a, b waitingStep) int { return a.CompleteBy.Compare(b.CompleteBy) })
-	s.render(w, r, http.StatusOK, "waiting", d)
+	return true
 }
 
 type completeData struct {
@@ -225,7 +274,7 @@ func (s *Server) completePage(w http.ResponseWriter, r *http.Request, ss *sessio
 }
 
 func (s *Server) completeData(r *http.Request, ss *session, t *reevev1.Task, st *reevev1.Step) completeData {
-	d := completeData{pageData: s.page(r, ss, "Complete "+st.GetName(), "waiting", t.GetNamespace()), W: s.newWaitingStep(t, st),
+	d := completeData{pageData: s.page(r, ss, "Complete "+st.GetName(), "waiting", t.GetNamespace()), W: s.stepWaiting(t, st),
 		Output: defaultApproval, Code: "rejected", Attempt: st.GetAttempt()}
 	d.Approver = s.mayApprove(r.Context(), ss, t.GetNamespace())
 	if t.GetInput() != nil {

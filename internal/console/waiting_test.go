@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -339,5 +343,33 @@ func TestWaitingRoles(t *testing.T) {
 	_, qp = approver.get("/queues")
 	if strings.Contains(qp, `action="/queues/`) {
 		t.Errorf("approver's queues page has forms: %.1200s", textOf(qp))
+	}
+}
+
+// Against a scheduler without ListWaitingSteps (an older release: the call
+// answers UNIMPLEMENTED), the Waiting view looks through the RUNNING tasks
+// instead and finds the same step, not a sleeping one.
+func TestWaitingWithoutTheIndex(t *testing.T) {
+	e := newEnv(t)
+	task := e.submit(approval(""))
+	sleeper := e.submit(&reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{
+		Name: "test.sleep", Steps: []*reevev1.StepSpec{
+			{Name: "reserve", Type: "inventory.reserve", Timeout: durationpb.New(10 * time.Second)},
+			{Name: "nap", Sleep: durationpb.New(time.Hour), DependsOn: []string{"reserve"}},
+		},
+	}}})
+	e.waitStep(task.GetId(), "approve", reevev1.StepState_STEP_STATE_WAITING)
+	e.waitStep(sleeper.GetId(), "nap", reevev1.StepState_STEP_STATE_WAITING)
+	old := testenv.DialWith(t, e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == reevev1.SchedulerService_ListWaitingSteps_FullMethodName {
+				return status.Error(codes.Unimplemented, "unknown method ListWaitingSteps")
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}))
+	c := newEnvOn(t, old)
+	_, page := c.browser().get("/waiting")
+	if !strings.Contains(page, `id="wait-`+task.GetId()+`-approve"`) || !strings.Contains(page, "looked at 2 running tasks, 1 of them with a step waiting") || strings.Contains(page, "nap") {
+		t.Errorf("waiting page without the index: %.1500s", textOf(page))
 	}
 }
