@@ -30,7 +30,32 @@ func (e *env) holdAgent() {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
+	a.Handle("test.defer", func(_ context.Context, s *agentsdk.Step) (any, error) {
+		return nil, s.Defer("waiting for the bank's webhook")
+	})
 	go func() { defer close(done); _ = a.Run(ctx) }()
+}
+
+// deferring is an inline workflow whose step's agent hands it off.
+func deferring() *reevev1.SubmitTaskRequest {
+	return &reevev1.SubmitTaskRequest{Workflow: &reevev1.SubmitTaskRequest_InlineWorkflow{InlineWorkflow: &reevev1.Workflow{
+		Name: "test.defer", Steps: []*reevev1.StepSpec{{Name: "transfer", Type: "test.defer", Timeout: durationpb.New(3 * time.Hour)}},
+	}}}
+}
+
+// waitDeferred waits (at most a minute) until step of task id is handed
+// off by its agent.
+func (e *env) waitDeferred(id, step string) {
+	e.t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		if st := stepOf(e.waitStep(id, step, reevev1.StepState_STEP_STATE_RUNNING), step); st.GetDeferred() {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task %s: step %s never deferred", id, step)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func hold() *reevev1.SubmitTaskRequest {
@@ -86,14 +111,19 @@ func TestBrowserWaitsAndQueues(t *testing.T) {
 	running := e.submit(hold())
 	e.waitStep(running.GetId(), "erp_call", reevev1.StepState_STEP_STATE_RUNNING)
 	held := e.submit(hold())
+	deferred := e.submit(deferring())
 	e.submit(stuck())
 	e.waitStep(first.GetId(), "approve", reevev1.StepState_STEP_STATE_WAITING)
 	e.waitStep(second.GetId(), "approve", reevev1.StepState_STEP_STATE_WAITING)
 	e.waitStep(sleeper.GetId(), "cool_off", reevev1.StepState_STEP_STATE_WAITING)
+	e.waitDeferred(deferred.GetId(), "transfer")
 
 	// The Waiting view: both steps, with approve and reject.
 	run(t, ctx, "waiting", chromedp.Navigate(e.url+"/waiting"), chromedp.WaitVisible(chromedp.CSS("#wait-"+first.GetId()+"-approve")),
 		chromedp.WaitVisible(chromedp.CSS("#wait-"+second.GetId()+"-approve")))
+	if w := text(t, ctx, "#wait-"+deferred.GetId()+"-transfer"); !strings.Contains(w, "handed off by its agent") {
+		t.Errorf("waiting view: the deferred step %q", w)
+	}
 	if w := text(t, ctx, "#waiting"); !strings.Contains(w, "test.approval") || !strings.Contains(w, "Approve…") || !strings.Contains(w, "Reject…") {
 		t.Errorf("waiting view: %q", w)
 	}
@@ -119,8 +149,8 @@ func TestBrowserWaitsAndQueues(t *testing.T) {
 	}
 	screenshot(t, ctx, dir, "task-approved")
 	run(t, ctx, "waiting after", chromedp.Navigate(e.url+"/waiting"), chromedp.WaitVisible(chromedp.CSS("#wait-"+second.GetId()+"-approve")))
-	if n := eval(t, ctx, `document.querySelectorAll('#waiting tbody tr.row').length`); n != 1 {
-		t.Errorf("waiting view after the approval: %d rows, want 1", n)
+	if n := eval(t, ctx, `document.querySelectorAll('#waiting tbody tr.row').length`); n != 2 {
+		t.Errorf("waiting view after the approval: %d rows, want 2 (the other approval, the deferred step)", n)
 	}
 
 	// The task pages say what each waits for.
@@ -130,7 +160,8 @@ func TestBrowserWaitsAndQueues(t *testing.T) {
 		{second.GetId(), "task-waiting", "#wait-approval-approve", "waiting for approval since"},
 		{sleeper.GetId(), "task-sleeping", "#wait-sleep-cool_off", "sleeping until"},
 		{delayed.GetId(), "task-delayed", "#wait-start", "waiting to start at"},
-		{held.GetId(), "task-held", "#wait-queue-erp_call", "waiting: test.hold is at its limit 1/1"},
+		{deferred.GetId(), "task-deferred", "#wait-deferred-transfer", "handed off by its agent since"},
+		{held.GetId(), "task-held", "#wait-queue-erp_call", "waiting: test.hold is at its limit 1/1"}, // last: its steps are checked below
 	} {
 		run(t, ctx, "open "+c.shot, chromedp.Navigate(e.url+"/tasks/"+c.id), chromedp.WaitVisible(chromedp.CSS(c.sel)))
 		if got := text(t, ctx, c.sel); !strings.Contains(got, c.want) {
