@@ -1,5 +1,6 @@
 // Package console is Reeve's web console: server-rendered pages of tasks,
-// alerts, workflows, agents and queues, with operator actions, served by
+// alerts, workflows, schedules, agents, queues and the steps waiting for a
+// person, with operator actions and approvals, served by
 // `reeve dev`, `reeve scheduler --console-listen` and `reeve console`.
 //
 // The console is a client of the gRPC API only (it never reads etcd): each

@@ -77,6 +77,10 @@ func parseTemplates() (*template.Template, error) {
 		"spec":     specText,
 		"in":       func(now time.Time, t *timestamppb.Timestamp) string { return "in " + fmtDur(t.AsTime().Sub(now)) },
 		"policies": policiesText,
+		"clock":    clockTime,
+		"since":    func(now, t time.Time) string { return fmtDur(now.Sub(t)) },
+		"rate":     rateText,
+		"int64":    func(n int32) int64 { return int64(n) },
 	}).ParseFS(files, "templates/*.html")
 }
 
@@ -104,6 +108,12 @@ var explanations = map[string]string{
 	"task.failed":                    "the task failed and needs a person: an alert is raised",
 	"task.canceled":                  "canceled",
 	"task.succeeded":                 "every step succeeded",
+	"step.waiting":                   "the step waits for a completion from outside (an approval): no agent runs it",
+	"step.sleeping":                  "a durable timer: the step succeeds at its time, with no agent",
+	"step.deferred":                  "its agent handed it off: it waits for a completion with its token (e.g. a webhook)",
+	"task.start_scheduled":           "submitted to start later: no step is dispatched before its start time",
+	"task.started":                   "its start time came: its first steps are ready",
+	"task.timed_out":                 "the whole task passed its deadline: it escalates as its workflow says",
 }
 
 // shortEnum turns TASK_STATE_RUNNING into "running".
@@ -113,6 +123,23 @@ func shortEnum(v fmt.Stringer) string {
 		s = strings.TrimPrefix(s, p)
 	}
 	return strings.ToLower(s)
+}
+
+// clockTime says when t is for a person glancing at a page: "10:02" (UTC)
+// on now's day, "Nov 30 10:02" on another day of now's year, else with the
+// year.
+func clockTime(now, t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	t, now = t.UTC(), now.UTC()
+	switch {
+	case t.YearDay() == now.YearDay() && t.Year() == now.Year():
+		return t.Format("15:04")
+	case t.Year() == now.Year():
+		return t.Format("Jan 2 15:04")
+	}
+	return t.Format("2006-01-02 15:04")
 }
 
 func fmtTime(t *timestamppb.Timestamp) string {

@@ -24,6 +24,9 @@ import (
 const (
 	adminToken  = "console-test-admin-token-0123456789"
 	viewerToken = "console-test-viewer-token-0123456789"
+	// approverToken reads namespace default and completes its waiting
+	// steps (client and approver), without the admin role.
+	approverToken = "console-test-approver-token-0123456789"
 )
 
 // newSecureEnv starts a scheduler with TLS and bearer tokens (an admin and a
@@ -41,7 +44,10 @@ func newSecureEnv(t *testing.T) *env {
   - name: victor
     token: %s
     grants: ["reeve://client/default"]
-`, adminToken, viewerToken)))
+  - name: paula
+    token: %s
+    grants: ["reeve://client/default", "reeve://approver/default"]
+`, adminToken, viewerToken, approverToken)))
 	if err != nil {
 		t.Fatal(err)
 	}

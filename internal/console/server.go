@@ -40,6 +40,7 @@ type Server struct {
 	onceMu sync.Mutex
 
 	schedules reevev1.ScheduleServiceClient // the schedules pages' API (schedules.go)
+	queues    reevev1.QueueServiceClient    // the queues page's API (queues.go)
 }
 
 // Option configures a Server.
@@ -69,6 +70,7 @@ func New(cc grpc.ClientConnInterface, opts ...Option) (*Server, error) {
 		sched:       reevev1.NewSchedulerServiceClient(cc),
 		sup:         reevev1.NewSupervisorServiceClient(cc),
 		schedules:   reevev1.NewScheduleServiceClient(cc),
+		queues:      reevev1.NewQueueServiceClient(cc),
 		log:         slog.Default(),
 		now:         time.Now,
 		callTimeout: 10 * time.Second,
@@ -118,6 +120,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /tasks/{id}/body", s.withSession(s.taskBody))
 	m.HandleFunc("GET /tasks/{id}/events", s.withSession(s.taskEvents))
 	m.HandleFunc("GET /tasks/{id}/json", s.withSession(s.taskJSON))
+	m.HandleFunc("GET /tasks/{id}/complete", s.withSession(s.completePage))
+	m.HandleFunc("POST /tasks/{id}/complete", s.withSession(s.csrf(s.completeStep)))
 	m.HandleFunc("GET /tasks/{id}/{action}", s.withSession(s.confirmTaskAction))
 	m.HandleFunc("POST /tasks/{id}/{action}", s.withSession(s.csrf(s.taskAction)))
 	m.HandleFunc("POST /bulk", s.withSession(s.csrf(s.bulkConfirm)))
@@ -129,6 +133,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /workflows", s.withSession(s.workflowsPage))
 	m.HandleFunc("GET /workflows/{name}", s.withSession(s.workflowPage))
 	m.HandleFunc("GET /agents", s.withSession(s.agentsPage))
+	m.HandleFunc("GET /waiting", s.withSession(s.waitingPage))
+	m.HandleFunc("GET /queues", s.withSession(s.queuesPage))
+	m.HandleFunc("POST /queues/{type}/{action}", s.withSession(s.csrf(s.queueAction)))
 	m.HandleFunc("GET /schedules", s.withSession(s.schedulesPage))
 	m.HandleFunc("GET /schedules/{name}", s.withSession(s.schedulePage))
 	m.HandleFunc("POST /schedules/{name}/{action}", s.withSession(s.csrf(s.scheduleAction)))

@@ -39,6 +39,7 @@ type session struct {
 	mu       sync.Mutex
 	lastUsed time.Time
 	operator map[string]bool // namespace → may use operator actions
+	approver map[string]bool // namespace → may complete steps by name (waiting.go)
 }
 
 type sessions struct {
@@ -59,7 +60,7 @@ func randomToken() string {
 
 func (ss *sessions) create(token string) *session {
 	now := ss.now()
-	s := &session{id: randomToken(), csrf: randomToken(), token: token, lastUsed: now, operator: map[string]bool{}}
+	s := &session{id: randomToken(), csrf: randomToken(), token: token, lastUsed: now, operator: map[string]bool{}, approver: map[string]bool{}}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if len(ss.m) >= maxSessions {

@@ -72,6 +72,9 @@ type stepView struct {
 	// Unserved: the step is queued for a type no connected agent serves
 	// ("no agent serves T; agents serve ..."); "" otherwise.
 	Unserved string
+	// Kind says what runs a step without an agent type ("waitFor:
+	// external", "sleep 30m"), shown for its type.
+	Kind string
 }
 
 type eventView struct {
@@ -101,6 +104,13 @@ type taskData struct {
 	QueryNoHP  string
 	CanCompen  bool
 	Version    string // the task's version shown (see sseID)
+	// Waits says what the task waits for (waits.go); Held: a queued step
+	// is held back by flow control, which changes without a write of the
+	// task, so the page looks again every 5 s.
+	Waits []waitLine
+	Held  bool
+	// StartsAt: the task waits to start (Task.start_time), at this time.
+	StartsAt string
 }
 
 func (s *Server) taskPage(w http.ResponseWriter, r *http.Request, ss *session) {
@@ -187,10 +197,19 @@ func (s *Server) taskData(r *http.Request, ss *session, t *reevev1.Task, archive
 		if st.GetOutput() != nil {
 			v.Output = prettyJSON(st.GetOutput())
 		}
+		v.Kind = stepKind(t, st)
+		if v.Kind != "" && v.Type == "" {
+			v.Type = v.Kind
+		}
+		d.Held = d.Held || st.GetWaitReason() != ""
 		v.Disconnected = agents.disconnected(st)
 		v.Unserved = agents.unserved(t, st)
 		d.Steps = append(d.Steps, v)
 		d.StepNames = append(d.StepNames, st.GetName())
+	}
+	d.Waits = s.taskWaits(r, ss, t, archived, now)
+	if at, ok := taskstate.AwaitingStart(t); ok {
+		d.StartsAt = at.UTC().Format("2006-01-02 15:04:05") + " (in " + fmtDur(at.Sub(now)) + ")"
 	}
 	if t.GetInput() != nil {
 		d.Input = prettyJSON(t.GetInput())

@@ -25,6 +25,10 @@ type span struct {
 	Outcome      string // succeeded, failed, expired, canceled, running...
 	Detail       string // the outcome event's message
 	Actor        string // who decided the outcome
+	// Wait: no agent runs it (a wait for a completion from outside, a
+	// sleep, a hand-off): its complete-by may be days away and does not
+	// stretch the chart.
+	Wait bool
 }
 
 // marker is a decision drawn on the timeline: a supervisor's or an
@@ -86,6 +90,28 @@ func timeline(t *reevev1.Task, now time.Time) ([]span, []marker) {
 			open[k] = len(spans)
 			spans = append(spans, span{Step: e.GetStep(), Attempt: e.GetAttempt(), Compensation: comp,
 				Agent: strings.TrimPrefix(e.GetMessage(), "agent "), Start: at, CompleteBy: at.Add(timeout), Open: true, Outcome: "running"})
+		case "step.waiting", "step.sleeping":
+			for o := range open {
+				if o.step == k.step && !o.comp {
+					closeSpan(o, at, "superseded", "", "")
+				}
+			}
+			spec := taskstate.Spec(t, e.GetStep())
+			label, by := "approval", at.Add(workflow.EffectiveTimeout(t.GetWorkflow(), spec))
+			if kind == "step.sleeping" {
+				label, by = "sleep", at.Add(spec.GetSleep().AsDuration())
+			}
+			open[k] = len(spans)
+			spans = append(spans, span{Step: e.GetStep(), Attempt: e.GetAttempt(), Agent: label, Start: at, CompleteBy: by, Open: true, Outcome: "waiting", Wait: true})
+		case "step.deferred":
+			// The agent's execution goes on as a hand-off: the bar ends
+			// here and a waiting one starts, to the same complete-by.
+			if i, ok := open[k]; ok {
+				prev := spans[i]
+				closeSpan(k, at, "deferred", e.GetMessage(), e.GetActor())
+				open[k] = len(spans)
+				spans = append(spans, span{Step: prev.Step, Attempt: prev.Attempt, Agent: "handed off", Start: at, CompleteBy: prev.CompleteBy, Open: true, Outcome: "waiting", Wait: true})
+			}
 		case "step.succeeded", "compensation.succeeded":
 			closeSpan(k, at, "succeeded", e.GetMessage(), e.GetActor())
 		case "step.failed", "compensation.failed":
@@ -127,6 +153,11 @@ func isDecision(e *reevev1.HistoryEvent) bool {
 	if strings.HasPrefix(a, "supervisor") || strings.HasPrefix(a, "operator") {
 		return true
 	}
+	// A completion from outside: a person's approval or rejection (by
+	// name), or a callback's (by token).
+	if strings.HasPrefix(a, "approver") || strings.HasPrefix(a, "token") {
+		return true
+	}
 	switch e.GetKind() {
 	case "step.escalated", "step.expired", "step.schedule_to_start_expired", "step.heartbeat_missed", "step.unacknowledged",
 		"step.agent_disconnected", "step.agent_reconnected", "step.agent_forgot", "step.retried_by_operator",
@@ -156,7 +187,7 @@ func timelineSVG(spans []span, markers []marker, t0, t1 time.Time) template.HTML
 		return template.HTML(`<p class="muted">No step has been dispatched yet.</p>`)
 	}
 	for _, s := range spans {
-		if s.CompleteBy.After(t1) && s.Open {
+		if s.CompleteBy.After(t1) && s.Open && !s.Wait {
 			t1 = s.CompleteBy
 		}
 	}
@@ -199,15 +230,28 @@ func timelineSVG(spans []span, markers []marker, t0, t1 time.Time) template.HTML
 		if s.Compensation {
 			cls += " comp"
 		}
-		title := fmt.Sprintf("%s attempt %d%s on %s: %s → %s (%s), complete-by %s; %s %s",
-			s.Step, s.Attempt, map[bool]string{true: " (compensation)"}[s.Compensation], s.Agent,
+		who := "on " + s.Agent
+		if s.Wait {
+			who = "(" + s.Agent + ")"
+		}
+		title := fmt.Sprintf("%s attempt %d%s %s: %s → %s (%s), complete-by %s; %s %s",
+			s.Step, s.Attempt, map[bool]string{true: " (compensation)"}[s.Compensation], who,
 			s.Start.UTC().Format("15:04:05.000"), s.End.UTC().Format("15:04:05.000"), fmtDur(s.End.Sub(s.Start)),
 			s.CompleteBy.UTC().Format("15:04:05.000"), s.Outcome, s.Detail)
 		fmt.Fprintf(&b, `<g class="span"><title>%s</title><rect class="%s" x="%.1f" y="%d" width="%.1f" height="%d" rx="3"/>`, esc(title), esc(cls), x0, y+4, x1-x0, rowH-8)
 		if cb := x(s.CompleteBy); cb <= labelW+chartW+1 {
 			fmt.Fprintf(&b, `<line class="completeby" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>`, cb, y+1, cb, y+rowH-1)
 		}
-		fmt.Fprintf(&b, `<text class="barlabel" x="%.1f" y="%d">%s</text></g>`, x1+4, y+16, esc(s.Agent+" · "+s.Outcome))
+		barLabel := s.Agent + " · " + s.Outcome
+		if s.Wait {
+			barLabel = s.Agent
+			if s.Open {
+				barLabel += " · by " + s.CompleteBy.UTC().Format("15:04")
+			} else {
+				barLabel += " · " + s.Outcome
+			}
+		}
+		fmt.Fprintf(&b, `<text class="barlabel" x="%.1f" y="%d">%s</text></g>`, x1+4, y+16, esc(barLabel))
 	}
 	taskRow := false // task-level decisions (no step) go above the rows
 	for _, m := range markers {
