@@ -6,6 +6,7 @@ import (
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
@@ -13,7 +14,7 @@ import (
 // (issue 36), below what its agents could run at once (16 steps each), so
 // that they bind while schedulers die and steps are re-dispatched:
 // `reeve verify`'s limit_exceeded (verifyStore) must find none.
-var chaosLimits = map[string]int32{"chaos.work": 12, "chaos.undo": 4}
+var chaosLimits = map[string]int32{"chaos.work": 12, "chaos.undo": 4, workload.HookType: 3}
 
 // setLimits sets chaosLimits through QueueService, as an admin would
 // (the operator's TLS files in a secure cluster), retried for a while (the

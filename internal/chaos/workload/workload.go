@@ -106,6 +106,7 @@ func Workflows() []*reevev1.Workflow {
 		reassigned,
 		saga(WorkflowFail, "Chaos suite: three steps; a step that fails for good fails the task, for an operator to retry.", reevev1.Escalation_ESCALATION_FAIL),
 		wide,
+		waitWorkflow(retry, undoRetry),
 	}
 }
 
@@ -205,6 +206,7 @@ func Register(a *agentsdk.Agent, log *SideEffectLog) {
 	}
 	a.Handle("chaos.work", handle)
 	a.Handle("chaos.undo", handle)
+	registerHook(a, log)
 }
 
 func hash(key string, attempt int) uint32 {
