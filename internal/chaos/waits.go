@@ -327,4 +327,3 @@ func retryCall(ctx context.Context, f func(context.Context) error) codes.Code {
 		}
 	}
 }
-
