@@ -186,7 +186,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	pagerDone := make(chan struct{})
 	go func() { defer close(pagerDone); pager.run(runCtx, head.Header.Revision+1) }()
 	ops := &operatorLog{}
-	waits := &waitLog{}
+	waits := &waitLog{book: newCallbackBook(cfg.sideEffectDir())}
 
 	started := time.Now()
 	faultsDone := make(chan struct{})

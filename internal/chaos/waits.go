@@ -1,9 +1,14 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -41,6 +46,10 @@ type waitAction struct {
 	Never, SkipFirst bool
 	// ByName completes by (task, step) as an approver, else by token.
 	ByName bool
+	// FromAgent (the hook, by token): the token the agent passed on
+	// (workload.Callback), sent as soon as it is there, often before the
+	// agent's deferral is recorded; else one read with GetCompletionToken.
+	FromAgent bool
 	// Error completes with an error (the step fails for good).
 	Error bool
 	// Twice sends the same completion again once answered.
@@ -98,6 +107,7 @@ func planWaits(out []plannedTask, seed uint64) {
 		case 9:
 			w.Approve.SkipFirst, w.Hook.ByName, w.Hook.Twice = early, true, true
 		}
+		w.Hook.FromAgent = k%3 == 0 && !w.Hook.ByName
 		if k%5 == 2 && w.StartIn == 0 {
 			w.StartIn = start
 		}
@@ -122,15 +132,19 @@ type completionRecord struct {
 
 // waitLog collects what the load's completions were answered.
 type waitLog struct {
-	mu       sync.Mutex
-	applied  []completionRecord
-	byToken  int
-	byName   int
-	errors   int
-	repeats  int
-	refused  int
-	never    int
-	problems []Violation
+	// book: the tokens the chaos agents passed on (nil: none).
+	book *callbackBook
+
+	mu        sync.Mutex
+	fromAgent int
+	applied   []completionRecord
+	byToken   int
+	byName    int
+	errors    int
+	repeats   int
+	refused   int
+	never     int
+	problems  []Violation
 }
 
 func (l *waitLog) record(f func(l *waitLog)) {
@@ -146,6 +160,7 @@ func (l *waitLog) report(rep *Report) {
 	rep.Waits.CompletedByToken, rep.Waits.CompletedByName = l.byToken, l.byName
 	rep.Waits.CompletedWithError, rep.Waits.RepeatsAnsweredAsFirst = l.errors, l.repeats
 	rep.Waits.CompletionsRefused, rep.Waits.LeftUnanswered = l.refused, l.never
+	rep.Waits.TokensFromAgent = l.fromAgent
 	for _, v := range l.problems {
 		rep.add(v)
 	}
@@ -186,7 +201,8 @@ func completeWaits(ctx context.Context, c, approver reevev1.SchedulerServiceClie
 				switch {
 				case s.GetName() == workload.WaitStepApprove && s.GetState() == reevev1.StepState_STEP_STATE_WAITING:
 					act = pt.Wait.Approve
-				case s.GetName() == workload.WaitStepHook && s.GetState() == reevev1.StepState_STEP_STATE_RUNNING && s.GetDeferred():
+				case s.GetName() == workload.WaitStepHook && s.GetState() == reevev1.StepState_STEP_STATE_RUNNING &&
+					(s.GetDeferred() || pt.Wait.Hook.FromAgent && log.book != nil):
 					act = pt.Wait.Hook
 				default:
 					continue
@@ -199,7 +215,22 @@ func completeWaits(ctx context.Context, c, approver reevev1.SchedulerServiceClie
 					log.record(func(l *waitLog) { l.never++ })
 					continue
 				}
-				completeOne(ctx, c, approver, pt.ID, s.GetName(), s.GetAttempt(), act, log)
+				token := ""
+				if act.FromAgent && log.book != nil {
+					// The agent passes its token on just before it defers:
+					// look for it at once and often, so that the
+					// completion races the deferral.
+					if token = log.book.await(ctx, pt.ID, s.GetName(), s.GetAttempt(), 5*time.Second); token == "" {
+						if !s.GetDeferred() {
+							acted[s.GetName()] = s.GetAttempt() - 1 // not there yet: look again
+							continue
+						}
+					} else {
+						act.After = 0
+						log.record(func(l *waitLog) { l.fromAgent++ })
+					}
+				}
+				completeOne(ctx, c, approver, pt.ID, s.GetName(), s.GetAttempt(), token, act, log)
 			}
 		}
 		select {
@@ -209,12 +240,13 @@ func completeWaits(ctx context.Context, c, approver reevev1.SchedulerServiceClie
 	}
 }
 
-// completeOne completes attempt of step after act.After, by token (from
-// GetCompletionToken as an approver, sent as the task's client: the token
-// is the capability) or by name (as an approver), retried through faults;
+// completeOne completes attempt of step after act.After, by token (token,
+// the one its agent passed on, or else from GetCompletionToken as an
+// approver; sent as the task's client: the token is the capability) or by
+// name (as an approver), retried through faults;
 // with act.Twice it sends the same completion again once answered, which
 // must be answered as the first and change nothing.
-func completeOne(ctx context.Context, c, approver reevev1.SchedulerServiceClient, id, step string, attempt int32, act waitAction, log *waitLog) {
+func completeOne(ctx context.Context, c, approver reevev1.SchedulerServiceClient, id, step string, attempt int32, token string, act waitAction, log *waitLog) {
 	select {
 	case <-ctx.Done():
 		return
@@ -228,9 +260,12 @@ func completeOne(ctx context.Context, c, approver reevev1.SchedulerServiceClient
 		req.Outcome = &reevev1.CompleteStepRequest_Output{Output: out}
 	}
 	via := c
-	if act.ByName {
+	switch {
+	case act.ByName:
 		req.TaskId, req.Step, via = id, step, approver
-	} else {
+	case token != "":
+		req.Token = token
+	default:
 		var tok *reevev1.GetCompletionTokenResponse
 		code := retryCall(ctx, func(rctx context.Context) error {
 			var err error
@@ -326,4 +361,79 @@ func retryCall(ctx context.Context, f func(context.Context) error) codes.Code {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// callbackBook reads the tokens the chaos agents pass on
+// (workload.CallbackSuffix files in the side-effect directory), as the
+// external system a real handler hands its token to would receive them.
+type callbackBook struct {
+	dir string
+
+	mu      sync.Mutex
+	offsets map[string]int64
+	tokens  map[callbackKey]string
+}
+
+// callbackKey names an execution in the callbackBook.
+type callbackKey struct {
+	task, step string
+	attempt    int32
+}
+
+func newCallbackBook(dir string) *callbackBook {
+	return &callbackBook{dir: dir, offsets: map[string]int64{}, tokens: map[callbackKey]string{}}
+}
+
+// await returns the token passed on for the execution, looking every 5 ms
+// for up to timeout; "" if none came.
+func (b *callbackBook) await(ctx context.Context, task, step string, attempt int32, timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		if tok := b.lookup(task, step, attempt); tok != "" {
+			return tok
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return ""
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond): // reading a file another process appends to
+		}
+	}
+}
+
+// lookup reads what the files gained since the last call (whole lines
+// only) and returns the execution's token, if passed on.
+func (b *callbackBook) lookup(task, step string, attempt int32) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	files, _ := filepath.Glob(filepath.Join(b.dir, "*"+workload.CallbackSuffix))
+	for _, f := range files {
+		data, err := readFrom(f, b.offsets[f])
+		if err != nil {
+			continue
+		}
+		end := bytes.LastIndexByte(data, '\n') + 1
+		for _, line := range bytes.Split(data[:end], []byte{'\n'}) {
+			var cb workload.Callback
+			if json.Unmarshal(line, &cb) == nil {
+				b.tokens[callbackKey{cb.Task, cb.Step, cb.Attempt}] = cb.Token
+			}
+		}
+		b.offsets[f] += int64(end)
+	}
+	return b.tokens[callbackKey{task, step, attempt}]
+}
+
+// readFrom reads path from offset to its end.
+func readFrom(path string, offset int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(f)
 }

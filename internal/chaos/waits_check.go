@@ -23,7 +23,13 @@ type WaitReport struct {
 	CompletedWithError     int `json:"completed_with_error"`
 	RepeatsAnsweredAsFirst int `json:"repeats_answered_as_first"`
 	CompletionsRefused     int `json:"completions_refused"`
-	LeftUnanswered         int `json:"left_unanswered"`
+	// TokensFromAgent: hook completions sent with the token the agent
+	// passed on (workload.Callback), as soon as it was there;
+	// BeforeDeferral of the completions recorded, those of an attempt
+	// whose deferral was not recorded (yet): the agent still held it.
+	TokensFromAgent int `json:"tokens_from_agent"`
+	BeforeDeferral  int `json:"before_deferral"`
+	LeftUnanswered  int `json:"left_unanswered"`
 	// From the histories: completions from outside recorded, deferrals by
 	// the agent, waits that expired (the supervisor escalated), sleeps
 	// ended, delayed starts, task deadlines that fired.
@@ -63,6 +69,7 @@ func checkTimers(t *reevev1.Task, rep *Report) {
 	id := t.GetId()
 	outside := map[execKey]int{}
 	sleepingAt := map[execKey]time.Time{}
+	deferred := map[execKey]bool{}
 	start := t.GetStartTime()
 	for _, ev := range t.GetHistory() {
 		k := execKey{ev.GetStep(), ev.GetAttempt()}
@@ -81,6 +88,7 @@ func checkTimers(t *reevev1.Task, rep *Report) {
 			}
 		case "step.deferred":
 			rep.Waits.Deferred++
+			deferred[k] = true
 		case "step.expired":
 			if taskstate.WaitsExternal(t, &reevev1.Step{Name: ev.GetStep()}) {
 				rep.Waits.WaitsExpired++
@@ -103,6 +111,9 @@ func checkTimers(t *reevev1.Task, rep *Report) {
 		if outsideCompletion(ev) {
 			outside[k]++
 			rep.Waits.CompletedFromOutside++
+			if !deferred[k] && !taskstate.WaitsExternal(t, &reevev1.Step{Name: ev.GetStep()}) {
+				rep.Waits.BeforeDeferral++
+			}
 		}
 	}
 	for k, n := range outside {
@@ -163,6 +174,8 @@ func (r *Report) writeWaits(row func(string, any)) {
 	row("  completions applied by token / by name", fmt.Sprintf("%d / %d", w.CompletedByToken, w.CompletedByName))
 	row("  of which with an error", w.CompletedWithError)
 	row("  repeats answered as the first", w.RepeatsAnsweredAsFirst)
+	row("  hook tokens passed on by the agent and sent at once", w.TokensFromAgent)
+	row("  completed before the agent's deferral was recorded", w.BeforeDeferral)
 	row("  completions refused (no longer waiting)", w.CompletionsRefused)
 	row("  waits left unanswered on purpose", w.LeftUnanswered)
 	row("  completed from outside (histories)", w.CompletedFromOutside)

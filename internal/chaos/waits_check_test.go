@@ -208,3 +208,31 @@ func TestPlanWaits(t *testing.T) {
 		t.Fatalf("%d wait tasks: never %d, errors %d, twice %d, by name %d, delayed %d, deadlines %d, skip first %d", n, never, errs, twice, byName, start, timeout, skip)
 	}
 }
+
+// The callback book reads the tokens agents pass on as the files grow,
+// whole lines only.
+func TestCallbackBookReadsWholeLines(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent-1.jsonl"+workload.CallbackSuffix)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := newCallbackBook(dir)
+	if _, err := f.WriteString(`{"task":"w1","step":"hook","attempt":1,"token":"t1"}` + "\n" + `{"task":"w1","step":"hook","att`); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.lookup("w1", "hook", 1); got != "t1" {
+		t.Fatalf("attempt 1: %q", got)
+	}
+	if got := b.lookup("w1", "hook", 2); got != "" {
+		t.Fatalf("attempt 2 from a torn line: %q", got)
+	}
+	if _, err := f.WriteString(`empt":2,"token":"t2"}` + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.lookup("w1", "hook", 2); got != "t2" {
+		t.Fatalf("attempt 2 once whole: %q", got)
+	}
+}

@@ -14,7 +14,8 @@ import (
 // Work that waits, end to end on a real scheduler, supervisor, chaos agent
 // and etcd without faults: the load completes approve by token (twice: the
 // repeat is answered as the first) and by name (once with an error: the
-// task is compensated), the hook the agent deferred by token and by name,
+// task is compensated), the hook the agent deferred by token (the one it
+// passed on, sent at once, and one read as an approver) and by name,
 // a delayed start starts, the nap sleeps its second, a task deadline fires
 // before the load answers (its completion is refused); the checker finds
 // nothing wrong and counts all of it.
@@ -26,12 +27,12 @@ func TestWaitsEndToEnd(t *testing.T) {
 		return plannedTask{ID: id, Workflow: workload.WorkflowWait, Input: workload.Input{WorkMillis: 20}, Wait: p}
 	}
 	plan := []plannedTask{
-		w("w-token", waitPlan{Approve: waitAction{Twice: true}, StartIn: time.Second}),
+		w("w-token", waitPlan{Approve: waitAction{Twice: true}, Hook: waitAction{FromAgent: true}, StartIn: time.Second}),
 		w("w-name-error", waitPlan{Approve: waitAction{ByName: true, Error: true}}),
 		w("w-hook-name", waitPlan{Approve: waitAction{ByName: true}, Hook: waitAction{ByName: true, Twice: true}}),
 		w("w-deadline", waitPlan{Approve: waitAction{After: 4 * time.Second}, TaskTimeout: 2 * time.Second}),
 	}
-	waits := &waitLog{}
+	waits := &waitLog{book: newCallbackBook(cfg.sideEffectDir())}
 	n, err := submit(ctx, []string{s.Addr}, tlsconfig.Files{}, tlsconfig.Files{}, tlsconfig.Files{}, plan, 100, &operatorLog{}, waits, t.Logf)
 	if err != nil || n != len(plan) {
 		t.Fatalf("submitted %d of %d: %v", n, len(plan), err)
@@ -57,5 +58,8 @@ func TestWaitsEndToEnd(t *testing.T) {
 	if c := (counts{got.CompletedByToken, got.CompletedByName, got.CompletedWithError, got.RepeatsAnsweredAsFirst, got.CompletionsRefused,
 		got.CompletedFromOutside, got.Sleeps, got.DelayedStarts, got.TaskTimeouts}); c != want || got.Deferred < 2 {
 		t.Fatalf("counts %+v (deferred %d), want %+v (deferred ≥ 2)", c, got.Deferred, want)
+	}
+	if got.TokensFromAgent != 1 {
+		t.Fatalf("%d hook tokens passed on by the agent were sent, want 1 (w-token's)", got.TokensFromAgent)
 	}
 }

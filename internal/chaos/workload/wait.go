@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -55,13 +56,47 @@ func waitWorkflow(retry, undoRetry *reevev1.RetryPolicy) *reevev1.Workflow {
 		}}
 }
 
+// CallbackSuffix names the file, next to an agent's side-effect log, to
+// which it passes the completion tokens of the steps it defers: the chaos
+// suite's stand-in for the external system a real handler passes its
+// token to (a webhook's URL). Readable by its owner only: tokens are
+// secrets.
+const CallbackSuffix = ".callbacks"
+
+// Callback is one line of a callback file: the token that completes an
+// execution the agent is about to defer.
+type Callback struct {
+	Task    string `json:"task"`
+	Step    string `json:"step"`
+	Attempt int32  `json:"attempt"`
+	Token   string `json:"token"`
+}
+
+// AppendCallback writes c to the callback file with one write(2).
+func (l *SideEffectLog) AppendCallback(c Callback) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err = l.callbacks.Write(append(b, '\n'))
+	return err
+}
+
 // registerHook registers the deferring handler: it logs its side effect
-// (an execution started the external job) and hands the step off with
-// Defer; the load completes it later with its token.
+// (an execution started the external job), passes its completion token on
+// (the callback file) and hands the step off with Defer; the load
+// completes it later with that token, or one it read itself, or by name
+// (possibly before the deferral is recorded: the scheduler then tells the
+// agent to stop, and its deferral is refused).
 func registerHook(a *agentsdk.Agent, log *SideEffectLog) {
 	a.Handle(HookType, func(ctx context.Context, s *agentsdk.Step) (any, error) {
 		if err := log.Append(SideEffect{Key: s.IdempotencyKey, Task: s.TaskID, Step: s.Name, Attempt: s.Attempt,
 			Compensation: s.Compensation, Agent: a.ID(), At: time.Now().UnixNano()}); err != nil {
+			return nil, err
+		}
+		if err := log.AppendCallback(Callback{Task: s.TaskID, Step: s.Name, Attempt: int32(s.Attempt), Token: s.CompletionToken()}); err != nil {
 			return nil, err
 		}
 		return nil, s.Defer("chaos: waiting for the load's callback")
