@@ -196,22 +196,31 @@ func completeWaits(ctx context.Context, c, approver reevev1.SchedulerServiceClie
 			if taskstate.TerminalTask(t.GetState()) {
 				return
 			}
+			napStarted := false
+			if nap := taskstate.FindStep(t, workload.WaitStepNap); nap != nil {
+				napStarted = nap.GetState() == reevev1.StepState_STEP_STATE_WAITING || nap.GetState() == reevev1.StepState_STEP_STATE_SUCCEEDED
+			}
 			for _, s := range t.GetSteps() {
 				var act waitAction
+				attempt := s.GetAttempt()
+				fromAgent := pt.Wait.Hook.FromAgent && log.book != nil
 				switch {
 				case s.GetName() == workload.WaitStepApprove && s.GetState() == reevev1.StepState_STEP_STATE_WAITING:
 					act = pt.Wait.Approve
-				case s.GetName() == workload.WaitStepHook && s.GetState() == reevev1.StepState_STEP_STATE_RUNNING &&
-					(s.GetDeferred() || pt.Wait.Hook.FromAgent && log.book != nil):
+				case s.GetName() == workload.WaitStepHook && s.GetState() == reevev1.StepState_STEP_STATE_RUNNING && (s.GetDeferred() || fromAgent):
 					act = pt.Wait.Hook
+				case s.GetName() == workload.WaitStepHook && s.GetState() == reevev1.StepState_STEP_STATE_PENDING && fromAgent && napStarted:
+					// Not dispatched yet: wait for its token from now on,
+					// the first attempt's when none was counted yet.
+					act, attempt = pt.Wait.Hook, max(attempt, 1)
 				default:
 					continue
 				}
-				if acted[s.GetName()] >= s.GetAttempt() {
+				if acted[s.GetName()] >= attempt {
 					continue
 				}
-				acted[s.GetName()] = s.GetAttempt()
-				if act.Never || (act.SkipFirst && s.GetAttempt() == 1) {
+				acted[s.GetName()] = attempt
+				if act.Never || (act.SkipFirst && attempt == 1) {
 					log.record(func(l *waitLog) { l.never++ })
 					continue
 				}
@@ -220,9 +229,9 @@ func completeWaits(ctx context.Context, c, approver reevev1.SchedulerServiceClie
 					// The agent passes its token on just before it defers:
 					// look for it at once and often, so that the
 					// completion races the deferral.
-					if token = log.book.await(ctx, pt.ID, s.GetName(), s.GetAttempt(), 5*time.Second); token == "" {
+					if token = log.book.await(ctx, pt.ID, s.GetName(), attempt, 5*time.Second); token == "" {
 						if !s.GetDeferred() {
-							acted[s.GetName()] = s.GetAttempt() - 1 // not there yet: look again
+							acted[s.GetName()] = attempt - 1 // not there yet: look again
 							continue
 						}
 					} else {
@@ -230,7 +239,7 @@ func completeWaits(ctx context.Context, c, approver reevev1.SchedulerServiceClie
 						log.record(func(l *waitLog) { l.fromAgent++ })
 					}
 				}
-				completeOne(ctx, c, approver, pt.ID, s.GetName(), s.GetAttempt(), token, act, log)
+				completeOne(ctx, c, approver, pt.ID, s.GetName(), attempt, token, act, log)
 			}
 		}
 		select {
