@@ -49,7 +49,9 @@ registered twice).
 
   --demo    the demo workflows of 'reeve dev --demo' (demo.orders, ...)
   --chaos   the chaos suite's workflows; every side effect is appended to
-            --side-effects (one JSON line per execution, see docs/reliability.md);
+            --side-effects (one JSON line per execution, see docs/reliability.md),
+            and the completion token of each chaos.hook step it defers to
+            FILE.callbacks (mode 0600: tokens are secrets);
             chaos.wide (64 parallel steps) needs schedulers run with
             --etcd-max-txn-ops 204 or more, and etcd members with that --max-txn-ops
             (refused otherwise: the agent logs it and serves the others)

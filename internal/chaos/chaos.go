@@ -153,9 +153,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cli.Close()
 	// In a secure cluster the load calls as a client of namespace default,
 	// the operators as an admin.
-	var client, operator tlsconfig.Files
+	// Steps waiting for a completion from outside are completed by name
+	// as an approver (and their tokens read as one).
+	var client, operator, approver tlsconfig.Files
 	if c.Secure() {
-		client, operator = c.Files(cluster.Client), c.Files(cluster.Admin)
+		client, operator, approver = c.Files(cluster.Client), c.Files(cluster.Admin), c.Files(cluster.Approver)
 	}
 
 	// Limits on its step types, which the faults must not make it exceed.
@@ -184,11 +186,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	pagerDone := make(chan struct{})
 	go func() { defer close(pagerDone); pager.run(runCtx, head.Header.Revision+1) }()
 	ops := &operatorLog{}
+	waits := &waitLog{book: newCallbackBook(cfg.sideEffectDir())}
 
 	started := time.Now()
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); inj.run(runCtx) }()
-	submitted, subErr := submit(runCtx, c.SchedulerAddrs, client, operator, plan, cfg.Rate, ops, logf)
+	submitted, subErr := submit(runCtx, c.SchedulerAddrs, client, operator, approver, plan, cfg.Rate, ops, waits, logf)
 	inj.stop()
 	<-faultsDone
 	lastFault := inj.heal(ctx)
@@ -222,10 +225,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	inj.report(rep)
 	smp.report(rep)
 	ops.report(rep)
+	waits.report(rep)
 	logf("chaos: drained %.1fs after the last fault; checking", rep.DrainAfterLastFault)
 
 	// Check while etcd is up; agents write each side effect with one write(2).
-	if err := check(ctx, cli, tasks, cfg, plan, pager, rep); err != nil {
+	if err := check(ctx, cli, tasks, cfg, plan, pager, waits, rep); err != nil {
 		return nil, err
 	}
 	// And the store's own invariants, as `reeve verify` checks them.

@@ -23,7 +23,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // The short chaos run of `make test`: 300 tasks (5 of them wide, ~15 for
-// operator retries) submitted over 30 s while processes are killed and
+// operator retries, ~25 with waits) submitted over 30 s while processes are killed and
 // links degraded, then every invariant checked. It runs the production
 // configuration: etcd, schedulers, supervisors, agents and the operators
 // over mutual TLS with role checks, no call of a component refused.
@@ -69,6 +69,12 @@ func TestChaosShort(t *testing.T) {
 	}
 	if rep.WideTasks != cfg.WideTasks || rep.RetryTasks == 0 || rep.TasksRetried == 0 {
 		t.Errorf("%d wide tasks (want %d), %d retry tasks of which %d retried: the run did not exercise them", rep.WideTasks, cfg.WideTasks, rep.RetryTasks, rep.TasksRetried)
+	}
+	// Work that waits: completions by token and by name, repeats,
+	// deferrals, sleeps and delayed starts (the variants rotate, so a short
+	// run has each; a deadline that fires depends on timing, and is counted).
+	if w := rep.Waits; w.CompletedByToken == 0 || w.CompletedByName == 0 || w.RepeatsAnsweredAsFirst == 0 || w.Deferred == 0 || w.Sleeps == 0 || w.DelayedStarts == 0 {
+		t.Errorf("waits %+v: the run did not exercise them", w)
 	}
 	if rep.Archived == 0 {
 		t.Error("no task was read from the archive: the run did not exercise the move")

@@ -6,14 +6,16 @@ import (
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/chaos/workload"
 	"github.com/reeve-org/reeve/internal/tlsconfig"
 )
 
 // chaosLimits are the max_running limits the run sets on its step types
 // (issue 36), below what its agents could run at once (16 steps each), so
 // that they bind while schedulers die and steps are re-dispatched:
-// `reeve verify`'s limit_exceeded (verifyStore) must find none.
-var chaosLimits = map[string]int32{"chaos.work": 12, "chaos.undo": 4}
+// `reeve verify`'s limit_exceeded (verifyStore) must find none. A hook
+// step its agent deferred frees its slot of chaos.hook.
+var chaosLimits = map[string]int32{"chaos.work": 12, "chaos.undo": 4, workload.HookType: 3}
 
 // setLimits sets chaosLimits through QueueService, as an admin would
 // (the operator's TLS files in a secure cluster), retried for a while (the

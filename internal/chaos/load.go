@@ -56,6 +56,9 @@ type plannedTask struct {
 	// InBatch: the task carries the label batchLabel, which batch jobs
 	// pause and resume, round after round (batchPauseResume).
 	InBatch bool
+	// Wait: the task runs workload.WorkflowWait and the load completes
+	// its waits as planned (waits.go); zero for every other task.
+	Wait waitPlan
 }
 
 // batchLabel marks the tasks batch jobs act on; batchShare is their share.
@@ -145,6 +148,7 @@ func planTasks(rng *rand.Rand, cfg Config) []plannedTask {
 			out[i].PauseAfter, out[i].PauseFor = after, dur
 		}
 	}
+	planWaits(out, cfg.Seed)
 	return out
 }
 
@@ -219,12 +223,18 @@ func dialSchedulers(addrs []string, creds tlsconfig.Files) (*grpc.ClientConn, er
 // Tasks are submitted, read and canceled with the TLS files of client, the
 // operators' RetryStep and CompensateTask are sent with those of operator
 // (empty: plaintext), as a client application and an operator would.
-func submit(ctx context.Context, addrs []string, client, operator tlsconfig.Files, plan []plannedTask, rate float64, ops *operatorLog, logf func(string, ...any)) (int, error) {
+func submit(ctx context.Context, addrs []string, client, operator, approverFiles tlsconfig.Files, plan []plannedTask, rate float64, ops *operatorLog, waits *waitLog, logf func(string, ...any)) (int, error) {
 	cc, err := dialSchedulers(addrs, client)
 	if err != nil {
 		return 0, err
 	}
 	defer cc.Close()
+	apc, err := dialSchedulers(addrs, approverFiles)
+	if err != nil {
+		return 0, err
+	}
+	defer apc.Close()
+	approver := reevev1.NewSchedulerServiceClient(apc)
 	opc, err := dialSchedulers(addrs, operator)
 	if err != nil {
 		return 0, err
@@ -268,6 +278,9 @@ func submit(ctx context.Context, addrs []string, client, operator tlsconfig.File
 				return
 			}
 			accepted.Add(1)
+			if pt.Workflow == workload.WorkflowWait {
+				wg.Go(func() { completeWaits(ctx, c, approver, pt, waits) })
+			}
 			if pt.CancelAfter > 0 {
 				if err := cancelOne(ctx, c, pt); err != nil {
 					errOnce.Do(func() { firstErr = err })
@@ -312,6 +325,9 @@ func submitOne(ctx context.Context, c reevev1.SchedulerServiceClient, pt planned
 	req := &reevev1.SubmitTaskRequest{TaskId: pt.ID, Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: &reevev1.WorkflowRef{Name: pt.Workflow}}, Input: in}
 	if pt.InBatch {
 		req.Labels = batchLabel
+	}
+	if pt.Workflow == workload.WorkflowWait {
+		pt.Wait.apply(req, time.Now())
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

@@ -99,7 +99,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 		{ID: "saga", Workflow: workload.Workflow, Input: workload.Input{FailStep: "c"}},
 	}
 	ops := &operatorLog{}
-	n, err := submit(ctx, []string{s.Addr}, tlsconfig.Files{}, tlsconfig.Files{}, plan, 100, ops, t.Logf)
+	n, err := submit(ctx, []string{s.Addr}, tlsconfig.Files{}, tlsconfig.Files{}, tlsconfig.Files{}, plan, 100, ops, &waitLog{}, t.Logf)
 	if err != nil || n != len(plan) {
 		t.Fatalf("submitted %d of %d: %v", n, len(plan), err)
 	}
@@ -121,7 +121,7 @@ func TestOperatorRetryAndWideTaskEndToEnd(t *testing.T) {
 	<-pagerDone
 	rep := &Report{}
 	ops.report(rep)
-	if err := check(ctx, cli, taskread.New(store.New(cli), nil), cfg, plan, pager, rep); err != nil {
+	if err := check(ctx, cli, taskread.New(store.New(cli), nil), cfg, plan, pager, nil, rep); err != nil {
 		t.Fatal(err)
 	}
 	if !rep.OK() {

@@ -89,6 +89,8 @@ type Report struct {
 	Samples             int `json:"samples"`
 	SamplesFailed       int `json:"samples_failed"`
 	MaxRunningSeen      int `json:"max_running_seen"`
+	// Waits: work that waits (issue 35; waits.go).
+	Waits WaitReport `json:"waits"`
 
 	Violations []Violation `json:"violations"`
 }
@@ -150,6 +152,7 @@ func (r *Report) WriteTable(w io.Writer, maxViolations int) error {
 		row("  ended "+k, r.WideStates[k])
 	}
 	row("  history put together from record versions", r.WideHistoryPaged)
+	r.writeWaits(row)
 	row("faults injected", r.FaultsTotal)
 	for _, k := range sortedKeys(r.Faults) {
 		row("  "+k, r.Faults[k])

@@ -106,6 +106,7 @@ func Workflows() []*reevev1.Workflow {
 		reassigned,
 		saga(WorkflowFail, "Chaos suite: three steps; a step that fails for good fails the task, for an operator to retry.", reevev1.Escalation_ESCALATION_FAIL),
 		wide,
+		waitWorkflow(retry, undoRetry),
 	}
 }
 
@@ -137,19 +138,28 @@ type SideEffect struct {
 	At           int64  `json:"at"` // unix ns
 }
 
-// SideEffectLog appends side effects to a file, one JSON line each.
+// SideEffectLog appends side effects to a file, one JSON line each, and
+// the completion tokens of the steps the agent defers to another
+// (CallbackSuffix).
 type SideEffectLog struct {
-	mu sync.Mutex
-	f  *os.File
+	mu        sync.Mutex
+	f         *os.File
+	callbacks *os.File
 }
 
-// OpenSideEffectLog opens (creating) path for appending.
+// OpenSideEffectLog opens (creating) path, and path+CallbackSuffix, for
+// appending.
 func OpenSideEffectLog(path string) (*SideEffectLog, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("side-effect log: %w", err)
 	}
-	return &SideEffectLog{f: f}, nil
+	cb, err := os.OpenFile(path+CallbackSuffix, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("side-effect log: %w", err)
+	}
+	return &SideEffectLog{f: f, callbacks: cb}, nil
 }
 
 // Append writes e as one line with one write(2).
@@ -164,8 +174,8 @@ func (l *SideEffectLog) Append(e SideEffect) error {
 	return err
 }
 
-// Close closes the file.
-func (l *SideEffectLog) Close() error { return l.f.Close() }
+// Close closes the files.
+func (l *SideEffectLog) Close() error { return errors.Join(l.f.Close(), l.callbacks.Close()) }
 
 // Register registers the chaos handlers on a: every execution first appends
 // its side effect to log, then works, then fails for good (the task's
@@ -205,6 +215,7 @@ func Register(a *agentsdk.Agent, log *SideEffectLog) {
 	}
 	a.Handle("chaos.work", handle)
 	a.Handle("chaos.undo", handle)
+	registerHook(a, log)
 }
 
 func hash(key string, attempt int) uint32 {
