@@ -255,3 +255,44 @@ func TestMaxRunningSlotFreedByEveryEnding(t *testing.T) {
 		reuse(t, env, c, a)
 	})
 }
+
+// A task that starts compensating cancels its running attempts: the slot
+// of one of a limited type is freed by that write, and `reeve verify` does
+// not count the canceled attempt as running while the compensations run
+// (it used to, and reported the next attempt of the type as over the limit).
+func TestMaxRunningSlotFreedWhenTaskCompensates(t *testing.T) {
+	env, s, c := limitedEnv(t)
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 8, "erp", "other", "undo"))
+	first := step("c", "other")
+	first.Compensation = &reevev1.CompensationSpec{Type: "undo"}
+	limited := step("x", "erp", "c")
+	failing := step("y", "other", "c")
+	failing.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 1}
+	failing.Escalation = reevev1.Escalation_ESCALATION_COMPENSATE
+	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(first, limited, failing)}).GetId()
+	a.Succeed(a.NextAssignment(wait).GetRef(), nil)
+	var y *reevev1.StepAssignment
+	for range 2 {
+		if as := a.NextAssignment(wait); as.GetRef().GetStep() == "y" {
+			y = as
+		}
+	}
+	waitFlowKeys(t, env, 1, "x running")
+	a.Fail(y.GetRef(), &reevev1.StepError{Message: "no", NonRetryable: true})
+	// x is canceled with the task's compensation; c's compensation runs on.
+	for {
+		m := a.Next(wait)
+		if as := m.GetAssignment(); as != nil {
+			if !as.GetCompensation() {
+				t.Fatalf("assignment %v; want the compensation of c", as.GetRef())
+			}
+			a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: as.GetRef()}}})
+			break
+		}
+	}
+	waitFlowKeys(t, env, 0, "x canceled")
+	if got := getTask(t, c, id).GetState(); got != reevev1.TaskState_TASK_STATE_COMPENSATING {
+		t.Fatalf("task %s; want COMPENSATING", got)
+	}
+	reuse(t, env, c, a)
+}
