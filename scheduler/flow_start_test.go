@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -51,4 +52,33 @@ func TestDelayedStartHoldsNoKeySlot(t *testing.T) {
 	waitStates(t, c, []string{"now", "later"}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
 	waitFlowKeys(t, env, 0, "both ended")
 	verifyClean(t, env)
+}
+
+// WatchTask sets Step.wait_reason as GetTask does.
+func TestWatchTaskSaysWhyAStepWaits(t *testing.T) {
+	_, s, c := newEnv(t)
+	q := queues(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := q.PauseQueue(ctx, &reevev1.PauseQueueRequest{Type: "erp"}); err != nil {
+		t.Fatal(err)
+	}
+	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "erp"))}).GetId()
+	const why = "waiting: queue erp is paused"
+	for deadline := time.Now().Add(wait); stepOf(getTask(t, c, id), "a").GetWaitReason() != why; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("GetTask: wait reason %q", stepOf(getTask(t, c, id), "a").GetWaitReason())
+		}
+	}
+	stream, err := c.WatchTask(ctx, &reevev1.WatchTaskRequest{TaskId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stepOf(resp.GetTask(), "a").GetWaitReason(); got != why {
+		t.Errorf("WatchTask: wait reason %q; want %q", got, why)
+	}
 }
