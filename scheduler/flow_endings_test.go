@@ -233,6 +233,40 @@ func TestMaxRunningSlotFreedByEveryEnding(t *testing.T) {
 		reuse(t, env, c, a)
 	})
 
+	t.Run("FailTask by an operator", func(t *testing.T) {
+		env, s, c := limitedEnv(t)
+		sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+		a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+		id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "erp"))}).GetId()
+		a.NextAssignment(wait)
+		waitFlowKeys(t, env, 1, "running")
+		if _, err := sup.FailTask(ctx, &reevev1.FailTaskRequest{TaskId: id, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFlowKeys(t, env, 0, "failed by an operator")
+		reuse(t, env, c, a)
+	})
+
+	t.Run("CompensateTask by an operator", func(t *testing.T) {
+		env, s, c := limitedEnv(t)
+		sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+		a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp", "other", "undo"))
+		first := step("c", "other")
+		first.Compensation = &reevev1.CompensationSpec{Type: "undo"}
+		id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(first, step("x", "erp", "c"))}).GetId()
+		a.Succeed(a.NextAssignment(wait).GetRef(), nil)
+		a.NextAssignment(wait) // x, holding the slot
+		waitFlowKeys(t, env, 1, "running")
+		if _, err := sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{TaskId: id, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFlowKeys(t, env, 0, "compensating")
+		// x ended with the task's compensation (c's, of another type,
+		// goes on): the next erp step takes the slot, and verify counts x
+		// as ended from task.compensating.
+		reuse(t, env, c, a)
+	})
+
 	t.Run("compensation", func(t *testing.T) {
 		env, s, c := limitedEnv(t)
 		a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp", "other"))
