@@ -224,7 +224,10 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 	if c.slot == nil {
 		c.slot = c.d.reserveDirect(k, t.GetPriority())
 	}
-	if c.slot == nil || !c.slot.serves(k) || (c.slotLost && c.slot.fs.slot > 0) {
+	// The reservation is for one type: its agent has room for it, and its
+	// max_running slot and rate token are that type's. A run on a fresh
+	// record whose step is of another type claims nothing.
+	if c.slot == nil || c.slot.k != k || (c.slotLost && c.slot.fs.slot > 0) {
 		return nil
 	}
 	// Claim refuses before it changes anything: on a refusal the record is
@@ -315,17 +318,4 @@ func notWritten(err error) bool {
 	return errors.Is(err, store.ErrOverloaded) || errors.Is(err, store.ErrTooManyOps) ||
 		errors.Is(err, store.ErrTooLarge) || errors.Is(err, store.ErrNoSpace) || errors.Is(err, store.ErrStaleWorkflow) ||
 		errors.Is(err, store.ErrUnknownVersion) || errors.Is(err, store.ErrSlotTaken)
-}
-
-// serves reports whether the slot's agent takes steps of k.
-func (sl *directSlot) serves(k queueKey) bool {
-	if sl.conn.ns != k.ns {
-		return false
-	}
-	for _, t := range sl.conn.types {
-		if t == k.typ {
-			return true
-		}
-	}
-	return false
 }

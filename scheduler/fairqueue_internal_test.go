@@ -153,6 +153,9 @@ func BenchmarkFairQueue(b *testing.B) {
 // agent at once; a priority 4 or 5 step queues behind it.
 func TestReserveDirectByPriority(t *testing.T) {
 	d := newDispatcher(dispatchDeps{id: "s", clock: clockwork.NewFakeClock(), claimConcurrency: 1, work: newWorkGroup()})
+	for i := range d.flow.synced { // flow control read (no settings): a claim may proceed
+		d.flow.synced[i] = true
+	}
 	conn := newAgentConn("session", &reevev1.Register{AgentId: "a", Namespace: "ns", StepTypes: []string{"t"}, MaxConcurrentSteps: 1}, 1<<20)
 	d.agents.add(conn)
 	for i := range d.flow.synced { // as if the flow-control watches had listed (no limits)

@@ -214,15 +214,16 @@ func (d *dispatcher) admitted(key, id string, slot int32, err error) {
 	}
 }
 
-// freeTaskSlot returns a slot of the task's workflow key that looks free,
+// freeTaskSlot returns a slot of the task's workflow key that looks free
+// (none for a task waiting for its start time: it queues when it starts),
 // reserved for its creation (two creations here never take the same slot:
 // one transaction must not write a key twice), or 0: the submission creates
 // the task holding it (compared absent in the create), or waiting. The
 // caller ends the reservation with createdTaskSlot.
 func (d *dispatcher) freeTaskSlot(t *reevev1.Task) int32 {
 	id, limit := store.TaskKeyID(t)
-	if id == "" {
-		return 0
+	if id == "" || !taskstate.KeyWaiting(t) {
+		return 0 // none, or it waits for its start time first
 	}
 	d.lock()
 	defer d.unlock()

@@ -65,7 +65,9 @@ func (svc *schedulerService) WatchTask(req *reevev1.WatchTaskRequest, stream ree
 		watchErr <- err
 	}()
 	for t := range newest {
-		if err := stream.Send(&reevev1.WatchTaskResponse{Task: t}); err != nil {
+		// Why its queued steps wait, as GetTask says it: as of this send
+		// (a change of the reason alone sends nothing).
+		if err := stream.Send(&reevev1.WatchTaskResponse{Task: svc.disp.withWaitReasons(t)}); err != nil {
 			return err
 		}
 	}

@@ -112,12 +112,14 @@ func HoldsSlot(s *reevev1.Step) bool {
 func (k keys) appendSlotKeys(dst []indexKey, t *reevev1.Task) []indexKey {
 	// A live task of a workflow with a concurrency key holds a slot of its
 	// key, or waits for one, in submission order.
+	// A task waiting for its start time with no slot neither holds nor
+	// waits for one (taskstate.KeyWaiting): it queues when it starts.
 	if id, _ := TaskKeyID(t); id != "" && !taskstate.TerminalTask(t.GetState()) {
 		if t.GetKeySlot() > 0 {
 			dst = append(dst, indexKey{k.taskSlot(t.GetNamespace(), id, t.GetKeySlot()), t.GetId()})
-		} else if ct := t.GetCreateTime(); ct != nil {
+		} else if t.GetCreateTime() != nil && taskstate.KeyWaiting(t) {
 			_, limit := TaskKeyID(t)
-			dst = append(dst, indexKey{k.keyWait(t.GetNamespace(), id, ct.AsTime().UnixNano(), t.GetId()), strconv.Itoa(int(limit))})
+			dst = append(dst, indexKey{k.keyWait(t.GetNamespace(), id, taskstate.KeyQueuedAt(t).UnixNano(), t.GetId()), strconv.Itoa(int(limit))})
 		}
 	}
 	for _, s := range t.GetSteps() {

@@ -68,7 +68,11 @@ var (
 		"step.retried_by_operator": true, "step.agent_forgot": true, "step.escalated": true,
 		"step.deferred":          true, // a deferred attempt holds no slot
 		"compensation.succeeded": true, "compensation.failed": true}
-	taskEnds = map[string]bool{"task.canceled": true, "task.failed": true, "task.succeeded": true, "task.compensated": true}
+	// task.compensating: the task's undo starts by canceling every
+	// dispatched execution (taskstate.stopSteps); the compensations it
+	// then dispatches start runs of their own.
+	taskEnds = map[string]bool{"task.canceled": true, "task.failed": true, "task.succeeded": true, "task.compensated": true,
+		"task.compensating": true}
 )
 
 // collect records the runs of t's attempts of limited types.
