@@ -158,9 +158,6 @@ func TestReserveDirectByPriority(t *testing.T) {
 	}
 	conn := newAgentConn("session", &reevev1.Register{AgentId: "a", Namespace: "ns", StepTypes: []string{"t"}, MaxConcurrentSteps: 1}, 1<<20)
 	d.agents.add(conn)
-	for i := range d.flow.synced { // as if the flow-control watches had listed (no limits)
-		d.flow.synced[i] = true
-	}
 	k := queueKey{"ns", "t"}
 	if sl := d.reserveDirect(k, 5); sl == nil {
 		t.Fatal("nothing queued: no slot")
