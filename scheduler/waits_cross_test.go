@@ -1,0 +1,227 @@
+package scheduler_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
+	"github.com/reeve-org/reeve/supervisor"
+)
+
+// Operator actions on tasks that wait (issue 35 × issue 37): pause,
+// resume, cancel, rerun of a task whose step waits for a completion from
+// outside, sleeps, or whose start is delayed.
+
+func pauseTask(t *testing.T, sup reevev1.SupervisorServiceClient, id string) *reevev1.Task {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := sup.PauseTask(ctx, &reevev1.PauseTaskRequest{TaskId: id})
+	if err != nil {
+		t.Fatalf("pause %s: %v", id, err)
+	}
+	return resp.GetTask()
+}
+
+func resumeTask(t *testing.T, sup reevev1.SupervisorServiceClient, id string) *reevev1.Task {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := sup.ResumeTask(ctx, &reevev1.ResumeTaskRequest{TaskId: id})
+	if err != nil {
+		t.Fatalf("resume %s: %v", id, err)
+	}
+	return resp.GetTask()
+}
+
+// keysOfTask counts the etcd keys under prefix (e.g. "/reeve/waiting/")
+// that name task id.
+func keysOfTask(t *testing.T, env *testenv.Env, prefix, id string) int {
+	t.Helper()
+	n := 0
+	for k := range testenv.DataKeys(t, env.Etcd.Client()) {
+		if strings.HasPrefix(k, prefix) && strings.Contains(k, "/"+id+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// A paused task's waiting step still waits and is completed: its
+// complete-by holds (deadline key), a completion is accepted, and the step
+// after it is not dispatched until the task is resumed.
+func TestPausedTaskWaitingStepIsCompletedAndNextWaitsForResume(t *testing.T) {
+	env, s, c := newEnv(t)
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 4, "inv", "ship"))
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "p", Workflow: approvalFlow(time.Hour, nil)})
+	agent.Succeed(agent.NextAssignment(wait).GetRef(), nil)
+	pollTask(t, c, "", "p", waitingAt(1))
+	if got := pauseTask(t, sup, "p"); !got.GetPaused() {
+		t.Fatalf("paused %v", got.GetPaused())
+	}
+	if n := keysOfTask(t, env, "/reeve/deadlines/", "p"); n != 1 {
+		t.Fatalf("%d deadline keys of the paused waiting task, want its complete-by's", n)
+	}
+	if n := keysOfTask(t, env, "/reeve/waiting/", "p"); n != 1 {
+		t.Fatalf("%d waiting keys of the paused waiting task, want 1", n)
+	}
+	resp, err := completeStep(c, &reevev1.CompleteStepRequest{TaskId: "p", Step: "approve", Outcome: output("ok")})
+	if err != nil || resp.GetState() != reevev1.StepState_STEP_STATE_SUCCEEDED {
+		t.Fatalf("completion of a paused task's waiting step: %v, %v", resp, err)
+	}
+	agent.Quiet(300 * time.Millisecond) // ship is not dispatched while paused
+	task := pollTask(t, c, "", "p", func(t *reevev1.Task) bool { return stepOf(t, "ship").GetReadyTime() != nil })
+	if !task.GetPaused() || task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING {
+		t.Fatalf("task %v paused %v", task.GetState(), task.GetPaused())
+	}
+	if n := keysOfTask(t, env, "/reeve/ready/", "p") + keysOfTask(t, env, "/reeve/waiting/", "p"); n != 0 {
+		t.Fatalf("%d ready or waiting keys of the paused task", n)
+	}
+	resumeTask(t, sup, "p")
+	as := agent.NextAssignment(wait)
+	if as.GetRef().GetStep() != "ship" {
+		t.Fatalf("assignment %v, want ship", as.GetRef())
+	}
+	agent.Succeed(as.GetRef(), nil)
+	if final := testenv.WaitTask(t, c, "default", "p", wait); final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task %v", final.GetState())
+	}
+}
+
+// Cancel ends a wait, with and without compensation: the waiting and
+// deadline keys go, a later completion is refused with a reason, and a
+// completion sent before the cancel is still answered as a repeat.
+func TestCancelEndsTheWait(t *testing.T) {
+	for _, compensate := range []bool{false, true} {
+		name := "plain"
+		if compensate {
+			name = "compensate"
+		}
+		t.Run(name, func(t *testing.T) {
+			env, s, c := newEnv(t)
+			agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 4, "inv", "inv.release", "ship"))
+			// w: waits; done: completed before the cancel, then a second wait.
+			reserve := step("reserve", "inv")
+			reserve.Compensation = &reevev1.CompensationSpec{Type: "inv.release"}
+			done := &reevev1.StepSpec{Name: "done", WaitFor: "external", Timeout: durationpb.New(time.Hour), DependsOn: []string{"reserve"}}
+			w := &reevev1.StepSpec{Name: "w", WaitFor: "external", Timeout: durationpb.New(time.Hour), DependsOn: []string{"done"}}
+			submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "c", Workflow: inline(reserve, done, w, step("ship", "ship", "w"))})
+			agent.Succeed(agent.NextAssignment(wait).GetRef(), nil)
+			pollTask(t, c, "", "c", func(t *reevev1.Task) bool {
+				return stepOf(t, "done").GetState() == reevev1.StepState_STEP_STATE_WAITING
+			})
+			first := &reevev1.CompleteStepRequest{TaskId: "c", Step: "done", Outcome: output("yes")}
+			if _, err := completeStep(c, first); err != nil {
+				t.Fatal(err)
+			}
+			pollTask(t, c, "", "c", func(t *reevev1.Task) bool { return stepOf(t, "w").GetState() == reevev1.StepState_STEP_STATE_WAITING })
+			tok := tokenOf(t, c, "", "c", "w")
+
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			got, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "c", NoCompensate: !compensate})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := stepOf(got.GetTask(), "w").GetState(); st != reevev1.StepState_STEP_STATE_CANCELED {
+				t.Fatalf("waiting step %v after the cancel, want CANCELED", st)
+			}
+			if compensate {
+				comp := agent.NextAssignment(wait)
+				if !comp.GetCompensation() || comp.GetRef().GetStep() != "reserve" {
+					t.Fatalf("assignment %v, want reserve's compensation", comp.GetRef())
+				}
+				// While the task compensates, the wait is over.
+				_, err = completeStep(c, &reevev1.CompleteStepRequest{Token: tok, Outcome: output("late")})
+				wantRefusal(t, "a completion while the task compensates", err, codes.FailedPrecondition, scheduler.ReasonStepNotWaiting)
+				agent.Succeed(comp.GetRef(), nil)
+			}
+			final := testenv.WaitTask(t, c, "default", "c", wait)
+			if final.GetState() != reevev1.TaskState_TASK_STATE_CANCELED && final.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED {
+				t.Fatalf("task %v", final.GetState())
+			}
+			for _, prefix := range []string{"/reeve/waiting/", "/reeve/deadlines/", "/reeve/ready/"} {
+				if n := keysOfTask(t, env, prefix, "c"); n != 0 {
+					t.Fatalf("%d keys under %s left by the canceled task", n, prefix)
+				}
+			}
+			for _, req := range []*reevev1.CompleteStepRequest{{Token: tok, Outcome: output("late")}, {TaskId: "c", Step: "w", Outcome: output("late")}} {
+				_, err := completeStep(c, req)
+				wantRefusal(t, "a completion after the cancel", err, codes.FailedPrecondition, "TASK_TERMINAL")
+			}
+			again, err := completeStep(c, first)
+			if err != nil || !again.GetRepeated() || again.GetState() != reevev1.StepState_STEP_STATE_SUCCEEDED {
+				t.Fatalf("the completion before the cancel, again: %v, %v; want it answered as a repeat", again, err)
+			}
+			if _, err := c.GetCompletionToken(ctx, &reevev1.GetCompletionTokenRequest{TaskId: "c", Step: "w"}); err == nil {
+				t.Fatal("a token of a canceled task's step was given")
+			}
+		})
+	}
+}
+
+// A sleep ends while its task is paused (a timer is not held back, as a
+// waiting step's complete-by is not), and a delayed start starts: the steps
+// they make ready wait for the resume, then run.
+func TestPausedTaskTimersFireAndStepsWaitForResume(t *testing.T) {
+	env, s, c := newEnv(t)
+	env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(50*time.Millisecond))
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 4, "work"))
+
+	nap := &reevev1.StepSpec{Name: "nap", Sleep: durationpb.New(time.Second)}
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "sleeps", Workflow: inline(nap, step("after", "work", "nap"))})
+	late := &reevev1.SubmitTaskRequest{TaskId: "starts", Workflow: inline(step("first", "work")), StartTime: timestamppb.New(time.Now().Add(time.Second))}
+	submit(t, c, late)
+	pauseTask(t, sup, "sleeps")
+	pauseTask(t, sup, "starts")
+
+	pollTask(t, c, "", "sleeps", func(t *reevev1.Task) bool {
+		return stepOf(t, "nap").GetState() == reevev1.StepState_STEP_STATE_SUCCEEDED && stepOf(t, "after").GetReadyTime() != nil
+	})
+	started := pollTask(t, c, "", "starts", func(t *reevev1.Task) bool { return stepOf(t, "first").GetReadyTime() != nil })
+	if !started.GetPaused() || started.GetState() != reevev1.TaskState_TASK_STATE_PENDING {
+		t.Fatalf("started task %v paused %v", started.GetState(), started.GetPaused())
+	}
+	agent.Quiet(300 * time.Millisecond)
+	for _, id := range []string{"sleeps", "starts"} {
+		if n := keysOfTask(t, env, "/reeve/ready/", id) + keysOfTask(t, env, "/reeve/deadlines/", id); n != 0 {
+			t.Fatalf("%s: %d ready or deadline keys while paused", id, n)
+		}
+		resumeTask(t, sup, id)
+		as := agent.NextAssignment(wait)
+		agent.Succeed(as.GetRef(), nil)
+		if final := testenv.WaitTask(t, c, "default", id, wait); final.GetState() != reevev1.TaskState_TASK_STATE_SUCCEEDED {
+			t.Fatalf("%s: task %v", id, final.GetState())
+		}
+	}
+}
+
+// A paused task's deadline still applies: it is compensated (its workflow
+// declares a compensation; nothing was done, so nothing is undone) at its
+// time, and its pause is cleared.
+func TestPausedTaskPastItsDeadline(t *testing.T) {
+	env, s, c := newEnv(t)
+	env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(50*time.Millisecond))
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "d", Workflow: approvalFlow(time.Hour, nil), TaskTimeout: durationpb.New(time.Second)})
+	pauseTask(t, sup, "d")
+	final := testenv.WaitTask(t, c, "default", "d", wait)
+	if final.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED || final.GetPaused() || !strings.HasPrefix(final.GetReason(), "task_timeout") {
+		t.Fatalf("task %v paused %v reason %q; want COMPENSATED by its deadline, not paused", final.GetState(), final.GetPaused(), final.GetReason())
+	}
+	for _, prefix := range []string{"/reeve/waiting/", "/reeve/deadlines/", "/reeve/ready/"} {
+		if n := keysOfTask(t, env, prefix, "d"); n != 0 {
+			t.Fatalf("%d keys under %s left", n, prefix)
+		}
+	}
+}
