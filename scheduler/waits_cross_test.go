@@ -225,3 +225,116 @@ func TestPausedTaskPastItsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// defer hands the assignment off (the agent's StepResult.deferred).
+func deferStep(t *testing.T, agent *testenv.RawAgent, as *reevev1.StepAssignment) {
+	t.Helper()
+	agent.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: as.GetRef(),
+		Outcome: &reevev1.StepResult_Deferred{Deferred: &reevev1.StepDeferred{Reason: "webhook"}}}}})
+	if ack := agent.NextResultAck(wait); !ack.GetAccepted() {
+		t.Fatalf("deferral: %v", ack)
+	}
+}
+
+// An operator's FailTask ends a deferred step and a waiting one: no wait
+// is left in any index, and their tokens are refused as of an ended task.
+func TestOperatorFailsTasksThatWait(t *testing.T) {
+	env, s, c := newEnv(t)
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 4, "pay", "inv", "ship"))
+	pay := step("pay", "pay")
+	pay.Timeout = durationpb.New(time.Hour)
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "deferred", Workflow: inline(pay, step("ship", "ship", "pay"))})
+	as := agent.NextAssignment(wait)
+	deferStep(t, agent, as)
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "waiting", Workflow: approvalFlow(time.Hour, nil)})
+	agent.Succeed(agent.NextAssignment(wait).GetRef(), nil)
+	pollTask(t, c, "", "waiting", waitingAt(1))
+	tokens := map[string]string{"deferred": as.GetCompletionToken(), "waiting": tokenOf(t, c, "", "waiting", "approve")}
+	for _, id := range []string{"deferred", "waiting"} {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		resp, err := sup.FailTask(ctx, &reevev1.FailTaskRequest{TaskId: id, Reason: "given up"})
+		cancel()
+		if err != nil || resp.GetTask().GetState() != reevev1.TaskState_TASK_STATE_FAILED {
+			t.Fatalf("%s: fail: %v, %v", id, resp.GetTask().GetState(), err)
+		}
+		for _, prefix := range []string{"/reeve/waiting/", "/reeve/deadlines/", "/reeve/ready/"} {
+			if n := keysOfTask(t, env, prefix, id); n != 0 {
+				t.Fatalf("%s: %d keys under %s left", id, n, prefix)
+			}
+		}
+		_, err = completeStep(c, &reevev1.CompleteStepRequest{Token: tokens[id], Outcome: output("late")})
+		wantRefusal(t, id+": a completion of a failed task", err, codes.FailedPrecondition, "TASK_TERMINAL")
+	}
+}
+
+// A wait rejected for good (escalation fail) is retried by an operator:
+// it waits again at once, with a new attempt and token; the rejection's
+// token completes nothing; the rejection sent again is answered as a
+// repeat only by its token (by name it names the new wait).
+func TestOperatorRetriesARejectedWait(t *testing.T) {
+	env, s, c := newEnv(t)
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 4, "inv", "ship"))
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "r", Workflow: approvalFlow(time.Hour, func(s *reevev1.StepSpec) {
+		s.Escalation = reevev1.Escalation_ESCALATION_FAIL
+	})})
+	agent.Succeed(agent.NextAssignment(wait).GetRef(), nil)
+	pollTask(t, c, "", "r", waitingAt(1))
+	first := tokenOf(t, c, "", "r", "approve")
+	no := &reevev1.CompleteStepRequest{Token: first, Outcome: reject("rejected", "no")}
+	if resp, err := completeStep(c, no); err != nil || resp.GetState() != reevev1.StepState_STEP_STATE_FAILED {
+		t.Fatalf("rejection: %v, %v", resp, err)
+	}
+	testenv.WaitTask(t, c, "default", "r", wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := sup.RetryStep(ctx, &reevev1.RetryStepRequest{TaskId: "r", Step: "approve"}); err != nil {
+		t.Fatal(err)
+	}
+	task := pollTask(t, c, "", "r", waitingAt(2))
+	if task.GetState() != reevev1.TaskState_TASK_STATE_RUNNING || keysOfTask(t, env, "/reeve/waiting/", "r") != 1 {
+		t.Fatalf("task %v after the retry; want RUNNING with its step in the waiting index", task.GetState())
+	}
+	if again, err := completeStep(c, no); err != nil || !again.GetRepeated() || again.GetState() != reevev1.StepState_STEP_STATE_FAILED {
+		t.Fatalf("the rejection again by its token: %v, %v; want a repeat", again, err)
+	}
+	_, err := completeStep(c, &reevev1.CompleteStepRequest{Token: first, Outcome: output("yes")})
+	wantRefusal(t, "another completion by the first attempt's token", err, codes.FailedPrecondition, scheduler.ReasonCompletedOtherwise)
+	second := tokenOf(t, c, "", "r", "approve")
+	if second == first {
+		t.Fatal("the retry's token is the first attempt's")
+	}
+	if resp, err := completeStep(c, &reevev1.CompleteStepRequest{TaskId: "r", Step: "approve", Outcome: reject("rejected", "no")}); err != nil || resp.GetRepeated() || resp.GetRef().GetAttempt() != 2 {
+		t.Fatalf("the same rejection by name after the retry: %v, %v; want it to complete the new wait", resp, err)
+	}
+}
+
+// An operator's CompensateTask of a task whose step waits ends the wait
+// and undoes what was done.
+func TestOperatorCompensatesATaskThatWaits(t *testing.T) {
+	env, s, c := newEnv(t)
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 4, "inv", "inv.release", "ship"))
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "u", Workflow: approvalFlow(time.Hour, nil)})
+	agent.Succeed(agent.NextAssignment(wait).GetRef(), nil)
+	pollTask(t, c, "", "u", waitingAt(1))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{TaskId: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := keysOfTask(t, env, "/reeve/waiting/", "u"); n != 0 {
+		t.Fatalf("%d waiting keys of a compensating task", n)
+	}
+	_, err := completeStep(c, &reevev1.CompleteStepRequest{TaskId: "u", Step: "approve", Outcome: output("late")})
+	wantRefusal(t, "a completion of a compensating task", err, codes.FailedPrecondition, scheduler.ReasonStepNotWaiting)
+	comp := agent.NextAssignment(wait)
+	if !comp.GetCompensation() {
+		t.Fatalf("assignment %v, want the compensation", comp.GetRef())
+	}
+	agent.Succeed(comp.GetRef(), nil)
+	if final := testenv.WaitTask(t, c, "default", "u", wait); final.GetState() != reevev1.TaskState_TASK_STATE_COMPENSATED {
+		t.Fatalf("task %v", final.GetState())
+	}
+}
