@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -258,6 +259,13 @@ func (svc *schedulerService) CompleteStep(ctx context.Context, req *reevev1.Comp
 		if err := judge(rec.GetTask()); errors.Is(err, errRepeated) {
 			return answer(rec.GetTask(), true), nil
 		} else if err != nil {
+			return nil, statusErr(err)
+		}
+		// Refused as the task in etcd would be (another completion of a
+		// completed attempt is STEP_COMPLETED_OTHERWISE, anything else
+		// TASK_TERMINAL): the archived record is terminal, so this changes
+		// nothing but a copy.
+		if err := taskstate.CompleteFromOutside(proto.CloneOf(rec.GetTask()), step, c, time.Now()); err != nil {
 			return nil, statusErr(err)
 		}
 		return nil, statusErr(fmt.Errorf("%w: task %q ended and was moved to the archive", taskstate.ErrTerminal, id))
