@@ -241,7 +241,12 @@ func (svc *schedulerService) CompleteStep(ctx context.Context, req *reevev1.Comp
 			if err := judge(t); err != nil {
 				return effects{}, err
 			}
-			err := claim.run(t, "", now, func() error { return taskstate.CompleteFromOutside(t, step, c, now) })
+			err := claim.run(t, "", now, func() error {
+				if err := taskstate.CompleteFromOutside(t, step, c, now); err != nil {
+					return err
+				}
+				return outputFits(t, c)
+			})
 			return effects{revoke: "step completed from outside", completed: step, byToken: byToken}, err
 		}})
 	switch {
@@ -274,6 +279,22 @@ func (svc *schedulerService) CompleteStep(ctx context.Context, req *reevev1.Comp
 	}
 	svc.log.InfoContext(ctx, "step completed from outside", "task_id", id, "namespace", ns, "step", step, "attempt", taskstate.FindStep(w.after.GetTask(), step).GetCompletionAttempt(), "by_token", byToken)
 	return answer(w.after.GetTask(), false), nil
+}
+
+// outputFits refuses (and so changes nothing: the step still waits, to be
+// completed with less or with an error) a completion whose output took
+// the task record past MaxTaskRecordBytes, measured as an agent's output is
+// (results.go): the record could not be written.
+func outputFits(t *reevev1.Task, c taskstate.Completion) error {
+	if c.Output == nil {
+		return nil
+	}
+	if size := proto.Size(t); size > MaxTaskRecordBytes {
+		return &workflow.FieldError{Field: "output", Reason: fmt.Sprintf(
+			"%d bytes do not fit the task record (it would be %d bytes, the limit is %d): complete the step with a smaller output, or with an error",
+			proto.Size(c.Output), size, MaxTaskRecordBytes)}
+	}
+	return nil
 }
 
 // completionOf validates a CompleteStepRequest: a token, or a namespace,
