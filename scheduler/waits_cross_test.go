@@ -338,3 +338,25 @@ func TestOperatorCompensatesATaskThatWaits(t *testing.T) {
 		t.Fatalf("task %v", final.GetState())
 	}
 }
+
+// A paused task's wait still expires at its complete-by: its retry waits
+// again at once (nothing to dispatch), with a new attempt.
+func TestPausedTaskWaitExpiresAndWaitsAgain(t *testing.T) {
+	env, s, c := newEnv(t)
+	env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(50*time.Millisecond))
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	agent := testenv.ConnectRaw(t, s.Addr, register("a-1", 4, "inv", "ship"))
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "e", Workflow: approvalFlow(time.Second, func(s *reevev1.StepSpec) {
+		s.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	})})
+	agent.Succeed(agent.NextAssignment(wait).GetRef(), nil)
+	pollTask(t, c, "", "e", waitingAt(1))
+	pauseTask(t, sup, "e")
+	task := pollTask(t, c, "", "e", waitingAt(2))
+	if !task.GetPaused() || keysOfTask(t, env, "/reeve/waiting/", "e") != 1 || keysOfTask(t, env, "/reeve/deadlines/", "e") != 1 {
+		t.Fatalf("paused %v; want the second wait indexed while paused", task.GetPaused())
+	}
+	if resp, err := completeStep(c, &reevev1.CompleteStepRequest{TaskId: "e", Step: "approve", Outcome: output("ok")}); err != nil || resp.GetRef().GetAttempt() != 2 {
+		t.Fatalf("completion of the second wait: %v, %v", resp, err)
+	}
+}
