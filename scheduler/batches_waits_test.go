@@ -14,7 +14,7 @@ import (
 
 // Batch jobs act on tasks that wait as the operator's calls do: a pause
 // applies to a task whose step waits for a completion, one handed off by
-// its agent, one waiting to start; a cancel ends each wait and leaves no
+// its agent, one waiting to start, one sleeping; a cancel ends each wait and leaves no
 // waiting or deadline key.
 func TestBatchPausesAndCancelsTasksThatWait(t *testing.T) {
 	env, s, c := newEnv(t)
@@ -29,7 +29,8 @@ func TestBatchPausesAndCancelsTasksThatWait(t *testing.T) {
 	deferStep(t, agent, agent.NextAssignment(wait))
 	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "w-later", Workflow: inline(step("x", "ship")), StartTime: timestamppb.New(time.Now().Add(time.Hour)),
 		TaskTimeout: durationpb.New(time.Hour)})
-	ids := []string{"w-waiting", "w-deferred", "w-later"}
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "w-sleeps", Workflow: inline(&reevev1.StepSpec{Name: "nap", Sleep: durationpb.New(time.Hour)}, step("after", "ship", "nap"))})
+	ids := []string{"w-waiting", "w-deferred", "w-later", "w-sleeps"}
 
 	run := func(action reevev1.BatchAction) *reevev1.BatchJob {
 		t.Helper()
@@ -60,7 +61,7 @@ func TestBatchPausesAndCancelsTasksThatWait(t *testing.T) {
 			t.Fatalf("%s: %d waiting keys after the cancel", id, n)
 		}
 	}
-	for _, id := range []string{"w-deferred", "w-later"} {
+	for _, id := range []string{"w-deferred", "w-later", "w-sleeps"} {
 		if n := keysOfTask(t, env, "/reeve/deadlines/", id); n != 0 {
 			t.Fatalf("%s: %d deadline keys after the cancel", id, n)
 		}

@@ -360,3 +360,41 @@ func TestPausedTaskWaitExpiresAndWaitsAgain(t *testing.T) {
 		t.Fatalf("completion of the second wait: %v, %v", resp, err)
 	}
 }
+
+// An operator's CompensateTask or FailTask of a task waiting to start ends
+// it: nothing ran, nothing is undone, its start and deadline keys go.
+func TestOperatorEndsATaskWaitingToStart(t *testing.T) {
+	env, s, c := newEnv(t)
+	sup := reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))
+	for _, id := range []string{"compensate", "fail"} {
+		submit(t, c, &reevev1.SubmitTaskRequest{TaskId: id, Workflow: approvalFlow(time.Hour, nil),
+			StartTime: timestamppb.New(time.Now().Add(time.Hour)), TaskTimeout: durationpb.New(2 * time.Hour)})
+		if n := keysOfTask(t, env, "/reeve/deadlines/", id); n != 2 {
+			t.Fatalf("%s: %d deadline keys, want @start and @deadline", id, n)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		var err error
+		if id == "compensate" {
+			_, err = sup.CompensateTask(ctx, &reevev1.CompensateTaskRequest{TaskId: id})
+		} else {
+			_, err = sup.FailTask(ctx, &reevev1.FailTaskRequest{TaskId: id})
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		final := testenv.WaitTask(t, c, "default", id, wait)
+		want := map[string]reevev1.TaskState{"compensate": reevev1.TaskState_TASK_STATE_COMPENSATED, "fail": reevev1.TaskState_TASK_STATE_FAILED}[id]
+		if final.GetState() != want {
+			t.Fatalf("%s: task %v, want %v", id, final.GetState(), want)
+		}
+		for _, st := range final.GetSteps() {
+			if st.GetState() != reevev1.StepState_STEP_STATE_SKIPPED {
+				t.Fatalf("%s: step %s %v, want SKIPPED", id, st.GetName(), st.GetState())
+			}
+		}
+		if n := keysOfTask(t, env, "/reeve/deadlines/", id); n != 0 {
+			t.Fatalf("%s: %d deadline keys left", id, n)
+		}
+	}
+}
