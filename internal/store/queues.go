@@ -111,11 +111,12 @@ func HoldsSlot(s *reevev1.Step) bool {
 // appendSlotKeys appends the slot keys a task record implies.
 func (k keys) appendSlotKeys(dst []indexKey, t *reevev1.Task) []indexKey {
 	// A live task of a workflow with a concurrency key holds a slot of its
-	// key, or waits for one, in submission order.
+	// key, or waits for one, in submission order (once it started: one
+	// waiting for its start time waits for no slot, taskstate.KeyWaiting).
 	if id, _ := TaskKeyID(t); id != "" && !taskstate.TerminalTask(t.GetState()) {
 		if t.GetKeySlot() > 0 {
 			dst = append(dst, indexKey{k.taskSlot(t.GetNamespace(), id, t.GetKeySlot()), t.GetId()})
-		} else if ct := t.GetCreateTime(); ct != nil {
+		} else if ct := t.GetCreateTime(); ct != nil && taskstate.KeyWaiting(t) {
 			_, limit := TaskKeyID(t)
 			dst = append(dst, indexKey{k.keyWait(t.GetNamespace(), id, ct.AsTime().UnixNano(), t.GetId()), strconv.Itoa(int(limit))})
 		}
