@@ -375,6 +375,8 @@ func (svc *schedulerService) GetCompletionToken(ctx context.Context, req *reevev
 	switch {
 	case s == nil:
 		return nil, statusErr(fmt.Errorf("task %s has no step %q: %w", t.GetId(), req.GetStep(), taskstate.ErrUnknownStep))
+	case !taskstate.TerminalTask(t.GetState()) && taskstate.Sleeping(t, s):
+		return nil, statusErr(refuse(codes.FailedPrecondition, ReasonStepNotWaiting, "step %q of task %s is a sleep: it ends by itself and has no completion token", s.GetName(), t.GetId()))
 	case taskstate.TerminalTask(t.GetState()) || !taskstate.Awaiting(t, s):
 		return nil, statusErr(refuse(codes.FailedPrecondition, ReasonStepNotWaiting, "step %q of task %s is %s: it does not wait for a completion", s.GetName(), t.GetId(), taskstate.StateName(s.GetState())))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -396,5 +397,23 @@ func TestOperatorEndsATaskWaitingToStart(t *testing.T) {
 		if n := keysOfTask(t, env, "/reeve/deadlines/", id); n != 0 {
 			t.Fatalf("%s: %d deadline keys left", id, n)
 		}
+	}
+}
+
+// A sleep is not completed from outside: the refusal says it is a sleep.
+func TestCompletionOfASleepIsRefused(t *testing.T) {
+	_, _, c := newEnv(t)
+	submit(t, c, &reevev1.SubmitTaskRequest{TaskId: "s", Workflow: inline(&reevev1.StepSpec{Name: "nap", Sleep: durationpb.New(time.Hour)})})
+	_, err := completeStep(c, &reevev1.CompleteStepRequest{TaskId: "s", Step: "nap", Outcome: output("woken")})
+	wantRefusal(t, "a completion of a sleep", err, codes.FailedPrecondition, scheduler.ReasonStepNotWaiting)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "is a sleep until") {
+		t.Fatalf("refusal %q; want it to say the step sleeps", msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	_, err = c.GetCompletionToken(ctx, &reevev1.GetCompletionTokenRequest{TaskId: "s", Step: "nap"})
+	wantRefusal(t, "a token of a sleep", err, codes.FailedPrecondition, scheduler.ReasonStepNotWaiting)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "is a sleep") {
+		t.Fatalf("refusal %q; want it to say the step sleeps", msg)
 	}
 }
