@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -240,7 +241,12 @@ func (svc *schedulerService) CompleteStep(ctx context.Context, req *reevev1.Comp
 			if err := judge(t); err != nil {
 				return effects{}, err
 			}
-			err := claim.run(t, "", now, func() error { return taskstate.CompleteFromOutside(t, step, c, now) })
+			err := claim.run(t, "", now, func() error {
+				if err := taskstate.CompleteFromOutside(t, step, c, now); err != nil {
+					return err
+				}
+				return outputFits(t, c)
+			})
 			return effects{revoke: "step completed from outside", completed: step, byToken: byToken}, err
 		}})
 	switch {
@@ -260,12 +266,35 @@ func (svc *schedulerService) CompleteStep(ctx context.Context, req *reevev1.Comp
 		} else if err != nil {
 			return nil, statusErr(err)
 		}
+		// Refused as the task in etcd would be (another completion of a
+		// completed attempt is STEP_COMPLETED_OTHERWISE, anything else
+		// TASK_TERMINAL): the archived record is terminal, so this changes
+		// nothing but a copy.
+		if err := taskstate.CompleteFromOutside(proto.CloneOf(rec.GetTask()), step, c, time.Now()); err != nil {
+			return nil, statusErr(err)
+		}
 		return nil, statusErr(fmt.Errorf("%w: task %q ended and was moved to the archive", taskstate.ErrTerminal, id))
 	case err != nil:
 		return nil, statusErr(err)
 	}
 	svc.log.InfoContext(ctx, "step completed from outside", "task_id", id, "namespace", ns, "step", step, "attempt", taskstate.FindStep(w.after.GetTask(), step).GetCompletionAttempt(), "by_token", byToken)
 	return answer(w.after.GetTask(), false), nil
+}
+
+// outputFits refuses (and so changes nothing: the step still waits, to be
+// completed with less or with an error) a completion whose output took
+// the task record past MaxTaskRecordBytes, measured as an agent's output is
+// (results.go): the record could not be written.
+func outputFits(t *reevev1.Task, c taskstate.Completion) error {
+	if c.Output == nil {
+		return nil
+	}
+	if size := proto.Size(t); size > MaxTaskRecordBytes {
+		return &workflow.FieldError{Field: "output", Reason: fmt.Sprintf(
+			"%d bytes do not fit the task record (it would be %d bytes, the limit is %d): complete the step with a smaller output, or with an error",
+			proto.Size(c.Output), size, MaxTaskRecordBytes)}
+	}
+	return nil
 }
 
 // completionOf validates a CompleteStepRequest: a token, or a namespace,
@@ -346,6 +375,8 @@ func (svc *schedulerService) GetCompletionToken(ctx context.Context, req *reevev
 	switch {
 	case s == nil:
 		return nil, statusErr(fmt.Errorf("task %s has no step %q: %w", t.GetId(), req.GetStep(), taskstate.ErrUnknownStep))
+	case !taskstate.TerminalTask(t.GetState()) && taskstate.Sleeping(t, s):
+		return nil, statusErr(refuse(codes.FailedPrecondition, ReasonStepNotWaiting, "step %q of task %s is a sleep: it ends by itself and has no completion token", s.GetName(), t.GetId()))
 	case taskstate.TerminalTask(t.GetState()) || !taskstate.Awaiting(t, s):
 		return nil, statusErr(refuse(codes.FailedPrecondition, ReasonStepNotWaiting, "step %q of task %s is %s: it does not wait for a completion", s.GetName(), t.GetId(), taskstate.StateName(s.GetState())))
 	}

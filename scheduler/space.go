@@ -23,6 +23,8 @@ type spaceGuard struct {
 	log         *slog.Logger
 	last        atomic.Pointer[spaceReading]
 	lastReclaim time.Time // only watch's goroutine uses it
+	countRev    int64     // the revision of the last count of live work (watch's goroutine)
+	counts      int64     // counts made (watch's goroutine; tests read it)
 }
 
 // watch refreshes the space until ctx ends.
@@ -63,10 +65,19 @@ func (g *spaceGuard) refresh(ctx context.Context) {
 	}
 	sp := spaceReading{Space: raw}
 	if per := g.opts.spaceReservePerStep; per > 0 {
-		if ready, deadlines, err := g.store.CountLive(ctx); err == nil {
+		// etcd visits every key of a range it counts, so with many waiting
+		// timers and steps (each a deadline key) a count costs etcd CPU in
+		// proportion: while the store's revision has not moved since the
+		// last count, nothing was written, and that count still holds.
+		prev := g.last.Load()
+		if prev != nil && raw.Revision != 0 && raw.Revision == g.countRev {
+			sp.live, sp.reserved = prev.live, prev.reserved
+		} else if ready, deadlines, rev, err := g.store.CountLive(ctx); err == nil {
 			sp.live = ready + deadlines
 			sp.reserved = sp.live * per
-		} else if prev := g.last.Load(); prev != nil {
+			g.countRev = rev
+			g.counts++
+		} else if prev != nil {
 			sp.live, sp.reserved = prev.live, prev.reserved
 		}
 	}

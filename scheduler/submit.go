@@ -172,9 +172,10 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 		if err := flowKeys(t, req); err != nil { // flowkeys.go: concurrency keys and the fairness key
 			return nil, false, err
 		}
-		if try == 0 {
+		if try == 0 && taskstate.KeyWaiting(t) {
 			// A free slot of its workflow's concurrency key, if it has one
 			// and one looks free: else it is created waiting (taskkeys.go).
+			// A task waiting for its start time takes none until it starts.
 			t.KeySlot = svc.disp.freeTaskSlot(t)
 		}
 		rec := &storev1.TaskRecord{

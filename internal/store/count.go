@@ -50,10 +50,12 @@ func (s *Store) CountTasks(ctx context.Context, ns string, state reevev1.TaskSta
 
 // CountLive returns how many executions are queued (ready keys) and how many
 // have a deadline (dispatched ones, and queued ones with a schedule-to-start
-// timeout), cluster-wide, in one read of two count-only ranges. Those
-// indexes hold live work only, never retained terminal tasks, so the cost
-// grows with the work in flight, not with the store.
-func (s *Store) CountLive(ctx context.Context) (ready, deadlines int64, err error) {
+// timeout), cluster-wide, in one read of two count-only ranges, and the
+// store revision it counted at. Those indexes hold live work only, never
+// retained terminal tasks, so the cost grows with the work in flight, not
+// with the store (but etcd visits every key of a range it counts: a caller
+// that counts again skips the count while the revision has not moved).
+func (s *Store) CountLive(ctx context.Context) (ready, deadlines, rev int64, err error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	resp, err := s.c.Txn(octx).Then(
@@ -61,7 +63,7 @@ func (s *Store) CountLive(ctx context.Context) (ready, deadlines int64, err erro
 		clientv3.OpGet(s.k.deadlinePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
-		return 0, 0, etcdErr(ctx, "count live work", err)
+		return 0, 0, 0, etcdErr(ctx, "count live work", err)
 	}
-	return resp.Responses[0].GetResponseRange().GetCount(), resp.Responses[1].GetResponseRange().GetCount(), nil
+	return resp.Responses[0].GetResponseRange().GetCount(), resp.Responses[1].GetResponseRange().GetCount(), resp.Header.GetRevision(), nil
 }

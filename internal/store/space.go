@@ -27,6 +27,9 @@ type Space struct {
 	// NoSpace is true while the cluster's NOSPACE alarm is raised: etcd then
 	// refuses every write but deletes until an operator disarms it.
 	NoSpace bool
+	// Revision is the highest store revision the members reported: while
+	// it has not moved, nothing was written.
+	Revision int64
 }
 
 // Fraction is InUse over Quota.
@@ -63,6 +66,7 @@ func (s *Store) Space(ctx context.Context) (Space, error) {
 			continue
 		}
 		answered++
+		out.Revision = max(out.Revision, st.Header.GetRevision())
 		quota := st.DbSizeQuota
 		if quota <= 0 {
 			quota = DefaultQuotaBytes

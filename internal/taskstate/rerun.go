@@ -82,7 +82,7 @@ func Rerun(old *reevev1.Task, newID, from string, input *structpb.Value, reason,
 		msg += ": " + reason
 	}
 	addHistory(t, now, "task.rerun", from, 0, actor, msg)
-	rerunDeadline(t, now) // timers.go
+	rerunDeadline(t, old, now) // timers.go
 	advance(t, now)
 	return t, nil
 }

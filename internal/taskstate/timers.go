@@ -233,12 +233,28 @@ func ExpireTask(t *reevev1.Task, action Action, reason, actor string, now time.T
 	return nil
 }
 
-// rerunDeadline gives a rerun the workflow's task_timeout from its own
-// creation (a rerun is a new task; it does not inherit the old one's
-// start time or deadline).
-func rerunDeadline(t *reevev1.Task, now time.Time) {
+// rerunDeadline gives a rerun the task timeout the old task had (the
+// submission's task_timeout, else the workflow's: its deadline less its
+// start or creation) from its own creation; a rerun is a new task, it
+// starts now and does not inherit the old one's start time or deadline.
+// An old task with no deadline (none, or one an operator's retry dropped)
+// gives the workflow's task_timeout.
+func rerunDeadline(t, old *reevev1.Task, now time.Time) {
+	var timeout time.Duration
 	if d := t.GetWorkflow().GetTaskTimeout(); d != nil {
-		t.Deadline = timestamppb.New(now.Add(d.AsDuration()))
+		timeout = d.AsDuration()
+	}
+	if d := old.GetDeadline(); d != nil {
+		base := old.GetCreateTime()
+		if st := old.GetStartTime(); st != nil {
+			base = st
+		}
+		if base != nil && d.AsTime().After(base.AsTime()) {
+			timeout = d.AsTime().Sub(base.AsTime())
+		}
+	}
+	if timeout > 0 {
+		t.Deadline = timestamppb.New(now.Add(timeout))
 	}
 }
 

@@ -184,6 +184,8 @@ func CompleteFromOutside(t *reevev1.Task, name string, c Completion, now time.Ti
 		return &refusal{ErrNotWaiting, fmt.Sprintf("step %q is RUNNING on agent %s, which has not handed it off: it is completed from outside once deferred, or with its token", name, s.GetLockedByAgent())}
 	case s.GetState() == reevev1.StepState_STEP_STATE_PENDING:
 		return &refusal{ErrNotWaiting, fmt.Sprintf("step %q is not ready yet (PENDING): it waits for a completion once the steps it depends on succeeded", name)}
+	case Sleeping(t, s):
+		return &refusal{ErrNotWaiting, fmt.Sprintf("step %q is a sleep until %s: it ends by itself, not by a completion from outside", name, s.GetCompleteBy().AsTime().UTC().Format(time.RFC3339Nano))}
 	default:
 		return &refusal{ErrNotWaiting, fmt.Sprintf("step %q is %s: it does not wait for a completion", name, state)}
 	}
