@@ -123,7 +123,10 @@ func TestBrowserSchedules(t *testing.T) {
 	if note := text(t, ctx, "#schedule-note"); note != "month end" {
 		t.Fatalf("note %q, want %q", note, "month end")
 	}
-	run(t, ctx, "trigger", chromedp.Click(chromedp.CSS("#action-trigger")), chromedp.WaitVisible(chromedp.CSS("#schedule-message")))
+	// The pause left its own message ("Paused.") on the page: wait for the
+	// trigger's to replace it.
+	run(t, ctx, "trigger", chromedp.Click(chromedp.CSS("#action-trigger")))
+	across(t, ctx, "the trigger's message", `(document.querySelector('#schedule-message')?.textContent ?? '').startsWith('Started task')`, 20*time.Second)
 	if msg := text(t, ctx, "#schedule-message"); !strings.HasPrefix(msg, "Started task trig-often-") {
 		t.Fatalf("after trigger: %q", msg)
 	}
