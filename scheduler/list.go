@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/store"
@@ -215,6 +216,13 @@ func (svc *schedulerService) CountTasks(ctx context.Context, req *reevev1.CountT
 		return nil, statusErr(err)
 	}
 	resp := &reevev1.CountTasksResponse{ByState: make(map[string]int64, len(counts)), Revision: rev}
+	if len(req.GetLabels()) == 0 {
+		n, err := svc.store.CountStarting(ctx, ns, req.GetWorkflow(), rev)
+		if err != nil {
+			return nil, statusErr(err)
+		}
+		resp.WaitingToStart = wrapperspb.Int64(n)
+	}
 	for _, st := range slices.Sorted(maps.Keys(counts)) {
 		n := counts[st]
 		resp.Counts = append(resp.Counts, &reevev1.StateCount{State: st, Count: n})

@@ -152,7 +152,13 @@ func TestDelayedStartDispatchesAtStartTime(t *testing.T) {
 	if err != nil || len(list.GetTasks()) != 1 || list.GetTasks()[0].GetStartTime() == nil {
 		t.Fatalf("PENDING list %v %v, want the task with its start time", list.GetTasks(), err)
 	}
+	if n := waitingToStart(t, c, "sup"); n != 1 {
+		t.Fatalf("counted %d tasks of sup waiting to start, want 1", n)
+	}
 	as := agent.NextAssignment(wait)
+	if n := waitingToStart(t, c, ""); n != 0 {
+		t.Fatalf("counted %d tasks waiting to start after the start, want 0", n)
+	}
 	if at := dispatchedAt(as, 10*time.Second); at.Before(start) {
 		t.Fatalf("dispatched at %v, before the start time %v", at, start)
 	}
@@ -177,6 +183,12 @@ func TestDelayedStartCanBeCanceled(t *testing.T) {
 	if n := deadlineKeys(t, env, "/far/@start/0"); n != 1 {
 		t.Fatalf("%d start keys, want 1", n)
 	}
+	if n := waitingToStart(t, c, ""); n != 1 {
+		t.Fatalf("counted %d tasks waiting to start, want 1", n)
+	}
+	if n := waitingToStart(t, c, "other"); n != 0 {
+		t.Fatalf("counted %d tasks of another workflow waiting to start, want 0", n)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	resp, err := c.CancelTask(ctx, &reevev1.CancelTaskRequest{TaskId: "far", Reason: "changed my mind"})
@@ -189,6 +201,22 @@ func TestDelayedStartCanBeCanceled(t *testing.T) {
 	if n := deadlineKeys(t, env, "/far/"); n != 0 {
 		t.Fatalf("%d deadline keys left for the canceled task", n)
 	}
+	if n := waitingToStart(t, c, ""); n != 0 {
+		t.Fatalf("counted %d tasks waiting to start after the cancel, want 0", n)
+	}
+}
+
+// waitingToStart is CountTasks' count of the tasks waiting for their start
+// time (of workflow wf when not empty), which it must report.
+func waitingToStart(t *testing.T, c reevev1.SchedulerServiceClient, wf string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := c.CountTasks(ctx, &reevev1.CountTasksRequest{Workflow: wf})
+	if err != nil || resp.GetWaitingToStart() == nil {
+		t.Fatalf("count tasks: %v, waiting_to_start %v", err, resp.GetWaitingToStart())
+	}
+	return resp.GetWaitingToStart().GetValue()
 }
 
 func deadlineKeys(t *testing.T, env *testenv.Env, suffix string) int {

@@ -184,7 +184,7 @@ func Check(ctx context.Context, c *clientv3.Client, opts Options) (*Report, erro
 	// The legacy indexes are those of older layouts (store/keys.go): a
 	// store should have none left once a newer scheduler started (each key
 	// is reported).
-	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/", "labels/", "waiting/",
+	for _, idx := range append([]string{"ready/", "deadlines/", "created-state/", "created-wf-state/", "beating/", "ended/", "labels/", "waiting/", "starting/",
 		"slots/", "keyslots/", "taskslots/", "keywait/"}, legacyIndexes...) {
 		if err := ck.scanIndex(ctx, idx); err != nil {
 			return nil, err
@@ -528,6 +528,7 @@ var legacyIndexes = []string{"states/", "created/", "created-wf/"}
 //	ended/<at>/<ns>/<task-id>
 //	labels/<ns>/<key>=<value>/<age>/<task-id>
 //	waiting/<ns>/<since>/<task-id>/<step>
+//	starting/<ns>/<workflow>/<age>/<task-id>
 //	states/<ns>/<STATE>/<task-id> (before issue 15)
 //	created/<ns>/<age>/<task-id> (before its sixth pass)
 //	created-wf/<ns>/<workflow>/<age>/<task-id> (before its sixth pass)
@@ -550,6 +551,8 @@ func parseIndexKey(idx, rest string) (ns, id string, ok bool) {
 		return p[0], p[3], true
 	case idx == "waiting/" && len(p) == 4:
 		return p[0], p[2], true
+	case idx == "starting/" && len(p) == 4:
+		return p[0], p[3], true
 	case idx == "states/" && len(p) == 3:
 		return p[0], p[2], true
 	case idx == "created/" && len(p) == 3:

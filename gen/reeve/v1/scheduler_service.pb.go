@@ -13,6 +13,7 @@ import (
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
+	wrapperspb "google.golang.org/protobuf/types/known/wrapperspb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1303,9 +1304,13 @@ type CountTasksResponse struct {
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Number of tasks per state, one entry per state in enum order; states
 	// without tasks are present with 0.
-	Counts        []*StateCount `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Counts []*StateCount `protobuf:"bytes,3,rep,name=counts,proto3" json:"counts,omitempty"`
+	// Of the PENDING tasks counted, those waiting for their start time
+	// (SubmitTaskRequest.start_time), read at the same revision. Unset when
+	// the request filters by labels (not counted there). (Issue 35.)
+	WaitingToStart *wrapperspb.Int64Value `protobuf:"bytes,4,opt,name=waiting_to_start,json=waitingToStart,proto3" json:"waiting_to_start,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CountTasksResponse) Reset() {
@@ -1356,6 +1361,13 @@ func (x *CountTasksResponse) GetRevision() int64 {
 func (x *CountTasksResponse) GetCounts() []*StateCount {
 	if x != nil {
 		return x.Counts
+	}
+	return nil
+}
+
+func (x *CountTasksResponse) GetWaitingToStart() *wrapperspb.Int64Value {
+	if x != nil {
+		return x.WaitingToStart
 	}
 	return nil
 }
@@ -2668,7 +2680,7 @@ var File_reeve_v1_scheduler_service_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\n" +
-	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1creeve/v1/agent_service.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"s\n" +
+	" reeve/v1/scheduler_service.proto\x12\breeve.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x1creeve/v1/agent_service.proto\x1a\x13reeve/v1/task.proto\x1a\x17reeve/v1/workflow.proto\"s\n" +
 	"\x17ListWaitingStepsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -2765,11 +2777,12 @@ const file_reeve_v1_scheduler_service_proto_rawDesc = "" +
 	"\x06labels\x18\x03 \x03(\v2'.reeve.v1.CountTasksRequest.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x02\n" +
 	"\x12CountTasksResponse\x12H\n" +
 	"\bby_state\x18\x01 \x03(\v2).reeve.v1.CountTasksResponse.ByStateEntryB\x02\x18\x01R\abyState\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12,\n" +
-	"\x06counts\x18\x03 \x03(\v2\x14.reeve.v1.StateCountR\x06counts\x1a:\n" +
+	"\x06counts\x18\x03 \x03(\v2\x14.reeve.v1.StateCountR\x06counts\x12E\n" +
+	"\x10waiting_to_start\x18\x04 \x01(\v2\x1b.google.protobuf.Int64ValueR\x0ewaitingToStart\x1a:\n" +
 	"\fByStateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"M\n" +
@@ -2950,6 +2963,7 @@ var file_reeve_v1_scheduler_service_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),        // 48: google.protobuf.Duration
 	(*Task)(nil),                       // 49: reeve.v1.Task
 	(TaskState)(0),                     // 50: reeve.v1.TaskState
+	(*wrapperspb.Int64Value)(nil),      // 51: google.protobuf.Int64Value
 }
 var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
 	3,  // 0: reeve.v1.ListWaitingStepsResponse.steps:type_name -> reeve.v1.WaitingStep
@@ -2979,58 +2993,59 @@ var file_reeve_v1_scheduler_service_proto_depIdxs = []int32{
 	41, // 24: reeve.v1.CountTasksRequest.labels:type_name -> reeve.v1.CountTasksRequest.LabelsEntry
 	42, // 25: reeve.v1.CountTasksResponse.by_state:type_name -> reeve.v1.CountTasksResponse.ByStateEntry
 	18, // 26: reeve.v1.CountTasksResponse.counts:type_name -> reeve.v1.StateCount
-	50, // 27: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
-	0,  // 28: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
-	21, // 29: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
-	22, // 30: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
-	49, // 31: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
-	25, // 32: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
-	26, // 33: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
-	44, // 34: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
-	44, // 35: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
-	49, // 36: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
-	49, // 37: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
-	45, // 38: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
-	49, // 39: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
-	47, // 40: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
-	47, // 41: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	47, // 42: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
-	47, // 43: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
-	9,  // 44: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
-	12, // 45: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
-	14, // 46: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
-	16, // 47: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
-	19, // 48: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
-	27, // 49: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
-	29, // 50: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
-	31, // 51: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
-	33, // 52: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
-	35, // 53: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
-	37, // 54: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
-	23, // 55: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
-	6,  // 56: reeve.v1.SchedulerService.CompleteStep:input_type -> reeve.v1.CompleteStepRequest
-	4,  // 57: reeve.v1.SchedulerService.GetCompletionToken:input_type -> reeve.v1.GetCompletionTokenRequest
-	1,  // 58: reeve.v1.SchedulerService.ListWaitingSteps:input_type -> reeve.v1.ListWaitingStepsRequest
-	11, // 59: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
-	13, // 60: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
-	15, // 61: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
-	17, // 62: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
-	20, // 63: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
-	28, // 64: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
-	30, // 65: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
-	32, // 66: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
-	34, // 67: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
-	36, // 68: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
-	38, // 69: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
-	24, // 70: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
-	8,  // 71: reeve.v1.SchedulerService.CompleteStep:output_type -> reeve.v1.CompleteStepResponse
-	5,  // 72: reeve.v1.SchedulerService.GetCompletionToken:output_type -> reeve.v1.GetCompletionTokenResponse
-	2,  // 73: reeve.v1.SchedulerService.ListWaitingSteps:output_type -> reeve.v1.ListWaitingStepsResponse
-	59, // [59:74] is the sub-list for method output_type
-	44, // [44:59] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	51, // 27: reeve.v1.CountTasksResponse.waiting_to_start:type_name -> google.protobuf.Int64Value
+	50, // 28: reeve.v1.StateCount.state:type_name -> reeve.v1.TaskState
+	0,  // 29: reeve.v1.WatchTasksRequest.view:type_name -> reeve.v1.TaskView
+	21, // 30: reeve.v1.WatchTasksResponse.changed:type_name -> reeve.v1.TaskChanged
+	22, // 31: reeve.v1.WatchTasksResponse.reset:type_name -> reeve.v1.WatchReset
+	49, // 32: reeve.v1.TaskChanged.task:type_name -> reeve.v1.Task
+	25, // 33: reeve.v1.ListAgentsResponse.agents:type_name -> reeve.v1.AgentInfo
+	26, // 34: reeve.v1.ListAgentsResponse.queues:type_name -> reeve.v1.QueueInfo
+	44, // 35: reeve.v1.AgentInfo.connected_since:type_name -> google.protobuf.Timestamp
+	44, // 36: reeve.v1.QueueInfo.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	49, // 37: reeve.v1.WatchTaskResponse.task:type_name -> reeve.v1.Task
+	49, // 38: reeve.v1.CancelTaskResponse.task:type_name -> reeve.v1.Task
+	45, // 39: reeve.v1.RerunTaskRequest.input:type_name -> google.protobuf.Value
+	49, // 40: reeve.v1.RerunTaskResponse.task:type_name -> reeve.v1.Task
+	47, // 41: reeve.v1.RegisterWorkflowRequest.workflow:type_name -> reeve.v1.Workflow
+	47, // 42: reeve.v1.RegisterWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	47, // 43: reeve.v1.GetWorkflowResponse.workflow:type_name -> reeve.v1.Workflow
+	47, // 44: reeve.v1.ListWorkflowsResponse.workflows:type_name -> reeve.v1.Workflow
+	9,  // 45: reeve.v1.SchedulerService.SubmitTask:input_type -> reeve.v1.SubmitTaskRequest
+	12, // 46: reeve.v1.SchedulerService.GetTask:input_type -> reeve.v1.GetTaskRequest
+	14, // 47: reeve.v1.SchedulerService.ListTasks:input_type -> reeve.v1.ListTasksRequest
+	16, // 48: reeve.v1.SchedulerService.CountTasks:input_type -> reeve.v1.CountTasksRequest
+	19, // 49: reeve.v1.SchedulerService.WatchTasks:input_type -> reeve.v1.WatchTasksRequest
+	27, // 50: reeve.v1.SchedulerService.WatchTask:input_type -> reeve.v1.WatchTaskRequest
+	29, // 51: reeve.v1.SchedulerService.CancelTask:input_type -> reeve.v1.CancelTaskRequest
+	31, // 52: reeve.v1.SchedulerService.RerunTask:input_type -> reeve.v1.RerunTaskRequest
+	33, // 53: reeve.v1.SchedulerService.RegisterWorkflow:input_type -> reeve.v1.RegisterWorkflowRequest
+	35, // 54: reeve.v1.SchedulerService.GetWorkflow:input_type -> reeve.v1.GetWorkflowRequest
+	37, // 55: reeve.v1.SchedulerService.ListWorkflows:input_type -> reeve.v1.ListWorkflowsRequest
+	23, // 56: reeve.v1.SchedulerService.ListAgents:input_type -> reeve.v1.ListAgentsRequest
+	6,  // 57: reeve.v1.SchedulerService.CompleteStep:input_type -> reeve.v1.CompleteStepRequest
+	4,  // 58: reeve.v1.SchedulerService.GetCompletionToken:input_type -> reeve.v1.GetCompletionTokenRequest
+	1,  // 59: reeve.v1.SchedulerService.ListWaitingSteps:input_type -> reeve.v1.ListWaitingStepsRequest
+	11, // 60: reeve.v1.SchedulerService.SubmitTask:output_type -> reeve.v1.SubmitTaskResponse
+	13, // 61: reeve.v1.SchedulerService.GetTask:output_type -> reeve.v1.GetTaskResponse
+	15, // 62: reeve.v1.SchedulerService.ListTasks:output_type -> reeve.v1.ListTasksResponse
+	17, // 63: reeve.v1.SchedulerService.CountTasks:output_type -> reeve.v1.CountTasksResponse
+	20, // 64: reeve.v1.SchedulerService.WatchTasks:output_type -> reeve.v1.WatchTasksResponse
+	28, // 65: reeve.v1.SchedulerService.WatchTask:output_type -> reeve.v1.WatchTaskResponse
+	30, // 66: reeve.v1.SchedulerService.CancelTask:output_type -> reeve.v1.CancelTaskResponse
+	32, // 67: reeve.v1.SchedulerService.RerunTask:output_type -> reeve.v1.RerunTaskResponse
+	34, // 68: reeve.v1.SchedulerService.RegisterWorkflow:output_type -> reeve.v1.RegisterWorkflowResponse
+	36, // 69: reeve.v1.SchedulerService.GetWorkflow:output_type -> reeve.v1.GetWorkflowResponse
+	38, // 70: reeve.v1.SchedulerService.ListWorkflows:output_type -> reeve.v1.ListWorkflowsResponse
+	24, // 71: reeve.v1.SchedulerService.ListAgents:output_type -> reeve.v1.ListAgentsResponse
+	8,  // 72: reeve.v1.SchedulerService.CompleteStep:output_type -> reeve.v1.CompleteStepResponse
+	5,  // 73: reeve.v1.SchedulerService.GetCompletionToken:output_type -> reeve.v1.GetCompletionTokenResponse
+	2,  // 74: reeve.v1.SchedulerService.ListWaitingSteps:output_type -> reeve.v1.ListWaitingStepsResponse
+	60, // [60:75] is the sub-list for method output_type
+	45, // [45:60] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_scheduler_service_proto_init() }
