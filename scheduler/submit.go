@@ -177,6 +177,7 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 			// and one looks free: else it is created waiting (taskkeys.go).
 			// A task waiting for its start time takes none until it starts.
 			t.KeySlot = svc.disp.freeTaskSlot(t)
+			taskstate.StartWaits(t, now) // with the slot, its ready waits and sleeps begin
 		}
 		rec := &storev1.TaskRecord{
 			Task:          proto.Clone(t).(*reevev1.Task),

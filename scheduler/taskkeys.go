@@ -276,6 +276,7 @@ func (e *engine) admitKey(ns, id string, slot int32) error {
 				return effects{}, taskstate.ErrNotQueued
 			}
 			t.KeySlot = slot
+			taskstate.StartWaits(t, now) // its ready waits and sleeps begin
 			return effects{}, nil
 		}})
 	return err

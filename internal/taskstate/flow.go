@@ -4,6 +4,7 @@ import (
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/workflow"
 )
 
 // KeyWaiting reports whether a live task waits for a slot of its
@@ -28,4 +29,27 @@ func KeyQueuedAt(t *reevev1.Task) time.Time {
 		at = st.AsTime()
 	}
 	return at
+}
+
+// StartWaits starts the waits and sleeps of a task that no longer waits for
+// its workflow key's slot: a step that waits from outside or sleeps and
+// became ready while the task waited for the slot was queued like any
+// step (never dispatched: the task's queued steps are not dispatchable
+// while it waits); once the task holds the slot (at submission or when
+// admitted) its wait or sleep begins. It changes nothing in any other task.
+func StartWaits(t *reevev1.Task, now time.Time) {
+	if KeyWaiting(t) || TerminalTask(t.GetState()) {
+		return
+	}
+	for _, s := range t.GetSteps() {
+		if s.GetState() != reevev1.StepState_STEP_STATE_PENDING || !Queued(s) {
+			continue
+		}
+		if WaitsExternal(t, s) || workflow.IsSleep(Spec(t, s.GetName())) {
+			dequeue(s)
+			if !startSleep(t, s, now) {
+				startWait(t, s, now)
+			}
+		}
+	}
 }

@@ -276,7 +276,7 @@ func requeue(t *reevev1.Task, s *reevev1.Step, now time.Time, delay time.Duratio
 		s.State = reevev1.StepState_STEP_STATE_PENDING
 	}
 	s.Attempt++
-	if startSleep(t, s, now) || startWait(t, s, now) { // timers.go, wait.go: sleep or wait again
+	if !KeyWaiting(t) && (startSleep(t, s, now) || startWait(t, s, now)) { // timers.go, wait.go: sleep or wait again
 		return
 	}
 	enqueue(t, s, now, now.Add(delay))
@@ -317,7 +317,9 @@ func release(s *reevev1.Step) {
 
 func markReady(t *reevev1.Task, s *reevev1.Step, now time.Time) {
 	s.Attempt++
-	if startSleep(t, s, now) || startWait(t, s, now) { // timers.go, wait.go
+	// A task waiting for its workflow key's slot starts no wait or sleep
+	// either: StartWaits starts them once it has the slot (flow.go).
+	if !KeyWaiting(t) && (startSleep(t, s, now) || startWait(t, s, now)) { // timers.go, wait.go
 		return
 	}
 	enqueue(t, s, now, time.Time{})
