@@ -540,7 +540,7 @@ func (m *model) check() error {
 			return violation("step %s waits though it is an agent's", s.GetName())
 		case s.GetDeferred() && (s.GetState() != reevev1.StepState_STEP_STATE_RUNNING || s.GetLockedByAgent() != ""):
 			return violation("step %s is deferred but %s, held by %q", s.GetName(), taskstate.StateName(s.GetState()), s.GetLockedByAgent())
-		case taskstate.Queued(s) && (taskstate.WaitsExternal(t, s) || workflow.IsSleep(taskstate.Spec(t, s.GetName()))):
+		case taskstate.Queued(s) && !taskstate.KeyWaiting(t) && (taskstate.WaitsExternal(t, s) || workflow.IsSleep(taskstate.Spec(t, s.GetName()))):
 			return violation("step %s, completed from outside or sleeping, is queued for an agent", s.GetName())
 		case taskstate.Queued(s) || taskstate.Dispatched(s) || taskstate.Waiting(s):
 			moving = true
