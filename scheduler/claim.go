@@ -174,7 +174,8 @@ type directSlot struct {
 //
 // The store may run the transition again after UpdateTask returned (its
 // caller's context ended while the write was queued or committing): once
-// settle is called, a run neither reserves nor claims. Guarded by mu.
+// settle is called, a run neither reserves nor claims, nor changes claimed,
+// ref or slot, which settle and deliverClaim then read. Guarded by mu.
 type writeClaim struct {
 	d        *dispatcher
 	mu       sync.Mutex
@@ -197,14 +198,19 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.finished {
+		// A run after settle (the caller gave up) claims nothing and leaves
+		// what settle read as it was.
+		if transition == nil {
+			return nil
+		}
+		return transition()
+	}
 	c.claimed = false
 	if transition != nil {
 		if err := transition(); err != nil {
 			return err
 		}
-	}
-	if c.finished {
-		return nil
 	}
 	var st *reevev1.Step
 	if step != "" {
@@ -263,7 +269,9 @@ func (c *writeClaim) without(transition func() error) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.claimed = false
+	if !c.finished { // after settle, what it read stays as it was
+		c.claimed = false
+	}
 	return transition()
 }
 
