@@ -218,6 +218,9 @@ func TestTaskPageWaits(t *testing.T) {
 	if !strings.Contains(p, `hx-trigger="every 5s"`) || !strings.Contains(p, `id="wait-queue-wait"`) {
 		t.Errorf("held task: want the reason in the waits and a poll, got %.1500s", textOf(p))
 	}
+	if !strings.Contains(p, "pending for ") || strings.Contains(p, "running for ") {
+		t.Errorf("held task: want it said pending, not running, got %.1500s", textOf(p))
+	}
 }
 
 // The queues page lists every type with a limit, a pause, queued steps or
