@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -48,6 +49,13 @@ func TestFairnessBench(t *testing.T) {
 	if hold <= 0 {
 		hold = 100 * time.Millisecond
 	}
+	// REEVE_BENCH_FAIRNESS_JITTER (0 to 1, default 0) spreads each step's
+	// work uniformly over work×(1±jitter): with a fixed work time every
+	// slot frees in step with the others (they all started together), so a
+	// newcomer waits for the next round of them, up to the whole work time,
+	// whatever the queue's order.
+	jitter, _ := strconv.ParseFloat(os.Getenv("REEVE_BENCH_FAIRNESS_JITTER"), 64)
+	jitter = max(0, min(1, jitter))
 	bKey := os.Getenv("REEVE_BENCH_FAIRNESS_B_KEY")
 	if bKey == "" {
 		bKey = "B"
@@ -108,6 +116,10 @@ func TestFairnessBench(t *testing.T) {
 	// The agents: the service they wrap is the bottleneck (that is why A's
 	// steps queue): each holds a step for the work time, then succeeds it.
 	var dispatched atomic.Int64
+	// freed holds when each slot was given back (its result sent): a B
+	// step ready at t can start no sooner than the first of them after t.
+	var freedMu sync.Mutex
+	var freed []time.Time
 	actx, stop := context.WithCancel(ctx)
 	var agents sync.WaitGroup
 	for i := range 2 {
@@ -138,7 +150,11 @@ func TestFairnessBench(t *testing.T) {
 				if as := m.GetAssignment(); as != nil {
 					dispatched.Add(1)
 					send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: as.GetRef()}}})
-					time.AfterFunc(hold, func() {
+					work := time.Duration(float64(hold) * (1 + jitter*(2*rand.Float64()-1)))
+					time.AfterFunc(work, func() {
+						freedMu.Lock()
+						freed = append(freed, time.Now())
+						freedMu.Unlock()
 						send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: as.GetRef()}}})
 					})
 				}
@@ -185,7 +201,10 @@ func TestFairnessBench(t *testing.T) {
 	rate := float64(dispatched.Load()-d0) / time.Since(t0).Seconds()
 	left := depth()
 
-	var waits []time.Duration
+	var waits, slotWaits, beyond []time.Duration
+	freedMu.Lock()
+	slices.SortFunc(freed, time.Time.Compare)
+	freedMu.Unlock()
 	for _, id := range bs {
 		for {
 			resp, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: id})
@@ -194,7 +213,16 @@ func TestFairnessBench(t *testing.T) {
 			}
 			st := stepOf(resp.GetTask(), "x")
 			if st.GetStartTime() != nil {
-				waits = append(waits, st.GetStartTime().AsTime().Sub(st.GetReadyTime().AsTime()))
+				ready, started := st.GetReadyTime().AsTime(), st.GetStartTime().AsTime()
+				waits = append(waits, started.Sub(ready))
+				// The wait for the first slot freed after the step was
+				// ready, and what the scheduler added beyond it.
+				freedMu.Lock()
+				if i, _ := slices.BinarySearchFunc(freed, ready, time.Time.Compare); i < len(freed) {
+					slotWaits = append(slotWaits, freed[i].Sub(ready))
+					beyond = append(beyond, started.Sub(freed[i]).Abs())
+				}
+				freedMu.Unlock()
 				if os.Getenv("REEVE_BENCH_FAIRNESS_VERBOSE") != "" {
 					t.Logf("%s: created %s ready %s started %s", id, resp.GetTask().GetCreateTime().AsTime().Format("15:04:05.000"),
 						st.GetReadyTime().AsTime().Format("15:04:05.000"), st.GetStartTime().AsTime().Format("15:04:05.000"))
@@ -207,10 +235,17 @@ func TestFairnessBench(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // polling, bounded by ctx
 		}
 	}
-	slices.Sort(waits)
-	q := func(p float64) time.Duration { return waits[min(len(waits)-1, int(p*float64(len(waits))))] }
-	t.Logf("B (key %q): %d tasks at 10/s; queue wait p50 %s p99 %s max %s (target p99 ≤ 50ms); dispatches %.0f/s (2 agents × %d slots, %s a step); A's steps still queued at B's last submission: %d",
-		bKey, len(waits), q(0.5), q(0.99), waits[len(waits)-1], rate, slots, hold, left)
+	q := func(ds []time.Duration, p float64) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, int(p*float64(len(ds))))]
+	}
+	t.Logf("B (key %q): %d tasks at 10/s; queue wait p50 %s p99 %s max %s (target p99 ≤ 50ms); dispatches %.0f/s (2 agents × %d slots, %s a step ±%.0f%%); A's steps still queued at B's last submission: %d",
+		bKey, len(waits), q(waits, 0.5), q(waits, 0.99), q(waits, 1), rate, slots, hold, 100*jitter, left)
+	t.Logf("B's wait for the first agent slot freed after its step was ready: p50 %s p99 %s max %s; from that slot's freeing to B's dispatch: p50 %s p99 %s max %s",
+		q(slotWaits, 0.5), q(slotWaits, 0.99), q(slotWaits, 1), q(beyond, 0.5), q(beyond, 0.99), q(beyond, 1))
 	if left <= 0 {
 		t.Logf("warning: A's backlog ran out during the measurement: raise REEVE_BENCH_FAIRNESS")
 	}
