@@ -85,6 +85,9 @@ type dispatchDeps struct {
 	// admitTask gives a task waiting for a slot of its workflow's
 	// concurrency key that slot (engine.admitKey).
 	admitTask func(ns, id string, slot int32) error
+	// adoptSlot records a max_running slot in a running attempt that
+	// holds none (engine.adoptSlot, flowadopt.go).
+	adoptSlot func(ref *reevev1.StepRef, typ string, slot int32) error
 	// work is the background work the scheduler's shutdown waits for.
 	work *workGroup
 }
@@ -321,6 +324,7 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 	if err != nil && it.slot.key != "" {
 		d.requeueParked(it.slot.key)
 	}
+	took := it.slot.slot
 	it.slot = flowSlot{}
 	switch {
 	case err == nil:
@@ -328,6 +332,7 @@ func (d *dispatcher) claim(it *readyItem, conn *agentConn) {
 			delete(d.items, it.key)
 		}
 		d.handOver(conn, a)
+		d.adoptUnslotted(a, took) // a limit that came while it was claimed
 	case errors.Is(err, taskstate.ErrNotDue), errors.Is(err, store.ErrSlotTaken):
 		// A slot taken by another scheduler's claim: the watch shows it
 		// soon, and the step waits for the next free one.

@@ -23,6 +23,7 @@ func (d *dispatcher) addAgent(c *agentConn) {
 	d.seq++
 	c.seq = d.seq
 	d.agents.add(c)
+	d.adoptConn(c) // attempts of an earlier stream, claimed before a limit
 	d.unlock()
 	d.poke()
 }
@@ -373,6 +374,7 @@ func (d *dispatcher) deliver(sl *directSlot, a *reevev1.StepAssignment) {
 	sl.conn.reserved--
 	d.flow.claimed(sl.k, sl.fs, true, d.clock.Now())
 	d.handOver(sl.conn, a)
+	d.adoptUnslotted(a, sl.fs.slot) // a limit that came while it was claimed
 }
 
 // handOver queues a committed assignment on conn's stream and starts

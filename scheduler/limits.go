@@ -528,6 +528,13 @@ func (d *dispatcher) applyFlow(ev store.FlowEvent) {
 		if key, look := d.taskKeys.apply(ev); look {
 			d.admitKeys([]string{key}, ev.Synced || key == "")
 		}
+	} else if ev.Kind == store.FlowQueue && !ev.Reset && !ev.Synced {
+		k := queueKey{ev.Namespace, ev.Type}
+		had := d.flow.configs[k].GetMaxRunning() > 0
+		d.flow.apply(ev, d.clock.Now())
+		if !had && d.flow.configs[k].GetMaxRunning() > 0 {
+			d.adoptAgentsOf(k) // a first limit while attempts of k run (flowadopt.go)
+		}
 	} else if d.flow.apply(ev, d.clock.Now()) && ev.Kind == store.FlowKeySlot {
 		if ev.Synced {
 			// Listed afresh: every parked step looks again.

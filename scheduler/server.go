@@ -116,7 +116,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	s.disp = newDispatcher(dispatchDeps{
 		id: o.id, clock: o.clock, log: s.log, logs: logs, store: s.store,
 		ackTimeout: o.ackTimeout, claimConcurrency: o.claimConcurrency,
-		claimEntry: s.eng.claim, takeBackNow: s.eng.takeBack, expireNow: s.eng.expireNow, admitTask: s.eng.admitKey, work: s.work,
+		claimEntry: s.eng.claim, takeBackNow: s.eng.takeBack, expireNow: s.eng.expireNow, admitTask: s.eng.admitKey, adoptSlot: s.eng.adoptSlot, work: s.work,
 	})
 	s.eng.disp = s.disp
 	s.disp.flow.idle = s.tel.observeSlotIdle

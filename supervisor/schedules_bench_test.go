@@ -22,6 +22,7 @@ import (
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/schedule"
 	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
 
@@ -43,7 +44,9 @@ func TestScheduleFiringBench(t *testing.T) {
 		t.Skip("set REEVE_BENCH_SCHEDULES to run the schedule firing benchmark")
 	}
 	env := testenv.New(t)
-	s := env.StartScheduler("")
+	// Records as a scheduler without an archive keeps them (testenv turns
+	// compression on).
+	s := env.StartScheduler("", scheduler.WithRecordCompression(false))
 	c := s.Client(t)
 	sc := reevev1.NewScheduleServiceClient(testenv.Dial(t, s.Addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)

@@ -143,7 +143,8 @@ func (k keys) appendSlotKeys(dst []indexKey, t *reevev1.Task) []indexKey {
 
 // slotCmps returns the compares a write from before to after needs for the
 // slots after takes that before did not hold: the slot key absent, and no
-// slot above the step's slot_limit held. None for a write that takes no
+// slot above the step's slot_limit held (but for an adopted attempt's
+// slot, whose slot_limit is 0). None for a write that takes no
 // slot (every write of a type without a limit).
 func (k keys) slotCmps(before, after *reevev1.Task) []clientv3.Cmp {
 	var cmps []clientv3.Cmp
@@ -168,10 +169,14 @@ func (k keys) slotCmps(before, after *reevev1.Task) []clientv3.Cmp {
 			continue // held already
 		}
 		ns := after.GetNamespace()
-		cmps = append(cmps,
-			clientv3.Compare(clientv3.CreateRevision(k.slot(ns, typ, s.GetSlot())), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(k.slot(ns, typ, max(s.GetSlotLimit(), s.GetSlot())+1)), "=", 0).
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k.slot(ns, typ, s.GetSlot())), "=", 0))
+		if s.GetSlotLimit() > 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k.slot(ns, typ, max(s.GetSlotLimit(), s.GetSlot())+1)), "=", 0).
 				WithRange(prefixEnd(k.slotsOf(ns, typ))))
+		}
+		// slot_limit 0: a running attempt adopted into a slot when its
+		// type got a first limit (scheduler/flowadopt.go), above the limit
+		// if need be: only the slot itself must be free.
 	}
 	return cmps
 }

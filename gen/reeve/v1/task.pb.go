@@ -495,7 +495,9 @@ type Step struct {
 	// record's slot key (slots/<ns>/<type>/<slot>) exists while it holds one.
 	Slot int32 `protobuf:"varint,35,opt,name=slot,proto3" json:"slot,omitempty"`
 	// The type's max_running when the slot was taken: the claim compared
-	// that no slot above it was held.
+	// that no slot above it was held. 0 with a slot: an attempt that was
+	// running when its type got a first max_running, adopted into the slot
+	// by its scheduler (possibly one above the limit).
 	SlotLimit int32 `protobuf:"varint,36,opt,name=slot_limit,json=slotLimit,proto3" json:"slot_limit,omitempty"`
 	// Why a queued step is not dispatched, e.g. "waiting: payments.charge is
 	// at its limit 10/10" or "waiting: queue payments.charge is paused"; set
