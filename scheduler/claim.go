@@ -241,7 +241,7 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 	if err := taskstate.Claim(t, st.GetName(), st.GetAttempt(), c.d.id, c.slot.conn.agentID, now); err != nil {
 		return nil
 	}
-	st.Slot, st.SlotLimit = c.slot.fs.slot, c.slot.fs.limit
+	st.Slot, st.SlotLimit, st.SlotDeadline = c.slot.fs.slot, c.slot.fs.limit, c.slot.fs.slot > 0
 	c.claimed, c.ref = true, taskstate.Ref(t, st)
 	return nil
 }

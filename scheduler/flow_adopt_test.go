@@ -2,12 +2,18 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/supervisor"
 )
 
 // waitRunning waits until the scheduler behind q counts running attempts
@@ -130,4 +136,77 @@ func TestFirstLimitAdoptsAttemptsOfAReconnectingAgent(t *testing.T) {
 	if got := stepOf(getTask(t, c2, refs[3].GetTaskId()), "a").GetSlot(); got != 0 {
 		t.Errorf("the step of type other holds slot %d", got)
 	}
+}
+
+// An attempt holding a max_running slot has its complete-by in the slot
+// key, not a deadline key (the limit costs no key of its own), and the
+// supervisor recovers it there: woken by the slot's deadline, not its
+// tick. An adopted attempt keeps its deadline key.
+func TestSlotHoldsTheAttemptsDeadline(t *testing.T) {
+	env, s, c := newEnv(t)
+	q := queues(t, s)
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+	long := step("a", "erp")
+	long.Timeout = durationpb.New(time.Hour)
+	adopted := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(long)}).GetId()
+	first := a.NextAssignment(wait)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 2})
+	waitApplied(t, q, "erp", 2)
+	waitRunning(t, q, "erp", 1)
+	env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(time.Hour))
+
+	sp := step("a", "erp")
+	sp.Timeout = durationpb.New(time.Second)
+	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(sp)}).GetId()
+	as := a.NextAssignment(wait)
+	if as.GetRef().GetTaskId() != id {
+		t.Fatalf("assigned %s, want %s", as.GetRef().GetTaskId(), id)
+	}
+	keys := func(prefix string) map[string]string {
+		t.Helper()
+		resp, err := env.Etcd.Client().Get(context.Background(), prefix, clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, kv := range resp.Kvs {
+			out[string(kv.Key)] = string(kv.Value)
+		}
+		return out
+	}
+	deadlineOf := func(task string) (n int) {
+		for k := range keys("/reeve/deadlines/") {
+			if strings.Contains(k, "/"+task+"/") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := deadlineOf(id); n != 0 {
+		t.Errorf("%d deadline keys for the attempt holding a slot; want none", n)
+	}
+	if n := deadlineOf(adopted); n != 1 {
+		t.Errorf("%d deadline keys for the adopted attempt; want 1", n)
+	}
+	by := as.GetCompleteBy().AsTime().UnixNano()
+	slots := keys("/reeve/slots/default/erp/")
+	if got, want := slots["/reeve/slots/default/erp/000002"], fmt.Sprintf("%s/a/1 %d", id, by); got != want {
+		t.Errorf("slot 2 holds %q, want %q (all: %v)", got, want, slots)
+	}
+	if got, want := slots["/reeve/slots/default/erp/000001"], adopted+"/a/1"; got != want {
+		t.Errorf("slot 1 holds %q, want the adopted attempt %q", got, want)
+	}
+
+	// Never answered: the supervisor, whose tick is an hour, retries it at
+	// its complete-by.
+	retry := a.NextAssignment(wait)
+	if retry.GetRef().GetTaskId() != id || retry.GetRef().GetAttempt() != 2 {
+		t.Fatalf("assigned %v, want attempt 2 of %s", retry.GetRef(), id)
+	}
+	a.Succeed(retry.GetRef(), nil)
+	a.Succeed(first.GetRef(), nil)
+	waitStates(t, c, []string{id, adopted}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	waitRunning(t, q, "erp", 0)
+	verifyClean(t, env)
 }

@@ -582,7 +582,7 @@ func takeSlot(t *reevev1.Task, entry *storev1.ReadyEntry, slot flowSlot) {
 		return
 	}
 	st := taskstate.FindStep(t, entry.GetStep())
-	st.Slot, st.SlotLimit = slot.slot, slot.limit
+	st.Slot, st.SlotLimit, st.SlotDeadline = slot.slot, slot.limit, slot.slot > 0
 	st.KeySlot = slot.keySlot
 }
 

@@ -51,6 +51,8 @@ type Supervisor struct {
 	// backoff holds the deadline keys whose recovery failed; used by the
 	// leading goroutine only (and Tick's senders, under their mutex).
 	backoff map[string]entryBackoff
+	// slots is the leader's view of the deadlines slot keys hold (slots.go).
+	slots *slotView
 }
 
 // New returns a supervisor that reads etcd through cli and acts through the
@@ -71,6 +73,7 @@ func New(cli *clientv3.Client, schedulers []reevev1.SupervisorServiceClient, opt
 		cli:        cli,
 		schedulers: schedulers,
 		log:        o.log.With("supervisor_id", o.id),
+		slots:      newSlotView(),
 	}
 	s.store = store.New(cli, store.WithPrefix(o.prefix), store.WithMeterProvider(o.meter), store.WithLogger(s.log))
 	s.tel = newInstruments(s)
@@ -157,6 +160,11 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 		defer close(lostDone)
 		s.watchLostAgents(wctx, fence, from)
 	}()
+	slotsDone := make(chan struct{})
+	go func() {
+		defer close(slotsDone)
+		s.followSlots(wctx, w) // slots.go
+	}()
 	firesDone := make(chan struct{})
 	go func() {
 		defer close(firesDone)
@@ -166,6 +174,7 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 		cancel()
 		<-done
 		<-lostDone
+		<-slotsDone
 		<-firesDone
 	}()
 	s.backoff = map[string]entryBackoff{}
@@ -179,6 +188,9 @@ func (s *Supervisor) lead(ctx context.Context, sess *concurrency.Session, el *co
 		now := s.opts.clock.Now()
 		next := now.Add(s.opts.tick)
 		if at, ok, _, err := s.store.NextDeadline(sess.Ctx(), passAt, next); err == nil && ok && at.Before(next) {
+			next = at
+		}
+		if at, ok := s.slots.next(passAt, next); ok {
 			next = at
 		}
 		for _, b := range s.backoff {
@@ -408,46 +420,29 @@ func (s *Supervisor) tick(ctx context.Context, fence *reevev1.Fence, now time.Ti
 			break
 		}
 		after = page[len(page)-1].Key
-		live := page[:0:0]
-		calls.mu.Lock()
-		for _, d := range page {
-			seen[d.Key] = true
-			if b, ok := s.backoff[d.Key]; ok && now.Before(b.next) {
-				continue
-			}
-			live = append(live, d)
-		}
-		calls.mu.Unlock()
-		recs, pruned, err := s.store.ExpiredRecords(ctx, live, fenceCmp)
-		if err != nil {
-			s.log.Warn("read expired tasks", "err", err)
+		if !s.recover(ctx, calls, page, seen, fenceCmp) {
 			break
-		}
-		if pruned > 0 {
-			s.tel.pruned.Add(ctx, int64(pruned))
-			s.log.Info("removed deadline keys no task implies", "count", pruned)
-		}
-		var batch []pending
-		for i, d := range live {
-			if recs[i] == nil {
-				continue
-			}
-			t := recs[i].Record.GetTask()
-			st := taskstate.FindStep(t, d.Step)
-			action, delay := decide(t, d.Step, st) // timers.go
-			s.tel.timerDecided(ctx, d.Step, action, now.Sub(d.CompleteBy))
-			batch = append(batch, pending{d: d, rec: recs[i], st: st, action: action, delay: delay})
-			if len(batch) == decisionsPerCall {
-				s.send(ctx, calls, batch)
-				batch = nil
-			}
-		}
-		if len(batch) > 0 {
-			s.send(ctx, calls, batch)
 		}
 		if len(page) < s.opts.batch {
 			complete = true
 			break
+		}
+	}
+	// The deadlines slot keys hold (slots.go): all of the expired ones,
+	// in pages of the same size.
+	if complete && ctx.Err() == nil && !calls.deposed.Load() {
+		slots, err := s.expiredSlots(ctx, now)
+		if err != nil {
+			s.log.Warn("read slot deadlines", "err", err)
+			complete = false
+		}
+		for len(slots) > 0 && ctx.Err() == nil && !calls.deposed.Load() {
+			page := slots[:min(len(slots), s.opts.batch)]
+			slots = slots[len(page):]
+			if !s.recover(ctx, calls, page, seen, fenceCmp) {
+				complete = false
+				break
+			}
 		}
 	}
 	calls.wg.Wait()
@@ -605,4 +600,50 @@ func (s *Supervisor) sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-s.opts.clock.After(d):
 	}
+}
+
+// recover handles one page of expired deadlines: it skips those backing
+// off, reads the records behind the rest (pruning keys no record implies),
+// decides each and sends the decisions. It returns false when the records
+// could not be read (the pass ends there).
+func (s *Supervisor) recover(ctx context.Context, calls *tickCalls, page []store.Expired, seen map[string]bool, fenceCmp clientv3.Cmp) bool {
+	now := calls.now
+	live := page[:0:0]
+	calls.mu.Lock()
+	for _, d := range page {
+		seen[d.Key] = true
+		if b, ok := s.backoff[d.Key]; ok && now.Before(b.next) {
+			continue
+		}
+		live = append(live, d)
+	}
+	calls.mu.Unlock()
+	recs, pruned, err := s.store.ExpiredRecords(ctx, live, fenceCmp)
+	if err != nil {
+		s.log.Warn("read expired tasks", "err", err)
+		return false
+	}
+	if pruned > 0 {
+		s.tel.pruned.Add(ctx, int64(pruned))
+		s.log.Info("removed deadline keys no task implies", "count", pruned)
+	}
+	var batch []pending
+	for i, d := range live {
+		if recs[i] == nil {
+			continue
+		}
+		t := recs[i].Record.GetTask()
+		st := taskstate.FindStep(t, d.Step)
+		action, delay := decide(t, d.Step, st) // timers.go
+		s.tel.timerDecided(ctx, d.Step, action, now.Sub(d.CompleteBy))
+		batch = append(batch, pending{d: d, rec: recs[i], st: st, action: action, delay: delay})
+		if len(batch) == decisionsPerCall {
+			s.send(ctx, calls, batch)
+			batch = nil
+		}
+	}
+	if len(batch) > 0 {
+		s.send(ctx, calls, batch)
+	}
+	return true
 }

@@ -64,9 +64,21 @@ func (s *sampler) sample(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
-	deadlines := make(map[string]bool, len(dl.Kvs))
+	deadlines := make(map[string]string, len(dl.Kvs))
 	for _, kv := range dl.Kvs {
-		deadlines[string(kv.Key)] = true
+		deadlines[string(kv.Key)] = ""
+	}
+	// An attempt holding a max_running slot has its complete-by in the
+	// slot key's value.
+	sl, err := s.cli.Get(rctx, layout.Slots(), clientv3.WithPrefix(), clientv3.WithRev(tasks.Header.Revision))
+	if err != nil {
+		s.mu.Lock()
+		s.failed++
+		s.mu.Unlock()
+		return
+	}
+	for _, kv := range sl.Kvs {
+		deadlines[string(kv.Key)] = string(kv.Value)
 	}
 	var found []Violation
 	running := 0
@@ -88,7 +100,7 @@ func (s *sampler) sample(ctx context.Context) {
 			switch {
 			case st.GetCompleteBy() == nil:
 				v.Detail = fmt.Sprintf("%s without complete-by at revision %d", st.GetState(), tasks.Header.Revision)
-			case !deadlines[layout.Deadline(st.GetCompleteBy().AsTime(), t.GetNamespace(), t.GetId(), st.GetName(), st.GetAttempt())]:
+			case !hasDeadline(deadlines, layout, t, st):
 				v.Detail = fmt.Sprintf("%s with complete-by %s but no deadline key at revision %d", st.GetState(), st.GetCompleteBy().AsTime().UTC().Format(time.RFC3339Nano), tasks.Header.Revision)
 			case st.GetCompleteBy().AsTime().Add(s.window).Before(now):
 				v.Detail = fmt.Sprintf("%s with complete-by %s, more than %v before the sample at %s", st.GetState(),
@@ -115,4 +127,12 @@ func (s *sampler) report(r *Report) {
 	for _, v := range s.violations {
 		r.add(v)
 	}
+}
+
+// hasDeadline reports whether the key that indexes a dispatched step's
+// complete-by exists (with the value it must hold, for a slot key).
+func hasDeadline(keys map[string]string, layout store.Layout, t *reevev1.Task, st *reevev1.Step) bool {
+	key, want := layout.StepDeadline(t, st)
+	val, ok := keys[key]
+	return ok && val == want
 }

@@ -50,7 +50,9 @@ func (s *Store) CountTasks(ctx context.Context, ns string, state reevev1.TaskSta
 
 // CountLive returns how many executions are queued (ready keys) and how many
 // have a deadline (dispatched ones, and queued ones with a schedule-to-start
-// timeout), cluster-wide, in one read of two count-only ranges, and the
+// timeout; a dispatched one holding a max_running slot has its deadline in
+// the slot key, and is counted by it: slotdeadlines.go), cluster-wide, in
+// one read of three count-only ranges, and the
 // store revision it counted at. Those indexes hold live work only, never
 // retained terminal tasks, so the cost grows with the work in flight, not
 // with the store (but etcd visits every key of a range it counts: a caller
@@ -61,9 +63,11 @@ func (s *Store) CountLive(ctx context.Context) (ready, deadlines, rev int64, err
 	resp, err := s.c.Txn(octx).Then(
 		clientv3.OpGet(s.k.readyPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.k.deadlinePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.k.slotsPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
 		return 0, 0, 0, etcdErr(ctx, "count live work", err)
 	}
-	return resp.Responses[0].GetResponseRange().GetCount(), resp.Responses[1].GetResponseRange().GetCount(), resp.Header.GetRevision(), nil
+	deadlines = resp.Responses[1].GetResponseRange().GetCount() + resp.Responses[2].GetResponseRange().GetCount()
+	return resp.Responses[0].GetResponseRange().GetCount(), deadlines, resp.Header.GetRevision(), nil
 }

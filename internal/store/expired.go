@@ -24,6 +24,9 @@ type Expired struct {
 	Deadline
 	Key      string
 	Revision int64
+	// slotValue is the value of a slot key holding the deadline
+	// (slotdeadlines.go); "" for a deadlines/ key.
+	slotValue string
 }
 
 // readChunk bounds the operations of one batched read or prune (etcd allows
@@ -163,7 +166,13 @@ func (s *Store) ExpiredRecords(ctx context.Context, ds []Expired, fence clientv3
 				s.unknownVersion("read expired tasks", &UnknownVersionError{Kind: KindTask, Namespace: d.Namespace, Name: d.TaskID, Key: taskKey, Version: rv})
 				continue
 			}
-			if _, live := s.k.indexKeys(v.Record)[d.Key]; live {
+			if val, live := s.k.indexKeys(v.Record)[d.Key]; live {
+				if d.slotValue != "" && val != d.slotValue {
+					// A slot key the record holds otherwise now (another
+					// attempt, another complete-by): this deadline is
+					// stale, the slot key's current one is the record's.
+					continue
+				}
 				recs[start+i] = &v
 				continue
 			}

@@ -104,8 +104,10 @@ func (k keys) appendIndexKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKe
 		// key: a dispatched or waiting one at its complete-by (a paused
 		// task's too: they are not the scheduler's to hold back), a queued
 		// one with a schedule-to-start timeout at its schedule-to-start
-		// deadline.
-		if at, ok := taskstate.Deadline(s); ok && (taskstate.Dispatched(s) || taskstate.Waiting(s) || !t.GetPaused()) {
+		// deadline. A dispatched attempt whose claim took a max_running
+		// slot has its complete-by in the slot key's value instead
+		// (slotDeadline, queues.go).
+		if at, ok := taskstate.Deadline(s); ok && (taskstate.Dispatched(s) || taskstate.Waiting(s) || !t.GetPaused()) && !slotDeadline(s) {
 			dst = append(dst, indexKey{k.deadline(at, ns, id, s.GetName(), s.GetAttempt()), ""})
 		}
 		// A step waiting for a completion from outside is listed for those

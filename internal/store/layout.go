@@ -5,6 +5,7 @@ import (
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
+	"github.com/reeve-org/reeve/internal/taskstate"
 )
 
 // DefaultPrefix is the key prefix of a store not given WithPrefix.
@@ -43,6 +44,24 @@ func (l Layout) Deadlines() string { return l.k.deadlinePrefix() }
 // key a dispatched step's complete-by is indexed under.
 func (l Layout) Deadline(completeBy time.Time, ns, id, step string, attempt int32) string {
 	return l.k.deadline(completeBy, ns, id, step, attempt)
+}
+
+// Slots is the prefix of the max_running slot keys, which also index the
+// complete-by of the attempts holding them (slotdeadlines.go).
+func (l Layout) Slots() string { return l.k.slotsPrefix() }
+
+// StepDeadline is the key that indexes a dispatched step's complete-by,
+// with the value it holds: a deadline key (value "") or, for an attempt
+// whose claim took a max_running slot, its slot key.
+func (l Layout) StepDeadline(t *reevev1.Task, s *reevev1.Step) (key, value string) {
+	if slotDeadline(s) {
+		for _, e := range l.k.appendSlotKeys(nil, t) {
+			if e.key == l.k.slot(t.GetNamespace(), taskstate.ExecutionType(t, s), s.GetSlot()) {
+				return e.key, e.val
+			}
+		}
+	}
+	return l.k.deadline(s.GetCompleteBy().AsTime(), t.GetNamespace(), t.GetId(), s.GetName(), s.GetAttempt()), ""
 }
 
 // CreatedState is the prefix of the index of namespace ns's tasks in state

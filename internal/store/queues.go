@@ -108,6 +108,17 @@ func HoldsSlot(s *reevev1.Step) bool {
 	return s.GetSlot() > 0 && taskstate.Dispatched(s) && !s.GetDeferred()
 }
 
+// slotDeadline reports whether a step's complete-by is indexed by its
+// max_running slot key rather than a deadline key: while its attempt holds
+// the slot its claim took (Step.slot_deadline). The slot key's value is
+// then "<task-id>/<step>/<attempt> <complete-by, Unix ns>", and the
+// supervisor follows slots/ as a second deadline index (SlotDeadlines):
+// the key a limit needs anyway serves both, so a limit costs no etcd
+// operation per attempt beyond what the attempt costs without one.
+func slotDeadline(s *reevev1.Step) bool {
+	return s.GetSlotDeadline() && HoldsSlot(s) && s.GetCompleteBy() != nil
+}
+
 // appendSlotKeys appends the slot keys a task record implies.
 func (k keys) appendSlotKeys(dst []indexKey, t *reevev1.Task) []indexKey {
 	// A live task of a workflow with a concurrency key holds a slot of its
@@ -124,10 +135,11 @@ func (k keys) appendSlotKeys(dst []indexKey, t *reevev1.Task) []indexKey {
 	}
 	for _, s := range t.GetSteps() {
 		if HoldsSlot(s) {
-			dst = append(dst, indexKey{
-				k.slot(t.GetNamespace(), taskstate.ExecutionType(t, s), s.GetSlot()),
-				t.GetId() + "/" + s.GetName() + "/" + strconv.Itoa(int(s.GetAttempt())),
-			})
+			val := t.GetId() + "/" + s.GetName() + "/" + strconv.Itoa(int(s.GetAttempt()))
+			if slotDeadline(s) {
+				val += " " + strconv.FormatInt(s.GetCompleteBy().AsTime().UnixNano(), 10)
+			}
+			dst = append(dst, indexKey{k.slot(t.GetNamespace(), taskstate.ExecutionType(t, s), s.GetSlot()), val})
 		}
 		if HoldsKeySlot(s) {
 			if id, _ := KeyID(t, s); id != "" {

@@ -105,7 +105,7 @@ func Claim(t *reevev1.Task, name string, attempt int32, schedulerID, agentID str
 	s.ScheduleToStartDeadline = nil
 	s.LockedByScheduler = schedulerID
 	s.LockedByAgent = agentID
-	s.Slot, s.SlotLimit, s.KeySlot = 0, 0, 0 // the claimer sets the slots it took, if any (issue 36)
+	s.Slot, s.SlotLimit, s.KeySlot, s.SlotDeadline = 0, 0, 0, false // the claimer sets the slots it took, if any (issue 36)
 	if t.GetState() == reevev1.TaskState_TASK_STATE_PENDING {
 		t.State = reevev1.TaskState_TASK_STATE_RUNNING
 	}

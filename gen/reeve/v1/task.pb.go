@@ -508,7 +508,13 @@ type Step struct {
 	ConcurrencyKey string `protobuf:"bytes,38,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
 	// The slot (1-based) of that key the current attempt holds while
 	// running; 0: none.
-	KeySlot       int32 `protobuf:"varint,39,opt,name=key_slot,json=keySlot,proto3" json:"key_slot,omitempty"`
+	KeySlot int32 `protobuf:"varint,39,opt,name=key_slot,json=keySlot,proto3" json:"key_slot,omitempty"`
+	// Set by the claim that takes a max_running slot: while the attempt
+	// holds it, its complete-by is indexed by the slot key's value instead of
+	// a deadline key (one key for both: the limit costs no etcd operation per
+	// attempt). An attempt adopted into a slot (slot_limit 0), or claimed by
+	// a Reeve from before this field, keeps its deadline key.
+	SlotDeadline  bool `protobuf:"varint,40,opt,name=slot_deadline,json=slotDeadline,proto3" json:"slot_deadline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,6 +752,13 @@ func (x *Step) GetKeySlot() int32 {
 	return 0
 }
 
+func (x *Step) GetSlotDeadline() bool {
+	if x != nil {
+		return x.SlotDeadline
+	}
+	return false
+}
+
 // StepError is an error reported by an agent, or by the system for a step.
 type StepError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -968,7 +981,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\bkey_slot\x18! \x01(\x05R\akeySlot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\n" +
 	"\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1007,7 +1020,8 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\vwait_reason\x18% \x01(\tR\n" +
 	"waitReason\x12'\n" +
 	"\x0fconcurrency_key\x18& \x01(\tR\x0econcurrencyKey\x12\x19\n" +
-	"\bkey_slot\x18' \x01(\x05R\akeySlot\"\xcc\x01\n" +
+	"\bkey_slot\x18' \x01(\x05R\akeySlot\x12#\n" +
+	"\rslot_deadline\x18( \x01(\bR\fslotDeadline\"\xcc\x01\n" +
 	"\tStepError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +
