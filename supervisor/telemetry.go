@@ -62,8 +62,20 @@ func newInstruments(s *Supervisor) *instruments {
 		if len(expired) > 0 {
 			age = now.Sub(expired[0].CompleteBy).Seconds()
 		}
+		n := len(expired)
+		// An attempt holding a max_running slot has its complete-by in the
+		// slot key, not in deadlines/ (slots.go): the leader's view, or a
+		// read of slots/ (at most the sum of the types' limits).
+		slots, err := s.expiredSlots(cctx, now)
+		if err != nil {
+			return nil
+		}
+		if len(slots) > 0 {
+			age = max(age, now.Sub(slots[0].CompleteBy).Seconds())
+		}
+		n = min(n+len(slots), overdueCountCap)
 		o.ObserveFloat64(overdue, age)
-		o.ObserveInt64(overdueN, int64(len(expired)))
+		o.ObserveInt64(overdueN, int64(n))
 		return nil
 	}, overdue, overdueN, leader)
 	return in
