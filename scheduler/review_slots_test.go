@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/testenv"
+	"github.com/reeve-org/reeve/scheduler"
 	"github.com/reeve-org/reeve/supervisor"
 )
 
@@ -51,4 +53,192 @@ func TestOverdueGaugeCountsSlotDeadlines(t *testing.T) {
 	if n != 2 {
 		t.Errorf("reeve.steps.overdue %d with two attempts past their complete-by, one holding a max_running slot; want 2", n)
 	}
+}
+
+// hourSupervisor starts a supervisor whose safety-net tick is an hour, so
+// that a recovery within seconds proves it was woken by the deadline.
+func hourSupervisor(t *testing.T, env *testenv.Env, ss ...*testenv.Scheduler) *testenv.Supervisor {
+	t.Helper()
+	sup := env.StartSupervisor(ss, supervisor.WithTick(time.Hour))
+	for deadline := time.Now().Add(wait); !sup.Leading(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+	return sup
+}
+
+// nextAttempt waits for an assignment of task id's step at attempt.
+func nextAttempt(t *testing.T, a *testenv.RawAgent, id string, attempt int32) *reevev1.StepAssignment {
+	t.Helper()
+	as := a.NextAssignment(wait)
+	if as.GetRef().GetTaskId() != id || as.GetRef().GetAttempt() != attempt {
+		t.Fatalf("assigned %v, want attempt %d of %s", as.GetRef(), attempt, id)
+	}
+	return as
+}
+
+// A missed heartbeat moves the complete-by of an attempt holding a slot to
+// now (the slot key's value moves): the supervisor, whose tick is an hour,
+// retries it at once.
+func TestSlotDeadlineMovedByAMissedHeartbeat(t *testing.T) {
+	env, s, c := newEnv(t)
+	q := queues(t, s)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
+	waitApplied(t, q, "erp", 1)
+	hourSupervisor(t, env, s)
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+	sp := step("a", "erp")
+	sp.Timeout = durationpb.New(time.Hour)
+	sp.HeartbeatTimeout = durationpb.New(500 * time.Millisecond)
+	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(sp)}).GetId()
+	nextAttempt(t, a, id, 1)
+	a.Succeed(nextAttempt(t, a, id, 2).GetRef(), nil)
+	waitStates(t, c, []string{id}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	waitFlowKeys(t, env, 0, "ended")
+	verifyClean(t, env)
+}
+
+// A deferred attempt holds no slot: its deadline key comes back with its
+// complete-by, the slot goes to the next step, and the supervisor (tick an
+// hour) recovers the deferred attempt at its complete-by.
+func TestDeferredAttemptGetsItsDeadlineKeyBack(t *testing.T) {
+	env, s, c := newEnv(t)
+	q := queues(t, s)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
+	waitApplied(t, q, "erp", 1)
+	hourSupervisor(t, env, s)
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+	sp := step("a", "erp")
+	sp.Timeout = durationpb.New(2 * time.Second)
+	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(sp)}).GetId()
+	first := nextAttempt(t, a, id, 1)
+	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: first.GetRef(),
+		Outcome: &reevev1.StepResult_Deferred{Deferred: &reevev1.StepDeferred{Reason: "webhook"}}}}})
+	if ack := a.NextResultAck(wait); !ack.GetAccepted() {
+		t.Fatalf("deferral: %v", ack)
+	}
+	waitFlowKeys(t, env, 0, "deferred")
+	verifyClean(t, env)
+	other := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "erp"))}).GetId()
+	o := nextAttempt(t, a, other, 1)
+	// The deferred attempt expires: attempt 2 waits for the slot.
+	a.Quiet(2500 * time.Millisecond)
+	a.Succeed(o.GetRef(), nil)
+	a.Succeed(nextAttempt(t, a, id, 2).GetRef(), nil)
+	waitStates(t, c, []string{id, other}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	waitFlowKeys(t, env, 0, "ended")
+	verifyClean(t, env)
+}
+
+// The supervisor leader dies; the next one recovers an attempt holding a
+// slot at its complete-by (its tick is an hour): its view of slots/ is
+// listed when it leads.
+func TestSlotDeadlineAfterSupervisorFailover(t *testing.T) {
+	env, s, c := newEnv(t)
+	q := queues(t, s)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 2})
+	waitApplied(t, q, "erp", 2)
+	first := hourSupervisor(t, env, s)
+	second := env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(time.Hour))
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+	short := step("a", "erp")
+	short.Timeout = durationpb.New(time.Second)
+	short.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	// One expires while no supervisor leads, one after the new leader led.
+	early := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(short)}).GetId()
+	nextAttempt(t, a, early, 1)
+	first.Kill()
+	for deadline := time.Now().Add(wait); !second.Leading(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no new leader")
+		}
+	}
+	late := step("a", "erp")
+	late.Timeout = durationpb.New(3 * time.Second)
+	late.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	lateID := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(late)}).GetId()
+	got := map[string]bool{}
+	for range 3 {
+		as := a.NextAssignment(wait)
+		got[as.GetRef().GetTaskId()+"/"+fmt.Sprint(as.GetRef().GetAttempt())] = true
+		if as.GetRef().GetAttempt() == 2 {
+			a.Succeed(as.GetRef(), nil)
+		}
+	}
+	for _, k := range []string{lateID + "/1", early + "/2", lateID + "/2"} {
+		if !got[k] {
+			t.Fatalf("assignments %v; want %s", got, k)
+		}
+	}
+	waitStates(t, c, []string{early, lateID}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	waitFlowKeys(t, env, 0, "ended")
+	verifyClean(t, env)
+}
+
+// An agent lost with its scheduler: the supervisor moves the complete-by
+// of its heartbeat attempt holding a slot (AGENT_LOST: the slot key's
+// value moves) and retries it at the new one, long before the hour.
+func TestSlotDeadlineOfAnAgentLostWithItsScheduler(t *testing.T) {
+	env := testenv.New(t)
+	doomed := env.StartScheduler("", scheduler.WithSessionTTL(2))
+	other := env.StartScheduler("")
+	q := queues(t, other)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
+	waitApplied(t, q, "erp", 1)
+	waitApplied(t, queues(t, doomed), "erp", 1)
+	hourSupervisor(t, env, other)
+	c := other.Client(t)
+	lost := testenv.ConnectRaw(t, doomed.Addr, register("lost", 4, "erp"))
+	sp := step("a", "erp")
+	sp.Timeout = durationpb.New(time.Hour)
+	sp.HeartbeatTimeout = durationpb.New(500 * time.Millisecond)
+	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(sp)}).GetId()
+	as := nextAttempt(t, lost, id, 1)
+	lost.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Heartbeat{Heartbeat: &reevev1.Heartbeat{Refs: []*reevev1.StepRef{as.GetRef()}}}})
+	waitFlowKeys(t, env, 1, "running")
+	doomed.Crash()
+	lost.Close()
+	b := testenv.ConnectRaw(t, other.Addr, register("b", 4, "erp"))
+	b.Succeed(nextAttempt(t, b, id, 2).GetRef(), nil)
+	waitStates(t, c, []string{id}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	waitFlowKeys(t, env, 0, "ended")
+	verifyClean(t, env)
+}
+
+// A compensation of a limited type holds a slot of its own type; its
+// complete-by is in that slot key, and the supervisor (tick an hour)
+// retries it at its complete-by.
+func TestSlotDeadlineOfACompensation(t *testing.T) {
+	env, s, c := newEnv(t)
+	q := queues(t, s)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "undo", MaxRunning: 1})
+	waitApplied(t, q, "undo", 1)
+	hourSupervisor(t, env, s)
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "do", "undo"))
+	first := step("a", "do")
+	first.Compensation = &reevev1.CompensationSpec{Type: "undo", Timeout: durationpb.New(time.Second),
+		RetryPolicy: &reevev1.RetryPolicy{MaxAttempts: 3}}
+	failing := step("b", "do", "a")
+	failing.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 1}
+	failing.Escalation = reevev1.Escalation_ESCALATION_COMPENSATE
+	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(first, failing)}).GetId()
+	a.Succeed(a.NextAssignment(wait).GetRef(), nil)
+	a.Fail(a.NextAssignment(wait).GetRef(), &reevev1.StepError{Message: "no", NonRetryable: true})
+	comp := a.NextAssignment(wait)
+	if !comp.GetCompensation() {
+		t.Fatalf("assignment %v; want the compensation", comp.GetRef())
+	}
+	waitFlowKeys(t, env, 1, "compensation running")
+	retry := a.NextAssignment(wait)
+	if !retry.GetCompensation() || retry.GetRef().GetAttempt() != comp.GetRef().GetAttempt()+1 {
+		t.Fatalf("assignment %v; want the compensation's next attempt", retry.GetRef())
+	}
+	a.Succeed(retry.GetRef(), nil)
+	waitStates(t, c, []string{id}, reevev1.TaskState_TASK_STATE_COMPENSATED, wait)
+	waitFlowKeys(t, env, 0, "ended")
+	verifyClean(t, env)
 }
