@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -240,5 +241,41 @@ func TestSlotDeadlineOfACompensation(t *testing.T) {
 	a.Succeed(retry.GetRef(), nil)
 	waitStates(t, c, []string{id}, reevev1.TaskState_TASK_STATE_COMPENSATED, wait)
 	waitFlowKeys(t, env, 0, "ended")
+	verifyClean(t, env)
+}
+
+// etcd restarts under a leading supervisor (tick an hour): its watch of
+// slots/ breaks and is listed again, and an attempt claimed into a slot
+// meanwhile is still recovered at its complete-by.
+func TestSlotDeadlineAcrossAnEtcdRestart(t *testing.T) {
+	env, s, c := newEnv(t)
+	q := queues(t, s)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
+	waitApplied(t, q, "erp", 1)
+	sup := hourSupervisor(t, env, s)
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+	env.Etcd.Restart()
+	sp := step("a", "erp")
+	sp.Timeout = durationpb.New(time.Second)
+	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	var id string
+	for deadline := time.Now().Add(wait); ; time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := c.SubmitTask(ctx, &reevev1.SubmitTaskRequest{Workflow: inline(sp)})
+		cancel()
+		if err == nil {
+			id = resp.GetTask().GetId()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("submit after the restart: %v", err)
+		}
+	}
+	nextAttempt(t, a, id, 1)
+	a.Succeed(nextAttempt(t, a, id, 2).GetRef(), nil)
+	waitStates(t, c, []string{id}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	if !sup.Leading() {
+		t.Log("the supervisor lost its leadership with the restart")
+	}
 	verifyClean(t, env)
 }
