@@ -3,6 +3,8 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,5 +279,64 @@ func TestSlotDeadlineAcrossAnEtcdRestart(t *testing.T) {
 	if !sup.Leading() {
 		t.Log("the supervisor lost its leadership with the restart")
 	}
+	verifyClean(t, env)
+}
+
+// Many attempts of a limited type expire one after another, each at its
+// complete-by, with two schedulers and a supervisor whose tick is an
+// hour: every one is recovered (woken by the slot deadlines alone), the
+// limit is never exceeded, every freed slot is taken again, and nothing
+// is left behind.
+func TestManySlotDeadlinesExpireInTurn(t *testing.T) {
+	env, s1, c := newEnv(t)
+	s2 := env.StartScheduler("")
+	q := queues(t, s1)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 3})
+	waitApplied(t, q, "erp", 3)
+	waitApplied(t, queues(t, s2), "erp", 3)
+	slots := watchSlots(t, env, "erp")
+	hourSupervisor(t, env, s1, s2)
+	agents := []*testenv.RawAgent{
+		testenv.ConnectRaw(t, s1.Addr, register("a", 10, "erp")),
+		testenv.ConnectRaw(t, s2.Addr, register("b", 10, "erp")),
+	}
+	sp := step("a", "erp")
+	sp.Timeout = durationpb.New(time.Second)
+	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	// The agents ack every assignment and never answer.
+	var n atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m, ok := a.Recv(50 * time.Millisecond)
+				if as := m.GetAssignment(); ok && as != nil {
+					n.Add(1)
+					a.TrySend(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_AssignmentAck{AssignmentAck: &reevev1.AssignmentAck{Ref: as.GetRef()}}})
+				}
+			}
+		})
+	}
+	var ids []string
+	for range 12 {
+		ids = append(ids, submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(sp)}).GetId())
+	}
+	// 24 attempts, 3 at a time, a second each.
+	waitStates(t, c, ids, reevev1.TaskState_TASK_STATE_FAILED, 60*time.Second)
+	close(stop)
+	wg.Wait()
+	if n := n.Load(); n != 24 {
+		t.Errorf("%d assignments; want 24", n)
+	}
+	if got := slots.most(); got > 3 {
+		t.Errorf("%d slots held at once; max_running is 3", got)
+	}
+	waitFlowKeys(t, env, 0, "all ended")
 	verifyClean(t, env)
 }
