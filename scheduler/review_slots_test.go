@@ -340,3 +340,33 @@ func TestManySlotDeadlinesExpireInTurn(t *testing.T) {
 	waitFlowKeys(t, env, 0, "all ended")
 	verifyClean(t, env)
 }
+
+// `reeve verify` finds nothing wrong while attempts hold slot deadlines,
+// one of them with a complete-by moved since its claim (a missed
+// heartbeat: moved to now, in the slot key's value; no supervisor runs).
+func TestVerifyWhileSlotDeadlinesRun(t *testing.T) {
+	env, s, c := newEnv(t)
+	q := queues(t, s)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 2})
+	waitApplied(t, q, "erp", 2)
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+	beat := step("a", "erp")
+	beat.Timeout = durationpb.New(time.Hour)
+	beat.HeartbeatTimeout = durationpb.New(300 * time.Millisecond)
+	missed := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(beat)}).GetId()
+	nextAttempt(t, a, missed, 1)
+	plain := step("a", "erp")
+	plain.Timeout = durationpb.New(time.Hour)
+	other := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(plain)}).GetId()
+	nextAttempt(t, a, other, 1)
+	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
+		if stepOf(getTask(t, c, missed), "a").GetCompleteBy().AsTime().Before(time.Now().Add(time.Minute)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("complete-by not moved after the missed heartbeat")
+		}
+	}
+	waitFlowKeys(t, env, 2, "both running")
+	verifyClean(t, env)
+}
