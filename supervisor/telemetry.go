@@ -64,8 +64,10 @@ func newInstruments(s *Supervisor) *instruments {
 		}
 		n := len(expired)
 		// An attempt holding a max_running slot has its complete-by in the
-		// slot key, not in deadlines/ (slots.go): the leader's view, or a
-		// read of slots/ (at most the sum of the types' limits).
+		// slot key, not in deadlines/ (slots.go): the leader's view, which
+		// costs nothing, or on another supervisor a read of slots/, which
+		// costs what runs of limited types (at most the sum of their
+		// limits), not what is overdue.
 		slots, err := s.expiredSlots(cctx, now)
 		if err != nil {
 			return nil
