@@ -370,3 +370,43 @@ func TestVerifyWhileSlotDeadlinesRun(t *testing.T) {
 	waitFlowKeys(t, env, 2, "both running")
 	verifyClean(t, env)
 }
+
+// A limit cleared while attempts hold slot deadlines: they keep their
+// slots (and their complete-by there), one expires and is recovered (tick
+// an hour), its retry runs without a slot; a limit set again adopts the
+// retry (a deadline key) beside the attempt still holding its slot.
+func TestSlotDeadlinesAcrossAClearedLimit(t *testing.T) {
+	env, s, c := newEnv(t)
+	q := queues(t, s)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 2})
+	waitApplied(t, q, "erp", 2)
+	hourSupervisor(t, env, s)
+	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+	short := step("a", "erp")
+	short.Timeout = durationpb.New(2 * time.Second)
+	short.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	long := step("a", "erp")
+	long.Timeout = durationpb.New(time.Hour)
+	held := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(long)}).GetId()
+	heldAs := nextAttempt(t, a, held, 1)
+	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(short)}).GetId()
+	nextAttempt(t, a, id, 1)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", Clear: true})
+	retry := nextAttempt(t, a, id, 2)
+	if st := stepOf(getTask(t, c, id), "a"); st.GetSlot() != 0 || st.GetSlotDeadline() {
+		t.Errorf("retry without a limit: slot %d, slot_deadline %v", st.GetSlot(), st.GetSlotDeadline())
+	}
+	verifyClean(t, env)
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
+	waitApplied(t, q, "erp", 1)
+	waitRunning(t, q, "erp", 2)
+	if st := stepOf(getTask(t, c, id), "a"); st.GetSlot() == 0 || st.GetSlotLimit() != 0 || st.GetSlotDeadline() {
+		t.Errorf("retry after the limit: slot %d, slot_limit %d, slot_deadline %v; want adopted", st.GetSlot(), st.GetSlotLimit(), st.GetSlotDeadline())
+	}
+	verifyClean(t, env)
+	a.Succeed(retry.GetRef(), nil)
+	a.Succeed(heldAs.GetRef(), nil)
+	waitStates(t, c, []string{id, held}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
+	waitFlowKeys(t, env, 0, "ended")
+	verifyClean(t, env)
+}
