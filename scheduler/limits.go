@@ -62,6 +62,9 @@ type flowControl struct {
 	// wakeAt is the earliest time a throttled type has a token again; zero
 	// when none waits for one.
 	wakeAt time.Time
+	// limitedBefore holds, while the queues/ watch lists again after a
+	// restart, the types that had a max_running before it.
+	limitedBefore map[queueKey]bool
 }
 
 // maxFreed bounds the freed times kept per type.
@@ -149,6 +152,14 @@ func (f *flowControl) apply(ev store.FlowEvent, now time.Time) bool {
 		f.synced[ev.Kind] = false
 		switch ev.Kind {
 		case store.FlowQueue:
+			// The types limited before the watch restarted: listed
+			// again, they are no first limit (flowadopt.go).
+			f.limitedBefore = map[queueKey]bool{}
+			for k, cfg := range f.configs {
+				if cfg.GetMaxRunning() > 0 {
+					f.limitedBefore[k] = true
+				}
+			}
 			clear(f.configs)
 		case store.FlowSlot:
 			clear(f.held)
@@ -166,6 +177,9 @@ func (f *flowControl) apply(ev store.FlowEvent, now time.Time) bool {
 	}
 	if ev.Synced {
 		f.synced[ev.Kind] = true
+		if ev.Kind == store.FlowQueue {
+			f.limitedBefore = nil
+		}
 		return true
 	}
 	k := queueKey{ev.Namespace, ev.Type}
@@ -530,7 +544,7 @@ func (d *dispatcher) applyFlow(ev store.FlowEvent) {
 		}
 	} else if ev.Kind == store.FlowQueue && !ev.Reset && !ev.Synced {
 		k := queueKey{ev.Namespace, ev.Type}
-		had := d.flow.configs[k].GetMaxRunning() > 0
+		had := d.flow.configs[k].GetMaxRunning() > 0 || d.flow.limitedBefore[k]
 		d.flow.apply(ev, d.clock.Now())
 		if !had && d.flow.configs[k].GetMaxRunning() > 0 {
 			d.adoptAgentsOf(k) // a first limit while attempts of k run (flowadopt.go)

@@ -48,7 +48,8 @@ type Supervisor struct {
 	leading    atomic.Bool
 	tel        *instruments
 	next       atomic.Uint32 // scheduler to try first
-	// backoff holds the deadline keys whose recovery failed; used by the
+	// backoff holds the deadlines whose recovery failed, by
+	// store.Expired.BackoffKey; used by the
 	// leading goroutine only (and Tick's senders, under their mutex).
 	backoff map[string]entryBackoff
 	// slots is the leader's view of the deadlines slot keys hold (slots.go).
@@ -526,7 +527,7 @@ func (s *Supervisor) send(ctx context.Context, calls *tickCalls, batch []pending
 			}
 			endDecision(spans[i], perr)
 			if perr == nil {
-				delete(s.backoff, p.d.Key)
+				delete(s.backoff, p.d.BackoffKey())
 				s.tel.recoveries.Add(ctx, 1, metric.WithAttributes(telemetry.KeyAction.String(p.action.String())))
 				continue
 			}
@@ -534,7 +535,7 @@ func (s *Supervisor) send(ctx context.Context, calls *tickCalls, batch []pending
 			if code == codes.FailedPrecondition {
 				stale = true
 			}
-			b := s.backoff[p.d.Key]
+			b := s.backoff[p.d.BackoffKey()]
 			if transient(code) {
 				// etcd or a scheduler unavailable, a lost race: nothing
 				// wrong with the entry; try again soon, without growing.
@@ -543,7 +544,7 @@ func (s *Supervisor) send(ctx context.Context, calls *tickCalls, batch []pending
 				b.fails++
 				b.next = now.Add(min(minEntryBackoff<<min(b.fails-1, 10), maxEntryBackoff))
 			}
-			s.backoff[p.d.Key] = b
+			s.backoff[p.d.BackoffKey()] = b
 			s.log.Info("recovery not applied", "task_id", p.d.TaskID, "step", p.d.Step, "attempt", p.d.Attempt,
 				"action", p.action.String(), "failures", b.fails, "err", perr)
 		}
@@ -611,8 +612,8 @@ func (s *Supervisor) recover(ctx context.Context, calls *tickCalls, page []store
 	live := page[:0:0]
 	calls.mu.Lock()
 	for _, d := range page {
-		seen[d.Key] = true
-		if b, ok := s.backoff[d.Key]; ok && now.Before(b.next) {
+		seen[d.BackoffKey()] = true
+		if b, ok := s.backoff[d.BackoffKey()]; ok && now.Before(b.next) {
 			continue
 		}
 		live = append(live, d)

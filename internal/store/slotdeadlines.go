@@ -77,6 +77,18 @@ func (s *Store) WatchSlotDeadlines(ctx context.Context, rev int64, fn func(SlotD
 	return etcdErr(ctx, "watch slot deadlines", ErrUnavailable)
 }
 
+// BackoffKey names the execution a deadline is of, for a caller that
+// keeps state per expired execution (the supervisor's backoffs): the key
+// for a deadlines/ key, which names the attempt and its complete-by; for a
+// slot key, which later attempts and other tasks reuse, the key with the
+// value that names the attempt and its complete-by.
+func (e Expired) BackoffKey() string {
+	if e.slotValue == "" {
+		return e.Key
+	}
+	return e.Key + " " + e.slotValue
+}
+
 // parseSlotDeadline reads the deadline a slot key holds; false when it
 // holds none or is malformed.
 func (k keys) parseSlotDeadline(kv *mvccpb.KeyValue) (Expired, bool) {
