@@ -66,3 +66,43 @@ func TestWriteClaimRerunOfAnotherTypeClaimsNothing(t *testing.T) {
 		t.Fatalf("%d slots of erp taken after the write; want 0", n)
 	}
 }
+
+// A type's first max_running, delivered by the watch, holds back its
+// claims for adoptGrace (every scheduler adopts the attempts its agents
+// run meanwhile); one read in the listing at start does not.
+func TestFirstLimitHoldsClaimsWhileSchedulersAdopt(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	d := newDispatcher(dispatchDeps{id: "s", clock: clock, claimConcurrency: 1, work: newWorkGroup()})
+	k := queueKey{"ns", "erp"}
+	limit := func(n int32) store.FlowEvent {
+		return store.FlowEvent{Kind: store.FlowQueue, Namespace: "ns", Type: "erp", Config: &reevev1.QueueConfig{MaxRunning: n}}
+	}
+	// Listed at start: no grace.
+	d.applyFlow(limit(2))
+	for kind := range d.flow.synced {
+		d.applyFlow(store.FlowEvent{Kind: store.FlowKind(kind), Synced: true})
+	}
+	if _, ok := d.flow.take(k, clock.Now()); !ok {
+		t.Fatal("a limit listed at start holds claims back")
+	}
+	d.flow.claimed(k, flowSlot{slot: 1}, false, clock.Now())
+
+	// Cleared, then set again through the watch: a first limit.
+	d.applyFlow(store.FlowEvent{Kind: store.FlowQueue, Namespace: "ns", Type: "erp", Deleted: true})
+	d.applyFlow(limit(2))
+	if _, ok := d.flow.take(k, clock.Now()); ok {
+		t.Fatal("claimed at once after a first limit")
+	}
+	if at, ok := d.nextDue(); !ok || !at.Equal(clock.Now().Add(adoptGrace)) {
+		t.Fatalf("dispatcher wakes at %v (%v); want the grace's end", at, ok)
+	}
+	clock.Advance(adoptGrace)
+	if fs, ok := d.flow.take(k, clock.Now()); !ok || fs.slot != 1 {
+		t.Fatalf("after the grace: %+v, %v; want slot 1", fs, ok)
+	}
+	// A changed limit is no first limit.
+	d.applyFlow(limit(3))
+	if _, ok := d.flow.take(k, clock.Now()); !ok {
+		t.Fatal("a changed limit holds claims back")
+	}
+}

@@ -34,6 +34,23 @@ var errNotAdoptable = errors.New("attempt not adoptable")
 // adoptTimeout bounds one adoption write, etcd outages included.
 const adoptTimeout = 10 * time.Second
 
+// adoptGrace is how long after the watch delivers a type's first
+// max_running a scheduler starts nothing of the type: the time for every
+// scheduler to adopt the attempts its agents run (one write each,
+// concurrently) and for the slot keys to reach every watch. A scheduler
+// that sees free slots sooner could start an attempt beside running ones
+// not yet adopted elsewhere; after it, one can only if some scheduler's
+// adoptions took longer (etcd slower than this).
+const adoptGrace = time.Second
+
+// settle holds back claims of k until until.
+func (f *flowControl) settle(k queueKey, until time.Time) {
+	if f.settling == nil {
+		f.settling = map[queueKey]time.Time{}
+	}
+	f.settling[k] = until
+}
+
 // adoptTries bounds the slots one attempt tries when other schedulers'
 // claims or adoptions take them first.
 const adoptTries = 5

@@ -65,6 +65,10 @@ type flowControl struct {
 	// limitedBefore holds, while the queues/ watch lists again after a
 	// restart, the types that had a max_running before it.
 	limitedBefore map[queueKey]bool
+	// settling holds, per type whose first max_running the watch just
+	// delivered, until when nothing of it is claimed (adoptGrace,
+	// flowadopt.go).
+	settling map[queueKey]time.Time
 }
 
 // maxFreed bounds the freed times kept per type.
@@ -410,6 +414,15 @@ func (f *flowControl) take(k queueKey, now time.Time) (flowSlot, bool) {
 	if cfg.GetPaused() {
 		return flowSlot{}, false
 	}
+	if until, ok := f.settling[k]; ok {
+		if now.Before(until) {
+			if f.wakeAt.IsZero() || until.Before(f.wakeAt) {
+				f.wakeAt = until // the dispatcher looks again then
+			}
+			return flowSlot{}, false
+		}
+		delete(f.settling, k)
+	}
 	var fs flowSlot
 	if m := cfg.GetMaxRunning(); m > 0 {
 		n, above := f.taken(k, m)
@@ -545,9 +558,16 @@ func (d *dispatcher) applyFlow(ev store.FlowEvent) {
 	} else if ev.Kind == store.FlowQueue && !ev.Reset && !ev.Synced {
 		k := queueKey{ev.Namespace, ev.Type}
 		had := d.flow.configs[k].GetMaxRunning() > 0 || d.flow.limitedBefore[k]
-		d.flow.apply(ev, d.clock.Now())
+		now := d.clock.Now()
+		d.flow.apply(ev, now)
 		if !had && d.flow.configs[k].GetMaxRunning() > 0 {
-			d.adoptAgentsOf(k) // a first limit while attempts of k run (flowadopt.go)
+			// A first limit while attempts of k may run (flowadopt.go): a
+			// change the watch delivers (not a listing) waits for every
+			// scheduler's adoptions before starting anything of k.
+			if d.flow.synced[store.FlowQueue] {
+				d.flow.settle(k, now.Add(adoptGrace))
+			}
+			d.adoptAgentsOf(k)
 		}
 	} else if d.flow.apply(ev, d.clock.Now()) && ev.Kind == store.FlowKeySlot {
 		if ev.Synced {
