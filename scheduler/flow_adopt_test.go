@@ -20,24 +20,7 @@ import (
 // of typ (the max_running slots held).
 func waitRunning(t *testing.T, q reevev1.QueueServiceClient, typ string, running int64) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		resp, err := q.ListQueues(ctx, &reevev1.ListQueuesRequest{})
-		cancel()
-		if err != nil {
-			t.Fatalf("list queues: %v", err)
-		}
-		for _, qu := range resp.GetQueues() {
-			if qu.GetType() == typ && qu.GetRunning() == running {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d running %s not counted after %s: %v", running, typ, wait, resp.GetQueues())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitQueue(t, q, typ, fmt.Sprintf("%d running", running), func(qu *reevev1.Queue) bool { return qu.GetRunning() == running })
 }
 
 // bySlot orders assignments by the slot their attempt holds.
@@ -72,8 +55,7 @@ func TestFirstLimitCountsRunningAttempts(t *testing.T) {
 		running = append(running, a.NextAssignment(wait))
 	}
 
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 2})
-	waitApplied(t, q, "erp", 2)
+	limitType(t, q, "erp", 2)
 	waitRunning(t, q, "erp", 4)
 	queued := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "erp"))}).GetId()
 	submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "erp"))})
@@ -118,8 +100,7 @@ func TestFirstLimitAdoptsAttemptsOfAReconnectingAgent(t *testing.T) {
 	refs = append(refs, a.NextAssignment(wait).GetRef())
 	s1.Kill()
 
-	setLimit(t, q2, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
-	waitApplied(t, q2, "erp", 1)
+	limitType(t, q2, "erp", 1)
 	reg := register("a", 10, "erp", "other")
 	reg.Running = refs
 	b := testenv.ConnectRaw(t, s2.Addr, reg)
@@ -150,8 +131,7 @@ func TestSlotHoldsTheAttemptsDeadline(t *testing.T) {
 	long.Timeout = durationpb.New(time.Hour)
 	adopted := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(long)}).GetId()
 	first := a.NextAssignment(wait)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 2})
-	waitApplied(t, q, "erp", 2)
+	limitType(t, q, "erp", 2)
 	waitRunning(t, q, "erp", 1)
 	env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(time.Hour))
 

@@ -44,6 +44,14 @@ func setLimit(t *testing.T, q reevev1.QueueServiceClient, req *reevev1.SetQueueL
 // limit of max on typ (its dispatcher counts the type's slots).
 func waitApplied(t *testing.T, q reevev1.QueueServiceClient, typ string, max int32) {
 	t.Helper()
+	waitQueue(t, q, typ, fmt.Sprintf("limit %d applied", max), func(qu *reevev1.Queue) bool {
+		return qu.GetRunningCounted() && qu.GetConfig().GetMaxRunning() == max
+	})
+}
+
+// waitQueue waits until ListQueues on q shows typ as ok says.
+func waitQueue(t *testing.T, q reevev1.QueueServiceClient, typ, what string, ok func(*reevev1.Queue) bool) {
+	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -53,15 +61,23 @@ func waitApplied(t *testing.T, q reevev1.QueueServiceClient, typ string, max int
 			t.Fatalf("list queues: %v", err)
 		}
 		for _, qu := range resp.GetQueues() {
-			if qu.GetType() == typ && qu.GetRunningCounted() && qu.GetConfig().GetMaxRunning() == max {
+			if qu.GetType() == typ && ok(qu) {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("limit %d on %s not applied after %s: %v", max, typ, wait, resp.GetQueues())
+			t.Fatalf("%s: %s not seen after %s: %v", typ, what, wait, resp.GetQueues())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// limitType sets max_running max on typ through q and waits until that
+// scheduler applies it.
+func limitType(t *testing.T, q reevev1.QueueServiceClient, typ string, max int32) {
+	t.Helper()
+	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: typ, MaxRunning: max})
+	waitApplied(t, q, typ, max)
 }
 
 // slotWatch follows the slot keys of one type in etcd and records the

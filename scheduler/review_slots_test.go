@@ -28,8 +28,7 @@ import (
 func TestOverdueGaugeCountsSlotDeadlines(t *testing.T) {
 	env, s, c := newEnv(t)
 	q := queues(t, s)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
-	waitApplied(t, q, "erp", 1)
+	limitType(t, q, "erp", 1)
 	reader := sdkmetric.NewManualReader()
 	// Never run: it only observes its gauges (any supervisor does, leader
 	// or not).
@@ -60,6 +59,26 @@ func TestOverdueGaugeCountsSlotDeadlines(t *testing.T) {
 
 // hourSupervisor starts a supervisor whose safety-net tick is an hour, so
 // that a recovery within seconds proves it was woken by the deadline.
+// slotRig starts a scheduler with max_running max on erp, a supervisor
+// whose tick is an hour (so that only a deadline wakes it) and agent a
+// (4 slots of erp).
+func slotRig(t *testing.T, max int32) (*testenv.Env, *testenv.Scheduler, reevev1.SchedulerServiceClient, reevev1.QueueServiceClient, *testenv.RawAgent, *testenv.Supervisor) {
+	t.Helper()
+	env, s, c := newEnv(t)
+	q := queues(t, s)
+	limitType(t, q, "erp", max)
+	sup := hourSupervisor(t, env, s)
+	return env, s, c, q, testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp")), sup
+}
+
+// timedStep is a step of erp with a timeout of d and two attempts.
+func timedStep(d time.Duration) *reevev1.StepSpec {
+	sp := step("a", "erp")
+	sp.Timeout = durationpb.New(d)
+	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	return sp
+}
+
 func hourSupervisor(t *testing.T, env *testenv.Env, ss ...*testenv.Scheduler) *testenv.Supervisor {
 	t.Helper()
 	sup := env.StartSupervisor(ss, supervisor.WithTick(time.Hour))
@@ -85,12 +104,7 @@ func nextAttempt(t *testing.T, a *testenv.RawAgent, id string, attempt int32) *r
 // now (the slot key's value moves): the supervisor, whose tick is an hour,
 // retries it at once.
 func TestSlotDeadlineMovedByAMissedHeartbeat(t *testing.T) {
-	env, s, c := newEnv(t)
-	q := queues(t, s)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
-	waitApplied(t, q, "erp", 1)
-	hourSupervisor(t, env, s)
-	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+	env, _, c, _, a, _ := slotRig(t, 1)
 	sp := step("a", "erp")
 	sp.Timeout = durationpb.New(time.Hour)
 	sp.HeartbeatTimeout = durationpb.New(500 * time.Millisecond)
@@ -107,15 +121,8 @@ func TestSlotDeadlineMovedByAMissedHeartbeat(t *testing.T) {
 // complete-by, the slot goes to the next step, and the supervisor (tick an
 // hour) recovers the deferred attempt at its complete-by.
 func TestDeferredAttemptGetsItsDeadlineKeyBack(t *testing.T) {
-	env, s, c := newEnv(t)
-	q := queues(t, s)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
-	waitApplied(t, q, "erp", 1)
-	hourSupervisor(t, env, s)
-	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
-	sp := step("a", "erp")
-	sp.Timeout = durationpb.New(2 * time.Second)
-	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	env, _, c, _, a, _ := slotRig(t, 1)
+	sp := timedStep(2 * time.Second)
 	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(sp)}).GetId()
 	first := nextAttempt(t, a, id, 1)
 	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: first.GetRef(),
@@ -142,14 +149,11 @@ func TestDeferredAttemptGetsItsDeadlineKeyBack(t *testing.T) {
 func TestSlotDeadlineAfterSupervisorFailover(t *testing.T) {
 	env, s, c := newEnv(t)
 	q := queues(t, s)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 2})
-	waitApplied(t, q, "erp", 2)
+	limitType(t, q, "erp", 2)
 	first := hourSupervisor(t, env, s)
 	second := env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(time.Hour))
 	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
-	short := step("a", "erp")
-	short.Timeout = durationpb.New(time.Second)
-	short.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	short := timedStep(time.Second)
 	// One expires while no supervisor leads, one after the new leader led.
 	early := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(short)}).GetId()
 	nextAttempt(t, a, early, 1)
@@ -159,9 +163,7 @@ func TestSlotDeadlineAfterSupervisorFailover(t *testing.T) {
 			t.Fatal("no new leader")
 		}
 	}
-	late := step("a", "erp")
-	late.Timeout = durationpb.New(3 * time.Second)
-	late.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	late := timedStep(3 * time.Second)
 	lateID := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(late)}).GetId()
 	got := map[string]bool{}
 	for range 3 {
@@ -189,8 +191,7 @@ func TestSlotDeadlineOfAnAgentLostWithItsScheduler(t *testing.T) {
 	doomed := env.StartScheduler("", scheduler.WithSessionTTL(2))
 	other := env.StartScheduler("")
 	q := queues(t, other)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
-	waitApplied(t, q, "erp", 1)
+	limitType(t, q, "erp", 1)
 	waitApplied(t, queues(t, doomed), "erp", 1)
 	hourSupervisor(t, env, other)
 	c := other.Client(t)
@@ -218,8 +219,7 @@ func TestSlotDeadlineOfAnAgentLostWithItsScheduler(t *testing.T) {
 func TestSlotDeadlineOfACompensation(t *testing.T) {
 	env, s, c := newEnv(t)
 	q := queues(t, s)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "undo", MaxRunning: 1})
-	waitApplied(t, q, "undo", 1)
+	limitType(t, q, "undo", 1)
 	hourSupervisor(t, env, s)
 	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "do", "undo"))
 	first := step("a", "do")
@@ -250,16 +250,9 @@ func TestSlotDeadlineOfACompensation(t *testing.T) {
 // slots/ breaks and is listed again, and an attempt claimed into a slot
 // meanwhile is still recovered at its complete-by.
 func TestSlotDeadlineAcrossAnEtcdRestart(t *testing.T) {
-	env, s, c := newEnv(t)
-	q := queues(t, s)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
-	waitApplied(t, q, "erp", 1)
-	sup := hourSupervisor(t, env, s)
-	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
+	env, _, c, _, a, sup := slotRig(t, 1)
 	env.Etcd.Restart()
-	sp := step("a", "erp")
-	sp.Timeout = durationpb.New(time.Second)
-	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	sp := timedStep(time.Second)
 	var id string
 	for deadline := time.Now().Add(wait); ; time.Sleep(100 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -291,8 +284,7 @@ func TestManySlotDeadlinesExpireInTurn(t *testing.T) {
 	env, s1, c := newEnv(t)
 	s2 := env.StartScheduler("")
 	q := queues(t, s1)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 3})
-	waitApplied(t, q, "erp", 3)
+	limitType(t, q, "erp", 3)
 	waitApplied(t, queues(t, s2), "erp", 3)
 	slots := watchSlots(t, env, "erp")
 	hourSupervisor(t, env, s1, s2)
@@ -300,9 +292,7 @@ func TestManySlotDeadlinesExpireInTurn(t *testing.T) {
 		testenv.ConnectRaw(t, s1.Addr, register("a", 10, "erp")),
 		testenv.ConnectRaw(t, s2.Addr, register("b", 10, "erp")),
 	}
-	sp := step("a", "erp")
-	sp.Timeout = durationpb.New(time.Second)
-	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	sp := timedStep(time.Second)
 	// The agents ack every assignment and never answer.
 	var n atomic.Int64
 	stop := make(chan struct{})
@@ -347,8 +337,7 @@ func TestManySlotDeadlinesExpireInTurn(t *testing.T) {
 func TestVerifyWhileSlotDeadlinesRun(t *testing.T) {
 	env, s, c := newEnv(t)
 	q := queues(t, s)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 2})
-	waitApplied(t, q, "erp", 2)
+	limitType(t, q, "erp", 2)
 	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
 	beat := step("a", "erp")
 	beat.Timeout = durationpb.New(time.Hour)
@@ -376,15 +365,8 @@ func TestVerifyWhileSlotDeadlinesRun(t *testing.T) {
 // an hour), its retry runs without a slot; a limit set again adopts the
 // retry (a deadline key) beside the attempt still holding its slot.
 func TestSlotDeadlinesAcrossAClearedLimit(t *testing.T) {
-	env, s, c := newEnv(t)
-	q := queues(t, s)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 2})
-	waitApplied(t, q, "erp", 2)
-	hourSupervisor(t, env, s)
-	a := testenv.ConnectRaw(t, s.Addr, register("a", 4, "erp"))
-	short := step("a", "erp")
-	short.Timeout = durationpb.New(2 * time.Second)
-	short.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
+	env, _, c, q, a, _ := slotRig(t, 2)
+	short := timedStep(2 * time.Second)
 	long := step("a", "erp")
 	long.Timeout = durationpb.New(time.Hour)
 	held := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(long)}).GetId()
@@ -397,8 +379,7 @@ func TestSlotDeadlinesAcrossAClearedLimit(t *testing.T) {
 		t.Errorf("retry without a limit: slot %d, slot_deadline %v", st.GetSlot(), st.GetSlotDeadline())
 	}
 	verifyClean(t, env)
-	setLimit(t, q, &reevev1.SetQueueLimitRequest{Type: "erp", MaxRunning: 1})
-	waitApplied(t, q, "erp", 1)
+	limitType(t, q, "erp", 1)
 	waitRunning(t, q, "erp", 2)
 	if st := stepOf(getTask(t, c, id), "a"); st.GetSlot() == 0 || st.GetSlotLimit() != 0 || st.GetSlotDeadline() {
 		t.Errorf("retry after the limit: slot %d, slot_limit %d, slot_deadline %v; want adopted", st.GetSlot(), st.GetSlotLimit(), st.GetSlotDeadline())
