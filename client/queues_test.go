@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/reeve-org/reeve/agentsdk"
 	"github.com/reeve-org/reeve/client"
@@ -20,9 +21,15 @@ func TestQueuesThroughTheClient(t *testing.T) {
 	if cfg, err = e.c.PauseQueue(ctx, "erp"); err != nil || !cfg.GetPaused() {
 		t.Fatalf("pause: %v, %v", cfg, err)
 	}
-	qs, err := e.c.ListQueues(ctx)
-	if err != nil || len(qs) != 1 || qs[0].GetType() != "erp" || !qs[0].GetConfig().GetPaused() || qs[0].GetAgents() != 1 {
-		t.Fatalf("list: %v, %v; want erp paused with its agent", qs, err)
+	// The agent registers on its own: the list shows it once it has.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		qs, err := e.c.ListQueues(ctx)
+		if err == nil && len(qs) == 1 && qs[0].GetType() == "erp" && qs[0].GetConfig().GetPaused() && qs[0].GetAgents() == 1 {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("list: %v, %v; want erp paused with its agent", qs, err)
+		}
 	}
 	if _, err = e.c.ResumeQueue(ctx, "erp"); err != nil {
 		t.Fatal(err)
