@@ -242,6 +242,7 @@ func (c *writeClaim) run(t *reevev1.Task, step string, now time.Time, transition
 		return nil
 	}
 	st.Slot, st.SlotLimit, st.SlotDeadline = c.slot.fs.slot, c.slot.fs.limit, c.slot.fs.slot > 0
+	recordSlot(t, st)
 	c.claimed, c.ref = true, taskstate.Ref(t, st)
 	return nil
 }

@@ -201,3 +201,19 @@ func (f *flowControl) reserveAny(k queueKey) int32 {
 	f.reserved[k][s] = &slotReservation{inflight: true}
 	return s
 }
+
+// recordSlot notes in the dispatched event of st's attempt the
+// max_running slot its claim took (HistoryEvent.slot).
+func recordSlot(t *reevev1.Task, st *reevev1.Step) {
+	if st.GetSlot() == 0 {
+		return
+	}
+	h := t.GetHistory()
+	for i := len(h) - 1; i >= 0; i-- {
+		if e := h[i]; e.GetStep() == st.GetName() && e.GetAttempt() == st.GetAttempt() &&
+			(e.GetKind() == "step.dispatched" || e.GetKind() == "compensation.dispatched") {
+			e.Slot = st.GetSlot()
+			return
+		}
+	}
+}

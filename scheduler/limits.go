@@ -618,6 +618,7 @@ func takeSlot(t *reevev1.Task, entry *storev1.ReadyEntry, slot flowSlot) {
 	st := taskstate.FindStep(t, entry.GetStep())
 	st.Slot, st.SlotLimit, st.SlotDeadline = slot.slot, slot.limit, slot.slot > 0
 	st.KeySlot = slot.keySlot
+	recordSlot(t, st)
 }
 
 // keyed reports whether st's current execution counts against a

@@ -34,10 +34,12 @@ type limitCheck struct {
 	runs   map[string][]run
 }
 
-// run is one attempt's time running; end zero: still running.
+// run is one attempt's time running; end zero: still running. slot is
+// the max_running slot its claim took (HistoryEvent.slot; 0: none known).
 type run struct {
 	start, end time.Time
 	ns, id     string
+	slot       int32
 }
 
 // loadLimits reads the types with a max_running limit at the check's
@@ -83,6 +85,7 @@ func (lc *limitCheck) collect(t *reevev1.Task) {
 	type open struct {
 		key   string
 		start time.Time
+		slot  int32
 	}
 	running := map[string]open{} // "<step>/<attempt>"
 	hist := t.GetHistory()
@@ -102,26 +105,26 @@ func (lc *limitCheck) collect(t *reevev1.Task) {
 			// A step's earlier attempt ends when its next one starts.
 			for rk, o := range running {
 				if strings.HasPrefix(rk, e.GetStep()+"/") {
-					lc.runs[o.key] = append(lc.runs[o.key], run{start: o.start, end: at, ns: t.GetNamespace(), id: t.GetId()})
+					lc.runs[o.key] = append(lc.runs[o.key], run{start: o.start, end: at, ns: t.GetNamespace(), id: t.GetId(), slot: o.slot})
 					delete(running, rk)
 				}
 			}
-			running[fmt.Sprintf("%s/%d", e.GetStep(), e.GetAttempt())] = open{key, at}
+			running[fmt.Sprintf("%s/%d", e.GetStep(), e.GetAttempt())] = open{key, at, e.GetSlot()}
 		case attemptEnds[e.GetKind()]:
 			rk := fmt.Sprintf("%s/%d", e.GetStep(), e.GetAttempt())
 			if o, ok := running[rk]; ok {
-				lc.runs[o.key] = append(lc.runs[o.key], run{start: o.start, end: at, ns: t.GetNamespace(), id: t.GetId()})
+				lc.runs[o.key] = append(lc.runs[o.key], run{start: o.start, end: at, ns: t.GetNamespace(), id: t.GetId(), slot: o.slot})
 				delete(running, rk)
 			}
 		case taskEnds[e.GetKind()]:
 			for rk, o := range running {
-				lc.runs[o.key] = append(lc.runs[o.key], run{start: o.start, end: at, ns: t.GetNamespace(), id: t.GetId()})
+				lc.runs[o.key] = append(lc.runs[o.key], run{start: o.start, end: at, ns: t.GetNamespace(), id: t.GetId(), slot: o.slot})
 				delete(running, rk)
 			}
 		}
 	}
 	for _, o := range running {
-		lc.runs[o.key] = append(lc.runs[o.key], run{start: o.start, ns: t.GetNamespace(), id: t.GetId()})
+		lc.runs[o.key] = append(lc.runs[o.key], run{start: o.start, ns: t.GetNamespace(), id: t.GetId(), slot: o.slot})
 	}
 }
 
@@ -137,13 +140,13 @@ func (ck *checker) checkLimits() {
 		type edge struct {
 			at    time.Time
 			start bool
-			r     run
+			i     int // the run's index in runs
 		}
 		var edges []edge
-		for _, r := range runs {
-			edges = append(edges, edge{at: r.start, start: true, r: r})
+		for i, r := range runs {
+			edges = append(edges, edge{at: r.start, start: true, i: i})
 			if !r.end.IsZero() {
-				edges = append(edges, edge{at: r.end, r: r})
+				edges = append(edges, edge{at: r.end, i: i})
 			}
 		}
 		// Ends before starts at the same time.
@@ -159,16 +162,31 @@ func (ck *checker) checkLimits() {
 			}
 			return 1
 		})
-		n := 0
+		// What runs at a start: the attempts started and not ended, where
+		// those that held the same slot count once. Event times are taken
+		// before their writes commit, so a start can look a moment earlier
+		// than the end of the attempt whose slot it took; two holders of
+		// one slot never ran at once (the slot key's compare).
+		open := map[int]bool{}
 		for _, e := range edges {
 			if !e.start {
-				n--
+				delete(open, e.i)
 				continue
 			}
-			n++
+			open[e.i] = true
+			n, slots := 0, map[int32]bool{}
+			for i := range open {
+				if s := runs[i].slot; s > 0 {
+					if slots[s] {
+						continue
+					}
+					slots[s] = true
+				}
+				n++
+			}
 			if n > int(cfg.GetMaxRunning()) && !e.at.Before(since) {
 				ns, typ, _ := strings.Cut(key, "/")
-				ck.add(Violation{Kind: KindLimitExceeded, Namespace: ns, TaskID: e.r.id,
+				ck.add(Violation{Kind: KindLimitExceeded, Namespace: ns, TaskID: runs[e.i].id,
 					Detail: fmt.Sprintf("an attempt of %s started at %s with %d running; max_running is %d", typ, e.at.Format(time.RFC3339Nano), n, cfg.GetMaxRunning())})
 			}
 		}

@@ -106,3 +106,66 @@ func TestOrphanSlotKeyReported(t *testing.T) {
 		t.Fatalf("violations %v; want the orphan slot key", rep.Violations)
 	}
 }
+
+// Event times are taken before their writes commit: an attempt that took
+// the slot another freed can have a start a moment before that one's end.
+// Two holders of one slot never ran at once, so they count once; a start
+// on another slot while the limit's attempts run is still reported.
+func TestLimitExceededCountsOneSlotOnce(t *testing.T) {
+	m := etcdtest.New(t)
+	s := store.New(m.Client())
+	if _, err := s.UpdateQueueConfig(ctx(t), "default", "t", func(c *reevev1.QueueConfig) error {
+		c.MaxRunning, c.UpdateTime = 1, timestamppb.New(t0.Add(time.Second))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	update := func(id string, fn func(*reevev1.Task) error) {
+		t.Helper()
+		if _, _, err := s.UpdateTask(ctx(t), "default", id, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(id string, at time.Duration, slot int32) {
+		t.Helper()
+		update(id, func(task *reevev1.Task) error {
+			if err := taskstate.Claim(task, "a", 1, "s1", "agent", t0.Add(at)); err != nil {
+				return err
+			}
+			h := task.GetHistory()
+			h[len(h)-1].Slot = slot
+			return nil
+		})
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, _, err := s.CreateTask(ctx(t), record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("a", 3*time.Second, 1)
+	update("a", func(task *reevev1.Task) error {
+		return taskstate.Complete(task, taskstate.Ref(task, taskstate.FindStep(task, "a")), "agent", nil, t0.Add(4*time.Second))
+	})
+	claim("b", 4*time.Second-time.Millisecond, 1) // stamped before a's end, committed after it
+	check := func() []verify.Violation {
+		t.Helper()
+		rep, err := verify.Check(ctx(t), m.Client(), verify.Options{Now: func() time.Time { return t0.Add(time.Minute) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []verify.Violation
+		for _, v := range rep.Violations {
+			if v.Kind == verify.KindLimitExceeded {
+				got = append(got, v)
+			}
+		}
+		return got
+	}
+	if got := check(); len(got) != 0 {
+		t.Fatalf("limit violations %v; want none: a and b held the same slot", got)
+	}
+	claim("c", 5*time.Second, 2)
+	if got := check(); len(got) != 1 || got[0].TaskID != "c" {
+		t.Fatalf("limit violations %v; want one, of c", got)
+	}
+}

@@ -864,7 +864,12 @@ type HistoryEvent struct {
 	// The request_id of the operator action (RetryStep, CompensateTask,
 	// FailTask) that wrote the event, when it had one: a later call with
 	// the same request_id returns the task instead of acting again.
-	RequestId     string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// On step.dispatched and compensation.dispatched: the max_running slot
+	// the claim took (0: none). Two attempts that held the same slot did not
+	// run at once, whatever their events' times say: each time is taken when
+	// its write's transition runs, before its commit (reeve verify reads it).
+	Slot          int32 `protobuf:"varint,8,opt,name=slot,proto3" json:"slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -948,6 +953,13 @@ func (x *HistoryEvent) GetRequestId() string {
 	return ""
 }
 
+func (x *HistoryEvent) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
 var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
@@ -1028,7 +1040,7 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\x120\n" +
 	"\adetails\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\adetails\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"\xcf\x01\n" +
+	"retryAfter\"\xe3\x01\n" +
 	"\fHistoryEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -1037,7 +1049,8 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\a \x01(\tR\trequestId*\xda\x01\n" +
+	"request_id\x18\a \x01(\tR\trequestId\x12\x12\n" +
+	"\x04slot\x18\b \x01(\x05R\x04slot*\xda\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TASK_STATE_PENDING\x10\x01\x12\x16\n" +
