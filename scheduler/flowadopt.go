@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
@@ -55,7 +56,7 @@ func (f *flowControl) settle(k queueKey, until time.Time) {
 // claims or adoptions take them first.
 const adoptTries = 5
 
-// adoptsInFlight bounds the adoption writes of one scheduler at once.
+// adoptionsInFlight bounds the adoption writes of one call at once.
 const adoptionsInFlight = 32
 
 // adoptSlot records slot as the max_running slot of ref, dispatched and
@@ -82,7 +83,7 @@ func (e *engine) adoptSlot(ref *reevev1.StepRef, typ string, slot int32) error {
 func (d *dispatcher) adoptAgentsOf(k queueKey) {
 	var refs []*reevev1.StepRef
 	for _, c := range d.agents.all() {
-		if c.ns == k.ns && servesType(c, k.typ) {
+		if c.ns == k.ns && slices.Contains(c.types, k.typ) {
 			refs = append(refs, runningRefs(c)...)
 		}
 	}
@@ -108,15 +109,6 @@ func (d *dispatcher) adoptUnslotted(a *reevev1.StepAssignment, slot int32) {
 	if slot == 0 {
 		d.adoptLocked(queueKey{a.GetRef().GetNamespace(), a.GetType()}, []*reevev1.StepRef{a.GetRef()})
 	}
-}
-
-func servesType(c *agentConn, typ string) bool {
-	for _, t := range c.types {
-		if t == typ {
-			return true
-		}
-	}
-	return false
 }
 
 func runningRefs(c *agentConn) []*reevev1.StepRef {
