@@ -136,7 +136,7 @@ func TestSlotHoldsTheAttemptsDeadline(t *testing.T) {
 	env.StartSupervisor([]*testenv.Scheduler{s}, supervisor.WithTick(time.Hour))
 
 	sp := step("a", "erp")
-	sp.Timeout = durationpb.New(time.Second)
+	sp.Timeout = durationpb.New(5 * time.Second) // the keys are read before it expires
 	sp.RetryPolicy = &reevev1.RetryPolicy{MaxAttempts: 2}
 	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(sp)}).GetId()
 	as := a.NextAssignment(wait)

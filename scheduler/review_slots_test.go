@@ -122,7 +122,7 @@ func TestSlotDeadlineMovedByAMissedHeartbeat(t *testing.T) {
 // hour) recovers the deferred attempt at its complete-by.
 func TestDeferredAttemptGetsItsDeadlineKeyBack(t *testing.T) {
 	env, _, c, _, a, _ := slotRig(t, 1)
-	sp := timedStep(2 * time.Second)
+	sp := timedStep(5 * time.Second) // room to defer it first on a loaded machine
 	id := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(sp)}).GetId()
 	first := nextAttempt(t, a, id, 1)
 	a.Send(&reevev1.ConnectRequest{Msg: &reevev1.ConnectRequest_Result{Result: &reevev1.StepResult{Ref: first.GetRef(),
@@ -135,7 +135,7 @@ func TestDeferredAttemptGetsItsDeadlineKeyBack(t *testing.T) {
 	other := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(step("a", "erp"))}).GetId()
 	o := nextAttempt(t, a, other, 1)
 	// The deferred attempt expires: attempt 2 waits for the slot.
-	a.Quiet(2500 * time.Millisecond)
+	a.Quiet(6 * time.Second) // past its 5 s complete-by
 	a.Succeed(o.GetRef(), nil)
 	a.Succeed(nextAttempt(t, a, id, 2).GetRef(), nil)
 	waitStates(t, c, []string{id, other}, reevev1.TaskState_TASK_STATE_SUCCEEDED, wait)
@@ -366,7 +366,7 @@ func TestVerifyWhileSlotDeadlinesRun(t *testing.T) {
 // retry (a deadline key) beside the attempt still holding its slot.
 func TestSlotDeadlinesAcrossAClearedLimit(t *testing.T) {
 	env, _, c, q, a, _ := slotRig(t, 2)
-	short := timedStep(2 * time.Second)
+	short := timedStep(5 * time.Second) // its retry must outlive the checks below
 	long := step("a", "erp")
 	long.Timeout = durationpb.New(time.Hour)
 	held := submit(t, c, &reevev1.SubmitTaskRequest{Workflow: inline(long)}).GetId()
