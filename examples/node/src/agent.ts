@@ -265,7 +265,10 @@ class Agent {
   private finish(key: string, ex: Execution, result: StepResult) {
     clearTimeout(ex.timer);
     this.running.delete(key);
-    if (ex.canceled || Date.now() >= ex.completeBy) {
+    // Aborted means canceled or past complete_by: Node's timer can fire a
+    // millisecond before Date.now() reaches complete_by, so the clock alone
+    // would let the aborted step's error through.
+    if (ex.canceled || ex.abort.signal.aborted || Date.now() >= ex.completeBy) {
       log('no result sent: step canceled or past its complete_by', { ref: key });
       return;
     }
