@@ -58,6 +58,9 @@ type engine struct {
 
 	// tokens derives and verifies completion tokens (completion.go).
 	tokens *completionTokens
+	// scheduledStart records how late a schedule's task fired ahead
+	// started (schedule_telemetry.go); nil: not recorded.
+	scheduledStart func(ctx context.Context, ns string, late time.Duration)
 }
 
 // effects is what a task write did, as its change function reports it on

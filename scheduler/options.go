@@ -29,6 +29,7 @@ type options struct {
 	dispatchOnSubmit    bool
 	sessionTTL          int
 	scheduleToStart     time.Duration
+	fireAhead           time.Duration
 	spaceSoftLimit      float64
 	spaceCheckInterval  time.Duration
 	submitRate          float64
@@ -76,6 +77,7 @@ func defaultOptions() options {
 		dispatchOnSubmit:    true,
 		sessionTTL:          10,
 		scheduleToStart:     time.Hour,
+		fireAhead:           DefaultScheduleFireAhead,
 		spaceSoftLimit:      0.8,
 		spaceCheckInterval:  5 * time.Second,
 		ackTimeout:          5 * time.Second,
@@ -193,6 +195,25 @@ func WithEtcdMaxTxnOps(n int) Option { return func(o *options) { o.maxTxnOps = n
 // waits until an agent of its type connects. Between 100ms and 24h when set.
 func WithDefaultScheduleToStart(d time.Duration) Option {
 	return func(o *options) { o.scheduleToStart = d }
+}
+
+// DefaultScheduleFireAhead is how long before its time a schedule's run
+// is fired by default (WithScheduleFireAhead).
+const DefaultScheduleFireAhead = 5 * time.Second
+
+// MaxScheduleFireAhead bounds WithScheduleFireAhead.
+const MaxScheduleFireAhead = time.Minute
+
+// WithScheduleFireAhead sets how long before its firing time (nominal
+// time plus jitter) a schedule's run is fired: its task is submitted then
+// with that time as its start time (a delayed start), so that at the time
+// only the start is left (docs/schedules.md, "Firing ahead"). Under an
+// overlap policy other than allow_all a time is fired ahead only while no
+// run of the schedule is active; else at its time. 0 fires every time at
+// its time. Default DefaultScheduleFireAhead; at most
+// MaxScheduleFireAhead.
+func WithScheduleFireAhead(d time.Duration) Option {
+	return func(o *options) { o.fireAhead = min(max(d, 0), MaxScheduleFireAhead) }
 }
 
 // WithSubmitRate limits each client to r task submissions per second with

@@ -110,7 +110,7 @@ func (e *engine) recoverTask(ctx context.Context, ref *reevev1.StepRef, traceCtx
 	}
 	e.log.InfoContext(ctx, "recovery applied", "task_id", id, "step", step, "attempt", attempt,
 		"actor", actor, "action", w.action, "task_state", w.after.GetTask().GetState())
-	e.timerWritten(w.action, w.after, step) // timers.go
+	e.timerWritten(ctx, w.action, w.after, step) // timers.go
 	return w.after.GetTask(), nil
 }
 

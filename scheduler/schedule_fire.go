@@ -32,6 +32,17 @@ import (
 // internal/store/schedulebatch.go). A lost compare repeats the whole
 // firing; the submissions it repeats return the tasks that exist. So a
 // firer deposed mid-way, or two firers at once, start each time once.
+//
+// Firing ahead: a schedule is due opts.fireAhead before its next firing
+// time, and a firing runs the times whose firing time comes within
+// fireAhead of now, each as a task whose start time is its firing time
+// (a delayed start: the supervisor's timer starts it). So the submission
+// and the schedule's write are done before the time, and at the time only
+// the task's start is left. Under an overlap policy other than allow_all
+// a time is fired ahead only when no run is active then; else the firing
+// stops before it and the schedule is due again at the time itself, when
+// the policy decides as without firing ahead. A pause or a delete cancels
+// the runs fired ahead that have not started (cancelUnstarted).
 
 // MaxFireSchedules bounds the schedules of one FireSchedules request.
 const MaxFireSchedules = 1000
@@ -100,8 +111,9 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 	var (
 		o     *reevev1.FireOutcome
 		skips map[string]int
+		ahead []string // tasks submitted ahead of their time, by any run of the change below
 	)
-	_, err := sch.store.UpdateScheduleFrom(ctx, ns, name, cur, rev, fence, func(sc *reevev1.Schedule) error {
+	final, err := sch.store.UpdateScheduleFrom(ctx, ns, name, cur, rev, fence, func(sc *reevev1.Schedule) error {
 		o = &reevev1.FireOutcome{}
 		now := sch.opts.clock.Now()
 		sc.Info = infoOf(sc)
@@ -113,9 +125,14 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 		f := sch.newFiring(sc, now)
 		f.cal, skips = cal, f.skips
 		f.startBuffered(ctx)
-		var plan schedule.Plan
+		var (
+			plan  schedule.Plan
+			atNow bool // a time is left to be fired at its time
+		)
 		if f.err == nil {
-			plan = cal.Due(ns, name, handledUntil(sc), now, catchUpWindow(sc), maxTimesPerFire)
+			// The times whose firing time comes within fireAhead; the
+			// catch-up window still counts back from now.
+			plan = cal.Due(ns, name, handledUntil(sc), now.Add(sch.opts.fireAhead), catchUpWindow(sc)+sch.opts.fireAhead, maxTimesPerFire)
 			if plan.Missed.Count > 0 {
 				addSkip(sc, plan.Missed, schedule.SkipReasonCatchUp, now)
 				o.Skipped += int32(plan.Missed.Count)
@@ -129,6 +146,12 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 					last = t.Add(-time.Second)
 					break
 				}
+				if f.running && f.policy != schedule.OverlapAllowAll && t.Add(cal.Jitter(ns, name, t)).After(now) {
+					// Ahead of its time while a run is active: the policy
+					// decides at the time.
+					last, atNow = t.Add(-time.Second), true
+					break
+				}
 				origin := "scheduled"
 				if now.Sub(t) > time.Second+cal.Jitter(ns, name, t) {
 					origin = "catch-up"
@@ -140,8 +163,13 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 			}
 			sc.Info.HandledUntil = timestamppb.New(last)
 		}
+		ahead = append(ahead, f.ahead...)
 		o.Started, o.Skipped, o.Buffered = o.Started+f.started, o.Skipped+f.skipped, o.Buffered+f.buffered
-		sch.setNextFire(sc, cal, now, f.err != nil)
+		if atNow {
+			sch.setNextFireAhead(sc, cal, now, f.err != nil, 0)
+		} else {
+			sch.setNextFire(sc, cal, now, f.err != nil)
+		}
 		if f.err != nil {
 			sch.log.WarnContext(ctx, "fire schedule", "namespace", ns, "schedule", name, "err", f.err)
 		}
@@ -155,8 +183,69 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 			sch.tel.skippedSome(ctx, ns, reason, n)
 		}
 	}
+	// Tasks submitted ahead that the schedule does not record as runs (the
+	// run of the change that submitted them lost its compare, and the one
+	// written found the schedule paused or deleted) are canceled before
+	// they start. After any other error the next firing records them:
+	// their ids are their times'.
+	if err == nil || store.IsNotFound(err) {
+		if cerr := sch.cancelUnstarted(ctx, ns, unrecorded(ahead, final), "schedule "+name+" no longer runs this time (paused or deleted)"); cerr != nil {
+			sch.log.WarnContext(ctx, "cancel unrecorded schedule run", "namespace", ns, "schedule", name, "err", cerr)
+		}
+	}
 	endFire(span, o.GetStarted(), o.GetSkipped(), o.GetBuffered(), err)
 	return o, err
+}
+
+// unrecorded returns the ids that sc (nil: deleted) does not list among
+// its recent runs.
+func unrecorded(ids []string, sc *reevev1.Schedule) []string {
+	var out []string
+	for _, id := range ids {
+		if !slices.ContainsFunc(sc.GetInfo().GetRecentRuns(), func(r *reevev1.ScheduleRun) bool { return r.GetTaskId() == id }) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// unstarted returns the tasks of sc's recent runs that start after now:
+// fired ahead, not yet started.
+func unstarted(sc *reevev1.Schedule, now time.Time) []string {
+	var ids []string
+	for _, r := range sc.GetInfo().GetRecentRuns() {
+		if r.GetStartTime().AsTime().After(now) {
+			ids = append(ids, r.GetTaskId())
+		}
+	}
+	return ids
+}
+
+// errStarted refuses cancelUnstarted's write of a task that started.
+var errStarted = errors.New("the task started")
+
+// cancelUnstarted cancels each of the tasks ids that still waits for its
+// start time (a run fired ahead); a task that started, ended or is gone is
+// left as it is. It tries them all and returns the first other error.
+func (sch *schedules) cancelUnstarted(ctx context.Context, ns string, ids []string, reason string) error {
+	var first error
+	for _, id := range ids {
+		_, err := sch.scheduler.eng.update(ctx, taskWrite{ns: ns, id: id,
+			change: func(t *reevev1.Task, now time.Time, _ *writeClaim) (effects, error) {
+				if _, ok := taskstate.AwaitingStart(t); !ok {
+					return effects{}, errStarted
+				}
+				return effects{}, taskstate.Cancel(t, reason, "schedule", false, now)
+			}})
+		switch {
+		case err == nil:
+			sch.log.InfoContext(ctx, "schedule run canceled before its start", "namespace", ns, "task", id, "reason", reason)
+		case errors.Is(err, errStarted), errors.Is(err, taskstate.ErrTerminal), errors.Is(err, taskstate.ErrUndoing), store.IsNotFound(err):
+		case first == nil:
+			first = fmt.Errorf("cancel task %s: %w", id, err)
+		}
+	}
+	return first
 }
 
 // handledUntil is the time up to which a schedule's nominal times are
@@ -171,10 +260,17 @@ func infoOf(sc *reevev1.Schedule) *reevev1.ScheduleInfo {
 	return sc.GetInfo()
 }
 
-// setNextFire sets when the firer looks at sc again: its next firing time,
-// sooner while times are buffered (to see the running task end) or after a
-// failed firing; never while paused or when no calendar run remains.
+// setNextFire sets when the firer looks at sc again: fireAhead before its
+// next firing time, sooner while times are buffered (to see the running
+// task end) or after a failed firing; never while paused or when no
+// calendar run remains.
 func (sch *schedules) setNextFire(sc *reevev1.Schedule, cal *schedule.Calendar, now time.Time, failed bool) {
+	sch.setNextFireAhead(sc, cal, now, failed, sch.opts.fireAhead)
+}
+
+// setNextFireAhead is setNextFire looking at sc ahead before its next
+// firing time (0: at it).
+func (sch *schedules) setNextFireAhead(sc *reevev1.Schedule, cal *schedule.Calendar, now time.Time, failed bool, ahead time.Duration) {
 	if sc.GetPaused() {
 		sc.Info.NextFireTime = nil // buffered times wait for the resume too
 		return
@@ -182,7 +278,7 @@ func (sch *schedules) setNextFire(sc *reevev1.Schedule, cal *schedule.Calendar, 
 	var next time.Time
 	if sc.RemainingRuns == nil || sc.GetRemainingRuns().GetValue() > 0 {
 		if t, ok := cal.Next(handledUntil(sc)); ok {
-			next = t.Add(cal.Jitter(sc.GetNamespace(), sc.GetName(), t))
+			next = t.Add(cal.Jitter(sc.GetNamespace(), sc.GetName(), t) - ahead)
 		}
 	}
 	if soon := now.Add(bufferPoll); len(sc.GetInfo().GetBufferedTimes()) > 0 && (next.IsZero() || soon.Before(next)) {
@@ -213,6 +309,7 @@ type firing struct {
 
 	started, skipped, buffered, existing int32
 	ids                                  []string
+	ahead                                []string // of ids, those fired ahead of their start
 }
 
 func (sch *schedules) newFiring(sc *reevev1.Schedule, now time.Time) *firing {
@@ -323,6 +420,17 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 	req := &reevev1.SubmitTaskRequest{Namespace: sc.GetNamespace(), TaskId: id,
 		Workflow: &reevev1.SubmitTaskRequest_WorkflowRef{WorkflowRef: proto.Clone(sc.GetAction().GetWorkflow()).(*reevev1.WorkflowRef)},
 		Input:    scheduledInput(sc, t)}
+	// A nominal time's task starts at its firing time (nominal time plus
+	// jitter): later when it is fired ahead, at once when that passed. Every
+	// submission of a time carries it, so that they are one request (the
+	// same digest) whenever they are sent.
+	at := t
+	if origin != "trigger" {
+		if f.cal != nil {
+			at = t.Add(f.cal.Jitter(sc.GetNamespace(), sc.GetName(), t))
+		}
+		req.StartTime = timestamppb.New(at)
+	}
 	resp, err := f.sch.scheduler.SubmitTask(ctx, req)
 	running := true
 	switch {
@@ -346,11 +454,12 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 		f.existing++
 		running = !taskstate.TerminalTask(resp.GetTask().GetState())
 	default:
-		late := f.now.Sub(t)
-		if f.cal != nil {
-			late -= f.cal.Jitter(sc.GetNamespace(), sc.GetName(), t)
-		}
-		f.sch.tel.startedOne(ctx, sc.GetNamespace(), origin, late)
+		// Fired ahead, its lateness is taken when it starts
+		// (scheduledStart).
+		f.sch.tel.startedOne(ctx, sc.GetNamespace(), origin, f.now.Sub(at))
+	}
+	if at.After(f.now) {
+		f.ahead = append(f.ahead, id)
 	}
 	f.started++
 	f.ids = append(f.ids, id)
@@ -364,12 +473,20 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 		}
 	}
 	if !slices.ContainsFunc(sc.Info.GetRecentRuns(), func(r *reevev1.ScheduleRun) bool { return r.GetTaskId() == id }) {
-		run := &reevev1.ScheduleRun{NominalTime: timestamppb.New(t), StartTime: timestamppb.New(f.now), TaskId: id, Origin: origin}
+		run := &reevev1.ScheduleRun{NominalTime: timestamppb.New(t), StartTime: timestamppb.New(latest(f.now, at)), TaskId: id, Origin: origin}
 		sc.Info.RecentRuns = append([]*reevev1.ScheduleRun{run}, sc.Info.GetRecentRuns()...)
 		sc.Info.RecentRuns = sc.Info.RecentRuns[:min(len(sc.Info.RecentRuns), maxRecentRuns)]
 		sc.Info.RunCount++
 	}
 	return true
+}
+
+// latest returns the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // retryableSubmit reports whether a refused submission may succeed when

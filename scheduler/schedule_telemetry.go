@@ -27,6 +27,7 @@ type scheduleInstruments struct {
 	fired   metric.Int64Counter
 	skipped metric.Int64Counter
 	late    metric.Float64Histogram
+	sets    attrSets // memoized: 10,000 schedules may start at the same second
 }
 
 func newScheduleInstruments(mp metric.MeterProvider, tp trace.TracerProvider) *scheduleInstruments {
@@ -57,11 +58,24 @@ func endFire(span trace.Span, started, skipped, buffered int32, err error) {
 	span.End()
 }
 
+// startedOne counts a task a schedule started, and for a scheduled or
+// caught-up time how late after its firing time; a late below 0 is a time
+// fired ahead, whose lateness scheduledStart records when it starts.
 func (in *scheduleInstruments) startedOne(ctx context.Context, ns, origin string, late time.Duration) {
-	in.fired.Add(ctx, 1, metric.WithAttributes(telemetry.KeyNamespace.String(ns), keyOrigin.String(origin)))
-	if origin == "scheduled" || origin == "catch-up" {
-		in.late.Record(ctx, max(late, 0).Seconds(), metric.WithAttributes(telemetry.KeyNamespace.String(ns)))
+	in.fired.Add(ctx, 1, in.sets.get([5]string{"schedules.fired", ns, origin}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{telemetry.KeyNamespace.String(ns), keyOrigin.String(origin)}
+	}))
+	if (origin == "scheduled" || origin == "catch-up") && late >= 0 {
+		in.scheduledStart(ctx, ns, late)
 	}
+}
+
+// scheduledStart records the lateness of a time fired ahead: how long after
+// its start time (the firing time) its task started.
+func (in *scheduleInstruments) scheduledStart(ctx context.Context, ns string, late time.Duration) {
+	in.late.Record(ctx, max(late, 0).Seconds(), in.sets.get([5]string{"schedules.lateness", ns}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{telemetry.KeyNamespace.String(ns)}
+	}))
 }
 
 func (in *scheduleInstruments) skippedSome(ctx context.Context, ns, reason string, n int) {

@@ -254,6 +254,13 @@ func (sch *schedules) setPaused(ctx context.Context, ns, name string, paused boo
 		sch.tel.skippedSome(ctx, ns, schedule.SkipReasonPaused, passed)
 	}
 	sch.log.InfoContext(ctx, "schedule paused or resumed", "namespace", ns, "schedule", name, "paused", paused, "note", note)
+	if paused {
+		// Its runs fired ahead that have not started do not start (a
+		// firing under way cancels what it submits: fireSchedule).
+		if err := sch.cancelUnstarted(ctx, ns, unstarted(sc, sch.opts.clock.Now()), "schedule "+name+" paused before this run started"); err != nil {
+			return nil, toStatus(fmt.Errorf("schedule paused; its run about to start was not canceled (pause again to retry): %w", err)).Err()
+		}
+	}
 	return sch.showSchedule(ctx, sc, false), nil
 }
 
@@ -349,6 +356,7 @@ func (svc *scheduleService) BackfillSchedule(ctx context.Context, req *reevev1.B
 		now := svc.sch.opts.clock.Now()
 		sc.Info = infoOf(sc)
 		f := svc.sch.newFiring(sc, now)
+		f.cal = cal // the start time of a time's task includes its jitter
 		f.refresh(ctx)
 		for _, t := range times {
 			if !f.offer(ctx, t, "backfill") {
@@ -376,9 +384,15 @@ func (svc *scheduleService) DeleteSchedule(ctx context.Context, req *reevev1.Del
 	if err != nil {
 		return nil, statusErr(err)
 	}
-	if err := svc.sch.store.DeleteSchedule(ctx, ns, req.GetName()); err != nil {
+	sc, err := svc.sch.store.DeleteSchedule(ctx, ns, req.GetName())
+	if err != nil {
 		return nil, scheduleStatus(err).Err()
 	}
 	svc.sch.log.InfoContext(ctx, "schedule deleted", "namespace", ns, "schedule", req.GetName())
+	// Its runs fired ahead that have not started do not start (a firing
+	// under way cancels what it submits: fireSchedule).
+	if err := svc.sch.cancelUnstarted(ctx, ns, unstarted(sc, svc.sch.opts.clock.Now()), "schedule "+req.GetName()+" deleted before this run started"); err != nil {
+		return nil, toStatus(fmt.Errorf("schedule deleted, but its run about to start was not canceled (cancel that task to stop it): %w", err)).Err()
+	}
 	return &reevev1.DeleteScheduleResponse{}, nil
 }

@@ -131,6 +131,7 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 	}
 	s.agent = &agentService{agents: s.agents}
 	s.schedules = &schedules{opts: &s.opts, store: s.store, log: s.log, tel: newScheduleInstruments(o.meter, o.tracer), scheduler: s.scheduler}
+	s.eng.scheduledStart = s.schedules.tel.scheduledStart
 	s.supervisor = &supervisorService{opts: &s.opts, log: s.log, eng: s.eng, store: s.store, schedules: s.schedules}
 	s.batches = &batchService{opts: &s.opts, store: s.store}
 	s.schedule = &scheduleService{sch: s.schedules}

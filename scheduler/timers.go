@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	storev1 "github.com/reeve-org/reeve/internal/gen/reeve/store/v1"
+	"github.com/reeve-org/reeve/internal/schedule"
 	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/workflow"
 )
@@ -79,14 +81,20 @@ func timerRecovery(t *reevev1.Task, step string, attempt int32, d *reevev1.Recov
 const SpanSleep = "reeve.step.sleep"
 
 // timerWritten records what a committed timer decision did: a wake's
-// sleep as a span in the task's trace.
-func (e *engine) timerWritten(action string, rec *storev1.TaskRecord, step string) {
+// sleep as a span in the task's trace; the start of a schedule's task
+// fired ahead, in the schedules' lateness.
+func (e *engine) timerWritten(ctx context.Context, action string, rec *storev1.TaskRecord, step string) {
+	t := rec.GetTask()
+	if action == taskstate.ActionStart.String() && e.scheduledStart != nil {
+		if _, _, err := schedule.ParseTaskID(t.GetId()); err == nil && t.GetStartTime() != nil {
+			e.scheduledStart(ctx, t.GetNamespace(), e.clock.Now().Sub(t.GetStartTime().AsTime()))
+		}
+	}
 	if action != taskstate.ActionWake.String() {
 		return
 	}
-	t := rec.GetTask()
 	st := taskstate.FindStep(t, step)
-	ctx := taskContext(rec)
+	ctx = taskContext(rec)
 	if st == nil || !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}

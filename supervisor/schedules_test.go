@@ -12,6 +12,7 @@ import (
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/schedule"
+	"github.com/reeve-org/reeve/internal/taskstate"
 	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/supervisor"
 )
@@ -35,6 +36,34 @@ func scheduledTimes(t *testing.T, c reevev1.SchedulerServiceClient, name string)
 		out = append(out, at)
 	}
 	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
+}
+
+// unstartedBy returns the tasks of schedule name whose nominal time is at
+// or before by and that have not started (they wait for their start time:
+// fired ahead, the leader's timer has not started them yet); it fails the
+// test on a run that was canceled (no pause or delete here).
+func unstartedBy(t *testing.T, c reevev1.SchedulerServiceClient, name string, by time.Time) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{TaskIdPrefix: "sched-" + name + "-", PageSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tk := range resp.GetTasks() {
+		if tk.GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
+			t.Fatalf("task %s was canceled", tk.GetId())
+		}
+		_, at, err := schedule.ParseTaskID(tk.GetId())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, waits := taskstate.AwaitingStart(tk); waits && !at.After(by) {
+			out = append(out, tk.GetId())
+		}
+	}
 	return out
 }
 
@@ -78,6 +107,10 @@ func TestScheduleFailoverMissesNoTimeAndRunsNoneTwice(t *testing.T) {
 			waitFor(t, "runs 3s after the change", func() bool {
 				ts := scheduledTimes(t, c, "tick")
 				return ts[len(ts)-1].After(changed.Add(3 * time.Second))
+			})
+			// Fired ahead, each run also starts: by the leader's timer.
+			waitFor(t, "every run up to 3s after the change started", func() bool {
+				return len(unstartedBy(t, c, "tick", changed.Add(3*time.Second))) == 0
 			})
 			first.Stop()
 			second.Stop()
@@ -173,6 +206,9 @@ func TestScheduleFirerChaos(t *testing.T) {
 	waitFor(t, "runs 3s after the last change", func() bool {
 		ts := scheduledTimes(t, c, "tick")
 		return len(ts) > 0 && ts[len(ts)-1].After(changed.Add(3*time.Second))
+	})
+	waitFor(t, "every run up to 3s after the last change started", func() bool {
+		return len(unstartedBy(t, c, "tick", changed.Add(3*time.Second))) == 0
 	})
 	for _, sup := range sups {
 		sup.Stop()

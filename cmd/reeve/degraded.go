@@ -21,6 +21,7 @@ type degradedFlags struct {
 	maxTxnOps       int
 	reclaimEvery    time.Duration
 	reservePerStep  int64
+	fireAhead       time.Duration
 }
 
 func (d *degradedFlags) register(cmd *cobra.Command) {
@@ -39,6 +40,8 @@ func (d *degradedFlags) register(cmd *cobra.Command) {
 		"while over --quota-soft-limit or under NOSPACE, compact etcd, defragment its members one at a time (each blocks meanwhile) and disarm NOSPACE once it fits, at most this often; 0: leave it to an operator")
 	f.Int64Var(&d.reservePerStep, "space-reserve-per-step", 4<<10,
 		"etcd bytes reserved for each queued or dispatched execution until it finishes: new tasks are refused while space in use + reserve reaches --quota-soft-limit; 0: reserve nothing")
+	f.DurationVar(&d.fireAhead, "schedule-fire-ahead", scheduler.DefaultScheduleFireAhead,
+		"how long before its time a schedule's run is fired, as a task that starts at the time (docs/schedules.md, firing ahead); 0: at the time; at most 1m")
 	f.IntVar(&d.maxTxnOps, "etcd-max-txn-ops", 128,
 		"etcd's --max-txn-ops (operations per transaction) as every member runs it: writes are batched to fit it and wider workflows are refused at registration; reeve dev runs its embedded etcd with it")
 }
@@ -63,10 +66,14 @@ func (d *degradedFlags) options() ([]scheduler.Option, error) {
 	if v := d.reservePerStep; v < 0 || v > 1<<30 {
 		return nil, usagef("--space-reserve-per-step: %d is outside [0, 1 GiB]", v)
 	}
+	if v := d.fireAhead; v < 0 || v > scheduler.MaxScheduleFireAhead {
+		return nil, usagef("--schedule-fire-ahead: %v is outside [0, %v]", v, scheduler.MaxScheduleFireAhead)
+	}
 	if v := d.maxTxnOps; v < 16 || v > 100000 {
 		return nil, usagef("--etcd-max-txn-ops: %d is outside [16, 100000]", v)
 	}
 	return []scheduler.Option{scheduler.WithDefaultScheduleToStart(d.scheduleToStart), scheduler.WithSpaceSoftLimit(d.quotaSoftLimit),
 		scheduler.WithAckTimeout(d.ackTimeout), scheduler.WithSendQueueBytes(d.sendQueueBytes), scheduler.WithMaxConnectionsPerPeer(d.connsPerPeer),
-		scheduler.WithEtcdMaxTxnOps(d.maxTxnOps), scheduler.WithSpaceReclaim(d.reclaimEvery), scheduler.WithSpaceReserve(d.reservePerStep)}, nil
+		scheduler.WithEtcdMaxTxnOps(d.maxTxnOps), scheduler.WithSpaceReclaim(d.reclaimEvery), scheduler.WithSpaceReserve(d.reservePerStep),
+		scheduler.WithScheduleFireAhead(d.fireAhead)}, nil
 }

@@ -258,24 +258,28 @@ func (s *Store) guardedTxn(ctx context.Context, op string, cmp, fence clientv3.C
 	return false, true, nil
 }
 
-// DeleteSchedule removes a schedule and its due key.
-func (s *Store) DeleteSchedule(ctx context.Context, ns, name string) error {
+// DeleteSchedule removes a schedule and its due key; it returns the
+// record it removed.
+func (s *Store) DeleteSchedule(ctx context.Context, ns, name string) (*reevev1.Schedule, error) {
 	key := s.k.schedule(ns, name)
 	for range maxUpdateRetries {
 		cur, rev, err := s.GetSchedule(ctx, ns, name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ops := []clientv3.Op{clientv3.OpDelete(key)}
 		if due := s.k.dueKeyOf(cur); due != "" {
 			ops = append(ops, clientv3.OpDelete(due))
 		}
 		_, ok, err := s.guardedTxn(ctx, "delete schedule", clientv3.Compare(clientv3.ModRevision(key), "=", rev), clientv3.Cmp{}, ops)
-		if err != nil || ok {
-			return err
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return cur, nil
 		}
 	}
-	return fmt.Errorf("delete schedule %q: %w", name, ErrConflict)
+	return nil, fmt.Errorf("delete schedule %q: %w", name, ErrConflict)
 }
 
 // DueSchedules returns up to limit keys of the due index at or before now,

@@ -105,11 +105,11 @@ func TestScheduleDueIndexFollowsTheRecords(t *testing.T) {
 	}
 
 	for _, name := range []string{"a", "b", "c"} {
-		if err := s.DeleteSchedule(ctx, "default", name); err != nil {
+		if _, err := s.DeleteSchedule(ctx, "default", name); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.DeleteSchedule(ctx, "default", "a"); !store.IsNotFound(err) {
+	if _, err := s.DeleteSchedule(ctx, "default", "a"); !store.IsNotFound(err) {
 		t.Fatalf("delete twice: %v, want not found", err)
 	}
 	if keys := testenv.DataKeys(t, c); len(keys) != 0 {
