@@ -431,7 +431,23 @@ func (f *firing) start(ctx context.Context, t time.Time, id, origin string) bool
 		}
 		req.StartTime = timestamppb.New(at)
 	}
-	resp, err := f.sch.scheduler.SubmitTask(ctx, req)
+	// Fired ahead, the task is started here at its time, the supervisor's
+	// timer its backstop (schedule_starts.go), while this scheduler has
+	// room for it.
+	var backstop time.Duration
+	if at.After(f.now) && f.sch.starts.reserve() {
+		backstop = StartBackstop
+		defer func() {
+			if backstop > 0 {
+				f.sch.starts.release()
+			}
+		}()
+	}
+	resp, err := f.sch.scheduler.submit(ctx, req, backstop)
+	if err == nil && resp.GetCreated() && backstop > 0 {
+		f.sch.starts.add(sc.GetNamespace(), id, at)
+		backstop = 0 // the reservation is used
+	}
 	running := true
 	switch {
 	case status.Code(err) == codes.AlreadyExists:

@@ -38,6 +38,7 @@ type schedules struct {
 	log       *slog.Logger
 	tel       *scheduleInstruments
 	scheduler *schedulerService
+	starts    *selfStarts // the runs fired ahead here, started here (schedule_starts.go)
 }
 
 // nextTimes is how many next times a schedule shows.

@@ -2,12 +2,17 @@ package scheduler_test
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/schedule"
 	"github.com/reeve-org/reeve/internal/taskstate"
+	"github.com/reeve-org/reeve/internal/testenv"
 	"github.com/reeve-org/reeve/scheduler"
 )
 
@@ -26,15 +31,52 @@ func (e *schedEnv) task(t *testing.T, id string) *reevev1.Task {
 	return resp.GetTask()
 }
 
-// startDue starts task id whose start time came, as the supervisor leader's
-// timer does (RecoverSteps with the task's @start key).
-func (e *schedEnv) startDue(t *testing.T, id string) {
+// startDue starts task id whose start time came through sup, as the
+// supervisor leader's timer does (RecoverSteps with the task's @start key).
+func (e *schedEnv) startDue(t *testing.T, sup reevev1.SupervisorServiceClient, id string) {
 	t.Helper()
-	resp, err := e.sup.RecoverSteps(testCtx(t), &reevev1.RecoverStepsRequest{Fence: e.fence, Decisions: []*reevev1.RecoveryDecision{{
+	resp, err := sup.RecoverSteps(testCtx(t), &reevev1.RecoverStepsRequest{Fence: e.fence, Decisions: []*reevev1.RecoveryDecision{{
 		TaskId: id, Step: taskstate.StartMark, Action: reevev1.RecoveryAction_RECOVERY_ACTION_RETRY, Reason: "start time reached"}}})
 	if err != nil || !resp.GetOutcomes()[0].GetApplied() {
 		t.Fatalf("start %s: %v %v", id, err, resp.GetOutcomes())
 	}
+}
+
+// waitStarted waits until task id no longer waits to start (the scheduler
+// that fired it ahead starts it at its time) and returns it.
+func (e *schedEnv) waitStarted(t *testing.T, id string) *reevev1.Task {
+	t.Helper()
+	for deadline := time.Now().Add(wait); ; {
+		task := e.task(t, id)
+		if _, waits := taskstate.AwaitingStart(task); !waits {
+			return task
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s still waits to start at %v (its start time %v)", id, e.clock.Now(), task.GetStartTime().AsTime())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// startKeyTime returns the time of the @start key of task id in the
+// deadline index (zero when it has none).
+func (e *schedEnv) startKeyTime(t *testing.T, id string) time.Time {
+	t.Helper()
+	resp, err := e.env.Etcd.Client().Get(testCtx(t), "/reeve/deadlines/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		parts := strings.Split(strings.TrimPrefix(string(kv.Key), "/reeve/deadlines/"), "/")
+		if len(parts) == 5 && parts[2] == id && parts[3] == taskstate.StartMark {
+			ns, err := strconv.ParseInt(parts[0], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return time.Unix(0, ns)
+		}
+	}
+	return time.Time{}
 }
 
 func TestScheduleFiresAheadAsADelayedStart(t *testing.T) {
@@ -72,10 +114,17 @@ func TestScheduleFiresAheadAsADelayedStart(t *testing.T) {
 		t.Fatalf("fired again: started %d", o.GetStarted())
 	}
 
-	// At its time the supervisor's timer starts it; not before.
-	e.clock.Advance(ahead)
-	e.startDue(t, id)
-	task = e.task(t, id)
+	// The supervisor's timer is its backstop only: its key is later.
+	if at := e.startKeyTime(t, id); !at.Equal(t1.Add(scheduler.StartBackstop)) {
+		t.Fatalf("@start key at %v, want the start time plus the backstop %v", at, t1.Add(scheduler.StartBackstop))
+	}
+	// At its time the scheduler that fired it starts it; not before.
+	e.clock.Advance(ahead - time.Millisecond)
+	if _, waits := taskstate.AwaitingStart(e.task(t, id)); !waits {
+		t.Fatal("started before its time")
+	}
+	e.clock.Advance(time.Millisecond)
+	task = e.waitStarted(t, id)
 	if _, waits := taskstate.AwaitingStart(task); waits || task.GetSteps()[0].GetReadyTime().AsTime().Before(t1) {
 		t.Fatalf("after its start: state %v, step ready at %v, want started at %v", task.GetState(), task.GetSteps()[0].GetReadyTime().AsTime(), t1)
 	}
@@ -173,12 +222,49 @@ func TestSchedulePauseAndDeleteCancelARunFiredAhead(t *testing.T) {
 	}
 
 	// A run that started is not canceled by a pause.
-	e.startDue(t, schedule.TaskID("started", t1))
+	e.waitStarted(t, schedule.TaskID("started", t1))
 	if _, err := e.sc.PauseSchedule(ctx, &reevev1.PauseScheduleRequest{Name: "started"}); err != nil {
 		t.Fatal(err)
 	}
 	if st := e.task(t, schedule.TaskID("started", t1)).GetState(); st == reevev1.TaskState_TASK_STATE_CANCELED {
 		t.Fatal("a started run was canceled by the pause")
+	}
+}
+
+// A scheduler that fired a run ahead and stopped before its time does not
+// start it; the supervisor's timer does, start_backstop later, through any
+// scheduler.
+func TestScheduleRunFiredAheadStartsWhenItsSchedulerStopped(t *testing.T) {
+	e := newSchedEnv(t)
+	other := e.env.StartScheduler("", scheduler.WithClock(e.clock))
+	t1 := e.clock.Now().Add(time.Minute)
+	e.create(t, everyMinute("s", reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_ALLOW_ALL))
+	e.clock.Advance(time.Minute - ahead)
+	if o := e.fire(t, "s"); o.GetStarted() != 1 {
+		t.Fatalf("started %d, want 1", o.GetStarted())
+	}
+	e.s.Stop()
+	e.clock.Advance(ahead)
+	id := schedule.TaskID("s", t1)
+	c := other.Client(t)
+	resp, err := c.GetTask(testCtx(t), &reevev1.GetTaskRequest{TaskId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, waits := taskstate.AwaitingStart(resp.GetTask()); !waits {
+		t.Fatal("started at its time with the scheduler that fired it stopped")
+	}
+	if at := e.startKeyTime(t, id); !at.Equal(t1.Add(scheduler.StartBackstop)) {
+		t.Fatalf("@start key at %v, want %v", at, t1.Add(scheduler.StartBackstop))
+	}
+	e.clock.Advance(scheduler.StartBackstop)
+	e.startDue(t, reevev1.NewSupervisorServiceClient(testenv.Dial(t, other.Addr)), id)
+	resp, err = c.GetTask(testCtx(t), &reevev1.GetTaskRequest{TaskId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, waits := taskstate.AwaitingStart(resp.GetTask()); waits {
+		t.Fatal("the backstop did not start it")
 	}
 }
 

@@ -130,7 +130,8 @@ func New(c *clientv3.Client, opts ...Option) *Server {
 		lookups: lookups, dedup: s.dedup,
 	}
 	s.agent = &agentService{agents: s.agents}
-	s.schedules = &schedules{opts: &s.opts, store: s.store, log: s.log, tel: newScheduleInstruments(o.meter, o.tracer), scheduler: s.scheduler}
+	s.schedules = &schedules{opts: &s.opts, store: s.store, log: s.log, tel: newScheduleInstruments(o.meter, o.tracer), scheduler: s.scheduler,
+		starts: newSelfStarts(s.opts.clock, s.eng.startRun)}
 	s.eng.scheduledStart = s.schedules.tel.scheduledStart
 	s.supervisor = &supervisorService{opts: &s.opts, log: s.log, eng: s.eng, store: s.store, schedules: s.schedules}
 	s.batches = &batchService{opts: &s.opts, store: s.store}
@@ -244,6 +245,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { s.keepSession(runCtx) })
 	wg.Go(func() { s.mover.run(runCtx) })
 	wg.Go(func() { s.batch.run(runCtx) })
+	wg.Go(func() { s.schedules.starts.run(runCtx) })
 	if s.dedup != nil {
 		wg.Go(func() {
 			s.dedup.run(runCtx, s.store, s.opts.sweepInterval, func(msg string, err error) { s.log.Warn(msg, "err", err) })

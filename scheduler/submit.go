@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -40,14 +41,24 @@ type submission struct {
 	wf        *reevev1.Workflow          // the snapshot the task keeps
 	latest    bool                       // wf is the cached latest version: the create checks it
 	digest    []byte                     // requestDigest of req
+	// backstop, when set, is the task's start_backstop: this scheduler
+	// starts it at its start time itself (schedule_starts.go).
+	backstop time.Duration
 }
 
 // SubmitTask implements SchedulerService.
 func (svc *schedulerService) SubmitTask(ctx context.Context, req *reevev1.SubmitTaskRequest) (*reevev1.SubmitTaskResponse, error) {
+	return svc.submit(ctx, req, 0)
+}
+
+// submit is SubmitTask creating the task with start_backstop backstop
+// (0: none).
+func (svc *schedulerService) submit(ctx context.Context, req *reevev1.SubmitTaskRequest, backstop time.Duration) (*reevev1.SubmitTaskResponse, error) {
 	sub, err := svc.validate(ctx, req)
 	if err != nil {
 		return nil, statusErr(err)
 	}
+	sub.backstop = backstop
 	if err := svc.adm.admit(ctx, sub.req.GetNamespace(), sub.wf); err != nil {
 		if t := svc.resubmitted(ctx, sub, err); t != nil {
 			return &reevev1.SubmitTaskResponse{Task: t}, nil
@@ -134,7 +145,7 @@ func (svc *schedulerService) create(ctx context.Context, sub *submission) (*stor
 			return rec, false, nil
 		}
 	}
-	existing, created, err := svc.createTask(ctx, sub.req, sub.wf, sub.digest, sub.latest)
+	existing, created, err := svc.createTask(ctx, sub, sub.wf, sub.latest)
 	if errors.Is(err, store.ErrStaleWorkflow) {
 		// The cached latest version is not the latest any more (registered
 		// through another scheduler): create the task on the version a
@@ -144,7 +155,7 @@ func (svc *schedulerService) create(ctx context.Context, sub *submission) (*stor
 		if wf, err = svc.store.LatestWorkflowForSubmit(ctx, sub.req.GetNamespace(), sub.req.GetWorkflowRef().GetName()); err != nil {
 			return nil, false, err
 		}
-		existing, created, err = svc.createTask(ctx, sub.req, wf, sub.digest, false)
+		existing, created, err = svc.createTask(ctx, sub, wf, false)
 	}
 	if err != nil {
 		return nil, false, err
@@ -159,7 +170,8 @@ func (svc *schedulerService) create(ctx context.Context, sub *submission) (*stor
 // in the record), claimed on submit when an agent here has room
 // (engine.create). ofLatest: wf is the cached latest version, to be checked
 // in the create's transaction (store.CreateTaskOfLatest).
-func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.SubmitTaskRequest, wf *reevev1.Workflow, digest []byte, ofLatest bool) (existing *storev1.TaskRecord, created bool, err error) {
+func (svc *schedulerService) createTask(ctx context.Context, sub *submission, wf *reevev1.Workflow, ofLatest bool) (existing *storev1.TaskRecord, created bool, err error) {
+	req, digest := sub.req, sub.digest
 	if d := svc.opts.scheduleToStart; d > 0 && wf.GetDefaultScheduleToStartTimeout() == nil {
 		wf.DefaultScheduleToStartTimeout = durationpb.New(d)
 	}
@@ -169,6 +181,9 @@ func (svc *schedulerService) createTask(ctx context.Context, req *reevev1.Submit
 		t := taskstate.NewAt(req.GetNamespace(), req.GetTaskId(), wf, req.GetInput(), now, start, workflow.TaskTimeout(wf, req))
 		t.Labels = req.GetLabels()
 		t.Priority = req.GetPriority()
+		if _, awaiting := taskstate.AwaitingStart(t); awaiting && sub.backstop > 0 {
+			t.StartBackstop = durationpb.New(sub.backstop)
+		}
 		if err := flowKeys(t, req); err != nil { // flowkeys.go: concurrency keys and the fairness key
 			return nil, false, err
 		}

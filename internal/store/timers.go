@@ -11,13 +11,17 @@ import (
 
 // appendTimerKeys appends the task-level keys of the deadline index
 // (taskstate/timers.go): <start_time>/<ns>/<id>/@start/0 while the task
-// waits for its start time, <deadline>/<ns>/<id>/@deadline/0 while its
-// deadline is in force. A sleeping step's key is a step's (its
+// waits for its start time (start_time plus start_backstop, when the
+// scheduler that created it starts it itself), <deadline>/<ns>/<id>/@deadline/0
+// while its deadline is in force. A sleeping step's key is a step's (its
 // complete-by), appended with the other steps'.
 func (k keys) appendTimerKeys(dst []indexKey, rec *storev1.TaskRecord) []indexKey {
 	t := rec.GetTask()
 	ns, id := t.GetNamespace(), t.GetId()
 	if at, ok := taskstate.AwaitingStart(t); ok {
+		if b := t.GetStartBackstop(); b != nil {
+			at = at.Add(b.AsDuration())
+		}
 		dst = append(dst, indexKey{k.deadline(at, ns, id, taskstate.StartMark, 0), ""})
 		// The tasks waiting to start, by namespace and workflow, for
 		// CountTasks (CountStarting).

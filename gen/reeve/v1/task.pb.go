@@ -219,6 +219,12 @@ type Task struct {
 	// SubmitTaskRequest.task_timeout, from submission): past it the task
 	// escalates as its workflow says, whatever step it is in.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// Set on a task whose start the scheduler that created it makes itself,
+	// at start_time (a schedule's run fired ahead): the supervisor's timer
+	// on its start (the @start key) is this much later, to start it should
+	// that scheduler not (it stopped). Unset: the supervisor's timer starts
+	// it at start_time. (Issue 38.)
+	StartBackstop *durationpb.Duration `protobuf:"bytes,25,opt,name=start_backstop,json=startBackstop,proto3" json:"start_backstop,omitempty"`
 	// Fields 30-39: flow control (issue 36).
 	// 1 (highest) to 5; 0 when submitted without one or with the default,
 	// 3, which it is dispatched at (kept as 0 so that such a task's record is
@@ -384,6 +390,13 @@ func (x *Task) GetStartTime() *timestamppb.Timestamp {
 func (x *Task) GetDeadline() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Deadline
+	}
+	return nil
+}
+
+func (x *Task) GetStartBackstop() *durationpb.Duration {
+	if x != nil {
+		return x.StartBackstop
 	}
 	return nil
 }
@@ -964,7 +977,7 @@ var File_reeve_v1_task_proto protoreflect.FileDescriptor
 
 const file_reeve_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\x9f\a\n" +
+	"\x13reeve/v1/task.proto\x12\breeve.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17reeve/v1/workflow.proto\"\xe1\a\n" +
 	"\x04Task\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12.\n" +
@@ -986,7 +999,8 @@ const file_reeve_v1_task_proto_rawDesc = "" +
 	"\x06labels\x18\x16 \x03(\v2\x1a.reeve.v1.Task.LabelsEntryR\x06labels\x129\n" +
 	"\n" +
 	"start_time\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x126\n" +
-	"\bdeadline\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
+	"\bdeadline\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12@\n" +
+	"\x0estart_backstop\x18\x19 \x01(\v2\x19.google.protobuf.DurationR\rstartBackstop\x12\x1a\n" +
 	"\bpriority\x18\x1e \x01(\x05R\bpriority\x12!\n" +
 	"\ffairness_key\x18\x1f \x01(\tR\vfairnessKey\x12'\n" +
 	"\x0fconcurrency_key\x18  \x01(\tR\x0econcurrencyKey\x12\x19\n" +
@@ -1111,26 +1125,27 @@ var file_reeve_v1_task_proto_depIdxs = []int32{
 	6,  // 8: reeve.v1.Task.labels:type_name -> reeve.v1.Task.LabelsEntry
 	9,  // 9: reeve.v1.Task.start_time:type_name -> google.protobuf.Timestamp
 	9,  // 10: reeve.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	1,  // 11: reeve.v1.Step.state:type_name -> reeve.v1.StepState
-	9,  // 12: reeve.v1.Step.complete_by:type_name -> google.protobuf.Timestamp
-	9,  // 13: reeve.v1.Step.ready_time:type_name -> google.protobuf.Timestamp
-	9,  // 14: reeve.v1.Step.not_before:type_name -> google.protobuf.Timestamp
-	9,  // 15: reeve.v1.Step.start_time:type_name -> google.protobuf.Timestamp
-	9,  // 16: reeve.v1.Step.end_time:type_name -> google.protobuf.Timestamp
-	8,  // 17: reeve.v1.Step.output:type_name -> google.protobuf.Value
-	4,  // 18: reeve.v1.Step.last_error:type_name -> reeve.v1.StepError
-	9,  // 19: reeve.v1.Step.schedule_to_start_deadline:type_name -> google.protobuf.Timestamp
-	8,  // 20: reeve.v1.Step.heartbeat_details:type_name -> google.protobuf.Value
-	1,  // 21: reeve.v1.Step.completion_state:type_name -> reeve.v1.StepState
-	9,  // 22: reeve.v1.Step.wait_start_time:type_name -> google.protobuf.Timestamp
-	8,  // 23: reeve.v1.StepError.details:type_name -> google.protobuf.Value
-	10, // 24: reeve.v1.StepError.retry_after:type_name -> google.protobuf.Duration
-	9,  // 25: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	10, // 11: reeve.v1.Task.start_backstop:type_name -> google.protobuf.Duration
+	1,  // 12: reeve.v1.Step.state:type_name -> reeve.v1.StepState
+	9,  // 13: reeve.v1.Step.complete_by:type_name -> google.protobuf.Timestamp
+	9,  // 14: reeve.v1.Step.ready_time:type_name -> google.protobuf.Timestamp
+	9,  // 15: reeve.v1.Step.not_before:type_name -> google.protobuf.Timestamp
+	9,  // 16: reeve.v1.Step.start_time:type_name -> google.protobuf.Timestamp
+	9,  // 17: reeve.v1.Step.end_time:type_name -> google.protobuf.Timestamp
+	8,  // 18: reeve.v1.Step.output:type_name -> google.protobuf.Value
+	4,  // 19: reeve.v1.Step.last_error:type_name -> reeve.v1.StepError
+	9,  // 20: reeve.v1.Step.schedule_to_start_deadline:type_name -> google.protobuf.Timestamp
+	8,  // 21: reeve.v1.Step.heartbeat_details:type_name -> google.protobuf.Value
+	1,  // 22: reeve.v1.Step.completion_state:type_name -> reeve.v1.StepState
+	9,  // 23: reeve.v1.Step.wait_start_time:type_name -> google.protobuf.Timestamp
+	8,  // 24: reeve.v1.StepError.details:type_name -> google.protobuf.Value
+	10, // 25: reeve.v1.StepError.retry_after:type_name -> google.protobuf.Duration
+	9,  // 26: reeve.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_reeve_v1_task_proto_init() }
