@@ -36,7 +36,8 @@ import (
 // Firing ahead: a schedule is due opts.fireAhead before its next firing
 // time, and a firing runs the times whose firing time comes within
 // fireAhead of now, each as a task whose start time is its firing time
-// (a delayed start: the supervisor's timer starts it). So the submission
+// (a delayed start, which this scheduler makes at that time itself, the
+// supervisor's timer its backstop: schedule_starts.go). So the submission
 // and the schedule's write are done before the time, and at the time only
 // the task's start is left. Under an overlap policy other than allow_all
 // a time is fired ahead only when no run is active then; else the firing
