@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/schedule"
 	"github.com/reeve-org/reeve/internal/taskstate"
@@ -197,5 +199,47 @@ func TestScheduleFireAheadOff(t *testing.T) {
 	e.clock.Advance(time.Second)
 	if o := e.fire(t, "s"); o.GetStarted() != 1 {
 		t.Fatalf("at the time: started %d", o.GetStarted())
+	}
+}
+
+// states returns the state of each task of schedule name, by id.
+func (e *schedEnv) states(t *testing.T, name string) map[string]reevev1.TaskState {
+	t.Helper()
+	out := map[string]reevev1.TaskState{}
+	for _, id := range e.taskIDs(t, "sched-"+name+"-") {
+		out[id] = e.task(t, id).GetState()
+	}
+	return out
+}
+
+// A firing may fire ahead more times than the schedule keeps as recent
+// runs (a fire-ahead of 30 s, a time every second): none of them is
+// canceled for it, and a pause cancels every one that has not started.
+func TestScheduleFiresAheadMoreTimesThanRecentRuns(t *testing.T) {
+	const fireAhead = 30 * time.Second
+	e := newSchedEnv(t, scheduler.WithScheduleFireAhead(fireAhead))
+	sc := everyMinute("s", reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_ALLOW_ALL)
+	sc.Spec.Every = durationpb.New(time.Second)
+	e.create(t, sc)
+	if o := e.fire(t, "s"); o.GetStarted() != 30 {
+		t.Fatalf("fired ahead: started %d, want the 30 times within %v", o.GetStarted(), fireAhead)
+	}
+	states := e.states(t, "s")
+	if len(states) != 30 {
+		t.Fatalf("%d tasks, want 30", len(states))
+	}
+	for id, st := range states {
+		if st != reevev1.TaskState_TASK_STATE_PENDING {
+			t.Fatalf("task %s is %v, want PENDING, waiting for its time", id, st)
+		}
+	}
+
+	if _, err := e.sc.PauseSchedule(testCtx(t), &reevev1.PauseScheduleRequest{Name: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	for id, st := range e.states(t, "s") {
+		if st != reevev1.TaskState_TASK_STATE_CANCELED {
+			t.Fatalf("after the pause, task %s is %v, want CANCELED before its start", id, st)
+		}
 	}
 }
