@@ -228,28 +228,30 @@ func runs(sc *reevev1.Schedule, id string) bool {
 }
 
 // unstarted returns the tasks of sc that may have been fired ahead and
-// start after now: those of its recent runs, and, as the recent runs keep
-// only the newest (a firing may fire ahead more times than that) and a
-// firer that died before its write recorded none, the ids of its nominal
-// times whose firing time is within MaxScheduleFireAhead after now (any
-// firer's fire-ahead). Some of these may not exist; cancelUnstarted
-// passes over them.
+// not started: those of its recent runs, and, as the recent runs keep only
+// the newest (a firing may fire ahead more times than that) and a firer
+// that died before its write recorded none, the ids of its nominal times
+// whose firing time is within MaxScheduleFireAhead (any firer's
+// fire-ahead) of now. Neither is filtered by this clock: a run whose time
+// passed may not have started (the leader's timer is late, or the
+// scheduler that starts it has a clock behind this one's), and
+// cancelUnstarted decides in the task's write, passing over those that
+// started or do not exist.
 func unstarted(sc *reevev1.Schedule, now time.Time) []string {
 	var ids []string
 	for _, r := range sc.GetInfo().GetRecentRuns() {
-		if r.GetStartTime().AsTime().After(now) {
-			ids = append(ids, r.GetTaskId())
-		}
+		ids = append(ids, r.GetTaskId())
 	}
 	cal, err := scheduleCalendar("spec", sc.GetSpec())
 	if err != nil {
 		return ids
 	}
-	ns, name, until := sc.GetNamespace(), sc.GetName(), now.Add(MaxScheduleFireAhead)
+	ns, name := sc.GetNamespace(), sc.GetName()
+	from, until := now.Add(-MaxScheduleFireAhead), now.Add(MaxScheduleFireAhead)
 	// A time fires at most the spec's jitter after it, and not before it.
-	for t, ok := cal.Next(now.Add(-cal.Spec().Jitter)); ok && !t.After(until); t, ok = cal.Next(t) {
+	for t, ok := cal.Next(from.Add(-cal.Spec().Jitter)); ok && !t.After(until); t, ok = cal.Next(t) {
 		fire := t.Add(cal.Jitter(ns, name, t))
-		if id := schedule.TaskID(name, t); fire.After(now) && !fire.After(until) && !slices.Contains(ids, id) {
+		if id := schedule.TaskID(name, t); fire.After(from) && !fire.After(until) && !slices.Contains(ids, id) {
 			ids = append(ids, id)
 		}
 	}

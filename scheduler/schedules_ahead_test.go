@@ -243,3 +243,34 @@ func TestScheduleFiresAheadMoreTimesThanRecentRuns(t *testing.T) {
 		}
 	}
 }
+
+// A run fired ahead whose time passed but that has not started yet (the
+// leader's timer is late, or the scheduler that took the pause has a clock
+// ahead of the one that starts it) is canceled by a pause or a delete as
+// well: a paused or deleted schedule starts nothing.
+func TestSchedulePauseCancelsARunFiredAheadPastItsTimeNotStarted(t *testing.T) {
+	e := newSchedEnv(t)
+	t1 := e.clock.Now().Add(time.Minute)
+	for _, name := range []string{"paused", "deleted"} {
+		e.create(t, everyMinute(name, reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_SKIP))
+	}
+	e.clock.Advance(time.Minute - ahead)
+	for _, name := range []string{"paused", "deleted"} {
+		if o := e.fire(t, name); o.GetStarted() != 1 {
+			t.Fatalf("%s: started %d, want 1", name, o.GetStarted())
+		}
+	}
+	e.clock.Advance(ahead + 2*time.Second) // the timer has not started them yet
+	ctx := testCtx(t)
+	if _, err := e.sc.PauseSchedule(ctx, &reevev1.PauseScheduleRequest{Name: "paused"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sc.DeleteSchedule(ctx, &reevev1.DeleteScheduleRequest{Name: "deleted"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"paused", "deleted"} {
+		if st := e.task(t, schedule.TaskID(name, t1)).GetState(); st != reevev1.TaskState_TASK_STATE_CANCELED {
+			t.Fatalf("%s: the run fired ahead, not started, is %v, want CANCELED", name, st)
+		}
+	}
+}
