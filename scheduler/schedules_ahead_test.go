@@ -274,3 +274,47 @@ func TestSchedulePauseCancelsARunFiredAheadPastItsTimeNotStarted(t *testing.T) {
 		}
 	}
 }
+
+// Two firers fire a schedule at once: the one whose write comes second
+// runs again on the record the first wrote, which ran the times it fired
+// ahead; it cancels none of them, also when they are more than the recent
+// runs keep.
+func TestScheduleSecondFirerCancelsNoRunFiredAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		every   time.Duration
+		overlap reevev1.ScheduleOverlapPolicy
+		fired   int32
+	}{
+		{"skip", time.Minute, reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_SKIP, 1},
+		{"allow_all, more than the recent runs", time.Second, reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_ALLOW_ALL, 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSchedEnv(t, scheduler.WithScheduleFireAhead(30*time.Second))
+			sc := everyMinute("s", tc.overlap)
+			sc.Spec.Every = durationpb.New(tc.every)
+			e.create(t, sc)
+			e.clock.Advance(max(tc.every-30*time.Second, 0)) // to the first time's fire-ahead
+			ctx := testCtx(t)
+			cur, rev, err := e.srv.ScheduleRecordForTest(ctx, "default", "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o := e.fire(t, "s"); o.GetStarted() != tc.fired {
+				t.Fatalf("first firer: started %d, want %d", o.GetStarted(), tc.fired)
+			}
+			if _, err := e.srv.FireScheduleAsOfForTest(ctx, "default", "s", rev, cur, e.fence); err != nil {
+				t.Fatalf("second firer: %v", err)
+			}
+			states := e.states(t, "s")
+			if len(states) != int(tc.fired) {
+				t.Fatalf("%d tasks, want %d", len(states), tc.fired)
+			}
+			for id, st := range states {
+				if st != reevev1.TaskState_TASK_STATE_PENDING {
+					t.Fatalf("task %s is %v, want PENDING, waiting for its time", id, st)
+				}
+			}
+		})
+	}
+}
