@@ -113,9 +113,10 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 		o     *reevev1.FireOutcome
 		skips map[string]int
 		ahead []string // tasks submitted ahead of their time, by any run of the change below
+		ran   []string // tasks the last run of the change records as runs
 	)
 	final, err := sch.store.UpdateScheduleFrom(ctx, ns, name, cur, rev, fence, func(sc *reevev1.Schedule) error {
-		o = &reevev1.FireOutcome{}
+		o, ran = &reevev1.FireOutcome{}, nil
 		now := sch.opts.clock.Now()
 		sc.Info = infoOf(sc)
 		cal, err := scheduleCalendar("spec", sc.GetSpec())
@@ -164,7 +165,7 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 			}
 			sc.Info.HandledUntil = timestamppb.New(last)
 		}
-		ahead = append(ahead, f.ahead...)
+		ahead, ran = append(ahead, f.ahead...), f.ids
 		o.Started, o.Skipped, o.Buffered = o.Started+f.started, o.Skipped+f.skipped, o.Buffered+f.buffered
 		if atNow {
 			sch.setNextFireAhead(sc, cal, now, f.err != nil, 0)
@@ -184,13 +185,14 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 			sch.tel.skippedSome(ctx, ns, reason, n)
 		}
 	}
-	// Tasks submitted ahead that the schedule does not record as runs (the
-	// run of the change that submitted them lost its compare, and the one
-	// written found the schedule paused or deleted) are canceled before
-	// they start. After any other error the next firing records them:
-	// their ids are their times'.
+	// Tasks submitted ahead that the written record does not run (the run
+	// of the change that submitted them lost its compare, and the one
+	// written found the schedule paused or deleted, or left the time to
+	// its policy at the time) are canceled before they start. After any
+	// other error the next firing records them: their ids are their
+	// times'.
 	if err == nil || store.IsNotFound(err) {
-		if cerr := sch.cancelUnstarted(ctx, ns, unrecorded(ahead, final), "schedule "+name+" no longer runs this time (paused or deleted)"); cerr != nil {
+		if cerr := sch.cancelUnstarted(ctx, ns, unrecorded(ahead, ran, final), "schedule "+name+" no longer runs this time as fired (paused, deleted, or a run became active before it)"); cerr != nil {
 			sch.log.WarnContext(ctx, "cancel unrecorded schedule run", "namespace", ns, "schedule", name, "err", cerr)
 		}
 	}
@@ -198,25 +200,60 @@ func (sch *schedules) fireSchedule(ctx context.Context, ns, name string, cur *re
 	return o, err
 }
 
-// unrecorded returns the ids that sc (nil: deleted) does not list among
-// its recent runs.
-func unrecorded(ids []string, sc *reevev1.Schedule) []string {
+// unrecorded returns the ids of ahead that the written record sc (nil:
+// deleted) does not run, once each: not started by the run of the change
+// that wrote it (ran), nor by another firing whose write came first. That
+// one's runs are among sc's recent runs, which keep only the newest: so,
+// under allow_all (which skips no time for a run), a time sc handled is
+// one it ran as well.
+func unrecorded(ahead, ran []string, sc *reevev1.Schedule) []string {
 	var out []string
-	for _, id := range ids {
-		if !slices.ContainsFunc(sc.GetInfo().GetRecentRuns(), func(r *reevev1.ScheduleRun) bool { return r.GetTaskId() == id }) {
+	for _, id := range ahead {
+		if !slices.Contains(ran, id) && !slices.Contains(out, id) && !runs(sc, id) {
 			out = append(out, id)
 		}
 	}
 	return out
 }
 
-// unstarted returns the tasks of sc's recent runs that start after now:
-// fired ahead, not yet started.
+// runs reports whether sc, not paused, runs task id as one of its times.
+func runs(sc *reevev1.Schedule, id string) bool {
+	if sc == nil || sc.GetPaused() {
+		return false
+	}
+	if slices.ContainsFunc(sc.GetInfo().GetRecentRuns(), func(r *reevev1.ScheduleRun) bool { return r.GetTaskId() == id }) {
+		return true
+	}
+	_, t, err := schedule.ParseTaskID(id)
+	return err == nil && overlapOf(sc.GetPolicies().GetOverlap()) == schedule.OverlapAllowAll && !t.After(handledUntil(sc))
+}
+
+// unstarted returns the tasks of sc that may have been fired ahead and
+// not started: those of its recent runs, and, as the recent runs keep only
+// the newest (a firing may fire ahead more times than that) and a firer
+// that died before its write recorded none, the ids of its nominal times
+// whose firing time is within MaxScheduleFireAhead (any firer's
+// fire-ahead) of now. Neither is filtered by this clock: a run whose time
+// passed may not have started (the leader's timer is late, or the
+// scheduler that starts it has a clock behind this one's), and
+// cancelUnstarted decides in the task's write, passing over those that
+// started or do not exist.
 func unstarted(sc *reevev1.Schedule, now time.Time) []string {
 	var ids []string
 	for _, r := range sc.GetInfo().GetRecentRuns() {
-		if r.GetStartTime().AsTime().After(now) {
-			ids = append(ids, r.GetTaskId())
+		ids = append(ids, r.GetTaskId())
+	}
+	cal, err := scheduleCalendar("spec", sc.GetSpec())
+	if err != nil {
+		return ids
+	}
+	ns, name := sc.GetNamespace(), sc.GetName()
+	from, until := now.Add(-MaxScheduleFireAhead), now.Add(MaxScheduleFireAhead)
+	// A time fires at most the spec's jitter after it, and not before it.
+	for t, ok := cal.Next(from.Add(-cal.Spec().Jitter)); ok && !t.After(until); t, ok = cal.Next(t) {
+		fire := t.Add(cal.Jitter(ns, name, t))
+		if id := schedule.TaskID(name, t); fire.After(from) && !fire.After(until) && !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
 	return ids

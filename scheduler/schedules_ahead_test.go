@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reevev1 "github.com/reeve-org/reeve/gen/reeve/v1"
 	"github.com/reeve-org/reeve/internal/schedule"
@@ -243,7 +244,7 @@ func TestScheduleRunFiredAheadStartsWhenItsSchedulerStopped(t *testing.T) {
 	if o := e.fire(t, "s"); o.GetStarted() != 1 {
 		t.Fatalf("started %d, want 1", o.GetStarted())
 	}
-	e.s.Stop()
+	e.srv.Stop()
 	e.clock.Advance(ahead)
 	id := schedule.TaskID("s", t1)
 	c := other.Client(t)
@@ -283,5 +284,130 @@ func TestScheduleFireAheadOff(t *testing.T) {
 	e.clock.Advance(time.Second)
 	if o := e.fire(t, "s"); o.GetStarted() != 1 {
 		t.Fatalf("at the time: started %d", o.GetStarted())
+	}
+}
+
+// states returns the state of each task of schedule name, by id.
+func (e *schedEnv) states(t *testing.T, name string) map[string]reevev1.TaskState {
+	t.Helper()
+	out := map[string]reevev1.TaskState{}
+	for _, id := range e.taskIDs(t, "sched-"+name+"-") {
+		out[id] = e.task(t, id).GetState()
+	}
+	return out
+}
+
+// A firing may fire ahead more times than the schedule keeps as recent
+// runs (a fire-ahead of 30 s, a time every second): none of them is
+// canceled for it, and a pause cancels every one that has not started.
+func TestScheduleFiresAheadMoreTimesThanRecentRuns(t *testing.T) {
+	const fireAhead = 30 * time.Second
+	e := newSchedEnv(t, scheduler.WithScheduleFireAhead(fireAhead))
+	sc := everyMinute("s", reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_ALLOW_ALL)
+	sc.Spec.Every = durationpb.New(time.Second)
+	e.create(t, sc)
+	if o := e.fire(t, "s"); o.GetStarted() != 30 {
+		t.Fatalf("fired ahead: started %d, want the 30 times within %v", o.GetStarted(), fireAhead)
+	}
+	states := e.states(t, "s")
+	if len(states) != 30 {
+		t.Fatalf("%d tasks, want 30", len(states))
+	}
+	for id, st := range states {
+		if st != reevev1.TaskState_TASK_STATE_PENDING {
+			t.Fatalf("task %s is %v, want PENDING, waiting for its time", id, st)
+		}
+	}
+
+	if _, err := e.sc.PauseSchedule(testCtx(t), &reevev1.PauseScheduleRequest{Name: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	for id, st := range e.states(t, "s") {
+		if st != reevev1.TaskState_TASK_STATE_CANCELED {
+			t.Fatalf("after the pause, task %s is %v, want CANCELED before its start", id, st)
+		}
+	}
+}
+
+// A run fired ahead whose time passed but that has not started yet (the
+// scheduler that fired it stopped and the supervisor's backstop has not
+// come, or the scheduler that took the pause has a clock ahead of the one
+// that starts it) is canceled by a pause or a delete as well: a paused or
+// deleted schedule starts nothing.
+func TestSchedulePauseCancelsARunFiredAheadPastItsTimeNotStarted(t *testing.T) {
+	e := newSchedEnv(t)
+	other := e.env.StartScheduler("", scheduler.WithClock(e.clock))
+	t1 := e.clock.Now().Add(time.Minute)
+	for _, name := range []string{"paused", "deleted"} {
+		e.create(t, everyMinute(name, reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_SKIP))
+	}
+	e.clock.Advance(time.Minute - ahead)
+	for _, name := range []string{"paused", "deleted"} {
+		if o := e.fire(t, name); o.GetStarted() != 1 {
+			t.Fatalf("%s: started %d, want 1", name, o.GetStarted())
+		}
+	}
+	e.srv.Stop() // the scheduler that fired them does not start them
+	e.clock.Advance(ahead + time.Second) // nor has the backstop yet
+	ctx := testCtx(t)
+	sc, c := reevev1.NewScheduleServiceClient(testenv.Dial(t, other.Addr)), other.Client(t)
+	if _, err := sc.PauseSchedule(ctx, &reevev1.PauseScheduleRequest{Name: "paused"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.DeleteSchedule(ctx, &reevev1.DeleteScheduleRequest{Name: "deleted"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"paused", "deleted"} {
+		resp, err := c.GetTask(ctx, &reevev1.GetTaskRequest{TaskId: schedule.TaskID(name, t1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := resp.GetTask().GetState(); st != reevev1.TaskState_TASK_STATE_CANCELED {
+			t.Fatalf("%s: the run fired ahead, not started, is %v, want CANCELED", name, st)
+		}
+	}
+}
+
+// Two firers fire a schedule at once: the one whose write comes second
+// runs again on the record the first wrote, which ran the times it fired
+// ahead; it cancels none of them, also when they are more than the recent
+// runs keep.
+func TestScheduleSecondFirerCancelsNoRunFiredAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		every   time.Duration
+		overlap reevev1.ScheduleOverlapPolicy
+		fired   int32
+	}{
+		{"skip", time.Minute, reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_SKIP, 1},
+		{"allow_all, more than the recent runs", time.Second, reevev1.ScheduleOverlapPolicy_SCHEDULE_OVERLAP_POLICY_ALLOW_ALL, 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSchedEnv(t, scheduler.WithScheduleFireAhead(30*time.Second))
+			sc := everyMinute("s", tc.overlap)
+			sc.Spec.Every = durationpb.New(tc.every)
+			e.create(t, sc)
+			e.clock.Advance(max(tc.every-30*time.Second, 0)) // to the first time's fire-ahead
+			ctx := testCtx(t)
+			cur, rev, err := e.srv.ScheduleRecordForTest(ctx, "default", "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o := e.fire(t, "s"); o.GetStarted() != tc.fired {
+				t.Fatalf("first firer: started %d, want %d", o.GetStarted(), tc.fired)
+			}
+			if _, err := e.srv.FireScheduleAsOfForTest(ctx, "default", "s", rev, cur, e.fence); err != nil {
+				t.Fatalf("second firer: %v", err)
+			}
+			states := e.states(t, "s")
+			if len(states) != int(tc.fired) {
+				t.Fatalf("%d tasks, want %d", len(states), tc.fired)
+			}
+			for id, st := range states {
+				if st != reevev1.TaskState_TASK_STATE_PENDING {
+					t.Fatalf("task %s is %v, want PENDING, waiting for its time", id, st)
+				}
+			}
+		})
 	}
 }

@@ -30,7 +30,7 @@ import (
 // schedules itself (FireSchedules) as the supervisor leader would.
 type schedEnv struct {
 	env   *testenv.Env
-	s     *testenv.Scheduler
+	srv   *testenv.Scheduler
 	clock *clockwork.FakeClock
 	c     reevev1.SchedulerServiceClient
 	sc    reevev1.ScheduleServiceClient
@@ -44,7 +44,7 @@ func newSchedEnv(t *testing.T, opts ...scheduler.Option) *schedEnv {
 	clock := clockwork.NewFakeClockAt(time.Now().Truncate(time.Minute))
 	s := env.StartScheduler("", append([]scheduler.Option{scheduler.WithClock(clock)}, opts...)...)
 	ctx := testCtx(t)
-	e := &schedEnv{env: env, s: s, clock: clock, c: s.Client(t), sc: reevev1.NewScheduleServiceClient(testenv.Dial(t, s.Addr)),
+	e := &schedEnv{env: env, srv: s, clock: clock, c: s.Client(t), sc: reevev1.NewScheduleServiceClient(testenv.Dial(t, s.Addr)),
 		sup: reevev1.NewSupervisorServiceClient(testenv.Dial(t, s.Addr))}
 	if _, err := e.c.RegisterWorkflow(ctx, &reevev1.RegisterWorkflowRequest{Workflow: &reevev1.Workflow{Name: "job", Steps: []*reevev1.StepSpec{step("a", "t")}}}); err != nil {
 		t.Fatal(err)
