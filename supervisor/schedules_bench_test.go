@@ -107,39 +107,19 @@ func TestScheduleFiringBench(t *testing.T) {
 	// Nothing is due until first (less the fire-ahead): the process's CPU
 	// over 20 s.
 	time.Sleep(time.Until(first.Add(-ahead - 22*time.Second)))
-	if path := os.Getenv("REEVE_BENCH_IDLE_PROFILE"); path != "" {
-		// A CPU profile of the idle window, to tell the firer's share:
-		// go tool pprof -top -focus 'supervisor.\(\*Supervisor\).(fireSchedules|watchScheduleDue)' PATH
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
-	}
+	// A CPU profile of the idle window, to tell the firer's share:
+	// go tool pprof -top -focus 'supervisor.\(\*Supervisor\).(fireSchedules|watchScheduleDue)' PATH
+	stop := cpuProfile(t, os.Getenv("REEVE_BENCH_IDLE_PROFILE"))
 	cpu0, wall0 := cpuTime(t), time.Now()
 	time.Sleep(20 * time.Second)
 	idle := float64(cpuTime(t)-cpu0) / float64(time.Since(wall0))
-	if os.Getenv("REEVE_BENCH_IDLE_PROFILE") != "" {
-		pprof.StopCPUProfile()
-	}
+	stop()
 	t.Logf("idle: the process used %.2f%% of one core (etcd, scheduler and supervisor together)", idle*100)
 
 	// The first firing: wait until every schedule's task exists.
 	// REEVE_BENCH_FIRE_PROFILE=PATH writes a CPU profile of the firing.
 	time.Sleep(time.Until(first.Add(-ahead - 100*time.Millisecond)))
-	if path := os.Getenv("REEVE_BENCH_FIRE_PROFILE"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
-	}
+	stop = cpuProfile(t, os.Getenv("REEVE_BENCH_FIRE_PROFILE"))
 	// REEVE_BENCH_FIRE_BLOCK_PROFILE=PATH writes where goroutines waited
 	// during the firing (a block profile: channels, mutexes, selects).
 	blockPath := os.Getenv("REEVE_BENCH_FIRE_BLOCK_PROFILE")
@@ -158,9 +138,7 @@ func TestScheduleFiringBench(t *testing.T) {
 			total += sc.GetCount()
 		}
 		if total >= int64(n) {
-			if os.Getenv("REEVE_BENCH_FIRE_PROFILE") != "" {
-				pprof.StopCPUProfile()
-			}
+			stop()
 			// An upper bound: the count polls every 200 ms.
 			t.Logf("firing: the process used %v of CPU in %v (from 100 ms before the firing (%v ahead of the time) until every task exists)",
 				(cpuTime(t) - cpu1).Round(time.Millisecond), time.Since(wall1).Round(time.Millisecond), ahead)
@@ -188,19 +166,13 @@ func TestScheduleFiringBench(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// Then until every task of the first time started (fired ahead, the
-	// supervisor's timer starts it at its time): a count, cheap beside
+	// scheduler that fired it starts it at its time): a count, cheap beside
 	// the starts it waits for. REEVE_BENCH_START_PROFILE=PATH writes a CPU
 	// profile from 100 ms before the time until then.
+	stop = func() {}
 	if path := os.Getenv("REEVE_BENCH_START_PROFILE"); path != "" && ahead > 0 {
 		time.Sleep(time.Until(first.Add(-100 * time.Millisecond)))
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+		stop = cpuProfile(t, path)
 	}
 	cpu2 := cpuTime(t)
 	for {
@@ -216,9 +188,7 @@ func TestScheduleFiringBench(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if os.Getenv("REEVE_BENCH_START_PROFILE") != "" {
-		pprof.StopCPUProfile()
-	}
+	stop()
 	t.Logf("every task started %v after the time (polled every 200 ms); the process used %v of CPU from 100 ms before the firing, %v of it since every task existed",
 		time.Since(first).Round(time.Millisecond), (cpuTime(t) - cpu1).Round(time.Millisecond), (cpuTime(t) - cpu2).Round(time.Millisecond))
 	var late, made []time.Duration
@@ -265,6 +235,25 @@ func TestScheduleFiringBench(t *testing.T) {
 		n, made[0].Round(time.Millisecond), q(made, 0.50), made[len(made)-1].Round(time.Millisecond))
 	t.Logf("first firing of %d schedules: task started after its time p50 %v, p99 %v, max %v",
 		n, q(late, 0.50), q(late, 0.99), late[len(late)-1].Round(time.Millisecond))
+}
+
+// cpuProfile starts a CPU profile written to path ("": none) and returns
+// what stops it (also at the test's end, if not called before).
+func cpuProfile(t *testing.T, path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { pprof.StopCPUProfile(); _ = f.Close() }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // etcdStat is what the embedded etcd did, from its metrics on the default

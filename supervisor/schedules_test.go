@@ -17,9 +17,8 @@ import (
 	"github.com/reeve-org/reeve/supervisor"
 )
 
-// scheduledTimes returns the nominal times of schedule name's tasks,
-// sorted, from their ids.
-func scheduledTimes(t *testing.T, c reevev1.SchedulerServiceClient, name string) []time.Time {
+// scheduleTasks returns the tasks of schedule name (at most 1,000).
+func scheduleTasks(t *testing.T, c reevev1.SchedulerServiceClient, name string) []*reevev1.Task {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -27,8 +26,15 @@ func scheduledTimes(t *testing.T, c reevev1.SchedulerServiceClient, name string)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp.GetTasks()
+}
+
+// scheduledTimes returns the nominal times of schedule name's tasks,
+// sorted, from their ids.
+func scheduledTimes(t *testing.T, c reevev1.SchedulerServiceClient, name string) []time.Time {
+	t.Helper()
 	var out []time.Time
-	for _, tk := range resp.GetTasks() {
+	for _, tk := range scheduleTasks(t, c, name) {
 		n, at, err := schedule.ParseTaskID(tk.GetId())
 		if err != nil || n != name {
 			t.Fatalf("task %s: not of schedule %s (%v)", tk.GetId(), name, err)
@@ -41,18 +47,12 @@ func scheduledTimes(t *testing.T, c reevev1.SchedulerServiceClient, name string)
 
 // unstartedBy returns the tasks of schedule name whose nominal time is at
 // or before by and that have not started (they wait for their start time:
-// fired ahead, the leader's timer has not started them yet); it fails the
-// test on a run that was canceled (no pause or delete here).
+// fired ahead, not started yet); it fails the test on a run that was
+// canceled (no pause or delete here).
 func unstartedBy(t *testing.T, c reevev1.SchedulerServiceClient, name string, by time.Time) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	resp, err := c.ListTasks(ctx, &reevev1.ListTasksRequest{TaskIdPrefix: "sched-" + name + "-", PageSize: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, tk := range resp.GetTasks() {
+	for _, tk := range scheduleTasks(t, c, name) {
 		if tk.GetState() == reevev1.TaskState_TASK_STATE_CANCELED {
 			t.Fatalf("task %s was canceled", tk.GetId())
 		}
