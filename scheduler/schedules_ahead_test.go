@@ -347,7 +347,7 @@ func TestSchedulePauseCancelsARunFiredAheadPastItsTimeNotStarted(t *testing.T) {
 			t.Fatalf("%s: started %d, want 1", name, o.GetStarted())
 		}
 	}
-	e.srv.Stop() // the scheduler that fired them does not start them
+	e.srv.Stop()                         // the scheduler that fired them does not start them
 	e.clock.Advance(ahead + time.Second) // nor has the backstop yet
 	ctx := testCtx(t)
 	sc, c := reevev1.NewScheduleServiceClient(testenv.Dial(t, other.Addr)), other.Client(t)
