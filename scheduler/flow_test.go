@@ -415,9 +415,15 @@ func TestRateLimitAcrossSchedulers(t *testing.T) {
 		}
 		most = max(most, n)
 	}
-	// Started at most the rate over the window plus the burst.
-	if most > rate+burst {
-		t.Errorf("%d attempts started within one second; the rate is %d/s with a burst of %d", most, rate, burst)
+	// Started at most the rate over the window plus the burst. A step's
+	// start time is stamped by its claim's write, after the limiter
+	// granted it: on a loaded machine some writes lag, which can bring
+	// stamps closer than their grants. Up to 400 ms of lag is allowed for
+	// (rate × 0.4 = 2 more); both schedulers taking the whole rate would
+	// still show (about twice the rate).
+	const lag = 2 * rate / 5
+	if most > rate+burst+lag {
+		t.Errorf("%d attempts started within one second; the rate is %d/s with a burst of %d (and %d for the lag of a claim's write)", most, rate, burst, lag)
 	}
 	t.Logf("at most %d starts in a second; %d over %s", most, len(starts), starts[len(starts)-1].Sub(starts[0]))
 }
