@@ -95,7 +95,7 @@ func (s *selfStarts) add(ns, id string, at time.Time) {
 	s.mu.Lock()
 	s.reserved--
 	heap.Push(&s.due, selfStart{ns: ns, id: id, at: at})
-	head := s.due[0].id == id
+	head := s.due[0].ns == ns && s.due[0].id == id
 	s.mu.Unlock()
 	if head {
 		select {
@@ -103,13 +103,6 @@ func (s *selfStarts) add(ns, id string, at time.Time) {
 		default:
 		}
 	}
-}
-
-// pending reports how many runs wait here to be started.
-func (s *selfStarts) pending() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.due)
 }
 
 // run starts each run at its time until ctx ends; what is left then is the
